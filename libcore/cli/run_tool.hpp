@@ -1,0 +1,49 @@
+// The shared command-line frame of every icmlkit tool (DESIGN.md conventions).
+//
+// `run_tool` builds a CLI11 app with the common flags (-q, -v, --seed, --threads,
+// --version), lets the tool add its own, parses, runs the tool body, and maps every
+// escaping error to one stderr line "<tool>: error: <what> (<where>)" and an exit code:
+// 0 success, 1 bad input or runtime failure, 2 usage error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "io/provenance.hpp"
+
+namespace icmlkit::cli {
+
+/// What `--help` says about a tool.
+struct ToolInfo {
+  std::string name;         ///< program name, "infolaw-fit"
+  std::string description;  ///< one paragraph shown under the usage line
+  std::string examples;     ///< 2-3 real example command lines, shown at the end of --help
+};
+
+/// Flags every tool has, after parsing.
+struct Common {
+  bool quiet = false;
+  int verbose = 0;
+  std::uint64_t seed = 0;
+  int threads = 0;  ///< 0 = all cores
+};
+
+/// Handed to the tool body: parsed common flags and a provenance record pre-filled with
+/// tool, version, command line and seed (the body adds its inputs).
+struct Context {
+  Common common;
+  io::Provenance prov;
+};
+
+/// Runs a tool.  `setup` adds the tool's options to the app; `body` does the work after a
+/// successful parse.  Returns the process exit code; never throws.
+int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<void(CLI::App&)>& setup,
+             const std::function<void(Context&)>& body);
+
+/// Parses "k=v,k2=v2" into pairs; throws UsageError naming `flag` on a malformed item.
+std::vector<std::pair<std::string, std::string>> parse_assignments(const std::string& text, const std::string& flag);
+
+}  // namespace icmlkit::cli

@@ -1,0 +1,42 @@
+// Atomic output files: write to a temporary file beside the target, rename on success.
+//
+// A failure (exception, bad data, killed process) leaves no partial file and never
+// clobbers an existing good one: the temporary is removed by the destructor unless
+// commit() ran.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace icmlkit::io {
+
+/// A pending output file.  Write to `temp_path()` (any library may open it), then commit().
+class AtomicFile {
+ public:
+  /// `target`: the final path.  Throws RuntimeError when its directory does not exist.
+  explicit AtomicFile(std::filesystem::path target);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  /// Temporary path in the target's directory (same file system, so rename is atomic).
+  const std::filesystem::path& temp_path() const noexcept { return temp_; }
+  /// Final path.
+  const std::filesystem::path& target() const noexcept { return target_; }
+  /// Renames the temporary over the target.  Throws RuntimeError on failure.
+  void commit();
+
+ private:
+  std::filesystem::path target_, temp_;
+  bool committed_ = false;
+};
+
+/// Writes `bytes` to `path` atomically; `path` "-" or empty writes to stdout.
+/// Throws RuntimeError when the file cannot be written.
+void write_text(const std::string& path, std::string_view bytes);
+
+/// Whether `path` names standard output ("-" or empty).
+inline bool is_stdout(const std::string& path) { return path.empty() || path == "-"; }
+
+}  // namespace icmlkit::io

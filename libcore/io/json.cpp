@@ -1,0 +1,24 @@
+#include "io/json.hpp"
+
+#include <fmt/core.h>
+
+#include "io/atomic_file.hpp"
+#include "io/table.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::io {
+
+nlohmann::json read_json(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError("malformed JSON", fmt::format("{}, byte {}", is_stdout(path) ? "<stdin>" : path, e.byte));
+  }
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  write_text(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+}  // namespace icmlkit::io

@@ -1,0 +1,15 @@
+// JSON files in and out (nlohmann::json), with errors that name the file.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace icmlkit::io {
+
+/// Parses a JSON file ("-" = stdin).  Throws InputError naming the file (and the parser's
+/// byte offset) when it is unreadable or malformed.
+nlohmann::json read_json(const std::string& path);
+/// Writes `j` pretty-printed (2-space indent) plus a newline, atomically; "-" = stdout.
+void write_json(const std::string& path, const nlohmann::json& j);
+
+}  // namespace icmlkit::io

@@ -1,0 +1,305 @@
+// infolaw-fit: fit a parametric loss law (Chinchilla, data-constrained, InfoLaw) to a
+// table of training runs and write the parameters as JSON.
+#include <fmt/core.h>
+
+#include <cmath>
+#include <numeric>
+#include <optional>
+
+#include "cli/run_tool.hpp"
+#include "fit/infolaw.hpp"
+#include "fit/law.hpp"
+#include "fit/law_data.hpp"
+#include "fit/law_fit.hpp"
+#include "io/json.hpp"
+#include "io/table.hpp"
+#include "io/table_filter.hpp"
+#include "num/stats.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/progress.hpp"
+#include "util/threads.hpp"
+#include "util/timer.hpp"
+
+using namespace icmlkit;
+
+namespace {
+
+struct Args {
+  std::string input;
+  std::string output = "-";
+  std::string law = "chinchilla";
+  bool no_header = false;
+  fit::ColumnMap cols;
+  std::vector<std::string> where;
+  std::size_t drop_highest = 0;
+  double huber_delta = 1e-3;
+  std::vector<std::string> grid;
+  std::string fix;
+  int bootstrap = 0;
+  bool residuals = false;
+  int max_iterations = 1000;
+  // InfoLaw
+  int samples = 100000;
+  std::string theta_range = "0:3", lambda_range = "0.001:10", shares;
+  bool no_refine = false;
+  double sum_tolerance = 1e-3;
+};
+
+std::pair<double, double> parse_range(const std::string& s, const std::string& flag) {
+  const auto c = s.find(':');
+  const auto lo = c == std::string::npos ? std::nullopt : io::parse_double(s.substr(0, c));
+  const auto hi = c == std::string::npos ? std::nullopt : io::parse_double(s.substr(c + 1));
+  if (!lo || !hi || !(*lo < *hi)) throw UsageError(fmt::format("expected LO:HI with LO < HI, got '{}'", s), flag);
+  return {*lo, *hi};
+}
+
+nlohmann::json fit_stats(const Eigen::ArrayXd& loss, const Eigen::ArrayXd& pred) {
+  return {{"r2", num::r_squared(loss, pred)},
+          {"mae", num::mae(loss, pred)},
+          {"mre", num::mre(loss, pred)},
+          {"rmse", num::rmse(loss, pred)}};
+}
+
+nlohmann::json residual_rows(const io::Table& t, const std::vector<std::size_t>& rows, const Eigen::ArrayXd& loss,
+                             const Eigen::ArrayXd& pred) {
+  nlohmann::json out = nlohmann::json::array();
+  for (Eigen::Index i = 0; i < loss.size(); ++i)
+    out.push_back({{"row", rows[static_cast<std::size_t>(i)] + 1},
+                   {"loss", loss[i]},
+                   {"pred", pred[i]},
+                   {"residual", pred[i] - loss[i]}});
+  return out;
+}
+
+std::map<std::string, double> parse_fix(const std::string& text) {
+  std::map<std::string, double> fixed;
+  if (text.empty()) return fixed;
+  for (const auto& [k, v] : cli::parse_assignments(text, "--fix")) {
+    const auto x = io::parse_double(v);
+    if (!x || !std::isfinite(*x)) throw UsageError(fmt::format("'{}' is not a number", v), "--fix " + k);
+    if (k == "A" || k == "B" || k == "E") {
+      if (!(*x > 0)) throw UsageError(fmt::format("{} must be > 0", k), "--fix");
+      fixed[std::string(1, static_cast<char>(std::tolower(k[0])))] = std::log(*x);
+    } else {
+      fixed[k] = *x;
+    }
+  }
+  return fixed;
+}
+
+void run_parametric(const Args& a, const io::Table& t, const std::vector<std::size_t>& rows, cli::Context& ctx,
+                    nlohmann::json& out) {
+  const auto law = fit::make_law(a.law);
+  const fit::LawData data = fit::law_data_from_table(*law, t, a.cols, true);
+  fit::FitOptions opt;
+  opt.huber_delta = a.huber_delta;
+  opt.fixed = parse_fix(a.fix);
+  for (const auto& g : a.grid) opt.grid.push_back(fit::parse_grid_axis(g));
+  opt.bootstrap = a.bootstrap;
+  opt.seed = ctx.common.seed;
+  opt.lbfgs.max_iterations = a.max_iterations;
+  const auto n_starts = fit::make_start_grid(*law, opt).size();
+  log::debug("fitting {} to {} rows from {} starts on {} threads", law->name(), data.loss.size(), n_starts, threads());
+  Stopwatch sw;
+  fit::FitResult r;
+  {
+    Progress bar(n_starts, "starts");
+    r = fit::fit_law(*law, data, opt, &bar);
+  }
+  const double secs = sw.seconds();
+  const Eigen::ArrayXd pred = law->predict(r.params.data(), data);
+  out["law"] = law->name();
+  out["equation"] = law->equation();
+  out["params"] = law->to_json(r.params.data());
+  nlohmann::json fixed = nlohmann::json::object();
+  for (const auto& [k, v] : opt.fixed) fixed[k] = v;
+  out["fixed"] = fixed;
+  out["objective"] = r.objective;
+  out["objective_kind"] = fmt::format("sum of Huber(delta={}) losses of log-loss residuals", a.huber_delta);
+  out["huber_delta"] = a.huber_delta;
+  out["fit"] = fit_stats(data.loss, pred);
+  out["rows_used"] = data.loss.size();
+  out["starts"] = {{"total", r.n_starts},
+                   {"converged", r.n_converged},
+                   {"failed", r.n_failed},
+                   {"best_index", r.best_start},
+                   {"best_start", law->to_json(r.best_start_point.data())},
+                   {"best_converged", r.converged},
+                   {"best_iterations", r.iterations}};
+  out["seconds"] = secs;
+  if (!r.converged) log::warn("the best start did not report convergence; treat the parameters with care");
+  if (r.bootstrap.rows() > 0) {
+    nlohmann::json b = nlohmann::json::object();
+    const auto names = law->param_names();
+    std::vector<nlohmann::json> as_json;
+    for (Eigen::Index k = 0; k < r.bootstrap.rows(); ++k) {
+      Eigen::VectorXd row = r.bootstrap.row(k).transpose();
+      as_json.push_back(law->to_json(row.data()));
+    }
+    for (auto it = as_json.front().begin(); it != as_json.front().end(); ++it) {
+      std::vector<double> v;
+      for (const auto& j : as_json) v.push_back(j[it.key()].get<double>());
+      std::sort(v.begin(), v.end());
+      const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+      double var = 0;
+      for (double x : v) var += (x - mean) * (x - mean);
+      const double sd = v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0.0;
+      auto q = [&](double p) {
+        const double pos = p * static_cast<double>(v.size() - 1);
+        const auto lo = static_cast<std::size_t>(std::floor(pos));
+        const auto hi = std::min(lo + 1, v.size() - 1);
+        return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+      };
+      b[it.key()] = {{"mean", mean}, {"sd", sd}, {"q025", q(0.025)}, {"q975", q(0.975)}};
+    }
+    out["bootstrap"] = {{"resamples", a.bootstrap}, {"refits_ok", r.bootstrap.rows()}, {"params", b}};
+  }
+  if (a.residuals) out["residuals"] = residual_rows(t, rows, data.loss, pred);
+}
+
+void run_infolaw(const Args& a, const io::Table& t, const std::vector<std::size_t>& rows, cli::Context& ctx,
+                 nlohmann::json& out) {
+  Eigen::ArrayXd shares = fit::infolaw_default_shares();
+  if (!a.shares.empty()) {
+    std::vector<double> v;
+    std::size_t pos = 0;
+    while (pos <= a.shares.size()) {
+      const std::size_t end = std::min(a.shares.find(',', pos), a.shares.size());
+      const auto x = io::parse_double(a.shares.substr(pos, end - pos));
+      if (!x || !(*x > 0)) throw UsageError(fmt::format("bucket shares must be positive numbers, got '{}'", a.shares), "--shares");
+      v.push_back(*x);
+      pos = end + 1;
+    }
+    shares = Eigen::Map<Eigen::ArrayXd>(v.data(), static_cast<Eigen::Index>(v.size()));
+  }
+  const fit::InfoLawData d = fit::infolaw_data_from_table(t, a.cols, shares, true, a.sum_tolerance);
+  fit::InfoLawFitOptions opt;
+  opt.samples = a.samples;
+  std::tie(opt.theta_lo, opt.theta_hi) = parse_range(a.theta_range, "--theta-range");
+  std::tie(opt.lambda_lo, opt.lambda_hi) = parse_range(a.lambda_range, "--lambda-range");
+  if (!(opt.lambda_lo > 0)) throw UsageError("the lambda range must be positive", "--lambda-range");
+  opt.refine = !a.no_refine;
+  opt.seed = ctx.common.seed;
+  Stopwatch sw;
+  fit::InfoLawFitResult r;
+  {
+    Progress bar(static_cast<std::size_t>(a.samples), "samples");
+    r = fit::fit_infolaw(d, opt, &bar);
+  }
+  const Eigen::ArrayXd pred = fit::infolaw_predict(r.params, d);
+  auto pj = [](const fit::InfoLawParams& p) {
+    return nlohmann::json{{"theta", p.theta}, {"a", p.a}, {"b", p.b}, {"alpha", p.alpha}, {"beta", p.beta}};
+  };
+  out["law"] = "infolaw";
+  out["equation"] =
+      "L = alpha * info^-beta; info = sum_d exp(-theta d) M_d ln K (1 - exp(-lambda(N) R_d / ln K)); "
+      "lambda(N) = a ln N + b; K_d = w_d K, M_d = min(K_d, s_d S), R_d = K_d / M_d";
+  out["params"] = pj(r.params);
+  std::vector<double> sh(shares.data(), shares.data() + shares.size());
+  out["shares"] = sh;
+  out["weight_prefix"] = a.cols.weight_prefix;
+  out["stages"] = {{"spearman_info_vs_neg_loss", r.spearman},
+                   {"sizes", r.sizes},
+                   {"lambda_per_size", r.lambda_per_size},
+                   {"staged_params", pj(r.staged)},
+                   {"sse_log_staged", r.sse_log_staged},
+                   {"refined", r.refined},
+                   {"refine_converged", r.refine_converged},
+                   {"samples", a.samples}};
+  out["objective"] = r.sse_log;
+  out["objective_kind"] = "sum of squared log-loss residuals";
+  out["fit"] = fit_stats(d.loss, pred);
+  out["rows_used"] = d.loss.size();
+  out["seconds"] = sw.seconds();
+  if (a.residuals) out["residuals"] = residual_rows(t, rows, d.loss, pred);
+  ctx.prov.extra["validation"] =
+      "InfoLaw has no public run table: this fit was checked only on its limits and on recovery from generated "
+      "data, not against published runs";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  cli::ToolInfo info{
+      "infolaw-fit",
+      "Fit a parametric loss law to a table of training runs and print its parameters as JSON.\n"
+      "Laws: chinchilla (L = E + A/N^alpha + B/D^beta, Hoffmann et al. 2022, approach 3 as replicated by "
+      "Epoch AI), data-constrained (Muennighoff et al. 2023), infolaw (Liu et al., ICML 2026).\n"
+      "The Chinchilla-form laws minimise a Huber loss on log L with L-BFGS from every point of a start grid "
+      "(threads share the starts; the best converged start wins).",
+      "  infolaw-fit runs.csv --law chinchilla --drop-highest 5 -o chinchilla.json\n"
+      "  infolaw-fit datablations_runs.csv --law data-constrained \\\n"
+      "      --fix a=6.255414,b=7.3049974,e=0.6254804,alpha=0.3526596,beta=0.3526596\n"
+      "  infolaw-fit layermix_runs.csv --law infolaw --samples 100000 --residuals | jq .params\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app.add_option("input", a.input, "Table of runs: .csv/.tsv, .json/.jsonl, .h5[:/group], or - for stdin")
+            ->required();
+        app.add_option("-o,--output", a.output, "Output JSON file (- = stdout)")->capture_default_str();
+        app.add_option("--law", a.law, "Law: chinchilla, data-constrained or infolaw")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"chinchilla", "data-constrained", "infolaw"}));
+        app.add_flag("--no-header", a.no_header, "CSV has no header row (columns are c1, c2, ...)");
+        app.add_option("--params-col", a.cols.role["params"], "Column of model parameters N")->capture_default_str();
+        app.add_option("--tokens-col", a.cols.role["tokens"], "Column of training tokens D (InfoLaw: K)")->capture_default_str();
+        app.add_option("--unique-col", a.cols.role["unique_tokens"], "Column of unique tokens U_D (data-constrained)")
+            ->capture_default_str();
+        app.add_option("--loss-col", a.cols.role["loss"], "Column of final loss L")->capture_default_str();
+        app.add_option("--source-col", a.cols.role["source_tokens"], "Column of source size S in tokens (InfoLaw)")
+            ->capture_default_str();
+        app.add_option("--weight-prefix", a.cols.weight_prefix, "InfoLaw bucket weight columns are PREFIX0, PREFIX1, ...")
+            ->capture_default_str();
+        app.add_option("--where", a.where, "Keep rows where COLUMN OP VALUE holds (repeatable; OP: < <= > >= == !=)");
+        app.add_option("--drop-highest", a.drop_highest, "Drop the K runs with the highest loss (Epoch AI drops 5)")
+            ->capture_default_str();
+        app.add_option("--huber-delta", a.huber_delta, "Huber threshold on log-loss residuals")
+            ->capture_default_str()
+            ->check(CLI::PositiveNumber);
+        app.add_option("--grid", a.grid,
+                       "Start grid axis NAME=LO:HI:STEP or NAME=V1|V2 (repeatable; default: alpha,beta=0:2:0.5, "
+                       "e=-1:1:0.5, a,b=0:25:5 -> 4,500 starts)");
+        app.add_option("--fix", a.fix, "Hold parameters fixed: NAME=VALUE,... (a,b,e or A,B,E; alpha, beta, rd_star, rn_star)");
+        app.add_option("--bootstrap", a.bootstrap, "Refit K row resamples warm-started from the optimum")
+            ->capture_default_str()
+            ->check(CLI::NonNegativeNumber);
+        app.add_flag("--residuals", a.residuals, "Add per-row predictions and residuals");
+        app.add_option("--max-iterations", a.max_iterations, "L-BFGS iterations per start")
+            ->capture_default_str()
+            ->check(CLI::PositiveNumber);
+        app.add_option("--samples", a.samples, "InfoLaw stage-1 random samples of (theta, lambda_N)")
+            ->capture_default_str()
+            ->check(CLI::PositiveNumber);
+        app.add_option("--theta-range", a.theta_range, "InfoLaw: uniform range LO:HI of theta")->capture_default_str();
+        app.add_option("--lambda-range", a.lambda_range, "InfoLaw: log-uniform range LO:HI of lambda_N")
+            ->capture_default_str();
+        app.add_option("--shares", a.shares, "InfoLaw bucket shares of the source (default 0.05,0.15,0.2,0.2,0.2,0.2)");
+        app.add_flag("--no-refine", a.no_refine, "InfoLaw: skip the joint L-BFGS refinement after the stages");
+        app.add_option("--sum-tolerance", a.sum_tolerance, "InfoLaw: allowed |sum of weights - 1|")
+            ->capture_default_str();
+      },
+      [&](cli::Context& ctx) {
+        io::TableReadOptions ro;
+        ro.header = !a.no_header;
+        const io::Table full = io::Table::read(a.input, ro);
+        ctx.prov.add_input(a.input, full.sha256());
+        std::vector<std::size_t> rows = io::filter_rows(full, a.where);
+        io::Table t = full.select_rows(rows);
+        if (a.drop_highest > 0) {
+          const auto keep = io::drop_largest(t, a.cols.role["loss"], a.drop_highest);
+          std::vector<std::size_t> orig;
+          for (auto k : keep) orig.push_back(rows[k]);
+          rows = orig;
+          t = full.select_rows(rows);
+        }
+        if (t.rows() == 0) throw InputError("no rows left after --where", a.input);
+        nlohmann::json out;
+        if (a.law == "infolaw") run_infolaw(a, t, rows, ctx, out);
+        else run_parametric(a, t, rows, ctx, out);
+        out["rows_dropped"] = full.rows() - t.rows();
+        out["meta"] = ctx.prov.to_json();
+        io::write_json(a.output, out);
+      });
+}
