@@ -76,12 +76,12 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
     setup(app);
     try {
       app.parse(argc, argv);
-    } catch (const CLI::Success&) {
-      return 0;
-    } catch (const CLI::CallForHelp& e) {
+    } catch (const CLI::CallForHelp& e) {  // derives from CLI::Success: catch it first
       return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
       return app.exit(e);
+    } catch (const CLI::Success&) {
+      return 0;
     } catch (const CLI::ParseError& e) {
       return fail(info.name, std::string(e.what()) + " (run with --help for usage)", 2);
     }

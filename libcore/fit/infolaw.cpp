@@ -29,8 +29,9 @@ double infolaw_information(const InfoLawData& d, Eigen::Index i, double theta, d
     const double md = std::min(kd, d.shares[b] * S);
     const double rd = kd / md;
     const double f = std::exp(-theta * static_cast<double>(b));
-    const double e = std::exp(-lambda * rd / lk);
-    const double term = f * md * lk * (1 - e);
+    const double x = lambda * rd / lk;
+    const double e = std::exp(-x);
+    const double term = f * md * lk * -std::expm1(-x);  // 1 - e^-x without cancellation at small x
     info += term;
     dth += -static_cast<double>(b) * term;
     dla += f * md * rd * e;

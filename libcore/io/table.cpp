@@ -240,7 +240,8 @@ Table Table::parse_csv(const std::string& text, const std::string& label, const 
 }
 
 Table Table::parse_json(const std::string& text, const std::string& label, bool lines) {
-  std::vector<nlohmann::json> recs;
+  using ojson = nlohmann::ordered_json;
+  std::vector<ojson> recs;
   if (lines) {
     std::istringstream in(text);
     std::string l;
@@ -248,16 +249,19 @@ Table Table::parse_json(const std::string& text, const std::string& label, bool 
     while (std::getline(in, l)) {
       ++ln;
       if (trim(l).empty()) continue;
-      nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
+      ojson j = ojson::parse(l, nullptr, false);
       if (j.is_discarded()) throw InputError("malformed JSON", fmt::format("{}, line {}", label, ln));
       if (!j.is_object()) throw InputError("each JSON line must be an object", fmt::format("{}, line {}", label, ln));
       if (j.contains("meta") && j.size() == 1) continue;  // our own provenance record
       recs.push_back(std::move(j));
     }
   } else {
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    ojson j = ojson::parse(text, nullptr, false);
     if (j.is_discarded()) throw InputError("malformed JSON", label);
-    if (j.is_object() && j.contains("rows")) j = j["rows"];
+    if (j.is_object() && j.contains("rows")) {
+      ojson rows = j["rows"];
+      j = std::move(rows);
+    }
     if (!j.is_array()) throw InputError("a JSON table must be an array of records (or {\"rows\": [...]})", label);
     for (auto& e : j) recs.push_back(std::move(e));
   }
@@ -406,15 +410,39 @@ Table Table::select_rows(const std::vector<std::size_t>& keep) const {
 
 // ---- writing ------------------------------------------------------------------------
 
-nlohmann::json Table::to_records() const {
-  nlohmann::json arr = nlohmann::json::array();
+namespace {
+// Text columns whose every cell is a number (as read from CSV) are written as numbers.
+std::vector<std::vector<double>> numeric_views(const std::vector<std::string>& names,
+                                               const std::function<bool(std::size_t)>& is_text,
+                                               const std::function<const std::vector<std::string>&(std::size_t)>& text) {
+  std::vector<std::vector<double>> out(names.size());
+  for (std::size_t c = 0; c < names.size(); ++c) {
+    if (!is_text(c)) continue;
+    std::vector<double> v;
+    bool ok = !text(c).empty();
+    for (const auto& s : text(c)) {
+      const auto x = parse_double(s);
+      if (!x) { ok = false; break; }
+      v.push_back(*x);
+    }
+    if (ok) out[c] = std::move(v);
+  }
+  return out;
+}
+}  // namespace
+
+nlohmann::ordered_json Table::to_records() const {
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  const auto nums = numeric_views(
+      names_, [&](std::size_t c) { return !columns_[c].numeric; },
+      [&](std::size_t c) -> const std::vector<std::string>& { return columns_[c].text; });
   for (std::size_t r = 0; r < rows_; ++r) {
-    nlohmann::json rec = nlohmann::json::object();
+    nlohmann::ordered_json rec = nlohmann::ordered_json::object();
     for (std::size_t c = 0; c < names_.size(); ++c) {
       const Column& col = columns_[c];
-      if (col.numeric) {
-        const double v = col.num[r];
-        rec[names_[c]] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+      if (col.numeric || !nums[c].empty()) {
+        const double v = col.numeric ? col.num[r] : nums[c][r];
+        rec[names_[c]] = std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
       } else {
         rec[names_[c]] = col.text[r];
       }
@@ -454,7 +482,7 @@ std::string Table::to_csv(char delimiter) const {
 void Table::write(const std::string& path, const Provenance* prov) const {
   const std::string ext = is_stdout(path) ? ".json" : lower_ext(path);
   if (ext == ".json") {
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     if (prov) j["meta"] = prov->to_json();
     j["rows"] = to_records();
     write_text(path, j.dump(2) + "\n");
@@ -488,8 +516,12 @@ void Table::write(const std::string& path, const Provenance* prov) const {
       h5::Handle f = h5::create_file(file.temp_path().string());
       h5::Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT));
       nlohmann::json order = names_;
+      const auto nums = numeric_views(
+          names_, [&](std::size_t c) { return !columns_[c].numeric; },
+          [&](std::size_t c) -> const std::vector<std::string>& { return columns_[c].text; });
       for (std::size_t c = 0; c < names_.size(); ++c) {
         if (columns_[c].numeric) h5::write_doubles(root, names_[c], columns_[c].num);
+        else if (!nums[c].empty()) h5::write_doubles(root, names_[c], nums[c]);
         else h5::write_strings(root, names_[c], columns_[c].text);
       }
       h5::write_attr(root, "columns", order.dump());

@@ -72,7 +72,7 @@ class Table {
   Table select_rows(const std::vector<std::size_t>& keep) const;
 
   /// Array-of-records JSON (numbers stay numbers).
-  nlohmann::json to_records() const;
+  nlohmann::ordered_json to_records() const;
   /// Serialises as CSV text with a header row.
   std::string to_csv(char delimiter = ',') const;
   /// Writes atomically; format from the extension (.csv .tsv .json .jsonl .h5 .hdf5), "-"
