@@ -100,6 +100,10 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
   opt.seed = ctx.common.seed;
   opt.lbfgs.max_iterations = a.max_iterations;
   const auto n_starts = fit::make_start_grid(*law, opt).size();
+  const auto n_free = law->param_names().size() - opt.fixed.size();
+  if (static_cast<std::size_t>(data.loss.size()) < n_free)
+    throw InputError(fmt::format("{} rows cannot determine {} free parameters of the {} law", data.loss.size(), n_free,
+                                 law->name()), a.input);
   log::debug("fitting {} to {} rows from {} starts on {} threads", law->name(), data.loss.size(), n_starts, threads());
   Stopwatch sw;
   fit::FitResult r;

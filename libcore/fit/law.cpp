@@ -30,6 +30,14 @@ inline double lse3(double t1, double t2, double t3, double& w1, double& w2, doub
   return m + std::log(s);
 }
 
+// ln x of the inputs: the cached copy, or a per-thread buffer computed now.
+const Eigen::ArrayXXd& input_logs(const LawData& d) {
+  if (d.log_x.rows() == d.x.rows() && d.log_x.cols() == d.x.cols()) return d.log_x;
+  thread_local Eigen::ArrayXXd tmp;
+  tmp = d.x.log();
+  return tmp;
+}
+
 }  // namespace
 
 // ---- shared -------------------------------------------------------------------------
@@ -98,21 +106,28 @@ Eigen::ArrayXd ChinchillaLaw::predict(const double* p, const LawData& d) const {
 }
 
 bool ChinchillaLaw::log_predict(const double* p, const LawData& d, Eigen::ArrayXd& out, Eigen::ArrayXXd* jac) const {
+  // The hot loop of the 4,500-start fit: vectorised over rows (Eigen packet exp/log), no
+  // allocation once the per-thread buffers have their size.
   const Eigen::Index n = d.x.rows();
-  out.resize(n);
-  if (jac) jac->resize(n, 5);
   const double a = p[0], b = p[1], e = p[2], alpha = p[3], beta = p[4];
-  for (Eigen::Index i = 0; i < n; ++i) {
-    const double ln_n = std::log(d.x(i, 0)), ln_d = std::log(d.x(i, 1));
-    double w1, w2, w3;
-    out[i] = lse3(a - alpha * ln_n, b - beta * ln_d, e, w1, w2, w3);
-    if (jac) {
-      (*jac)(i, 0) = w1;
-      (*jac)(i, 1) = w2;
-      (*jac)(i, 2) = w3;
-      (*jac)(i, 3) = -w1 * ln_n;
-      (*jac)(i, 4) = -w2 * ln_d;
-    }
+  const Eigen::ArrayXXd& lx = input_logs(d);
+  thread_local Eigen::ArrayXd t1, t2, m, e1, e2, e3, s;
+  t1 = a - alpha * lx.col(0);
+  t2 = b - beta * lx.col(1);
+  m = t1.max(t2).max(e);
+  e1 = (t1 - m).exp();
+  e2 = (t2 - m).exp();
+  e3 = (e - m).exp();
+  s = e1 + e2 + e3;
+  out = m + s.log();
+  if (jac) {
+    jac->resize(n, 5);
+    s = s.inverse();
+    jac->col(0) = e1 * s;
+    jac->col(1) = e2 * s;
+    jac->col(2) = e3 * s;
+    jac->col(3) = -jac->col(0) * lx.col(0);
+    jac->col(4) = -jac->col(1) * lx.col(1);
   }
   return true;
 }
@@ -159,11 +174,12 @@ bool DataConstrainedLaw::log_predict(const double* p, const LawData& d, Eigen::A
   // log N_opt(U) = (log alpha + a - log beta - b)/alpha + (beta/alpha) log U, and its gradient.
   const double c = std::log(alpha) + a - std::log(beta) - b;
   const double g_a = 1 / alpha, g_b = -1 / alpha;
+  const Eigen::ArrayXXd& lx = input_logs(d);
   for (Eigen::Index i = 0; i < n; ++i) {
     const double N = d.x(i, 0), D = d.x(i, 1), U = d.x(i, 2);
-    const double ln_u = std::log(U);
+    const double ln_u = lx(i, 2);
     const double ln_nopt = c / alpha + (beta / alpha) * ln_u;
-    const bool binding = ln_nopt < std::log(N);  // U_N = N_opt < N
+    const bool binding = ln_nopt < lx(i, 0);  // U_N = N_opt < N
     const double UN = binding ? std::exp(ln_nopt) : N;
     const double RN = std::max(N / UN - 1, 0.0);
     const double en = std::exp(-RN / rn);

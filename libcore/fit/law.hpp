@@ -13,8 +13,11 @@ namespace icmlkit::fit {
 
 /// Inputs of a law, one column per input role, rows = training runs.
 struct LawData {
-  Eigen::ArrayXXd x;  ///< [n_rows, n_inputs], raw units (parameters, tokens)
-  Eigen::ArrayXd loss;  ///< [n_rows] observed loss (nats/token), > 0
+  Eigen::ArrayXXd x;      ///< [n_rows, n_inputs], raw units (parameters, tokens)
+  Eigen::ArrayXd loss;    ///< [n_rows] observed loss (nats/token), > 0
+  Eigen::ArrayXXd log_x;  ///< ln x, filled by prepare() (laws recompute it when empty)
+  /// Caches ln x so the fitting loop evaluates no logarithm of the inputs.
+  void prepare() { log_x = x.log(); }
 };
 
 /// One axis of a start grid: a parameter and the values it takes.

@@ -17,6 +17,7 @@ HuberLogObjective::HuberLogObjective(const Law& law, const LawData& data, double
                                      std::vector<bool> free_mask, Eigen::ArrayXd weights)
     : law_(law), data_(data), delta_(delta), full_(std::move(full)), free_(std::move(free_mask)),
       log_loss_(data.loss.log()), weights_(std::move(weights)) {
+  data_.prepare();
   for (bool b : free_) n_free_ += b ? 1 : 0;
   if (weights_.size() == 0) weights_ = Eigen::ArrayXd::Ones(data.loss.size());
 }

@@ -58,7 +58,7 @@ class HuberLogObjective final : public num::Objective {
 
  private:
   const Law& law_;
-  const LawData& data_;
+  LawData data_;  // own copy with ln x cached
   double delta_;
   Eigen::VectorXd full_;
   std::vector<bool> free_;
