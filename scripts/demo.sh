@@ -4,6 +4,8 @@
 set -euo pipefail
 bin=${1:-build/bin}
 runs=../shared/data/scaling/datablations_runs.csv
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 fix=a=6.255414,b=7.3049974,e=0.6254804,alpha=0.3526596,beta=0.3526596
 if [ ! -f "$runs" ]; then
   echo "demo: $runs is absent; the 182 runs come from the public repository huggingface/datablations"
@@ -11,13 +13,13 @@ if [ ! -f "$runs" ]; then
   runs=data/scaling/data_constrained_synthetic.csv
 fi
 echo "== infolaw-fit --law data-constrained on $runs (base parameters fixed as published)"
-"$bin/infolaw-fit" "$runs" --law data-constrained --fix "$fix" -q -o /tmp/icmlkit_demo_fit.json
+"$bin/infolaw-fit" "$runs" --law data-constrained --fix "$fix" -q -o $tmp/fit.json
 jq -r '"R_D* = \(.params.rd_star*1000|round/1000)   R_N* = \(.params.rn_star*1000|round/1000)   (published: 15.39, 5.31)",
-       "Huber objective = \(.objective)   R^2 = \(.fit.r2*10000|round/10000)   rows = \(.rows_used)"' /tmp/icmlkit_demo_fit.json
+       "Huber objective = \(.objective)   R^2 = \(.fit.r2*10000|round/10000)   rows = \(.rows_used)"' $tmp/fit.json
 echo "== infolaw-predict: Figure 1 (right) of the paper, 25B unique tokens"
-printf 'params,tokens,unique_tokens\n6.34e9,242e9,25e9\n8.67e9,178e9,25e9\n' > /tmp/icmlkit_demo_q.csv
-"$bin/infolaw-predict" /tmp/icmlkit_demo_fit.json /tmp/icmlkit_demo_q.csv -o /tmp/icmlkit_demo_pred.json
-jq -r '.rows[] | "N = \(.params)  D = \(.tokens)  U = \(.unique_tokens)  ->  predicted loss \(.pred_loss)"' /tmp/icmlkit_demo_pred.json
+printf 'params,tokens,unique_tokens\n6.34e9,242e9,25e9\n8.67e9,178e9,25e9\n' > $tmp/q.csv
+"$bin/infolaw-predict" $tmp/fit.json $tmp/q.csv -o $tmp/pred.json
+jq -r '.rows[] | "N = \(.params)  D = \(.tokens)  U = \(.unique_tokens)  ->  predicted loss \(.pred_loss)"' $tmp/pred.json
 echo "== compute-optimal allocation for 1e21 and 1e23 FLOPs under the fitted base law"
-"$bin/infolaw-predict" /tmp/icmlkit_demo_fit.json --compute 1e21 --compute 1e23 |
+"$bin/infolaw-predict" $tmp/fit.json --compute 1e21 --compute 1e23 |
   jq -r '.rows[] | "C = \(.flops)  N_opt = \(.params|floor)  D_opt = \(.tokens|floor)  loss = \(.loss)"'

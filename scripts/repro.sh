@@ -5,6 +5,8 @@ set -euo pipefail
 bin=${1:-build/bin}
 runs=../shared/data/scaling/datablations_runs.csv
 if [ ! -f "$runs" ]; then echo "repro: $runs is absent (huggingface/datablations); nothing to reproduce"; exit 0; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 fix=a=6.255414,b=7.3049974,e=0.6254804,alpha=0.3526596,beta=0.3526596
 printf '%-44s %-22s %-22s\n' "check" "ours" "published"
 out=$("$bin/infolaw-fit" "$runs" --law data-constrained --fix "$fix" -q)
@@ -12,15 +14,15 @@ printf '%-44s %-22s %-22s\n' "datablations R_D* (base fixed)" "$(jq .params.rd_s
 printf '%-44s %-22s %-22s\n' "datablations R_N* (base fixed)" "$(jq .params.rn_star <<<"$out")" "5.309743"
 printf '%-44s %-22s %-22s\n' "datablations Huber objective" "$(jq .objective <<<"$out")" "0.0158259"
 printf '%-44s %-22s %-22s\n' "datablations R^2" "$(jq .fit.r2 <<<"$out")" "0.7722"
-echo "$out" > /tmp/icmlkit_repro_fit.json
-printf 'params,tokens,unique_tokens\n6.34e9,242e9,25e9\n8.67e9,178e9,25e9\n' > /tmp/icmlkit_repro_q.csv
-cat > /tmp/icmlkit_repro_pub.json <<'JSON'
+echo "$out" > $tmp/fit.json
+printf 'params,tokens,unique_tokens\n6.34e9,242e9,25e9\n8.67e9,178e9,25e9\n' > $tmp/q.csv
+cat > $tmp/pub.json <<'JSON'
 {"law": "data-constrained", "params": {"a": 6.255414, "b": 7.3049974, "e": 0.6254804, "alpha": 0.3526596,
  "beta": 0.3526596, "rd_star": 15.387756, "rn_star": 5.309743}}
 JSON
-pred=$("$bin/infolaw-predict" /tmp/icmlkit_repro_pub.json /tmp/icmlkit_repro_q.csv)
+pred=$("$bin/infolaw-predict" $tmp/pub.json $tmp/q.csv)
 printf '%-44s %-22s %-22s\n' "L(6.34e9, 242e9, 25e9), published params" "$(jq .rows[0].pred_loss <<<"$pred")" "2.2256440889984477"
 printf '%-44s %-22s %-22s\n' "L(8.67e9, 178e9, 25e9), published params" "$(jq .rows[1].pred_loss <<<"$pred")" "2.2269634075087867"
 echo
 echo "commands: $bin/infolaw-fit $runs --law data-constrained --fix $fix"
-echo "          $bin/infolaw-predict published.json queries.csv"
+echo "          $bin/infolaw-predict test/cli/fixtures/datablations_published.json test/cli/fixtures/published_queries.csv"

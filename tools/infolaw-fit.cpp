@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <optional>
 
@@ -11,6 +12,7 @@
 #include "fit/law.hpp"
 #include "fit/law_data.hpp"
 #include "fit/law_fit.hpp"
+#include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/table.hpp"
 #include "io/table_filter.hpp"
@@ -32,12 +34,13 @@ struct Args {
   bool no_header = false;
   fit::ColumnMap cols;
   std::vector<std::string> where;
-  std::size_t drop_highest = 0;
+  int drop_highest = 0;
   double huber_delta = 1e-3;
   std::vector<std::string> grid;
-  std::string fix;
+  std::vector<std::string> fix;
   int bootstrap = 0;
   bool residuals = false;
+  std::string id_col = "name";
   int max_iterations = 1000;
   // InfoLaw
   int samples = 100000;
@@ -61,27 +64,43 @@ nlohmann::json fit_stats(const Eigen::ArrayXd& loss, const Eigen::ArrayXd& pred)
           {"rmse", num::rmse(loss, pred)}};
 }
 
+// Per-row predictions: "row" is the 1-based data row of the input table, "residual" is
+// pred - loss, and "id" the run's name when the table has the --id-col column.
 nlohmann::json residual_rows(const io::Table& t, const std::vector<std::size_t>& rows, const Eigen::ArrayXd& loss,
-                             const Eigen::ArrayXd& pred) {
+                             const Eigen::ArrayXd& pred, const std::string& id_col) {
   nlohmann::json out = nlohmann::json::array();
-  for (Eigen::Index i = 0; i < loss.size(); ++i)
-    out.push_back({{"row", rows[static_cast<std::size_t>(i)] + 1},
-                   {"loss", loss[i]},
-                   {"pred", pred[i]},
-                   {"residual", pred[i] - loss[i]}});
+  const std::vector<std::string> ids = t.has(id_col) ? t.texts(id_col) : std::vector<std::string>{};
+  for (Eigen::Index i = 0; i < loss.size(); ++i) {
+    nlohmann::json r{{"row", rows[static_cast<std::size_t>(i)] + 1},
+                     {"loss", loss[i]},
+                     {"pred", pred[i]},
+                     {"residual", pred[i] - loss[i]}};
+    if (!ids.empty()) r["id"] = ids[static_cast<std::size_t>(i)];
+    out.push_back(std::move(r));
+  }
   return out;
 }
 
-std::map<std::string, double> parse_fix(const std::string& text) {
+void check_not_constant(const Eigen::ArrayXd& loss, const std::string& input) {
+  if (loss.size() > 1 && (loss == loss[0]).all())
+    throw InputError(fmt::format("all {} losses are equal: there is nothing to fit", loss.size()), input);
+}
+
+std::map<std::string, double> parse_fix(const std::vector<std::string>& items) {
   std::map<std::string, double> fixed;
+  std::string text;
+  for (const auto& i : items) text += (text.empty() ? "" : ",") + i;
   if (text.empty()) return fixed;
   for (const auto& [k, v] : cli::parse_assignments(text, "--fix")) {
     const auto x = io::parse_double(v);
     if (!x || !std::isfinite(*x)) throw UsageError(fmt::format("'{}' is not a number", v), "--fix " + k);
     if (k == "A" || k == "B" || k == "E") {
       if (!(*x > 0)) throw UsageError(fmt::format("{} must be > 0", k), "--fix");
-      fixed[std::string(1, static_cast<char>(std::tolower(k[0])))] = std::log(*x);
+      const std::string lower(1, static_cast<char>(std::tolower(k[0])));
+      if (fixed.count(lower)) throw UsageError(fmt::format("{} and {} are the same parameter", k, lower), "--fix");
+      fixed[lower] = std::log(*x);
     } else {
+      if (fixed.count(k)) throw UsageError(fmt::format("{} is given twice (A/a, B/b, E/e name one parameter)", k), "--fix");
       fixed[k] = *x;
     }
   }
@@ -92,6 +111,7 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
                     nlohmann::json& out) {
   const auto law = fit::make_law(a.law);
   const fit::LawData data = fit::law_data_from_table(*law, t, a.cols, true);
+  check_not_constant(data.loss, a.input);
   fit::FitOptions opt;
   opt.huber_delta = a.huber_delta;
   opt.fixed = parse_fix(a.fix);
@@ -133,6 +153,18 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
                    {"best_iterations", r.iterations}};
   out["seconds"] = secs;
   if (!r.converged) log::warn("the best start did not report convergence; treat the parameters with care");
+  nlohmann::json warnings = nlohmann::json::array();
+  for (const char* k : {"rd_star", "rn_star"}) {
+    const auto names = law->param_names();
+    const auto it = std::find(names.begin(), names.end(), k);
+    if (it != names.end() && r.params[it - names.begin()] > 1e4) {
+      const std::string w = fmt::format("{} = {:.4g} ran away: these runs do not constrain it (try --fix)", k,
+                                        r.params[it - names.begin()]);
+      log::warn("{}", w);
+      warnings.push_back(w);
+    }
+  }
+  if (!warnings.empty()) out["warnings"] = warnings;
   if (r.bootstrap.rows() > 0) {
     nlohmann::json b = nlohmann::json::object();
     const auto names = law->param_names();
@@ -142,6 +174,8 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
       as_json.push_back(law->to_json(row.data()));
     }
     for (auto it = as_json.front().begin(); it != as_json.front().end(); ++it) {
+      const std::string lower(1, static_cast<char>(std::tolower(it.key()[0])));
+      if (opt.fixed.count(it.key()) || (it.key().size() == 1 && opt.fixed.count(lower))) continue;  // held fixed
       std::vector<double> v;
       for (const auto& j : as_json) v.push_back(j[it.key()].get<double>());
       std::sort(v.begin(), v.end());
@@ -159,7 +193,7 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
     }
     out["bootstrap"] = {{"resamples", a.bootstrap}, {"refits_ok", r.bootstrap.rows()}, {"params", b}};
   }
-  if (a.residuals) out["residuals"] = residual_rows(t, rows, data.loss, pred);
+  if (a.residuals) out["residuals"] = residual_rows(t, rows, data.loss, pred, a.id_col);
 }
 
 void run_infolaw(const Args& a, const io::Table& t, const std::vector<std::size_t>& rows, cli::Context& ctx,
@@ -178,6 +212,9 @@ void run_infolaw(const Args& a, const io::Table& t, const std::vector<std::size_
     shares = Eigen::Map<Eigen::ArrayXd>(v.data(), static_cast<Eigen::Index>(v.size()));
   }
   const fit::InfoLawData d = fit::infolaw_data_from_table(t, a.cols, shares, true, a.sum_tolerance);
+  check_not_constant(d.loss, a.input);
+  if (d.loss.size() < 5)
+    throw InputError(fmt::format("{} rows cannot determine the 5 InfoLaw parameters", d.loss.size()), a.input);
   fit::InfoLawFitOptions opt;
   opt.samples = a.samples;
   std::tie(opt.theta_lo, opt.theta_hi) = parse_range(a.theta_range, "--theta-range");
@@ -216,10 +253,11 @@ void run_infolaw(const Args& a, const io::Table& t, const std::vector<std::size_
   out["fit"] = fit_stats(d.loss, pred);
   out["rows_used"] = d.loss.size();
   out["seconds"] = sw.seconds();
-  if (a.residuals) out["residuals"] = residual_rows(t, rows, d.loss, pred);
+  if (a.residuals) out["residuals"] = residual_rows(t, rows, d.loss, pred, a.id_col);
   ctx.prov.extra["validation"] =
-      "InfoLaw has no public run table: this fit was checked only on its limits and on recovery from generated "
-      "data, not against published runs";
+      "InfoLaw has no public run table: the implementation was checked on the formula's limits and on recovery "
+      "from noise-free generated runs, not against published runs; with noisy runs theta, a and b are weakly "
+      "identified (similar losses from quite different values)";
 }
 
 }  // namespace
@@ -233,16 +271,15 @@ int main(int argc, char** argv) {
       "Epoch AI), data-constrained (Muennighoff et al. 2023), infolaw (Liu et al., ICML 2026).\n"
       "The Chinchilla-form laws minimise a Huber loss on log L with L-BFGS from every point of a start grid "
       "(threads share the starts; the best converged start wins).",
-      "  infolaw-fit runs.csv --law chinchilla --drop-highest 5 -o chinchilla.json\n"
-      "  infolaw-fit datablations_runs.csv --law data-constrained \\\n"
-      "      --fix a=6.255414,b=7.3049974,e=0.6254804,alpha=0.3526596,beta=0.3526596\n"
-      "  infolaw-fit layermix_runs.csv --law infolaw --samples 100000 --residuals | jq .params\n"};
+      "  infolaw-fit data/scaling/chinchilla_synthetic.csv --law chinchilla --drop-highest 5 -o chinchilla.json\n"
+      "  infolaw-fit ../shared/data/scaling/datablations_runs.csv --law data-constrained --fix a=6.255414,b=7.3049974,e=0.6254804,alpha=0.3526596,beta=0.3526596\n"
+      "  infolaw-fit data/scaling/infolaw_synthetic.csv --law infolaw --residuals | jq .params\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("input", a.input, "Table of runs: .csv/.tsv, .json/.jsonl, .h5[:/group], or - for stdin")
             ->required();
-        app.add_option("-o,--output", a.output, "Output JSON file (- = stdout)")->capture_default_str();
+        app.add_option("-o,--output", a.output, "Output JSON file, *.json (- = stdout)")->capture_default_str();
         app.add_option("--law", a.law, "Law: chinchilla, data-constrained or infolaw")
             ->capture_default_str()
             ->check(CLI::IsMember({"chinchilla", "data-constrained", "infolaw"}));
@@ -258,33 +295,41 @@ int main(int argc, char** argv) {
             ->capture_default_str();
         app.add_option("--where", a.where, "Keep rows where COLUMN OP VALUE holds (repeatable; OP: < <= > >= == !=)");
         app.add_option("--drop-highest", a.drop_highest, "Drop the K runs with the highest loss (Epoch AI drops 5)")
-            ->capture_default_str();
+            ->capture_default_str()
+            ->check(cli::int_range(0, 1000000000));
         app.add_option("--huber-delta", a.huber_delta, "Huber threshold on log-loss residuals")
             ->capture_default_str()
-            ->check(CLI::PositiveNumber);
+            ->check(cli::positive());
         app.add_option("--grid", a.grid,
-                       "Start grid axis NAME=LO:HI:STEP or NAME=V1|V2 (repeatable; default: alpha,beta=0:2:0.5, "
-                       "e=-1:1:0.5, a,b=0:25:5 -> 4,500 starts)");
-        app.add_option("--fix", a.fix, "Hold parameters fixed: NAME=VALUE,... (a,b,e or A,B,E; alpha, beta, rd_star, rn_star)");
-        app.add_option("--bootstrap", a.bootstrap, "Refit K row resamples warm-started from the optimum")
+                       "Start grid axis NAME=LO:HI:STEP or NAME=V1|V2 (repeatable).  Defaults: chinchilla "
+                       "alpha,beta=0:2:0.5, e=-1:1:0.5, a,b=0:25:5 (4,500 starts); data-constrained a,b=0:25:5, "
+                       "e=-1|0|1, alpha,beta=0.25|0.5|1, rd_star,rn_star=6.67|13.3|20 (8,748 starts)");
+        app.add_option("--fix", a.fix,
+                       "Hold parameters fixed: NAME=VALUE,... (repeatable; a,b,e or A,B,E, alpha, beta, rd_star, rn_star)");
+        app.add_option("--bootstrap", a.bootstrap, "Refit K row resamples warm-started from the optimum (at most 100000)")
             ->capture_default_str()
-            ->check(CLI::NonNegativeNumber);
-        app.add_flag("--residuals", a.residuals, "Add per-row predictions and residuals");
+            ->check(cli::int_range(0, 100000));
+        app.add_flag("--residuals", a.residuals, "Add per-row predictions and residuals (pred - loss; row = input data row)");
+        app.add_option("--id-col", a.id_col, "Column naming each run, copied into --residuals when present")
+            ->capture_default_str();
         app.add_option("--max-iterations", a.max_iterations, "L-BFGS iterations per start")
             ->capture_default_str()
-            ->check(CLI::PositiveNumber);
-        app.add_option("--samples", a.samples, "InfoLaw stage-1 random samples of (theta, lambda_N)")
+            ->check(cli::int_range(1, 1000000));
+        app.add_option("--samples", a.samples, "InfoLaw stage-1 random samples of (theta, lambda_N), at most 1e9")
             ->capture_default_str()
-            ->check(CLI::PositiveNumber);
+            ->check(cli::int_range(1, 1000000000));
         app.add_option("--theta-range", a.theta_range, "InfoLaw: uniform range LO:HI of theta")->capture_default_str();
         app.add_option("--lambda-range", a.lambda_range, "InfoLaw: log-uniform range LO:HI of lambda_N")
             ->capture_default_str();
         app.add_option("--shares", a.shares, "InfoLaw bucket shares of the source (default 0.05,0.15,0.2,0.2,0.2,0.2)");
         app.add_flag("--no-refine", a.no_refine, "InfoLaw: skip the joint L-BFGS refinement after the stages");
         app.add_option("--sum-tolerance", a.sum_tolerance, "InfoLaw: allowed |sum of weights - 1|")
-            ->capture_default_str();
+            ->capture_default_str()
+            ->check(cli::non_negative());
       },
       [&](cli::Context& ctx) {
+        if (!io::is_stdout(a.output) && std::filesystem::path(a.output).extension() != ".json")
+          throw UsageError("the fit result is JSON: give an output path ending in .json (or - for stdout)", "-o " + a.output);
         io::TableReadOptions ro;
         ro.header = !a.no_header;
         const io::Table full = io::Table::read(a.input, ro);
@@ -292,7 +337,7 @@ int main(int argc, char** argv) {
         std::vector<std::size_t> rows = io::filter_rows(full, a.where);
         io::Table t = full.select_rows(rows);
         if (a.drop_highest > 0) {
-          const auto keep = io::drop_largest(t, a.cols.role["loss"], a.drop_highest);
+          const auto keep = io::drop_largest(t, a.cols.role["loss"], static_cast<std::size_t>(a.drop_highest));
           std::vector<std::size_t> orig;
           for (auto k : keep) orig.push_back(rows[k]);
           rows = orig;

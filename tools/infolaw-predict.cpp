@@ -2,6 +2,7 @@
 // the compute-optimal model size and token count for FLOP budgets.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cli/run_tool.hpp"
@@ -42,9 +43,9 @@ int main(int argc, char** argv) {
       "Predict loss from a fitted law (the JSON that infolaw-fit writes) for the rows of a query table, or,\n"
       "with --compute, the compute-optimal parameters N and tokens D for FLOP budgets C = 6 N D under the\n"
       "law's Chinchilla form (Hoffmann et al. 2022, eq. 4).",
-      "  infolaw-predict fit.json queries.csv -o predicted.csv\n"
+      "  infolaw-fit data/scaling/chinchilla_synthetic.csv -o fit.json && infolaw-predict fit.json data/scaling/chinchilla_synthetic.csv -o predicted.csv\n"
       "  infolaw-predict fit.json --compute 1e21 --compute 5.76e23\n"
-      "  echo '[{\"params\":6.34e9,\"tokens\":2.42e11,\"unique_tokens\":2.5e10}]' | infolaw-predict fit.json -\n"};
+      "  echo '[{\"params\":6.34e9,\"tokens\":2.42e11}]' | infolaw-predict fit.json -\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
         app.add_option("-o,--output", a.output, "Output file; format from the extension (- = JSON on stdout)")
             ->capture_default_str();
         app.add_option("--compute", a.compute, "FLOP budget C (repeatable): print N_opt, D_opt and the loss there")
-            ->check(CLI::PositiveNumber);
+            ->check(cli::positive());
         app.add_flag("--no-header", a.no_header, "CSV has no header row (columns are c1, c2, ...)");
         app.add_option("--params-col", a.cols.role["params"], "Column of model parameters N")->capture_default_str();
         app.add_option("--tokens-col", a.cols.role["tokens"], "Column of training tokens D")->capture_default_str();
@@ -72,14 +73,23 @@ int main(int argc, char** argv) {
           throw InputError("not a parameter file: expected an object with \"law\" and \"params\"", a.params_path);
         const std::string law_name = pj["law"];
         const auto& params = pj["params"];
+        const auto known = fit::law_names();
+        if (std::find(known.begin(), known.end(), law_name) == known.end())
+          throw InputError(fmt::format("unknown law '{}' (known: chinchilla, data-constrained, infolaw)", law_name),
+                           a.params_path);
+        if (pj.contains("meta")) ctx.prov.extra["fit_meta"] = pj["meta"];
 
         if (!a.compute.empty()) {
           if (law_name == "infolaw") throw UsageError("--compute needs a Chinchilla-form law (chinchilla or data-constrained)");
           const auto law = fit::make_law(law_name);
           const Eigen::VectorXd p = law->from_json(params, a.params_path);
+          if (!(p[3] > 0 && p[4] > 0))
+            throw InputError("the compute-optimal allocation needs alpha > 0 and beta > 0", a.params_path);
           nlohmann::json rows = nlohmann::json::array();
           for (double c : a.compute) {
             const auto o = fit::compute_optimal(std::exp(p[0]), std::exp(p[1]), std::exp(p[2]), p[3], p[4], c);
+            if (!std::isfinite(o.params) || !std::isfinite(o.tokens) || !std::isfinite(o.loss))
+              throw InputError(fmt::format("the parameters give no finite optimum for C = {:g}", c), a.params_path);
             rows.push_back({{"flops", o.flops}, {"params", o.params}, {"tokens", o.tokens}, {"loss", o.loss},
                             {"tokens_per_param", o.tokens / o.params}});
           }
@@ -115,7 +125,15 @@ int main(int argc, char** argv) {
           const auto law = fit::make_law(law_name);
           const Eigen::VectorXd p = law->from_json(params, a.params_path);
           const auto d = fit::law_data_from_table(*law, t, a.cols, false);
+          Eigen::ArrayXd logs;
+          if (!law->log_predict(p.data(), d, logs, nullptr))
+            throw InputError("parameters outside the law's domain (alpha, beta, rd_star, rn_star must be > 0)",
+                             a.params_path);
           pred = law->predict(p.data(), d);
+          for (Eigen::Index i = 0; i < pred.size(); ++i)
+            if (!std::isfinite(pred[i]))
+              throw InputError(fmt::format("the parameters of {} give a non-finite prediction", a.params_path),
+                               t.where(static_cast<std::size_t>(i)));
         }
         t.set_column(a.pred_col, std::vector<double>(pred.data(), pred.data() + pred.size()));
         t.write(a.output, &ctx.prov);

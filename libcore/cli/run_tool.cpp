@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -29,8 +30,45 @@ int fail(const std::string& tool, const std::string& msg, int code) {
   return code;
 }
 
-/// Help formatter that prints the examples block verbatim at the end.
+std::string strip(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
 }  // namespace
+
+CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(v, x) || !std::isfinite(x)) return "'" + v + "' is not a number";
+        return x > 0 ? "" : "must be > 0, got " + v;
+      },
+      "NUMBER > 0");
+}
+
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(v, x) || !std::isfinite(x)) return "'" + v + "' is not a number";
+        return x >= 0 ? "" : "must be >= 0, got " + v;
+      },
+      "NUMBER >= 0");
+}
+
+CLI::Validator int_range(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        long long x = 0;
+        if (!CLI::detail::lexical_cast(v, x)) return "'" + v + "' is not an integer";
+        if (x < lo || x > hi) return fmt::format("must be an integer in {}..{}, got {}", lo, hi, v);
+        return "";
+      },
+      fmt::format("INT in {}..{}", lo, hi));
+}
 
 std::vector<std::pair<std::string, std::string>> parse_assignments(const std::string& text, const std::string& flag) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -39,9 +77,12 @@ std::vector<std::pair<std::string, std::string>> parse_assignments(const std::st
     const std::size_t end = std::min(text.find(',', pos), text.size());
     const std::string item = text.substr(pos, end - pos);
     const std::size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-      throw UsageError(fmt::format("expected NAME=VALUE, got '{}'", item), flag);
-    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    const std::string name = eq == std::string::npos ? "" : strip(item.substr(0, eq));
+    const std::string value = eq == std::string::npos ? "" : strip(item.substr(eq + 1));
+    if (name.empty() || value.empty()) throw UsageError(fmt::format("expected NAME=VALUE, got '{}'", item), flag);
+    for (const auto& [k, v] : out)
+      if (k == name) throw UsageError(fmt::format("'{}' is given twice", name), flag);
+    out.emplace_back(name, value);
     pos = end + 1;
   }
   return out;
@@ -55,8 +96,16 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
   try {
     CLI::App app(info.description, info.name);
     app.get_formatter()->column_width(34);
-    app.footer("Examples:\n" + info.examples + "\nExit status: 0 success, 1 bad input or failure, 2 usage error.\n"
-               "Report: icmlkit " + std::string(build_summary()["version"]) + ".");
+    // One example per paragraph, so help2man keeps each on its own line in the man page.
+    std::string examples;
+    for (std::size_t pos = 0; pos < info.examples.size();) {
+      const std::size_t end = std::min(info.examples.find('\n', pos), info.examples.size());
+      if (end > pos) examples += info.examples.substr(pos, end - pos) + "\n\n";
+      pos = end + 1;
+    }
+    app.footer("Examples:\n" + examples +
+               "Exit status: 0 success, 1 bad input or failure, 2 usage error.  Outputs record how they were made "
+               "(tool, version, command line, seed, SHA-256 of inputs) in their meta.");
     app.set_help_flag("-h,--help", "Print this help and exit");
     app.add_flag_callback(
         "--version",
@@ -72,7 +121,7 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
         ->capture_default_str();
     app.add_option("--threads", ctx.common.threads, "Worker threads (0 = all cores)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative());
     setup(app);
     try {
       app.parse(argc, argv);

@@ -43,7 +43,13 @@ struct Context {
 int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<void(CLI::App&)>& setup,
              const std::function<void(Context&)>& body);
 
-/// Parses "k=v,k2=v2" into pairs; throws UsageError naming `flag` on a malformed item.
+/// Flag validators with short messages ("must be > 0", "must be an integer in 0..100000").
+CLI::Validator positive();
+CLI::Validator non_negative();
+CLI::Validator int_range(long long lo, long long hi);
+
+/// Parses "k=v,k2=v2" into pairs (blanks around names and values are ignored); throws
+/// UsageError naming `flag` on a malformed item or a name given twice.
 std::vector<std::pair<std::string, std::string>> parse_assignments(const std::string& text, const std::string& flag);
 
 }  // namespace icmlkit::cli

@@ -23,8 +23,13 @@ AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw RuntimeError("output directory does not exist", dir.string());
   if (fs::is_directory(target_, ec)) throw RuntimeError("output path is a directory", target_.string());
-  temp_ = dir / ("." + target_.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                 std::to_string(g_counter.fetch_add(1)));
+  std::string name = ".";
+  name += target_.filename().string();
+  name += ".tmp.";
+  name += std::to_string(::getpid());
+  name += '.';
+  name += std::to_string(g_counter.fetch_add(1));
+  temp_ = dir / name;
 }
 
 AtomicFile::~AtomicFile() {

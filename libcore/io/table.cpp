@@ -127,6 +127,11 @@ Table Table::read(const std::string& path, const TableReadOptions& opt) {
   } else {
     TableReadOptions o = opt;
     if (o.delimiter == '\0') o.delimiter = ext == ".tsv" ? '\t' : ',';
+    if (is_stdout(file) && opt.delimiter == '\0') {
+      // stdin: a first line with tabs and no commas is TSV.
+      const std::string first = text.substr(0, text.find('\n'));
+      if (first.find('\t') != std::string::npos && first.find(',') == std::string::npos) o.delimiter = '\t';
+    }
     t = parse_csv(text, label, o);
   }
   t.sha256_ = sha256_hex(text);

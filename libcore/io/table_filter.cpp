@@ -30,7 +30,8 @@ std::vector<std::size_t> filter_rows(const Table& t, const std::vector<std::stri
     };
     const std::string col = strip(ex.substr(0, pos));
     const std::string val = strip(ex.substr(pos + op.size()));
-    if (col.empty() || val.empty()) throw UsageError(fmt::format("malformed expression '{}'", ex), "--where");
+    if (col.empty() || val.empty() || val.find_first_of("<>=!") == 0)
+      throw UsageError(fmt::format("malformed expression '{}' (operators: < <= > >= == !=)", ex), "--where");
     if (op == "=") op = "==";
     const auto num = parse_double(val);
     if (num) {
