@@ -1,0 +1,200 @@
+// fit/mixlaw: the KKT capacity allocation, analytic gradients, recovery of known laws.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "fit/mixlaw.hpp"
+#include "fit/mixlaw_fit.hpp"
+#include "util/rng.hpp"
+
+using namespace icmlkit;
+using namespace icmlkit::fit;
+
+namespace {
+
+Eigen::ArrayXd arr(std::initializer_list<double> v) {
+  Eigen::ArrayXd a(static_cast<Eigen::Index>(v.size()));
+  Eigen::Index i = 0;
+  for (double x : v) a[i++] = x;
+  return a;
+}
+
+// Random mixtures on the simplex (some exact zeros), N = 100 (M params), D = 10 (B tokens).
+MixData random_runs(int n, int K, std::uint64_t seed) {
+  Rng rng(seed);
+  MixData d;
+  for (int i = 0; i < K; ++i) d.domains.push_back("d" + std::to_string(i));
+  d.h.resize(n, K);
+  for (int r = 0; r < n; ++r) {
+    double s = 0;
+    for (int i = 0; i < K; ++i) {
+      const double e = rng.uniform() < 0.15 ? 0.0 : -std::log(1 - rng.uniform());
+      d.h(r, i) = e;
+      s += e;
+    }
+    if (s == 0) { d.h(r, 0) = 1; s = 1; }
+    d.h.row(r) /= s;
+  }
+  d.params = Eigen::ArrayXd::Constant(n, 100.0);
+  d.tokens = Eigen::ArrayXd::Constant(n, 10.0);
+  d.loss = Eigen::ArrayXXd::Zero(n, K);
+  d.set_mask(0.0);
+  return d;
+}
+
+Eigen::VectorXd capacity_noise_truth(int K) {
+  Eigen::VectorXd p(5 * K + 1);
+  for (int i = 0; i < K; ++i) {
+    p[i] = 1.0 + 0.3 * i;           // c
+    p[K + i] = 0.2 + 0.05 * i;      // b
+    p[2 * K + i] = 0.3 + 0.04 * i;  // a
+    p[3 * K + i] = 1.5 + 0.2 * i;   // E
+    p[4 * K + i] = 0.4 + 0.1 * i;   // A
+  }
+  p[5 * K] = 0.5;  // H
+  return p;
+}
+
+void check_objective_gradient(const MixLaw& law, const MixData& d, const Eigen::VectorXd& p) {
+  // Truth: central differences; tolerance 1e-5 relative (step 1e-6, smooth away from kinks).
+  double f;
+  Eigen::VectorXd g(p.size());
+  REQUIRE(law.objective(p.data(), d, &f, g.data()));
+  for (Eigen::Index k = 0; k < p.size(); ++k) {
+    const double h = 1e-6 * std::max(1.0, std::abs(p[k]));
+    Eigen::VectorXd pp = p, pm = p;
+    pp[k] += h;
+    pm[k] -= h;
+    double fp, fm;
+    REQUIRE(law.objective(pp.data(), d, &fp, nullptr));
+    REQUIRE(law.objective(pm.data(), d, &fm, nullptr));
+    CAPTURE(k);
+    CHECK(g[k] == doctest::Approx((fp - fm) / (2 * h)).epsilon(1e-5).scale(1e-3));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("mixlaw: KKT allocation satisfies the optimality conditions") {
+  const Eigen::ArrayXd h = arr({0.5, 0.3, 0.15, 0.05, 0.0}), c = arr({1.0, 2.0, 0.5, 1.5, 1.0}),
+                      b = arr({0.2, 0.4, 0.3, 0.1, 0.3});
+  const double H = 2.0, N = 50.0;
+  const auto a = allocate_capacity(h, c, b, H, N);
+  CHECK(a.x.sum() == doctest::Approx(N + 4 * H).epsilon(1e-12));
+  CHECK((a.x >= H - 1e-12).all());
+  CHECK_FALSE(a.free[4]);  // h = 0 sits at the bound
+  // Stationarity: h_i b_i c_i x_i^(-b_i-1) = lambda on free domains, <= lambda at the bound.
+  const double lambda = std::exp(a.log_lambda);
+  for (Eigen::Index i = 0; i < 5; ++i) {
+    const double mg = h[i] * b[i] * c[i] * std::pow(a.x[i], -b[i] - 1);
+    if (a.free[i]) CHECK(mg == doctest::Approx(lambda).epsilon(1e-9));
+    else CHECK(mg <= lambda * (1 + 1e-9));
+  }
+}
+
+TEST_CASE("mixlaw: KKT allocation equals a brute-force constrained optimum (K = 3)") {
+  // Truth: dense grid over (x1, x2) with x3 = T - x1 - x2, all >= H.
+  const Eigen::ArrayXd h = arr({0.6, 0.3, 0.1}), c = arr({1.0, 1.5, 2.0}), b = arr({0.3, 0.2, 0.5});
+  const double H = 1.0, N = 20.0, T = N + 2 * H;
+  auto F = [&](double x1, double x2, double x3) {
+    return h[0] * c[0] * std::pow(x1, -b[0]) + h[1] * c[1] * std::pow(x2, -b[1]) + h[2] * c[2] * std::pow(x3, -b[2]);
+  };
+  double best = 1e300, bx1 = 0, bx2 = 0;
+  for (double x1 = H; x1 <= T - 2 * H; x1 += 0.005)
+    for (double x2 = H; x2 <= T - H - x1; x2 += 0.005) {
+      const double v = F(x1, x2, T - x1 - x2);
+      if (v < best) { best = v; bx1 = x1; bx2 = x2; }
+    }
+  const auto a = allocate_capacity(h, c, b, H, N);
+  CHECK(F(a.x[0], a.x[1], a.x[2]) <= best + 1e-12);
+  CHECK(a.x[0] == doctest::Approx(bx1).epsilon(0.01));
+  CHECK(a.x[1] == doctest::Approx(bx2).epsilon(0.01));
+  // A case where the small-weight domain is pushed onto the bound H.
+  const Eigen::ArrayXd h2 = arr({0.98, 0.019, 0.001});
+  const auto a2 = allocate_capacity(h2, c, b, 3.0, 20.0);
+  CHECK_FALSE(a2.free[2]);
+  CHECK(a2.x[2] == 3.0);
+}
+
+TEST_CASE("mixlaw: analytic gradients match finite differences for every law") {
+  MixData d = random_runs(12, 4, 1);
+  const auto cn = make_mixlaw("capacity-noise");
+  const Eigen::VectorXd p = capacity_noise_truth(4);
+  Eigen::ArrayXXd y;
+  REQUIRE(cn->predict(p.data(), d, y));
+  Rng rng(2);
+  for (Eigen::Index r = 0; r < y.rows(); ++r)
+    for (Eigen::Index i = 0; i < y.cols(); ++i) d.loss(r, i) = y(r, i) + 0.05 * rng.normal();
+  d.set_mask(0.0);
+  // H large enough that some domains sit on the bound (tests the active-set terms).
+  Eigen::VectorXd q = p;
+  q[20] = 6.0;
+  check_objective_gradient(*cn, d, p);
+  check_objective_gradient(*cn, d, q);
+  const auto cap = make_mixlaw("capacity");
+  Eigen::VectorXd pc(13);
+  pc << p.segment(0, 8), p.segment(12, 4), 0.5;
+  check_objective_gradient(*cap, d, pc);
+  const auto ex = make_mixlaw("exponential");
+  Eigen::VectorXd pe = ex->initial(d);
+  for (Eigen::Index k = 0; k < pe.size(); ++k) pe[k] += 0.1 * rng.normal();
+  check_objective_gradient(*ex, d, pe);
+  const auto lin = make_mixlaw("linear");
+  Eigen::VectorXd pl = lin->initial(d);
+  pl.array() += 0.1;
+  check_objective_gradient(*lin, d, pl);
+}
+
+TEST_CASE("mixlaw: gradient of the weighted loss in h matches finite differences") {
+  const auto cn = make_mixlaw("capacity-noise");
+  const Eigen::VectorXd p = capacity_noise_truth(4);
+  const Eigen::ArrayXd h = arr({0.4, 0.3, 0.2, 0.1}), v = arr({1.0, 0.5, 2.0, 1.0});
+  Eigen::ArrayXd g;
+  cn->weighted_loss_grad(p.data(), h, 100.0, 10.0, v, &g);
+  for (Eigen::Index j = 0; j < 4; ++j) {
+    Eigen::ArrayXd hp = h, hm = h;
+    const double e = 1e-6;
+    hp[j] += e;
+    hm[j] -= e;
+    const double fd = (cn->weighted_loss_grad(p.data(), hp, 100.0, 10.0, v, nullptr) -
+                       cn->weighted_loss_grad(p.data(), hm, 100.0, 10.0, v, nullptr)) / (2 * e);
+    CHECK(g[j] == doctest::Approx(fd).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("mixlaw: fitting recovers a known capacity-noise law on generated runs") {
+  MixData d = random_runs(40, 3, 7);
+  const auto law = make_mixlaw("capacity-noise");
+  const Eigen::VectorXd truth = capacity_noise_truth(3);
+  Eigen::ArrayXXd y;
+  REQUIRE(law->predict(truth.data(), d, y));
+  d.loss = y;
+  d.set_mask(0.0);
+  MixFitOptions opt;
+  opt.starts = 2;
+  opt.hops = 2;
+  opt.seed = 3;
+  const auto r = fit_mixlaw(*law, d, opt);
+  // Noise-free data from a law in the model class: the fitted law reproduces every observed
+  // (masked) loss; entries with h_i = 0 are not observed, so they are not constrained.
+  Eigen::ArrayXXd pred;
+  REQUIRE(law->predict(r.params.data(), d, pred));
+  CHECK(((pred - y).abs() / y * d.mask).maxCoeff() < 1e-3);
+  CHECK(r.objective < 1e-6);
+}
+
+TEST_CASE("mixlaw: linear law is the exact least-squares solution; metrics by hand") {
+  MixData d = random_runs(30, 3, 9);
+  Eigen::VectorXd beta(9);
+  beta << 2, 0.5, 0.1, 0.3, 3, 0.2, 0.4, 0.6, 2.5;
+  const auto lin = make_mixlaw("linear");
+  Eigen::ArrayXXd y;
+  lin->predict(beta.data(), d, y);
+  d.loss = y;
+  d.set_mask(0.0);
+  const Eigen::VectorXd fit = lin->initial(d);
+  CHECK((fit - beta).cwiseAbs().maxCoeff() < 1e-10);
+  const auto m = mix_metrics(y * 1.01, d);
+  CHECK(m["mre"].get<double>() == doctest::Approx(0.01).epsilon(1e-9));
+  CHECK(m["spearman"].get<double>() == doctest::Approx(1.0));
+}
