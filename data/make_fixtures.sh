@@ -44,3 +44,21 @@ awk 'BEGIN { srand(2026); OFS=",";
     l = 3.7373 * info^(-0.0441);
     printf "%s_%s,%s,%.6g,%s,%s,%s,%s,%s,%s,%s,%.6f\n", RN[r], N[i], N[i], K, S, W[1], W[2], W[3], W[4], W[5], W[6], l * (1 + (rand() - 0.5) * 0.004) } }' > $out/infolaw_synthetic.csv
 echo "wrote $out/chinchilla_synthetic.csv $out/data_constrained_synthetic.csv $out/infolaw_synthetic.csv"
+
+# Mixture sweep: 3 domains, 40 mixtures (exponential draws normalised to the simplex, some
+# weights zeroed), losses from Ye et al.'s law L_i = c_i + k_i exp(sum_j t_ij h_j) with
+# c = (1.8, 0.9, 2.2), k = (1.2, 1.5, 0.9), t = [[-2.0, 0.3, 0.2], [0.1, -3.0, 0.4], [0.3, 0.2, -1.5]]
+# and +-0.2% noise; N = 100 (M params), D = 10 (B tokens) for every run.
+awk 'BEGIN { srand(2025);
+  split("1.8 0.9 2.2", C, " "); split("1.2 1.5 0.9", Kk, " ");
+  split("-2.0 0.3 0.2 0.1 -3.0 0.4 0.3 0.2 -1.5", T, " ");
+  print "index,h_web,h_code,h_books,loss_web,loss_code,loss_books";
+  for (r = 0; r < 40; r++) {
+    s = 0; for (j = 1; j <= 3; j++) { w[j] = (rand() < 0.1) ? 0 : -log(1 - rand()); s += w[j] }
+    if (s == 0) { w[1] = 1; s = 1 }
+    for (j = 1; j <= 3; j++) w[j] = w[j] / s;
+    printf "%d,%.6f,%.6f,%.6f", r, w[1], w[2], w[3];
+    for (i = 1; i <= 3; i++) { e = 0; for (j = 1; j <= 3; j++) e += T[(i - 1) * 3 + j] * w[j];
+      printf ",%.6f", (C[i] + Kk[i] * exp(e)) * (1 + (rand() - 0.5) * 0.004) }
+    printf "\n" } }' > $out/mixture_synthetic.csv
+echo "wrote $out/mixture_synthetic.csv"

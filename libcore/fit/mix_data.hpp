@@ -1,0 +1,48 @@
+// Building `MixData` from tables: one wide table (h_<domain>, loss_<domain> columns) or a
+// mixture table and a loss table joined on an index column; splits for fitting.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fit/mixlaw.hpp"
+#include "io/table.hpp"
+
+namespace icmlkit::fit {
+
+/// Where the mixture data live in the tables.  Patterns hold "{}" where the domain name goes.
+struct MixColumns {
+  std::string weight_pattern = "h_{}";    ///< mixture weight columns
+  std::string loss_pattern = "loss_{}";   ///< validation loss columns
+  std::string index_col = "index";        ///< join key (and the key split files refer to)
+  std::string params_col, tokens_col;     ///< per-row N and D columns (empty: use the constants)
+  double params = 0, tokens = 0;          ///< constant N (millions) and D (billions) when no column
+  double sum_tolerance = 0.01;            ///< allowed |sum_i h_i - 1| per row
+  double min_weight = 0;                  ///< entries count when h_i > min_weight
+  bool allow_missing_losses = false;      ///< a weight domain may lack a loss column
+};
+
+/// Reads mixtures (and losses, from `losses` when not null, joined on index_col).  Throws
+/// InputError naming file, row and column for: negative or non-finite weights, rows not
+/// summing to 1, non-finite or non-positive losses, a domain with weights but no loss column
+/// (unless allowed), a loss column without weights, and index mismatches between the tables.
+/// `index` receives each row's index value as text (row number when there is no index column).
+MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, const MixColumns& cols,
+                             std::vector<std::string>* index);
+
+/// A train/validation split as row positions.
+struct MixSplit {
+  std::vector<Eigen::Index> train, val;
+  std::string how;  ///< description for the output
+};
+
+/// Split from a JSON file {"train_index": [...], "val_index": [...]} matched on index values.
+/// Throws InputError for an index that is not in the data.
+MixSplit split_from_file(const std::string& path, const std::vector<std::string>& index);
+/// Random split: a seeded permutation, the last round(fraction * n) rows for validation.
+MixSplit split_random(Eigen::Index n, double fraction, std::uint64_t seed);
+/// Extrapolation split: validation = rows with the largest value of `key` (N or D),
+/// training = the rest.  Throws InputError when all rows share one value.
+MixSplit split_extrapolate(const MixData& d, const std::string& key);
+
+}  // namespace icmlkit::fit
