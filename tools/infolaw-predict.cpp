@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         if (a.query.empty() && a.compute.empty()) throw UsageError("give a query table or --compute");
         if (!a.query.empty() && !a.compute.empty()) throw UsageError("give either a query table or --compute, not both");
-        const nlohmann::json pj = io::read_json(a.params_path);
-        ctx.prov.add_input(a.params_path, io::is_stdout(a.params_path) ? io::sha256_hex(pj.dump()) : io::sha256_file(a.params_path));
+        std::string json_sha;
+        const nlohmann::json pj = io::read_json(a.params_path, &json_sha);
+        ctx.prov.add_input(a.params_path, json_sha);
         if (!pj.is_object() || !pj.contains("law") || !pj["law"].is_string() || !pj.contains("params") ||
             !pj["params"].is_object())
           throw InputError("not a parameter file: expected an object with \"law\" and \"params\"", a.params_path);

@@ -3,13 +3,17 @@
 #include <fmt/core.h>
 
 #include "io/atomic_file.hpp"
+#include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "util/error.hpp"
 
 namespace icmlkit::io {
 
-nlohmann::json read_json(const std::string& path) {
+nlohmann::json read_json(const std::string& path) { return read_json(path, nullptr); }
+
+nlohmann::json read_json(const std::string& path, std::string* sha256) {
   const std::string text = read_file(path);
+  if (sha256) *sha256 = sha256_hex(text);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

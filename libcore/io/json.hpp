@@ -9,6 +9,8 @@ namespace icmlkit::io {
 /// Parses a JSON file ("-" = stdin).  Throws InputError naming the file (and the parser's
 /// byte offset) when it is unreadable or malformed.
 nlohmann::json read_json(const std::string& path);
+/// The same, also giving the SHA-256 of the bytes read (for provenance; works for stdin).
+nlohmann::json read_json(const std::string& path, std::string* sha256);
 /// Writes `j` pretty-printed (2-space indent) plus a newline, atomically; "-" = stdout.
 void write_json(const std::string& path, const nlohmann::json& j);
 

@@ -3,12 +3,13 @@
 # stderr, stdout (jq expressions that must be true) and which files exist afterwards.
 #
 #   run_case.sh --rc N [--stderr REGEX] [--jq EXPR]... [--file-jq PATH EXPR]...
-#               [--no-file PATH]... [--file PATH]... [--needs PATH] [--stdin FILE] -- CMD ARGS...
+#               [--no-file PATH]... [--file PATH]... [--needs PATH] [--stdin FILE] [--tool NAME] -- CMD ARGS...
 #
-# A non-zero --rc also requires stderr to be exactly one line "<tool>: error: ...".
+# A non-zero --rc also requires stderr to be exactly one line "<tool>: error: ..." (<tool> is the
+# command's basename, or --tool when the command is a shell wrapper).
 # --needs: skip (exit 77) when PATH is absent, e.g. ../shared/data on a user's machine.
 set -uo pipefail
-rc_want=0; stderr_re=""; jqs=(); file_jqs=(); nofiles=(); files=(); needs=""; stdin=/dev/null
+tool_name=""; rc_want=0; stderr_re=""; jqs=(); file_jqs=(); nofiles=(); files=(); needs=""; stdin=/dev/null
 while [ $# -gt 0 ]; do
   case "$1" in
     --rc) rc_want=$2; shift 2;;
@@ -19,6 +20,7 @@ while [ $# -gt 0 ]; do
     --file) files+=("$2"); shift 2;;
     --needs) needs=$2; shift 2;;
     --stdin) stdin=$2; shift 2;;
+    --tool) tool_name=$2; shift 2;;
     --) shift; break;;
     *) echo "run_case.sh: unknown option $1" >&2; exit 2;;
   esac
@@ -34,7 +36,7 @@ rc=$?
 fail() { echo "FAIL: $*"; echo "--- command: $*"; echo "--- exit code: $rc"; echo "--- stderr:"; cat stderr.txt; echo "--- stdout (head):"; head -c 2000 stdout.txt; exit 1; }
 [ "$rc" = "$rc_want" ] || fail "exit code $rc, want $rc_want"
 if [ "$rc_want" != 0 ]; then
-  tool=$(basename "$1")
+  tool=${tool_name:-$(basename "$1")}
   [ "$(wc -l < stderr.txt)" = 1 ] || fail "stderr must be exactly one line"
   grep -qE "^$tool: error: " stderr.txt || fail "stderr must start with '$tool: error: '"
   grep -q '{"good": true}' existing.json || fail "existing.json was clobbered"

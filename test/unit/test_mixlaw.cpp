@@ -2,9 +2,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "fit/mixlaw.hpp"
+#include "fit/mix_optimize.hpp"
 #include "fit/mixlaw_fit.hpp"
+#include "num/simplex.hpp"
 #include "util/rng.hpp"
 
 using namespace icmlkit;
@@ -197,4 +200,51 @@ TEST_CASE("mixlaw: linear law is the exact least-squares solution; metrics by ha
   const auto m = mix_metrics(y * 1.01, d);
   CHECK(m["mre"].get<double>() == doctest::Approx(0.01).epsilon(1e-9));
   CHECK(m["spearman"].get<double>() == doctest::Approx(1.0));
+}
+
+TEST_CASE("mixlaw: projection onto the bounded simplex satisfies its KKT conditions") {
+  // Truth: h = clip(y - tau, lo, hi) with one tau; free coordinates share y_i - h_i = tau.
+  Rng rng(4);
+  for (int trial = 0; trial < 50; ++trial) {
+    Eigen::ArrayXd y(5), lo = Eigen::ArrayXd::Constant(5, 0.05), hi = Eigen::ArrayXd::Constant(5, 0.6);
+    for (int i = 0; i < 5; ++i) y[i] = rng.uniform(-1, 1.5);
+    const Eigen::ArrayXd h = num::project_bounded_simplex(y, lo, hi);
+    CHECK(h.sum() == doctest::Approx(1.0).epsilon(1e-14));
+    CHECK(((h >= lo - 1e-15) && (h <= hi + 1e-15)).all());
+    double tau = std::numeric_limits<double>::quiet_NaN();
+    for (int i = 0; i < 5; ++i)
+      if (h[i] > lo[i] + 1e-12 && h[i] < hi[i] - 1e-12) tau = y[i] - h[i];
+    if (std::isnan(tau)) continue;
+    for (int i = 0; i < 5; ++i) {
+      if (h[i] <= lo[i] + 1e-12) CHECK(y[i] - lo[i] <= tau + 1e-9);
+      else if (h[i] >= hi[i] - 1e-12) CHECK(y[i] - hi[i] >= tau - 1e-9);
+      else CHECK(y[i] - h[i] == doctest::Approx(tau).epsilon(1e-9));
+    }
+  }
+  CHECK_THROWS(num::project_bounded_simplex(Eigen::ArrayXd::Zero(3), Eigen::ArrayXd::Constant(3, 0.5),
+                                            Eigen::ArrayXd::Ones(3)));
+}
+
+TEST_CASE("mixlaw: optimised mixture matches a dense grid over the simplex (K = 3)") {
+  // Truth: exhaustive grid with step 0.002 over the 2-simplex.
+  MixData d = random_runs(5, 3, 12);
+  const auto cn = make_mixlaw("capacity-noise");
+  const Eigen::VectorXd p = capacity_noise_truth(3);
+  const Eigen::ArrayXd v = Eigen::ArrayXd::Constant(3, 1.0 / 3);
+  MixOptimizeOptions opt;
+  opt.lower = Eigen::ArrayXd::Constant(3, 0.02);
+  opt.upper = Eigen::ArrayXd::Constant(3, 0.9);
+  const auto best = optimize_mixture(*cn, p, 100.0, 10.0, v, opt);
+  double grid_best = 1e300;
+  Eigen::ArrayXd grid_h(3);
+  for (double a = 0.02; a <= 0.9; a += 0.002)
+    for (double b = 0.02; b <= 0.9 && a + b <= 0.98; b += 0.002) {
+      Eigen::ArrayXd h(3);
+      h << a, b, 1 - a - b;
+      if (h[2] > 0.9) continue;
+      const double f = cn->weighted_loss_grad(p.data(), h, 100.0, 10.0, v, nullptr);
+      if (f < grid_best) { grid_best = f; grid_h = h; }
+    }
+  CHECK(best.objective <= grid_best + 1e-12);
+  CHECK((best.h - grid_h).abs().maxCoeff() < 0.01);
 }

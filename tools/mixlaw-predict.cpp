@@ -1,0 +1,87 @@
+// mixlaw-predict: per-domain and weighted loss of mixtures under a fitted mixing law.
+#include <fmt/core.h>
+
+#include "cli/run_tool.hpp"
+#include "fit/mix_optimize.hpp"
+#include "io/json.hpp"
+#include "io/sha256.hpp"
+#include "io/table.hpp"
+#include "util/error.hpp"
+
+using namespace icmlkit;
+
+int main(int argc, char** argv) {
+  std::string fit_path, query, output = "-", law, weight_pattern = "h_{}", params_col, tokens_col, domain_weights;
+  double params = 0, tokens = 0;
+  bool no_header = false;
+  cli::ToolInfo info{
+      "mixlaw-predict",
+      "Predict each domain's loss, and their weighted sum, for mixtures under a law fitted by mixlaw-fit.\n"
+      "Adds columns pred_<domain> and pred_weighted (sum_i v_i L_i, v from --domain-weights, default 1/K).",
+      "  mixlaw-fit data/scaling/mixture_synthetic.csv --params 100 --tokens 10 --law exponential -o fit.json && mixlaw-predict fit.json data/scaling/mixture_synthetic.csv --params 100 --tokens 10 -o pred.csv\n"
+      "  mixlaw-predict fit.json mixtures.csv --params 1000 --tokens 25 --domain-weights web=2,code=1,books=1\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app.add_option("fit", fit_path, "mixlaw-fit result (JSON)")->required();
+        app.add_option("mixtures", query, "Table of mixtures (weight columns per --weight-pattern); - for stdin")->required();
+        app.add_option("-o,--output", output, "Output table; format from the extension (- = JSON on stdout)")->capture_default_str();
+        app.add_option("--law", law, "Which fitted law to use when the file holds several");
+        app.add_option("--weight-pattern", weight_pattern, "Weight column names, {} = domain")->capture_default_str();
+        app.add_option("--params-col", params_col, "Column of model size N (millions)");
+        app.add_option("--tokens-col", tokens_col, "Column of tokens D (billions)");
+        app.add_option("--params", params, "Constant N (millions)")->check(cli::positive());
+        app.add_option("--tokens", tokens, "Constant D (billions)")->check(cli::positive());
+        app.add_option("--domain-weights", domain_weights, "Weights v of pred_weighted: V or dom=V,...");
+        app.add_flag("--no-header", no_header, "CSV has no header row");
+      },
+      [&](cli::Context& ctx) {
+        std::string json_sha;
+        const nlohmann::json j = io::read_json(fit_path, &json_sha);
+        ctx.prov.add_input(fit_path, json_sha);
+        const auto f = fit::load_fitted_mixlaw(j, law, fit_path);
+        if (j.contains("meta")) ctx.prov.extra["fit_meta"] = j["meta"];
+        io::TableReadOptions ro;
+        ro.header = !no_header;
+        io::Table t = io::Table::read(query, ro);
+        ctx.prov.add_input(query, t.sha256());
+        const Eigen::Index n = static_cast<Eigen::Index>(t.rows()), K = static_cast<Eigen::Index>(f.domains.size());
+        fit::MixData d;
+        d.domains = f.domains;
+        d.h.resize(n, K);
+        for (Eigen::Index i = 0; i < K; ++i) {
+          const std::string col = fmt::format(fmt::runtime(weight_pattern), f.domains[static_cast<std::size_t>(i)]);
+          const auto w = t.numbers(col, io::NumberCheck{true, false});
+          for (Eigen::Index r = 0; r < n; ++r) {
+            if (w[static_cast<std::size_t>(r)] < 0)
+              throw InputError("negative mixture weight", t.where(static_cast<std::size_t>(r)) + ", column '" + col + "'");
+            d.h(r, i) = w[static_cast<std::size_t>(r)];
+          }
+        }
+        for (Eigen::Index r = 0; r < n; ++r)
+          if (std::abs(d.h.row(r).sum() - 1) > 0.01)
+            throw InputError(fmt::format("mixture weights sum to {:.6g}, not 1", d.h.row(r).sum()), t.where(static_cast<std::size_t>(r)));
+        auto per_row = [&](const std::string& col, double c, const char* flag) {
+          if (!col.empty()) {
+            const auto v = t.numbers(col, io::NumberCheck{true, true});
+            return Eigen::ArrayXd(Eigen::Map<const Eigen::ArrayXd>(v.data(), n));
+          }
+          if (!(c > 0)) throw UsageError("give a column or a positive constant", flag);
+          return Eigen::ArrayXd(Eigen::ArrayXd::Constant(n, c));
+        };
+        d.params = per_row(params_col, params, "--params");
+        d.tokens = per_row(tokens_col, tokens, "--tokens");
+        d.loss = Eigen::ArrayXXd::Zero(n, K);
+        d.mask = Eigen::ArrayXXd::Zero(n, K);
+        const Eigen::ArrayXd v = fit::parse_domain_values(domain_weights, f.domains, 1.0 / static_cast<double>(K), "--domain-weights");
+        Eigen::ArrayXXd pred;
+        if (!f.law->predict(f.params.data(), d, pred))
+          throw InputError("the fitted parameters give no finite prediction here (is N larger than H?)", fit_path);
+        for (Eigen::Index i = 0; i < K; ++i)
+          t.set_column("pred_" + f.domains[static_cast<std::size_t>(i)],
+                       std::vector<double>(pred.col(i).data(), pred.col(i).data() + n));
+        const Eigen::ArrayXd weighted = (pred.matrix() * v.matrix()).array();
+        t.set_column("pred_weighted", std::vector<double>(weighted.data(), weighted.data() + n));
+        t.write(output, &ctx.prov);
+      });
+}
