@@ -14,6 +14,7 @@
 #include "io/json.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
+#include "io/table_filter.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/progress.hpp"
@@ -32,7 +33,7 @@ struct Args {
   int starts = 4, hops = 6;
   double step = 0.5, temperature = 5e-5;
   std::vector<std::string> fix;
-  bool no_header = false, predictions = false;
+  bool no_header = false, predictions = false, drop_incomplete = false;
 };
 
 nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixData& train, const fit::MixData* val,
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
       "minimised by L-BFGS in a bounded reparametrisation from seeded starts with basin hopping.",
       "  mixlaw-fit ../shared/data/scaling/pile17_1B.csv --split ../shared/data/scaling/pile17_1B_split.json --params 195.2 --tokens 2500 --law all\n"
       "  mixlaw-fit ../shared/data/scaling/regmix/train_mixture_1m.csv ../shared/data/scaling/regmix/train_pile_loss_1m.csv --weight-pattern 'train_the_pile_{}' --loss-pattern 'metric/the_pile_{}_val_loss' --allow-missing-losses --law exponential --params 1 --tokens 1 --val-fraction 0.2\n"
-      "  mixlaw-fit ../shared/data/scaling/dai-zheng/dmsl_llm_slimpajama.csv --weight-pattern 'weight_{}' --loss-pattern '{}_loss' --params-col model_size --tokens-col n_tokens --extrapolate params\n"};
+      "  mixlaw-fit ../shared/data/scaling/dai-zheng/dmsl_llm_slimpajama.csv --weight-pattern 'weight_{}' --loss-pattern '{}_loss' --params-col model_size --params-scale 1e-6 --tokens-col n_tokens --tokens-scale 1e-9 --drop-incomplete --extrapolate params\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
@@ -131,6 +132,10 @@ int main(int argc, char** argv) {
         app.add_option("--index-col", a.cols.index_col, "Join key and the key of --split files")->capture_default_str();
         app.add_option("--params-col", a.cols.params_col, "Column of model size N in millions of parameters");
         app.add_option("--tokens-col", a.cols.tokens_col, "Column of training tokens D in billions");
+        app.add_option("--params-scale", a.cols.params_scale, "Multiply the --params-col values by this to get millions")
+            ->capture_default_str()->check(cli::positive());
+        app.add_option("--tokens-scale", a.cols.tokens_scale, "Multiply the --tokens-col values by this to get billions")
+            ->capture_default_str()->check(cli::positive());
         app.add_option("--params", a.cols.params, "Constant N (millions) when there is no column")->check(cli::positive());
         app.add_option("--tokens", a.cols.tokens, "Constant D (billions) when there is no column")->check(cli::positive());
         app.add_option("--min-weight", a.cols.min_weight, "Entries count in fit and metrics when h_i > this")
@@ -157,14 +162,32 @@ int main(int argc, char** argv) {
         app.add_option("--temperature", a.temperature, "Metropolis temperature of the hops")->capture_default_str()->check(cli::positive());
         app.add_option("--fix", a.fix, "Hold parameters fixed: NAME=VALUE,... (e.g. H=0.3)");
         app.add_flag("--predictions", a.predictions, "Add per-row validation predictions");
+        app.add_flag("--drop-incomplete", a.drop_incomplete,
+                     "Drop rows with an empty cell in a weight, loss, N or D column (single-table input)");
       },
       [&](cli::Context& ctx) {
         if (!io::is_stdout(a.output) && std::filesystem::path(a.output).extension() != ".json")
           throw UsageError("the result is JSON: give an output path ending in .json (or - for stdout)", "-o " + a.output);
         io::TableReadOptions ro;
         ro.header = !a.no_header;
-        const io::Table mix = io::Table::read(a.mixture, ro);
+        io::Table mix = io::Table::read(a.mixture, ro);
         ctx.prov.add_input(a.mixture, mix.sha256());
+        if (a.drop_incomplete) {
+          std::vector<std::string> used;
+          for (const auto& n : mix.names()) {
+            auto matches = [&](const std::string& pat) {
+              const auto b = pat.find("{}");
+              return b != std::string::npos && n.size() > pat.size() - 2 && n.compare(0, b, pat, 0, b) == 0 &&
+                     n.compare(n.size() - (pat.size() - b - 2), pat.size() - b - 2, pat, b + 2) == 0;
+            };
+            if (matches(a.cols.weight_pattern) || matches(a.cols.loss_pattern) || n == a.cols.params_col ||
+                n == a.cols.tokens_col)
+              used.push_back(n);
+          }
+          const auto keep = io::complete_rows(mix, used);
+          if (keep.size() < mix.rows()) log::info("dropped {} incomplete rows of {}", mix.rows() - keep.size(), mix.rows());
+          mix = mix.select_rows(keep);
+        }
         std::optional<io::Table> loss_table;
         if (!a.losses.empty()) {
           loss_table = io::Table::read(a.losses, ro);

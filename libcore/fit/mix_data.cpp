@@ -9,6 +9,7 @@
 
 #include "io/json.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
 #include "util/rng.hpp"
 
 namespace icmlkit::fit {
@@ -44,8 +45,8 @@ MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, 
   for (const auto& [dom, c] : wcols) d.domains.push_back(dom);
   for (const auto& [dom, c] : lcols)
     if (std::find(d.domains.begin(), d.domains.end(), dom) == d.domains.end())
-      throw InputError(fmt::format("loss column '{}' has no weight column '{}'", c,
-                                   fmt::format(fmt::runtime(std::string(cols.weight_pattern)), dom)), lt.source());
+      log::info("ignoring loss column '{}': no weight column '{}' (an evaluation-only domain)", c,
+                fmt::format(fmt::runtime(std::string(cols.weight_pattern)), dom));
   const Eigen::Index n = static_cast<Eigen::Index>(mixture.rows()), K = static_cast<Eigen::Index>(wcols.size());
 
   // Row order of the loss table relative to the mixture table.
@@ -113,7 +114,8 @@ MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, 
   auto per_row = [&](const std::string& col, double constant, const char* what, const char* flag) {
     if (!col.empty()) {
       const auto v = mixture.numbers(col, io::NumberCheck{true, true});
-      return Eigen::ArrayXd(Eigen::Map<const Eigen::ArrayXd>(v.data(), n));
+      const double scale = flag == std::string("--params") ? cols.params_scale : cols.tokens_scale;
+      return Eigen::ArrayXd(scale * Eigen::Map<const Eigen::ArrayXd>(v.data(), n));
     }
     if (!(constant > 0))
       throw UsageError(fmt::format("give the {} as a column or a positive constant", what), flag);

@@ -17,6 +17,7 @@ struct MixColumns {
   std::string index_col = "index";        ///< join key (and the key split files refer to)
   std::string params_col, tokens_col;     ///< per-row N and D columns (empty: use the constants)
   double params = 0, tokens = 0;          ///< constant N (millions) and D (billions) when no column
+  double params_scale = 1, tokens_scale = 1;  ///< multiply the N and D columns by these (e.g. 1e-6, 1e-9)
   double sum_tolerance = 0.01;            ///< allowed |sum_i h_i - 1| per row
   double min_weight = 0;                  ///< entries count when h_i > min_weight
   bool allow_missing_losses = false;      ///< a weight domain may lack a loss column

@@ -70,4 +70,18 @@ std::vector<std::size_t> drop_largest(const Table& t, const std::string& column,
   return out;
 }
 
+std::vector<std::size_t> complete_rows(const Table& t, const std::vector<std::string>& columns) {
+  const std::vector<std::string>& cols = columns.empty() ? t.names() : columns;
+  std::vector<char> keep(t.rows(), 1);
+  for (const auto& c : cols) {
+    const auto v = t.texts(c);
+    for (std::size_t r = 0; r < t.rows(); ++r)
+      if (v[r].find_first_not_of(" \t") == std::string::npos || v[r] == "nan") keep[r] = 0;
+  }
+  std::vector<std::size_t> out;
+  for (std::size_t r = 0; r < t.rows(); ++r)
+    if (keep[r]) out.push_back(r);
+  return out;
+}
+
 }  // namespace icmlkit::io

@@ -20,4 +20,8 @@ std::vector<std::size_t> filter_rows(const Table& t, const std::vector<std::stri
 /// dropped first), ascending.  Throws UsageError when k >= rows.
 std::vector<std::size_t> drop_largest(const Table& t, const std::string& column, std::size_t k);
 
+/// Rows (ascending) with no empty cell in any of `columns` (all columns when empty).
+/// Throws InputError for a missing column.
+std::vector<std::size_t> complete_rows(const Table& t, const std::vector<std::string>& columns);
+
 }  // namespace icmlkit::io
