@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include "cli/run_tool.hpp"
+#include "fit/mix_data.hpp"
 #include "fit/mix_optimize.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
@@ -45,34 +46,14 @@ int main(int argc, char** argv) {
         ro.header = !no_header;
         io::Table t = io::Table::read(query, ro);
         ctx.prov.add_input(query, t.sha256());
-        const Eigen::Index n = static_cast<Eigen::Index>(t.rows()), K = static_cast<Eigen::Index>(f.domains.size());
-        fit::MixData d;
-        d.domains = f.domains;
-        d.h.resize(n, K);
-        for (Eigen::Index i = 0; i < K; ++i) {
-          const std::string col = fmt::format(fmt::runtime(weight_pattern), f.domains[static_cast<std::size_t>(i)]);
-          const auto w = t.numbers(col, io::NumberCheck{true, false});
-          for (Eigen::Index r = 0; r < n; ++r) {
-            if (w[static_cast<std::size_t>(r)] < 0)
-              throw InputError("negative mixture weight", t.where(static_cast<std::size_t>(r)) + ", column '" + col + "'");
-            d.h(r, i) = w[static_cast<std::size_t>(r)];
-          }
-        }
-        for (Eigen::Index r = 0; r < n; ++r)
-          if (std::abs(d.h.row(r).sum() - 1) > 0.01)
-            throw InputError(fmt::format("mixture weights sum to {:.6g}, not 1", d.h.row(r).sum()), t.where(static_cast<std::size_t>(r)));
-        auto per_row = [&](const std::string& col, double c, const char* flag) {
-          if (!col.empty()) {
-            const auto v = t.numbers(col, io::NumberCheck{true, true});
-            return Eigen::ArrayXd(Eigen::Map<const Eigen::ArrayXd>(v.data(), n));
-          }
-          if (!(c > 0)) throw UsageError("give a column or a positive constant", flag);
-          return Eigen::ArrayXd(Eigen::ArrayXd::Constant(n, c));
-        };
-        d.params = per_row(params_col, params, "--params");
-        d.tokens = per_row(tokens_col, tokens, "--tokens");
-        d.loss = Eigen::ArrayXXd::Zero(n, K);
-        d.mask = Eigen::ArrayXXd::Zero(n, K);
+        fit::MixColumns cols;
+        cols.weight_pattern = weight_pattern;
+        cols.params_col = params_col;
+        cols.tokens_col = tokens_col;
+        cols.params = params;
+        cols.tokens = tokens;
+        const fit::MixData d = fit::mix_queries_from_table(t, f.domains, cols);
+        const Eigen::Index n = d.h.rows(), K = d.h.cols();
         const Eigen::ArrayXd v = fit::parse_domain_values(domain_weights, f.domains, 1.0 / static_cast<double>(K), "--domain-weights");
         Eigen::ArrayXXd pred;
         if (!f.law->predict(f.params.data(), d, pred))

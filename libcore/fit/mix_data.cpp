@@ -29,7 +29,52 @@ std::vector<std::pair<std::string, std::string>> match_columns(const io::Table& 
   return out;
 }
 
+// Weights (validated: finite, >= 0, rows summing to 1) and per-row N, D into d.
+void read_weights_and_sizes(const io::Table& t, const std::vector<std::pair<std::string, std::string>>& wcols,
+                            const MixColumns& cols, MixData& d) {
+  const Eigen::Index n = static_cast<Eigen::Index>(t.rows()), K = static_cast<Eigen::Index>(wcols.size());
+  d.h.resize(n, K);
+  for (Eigen::Index i = 0; i < K; ++i) {
+    const std::string& col = wcols[static_cast<std::size_t>(i)].second;
+    const auto w = t.numbers(col, io::NumberCheck{true, false});
+    for (Eigen::Index r = 0; r < n; ++r) {
+      if (w[static_cast<std::size_t>(r)] < 0)
+        throw InputError(fmt::format("negative mixture weight {}", w[static_cast<std::size_t>(r)]),
+                         t.where(static_cast<std::size_t>(r)) + ", column '" + col + "'");
+      d.h(r, i) = w[static_cast<std::size_t>(r)];
+    }
+  }
+  for (Eigen::Index r = 0; r < n; ++r) {
+    const double s = d.h.row(r).sum();
+    if (std::abs(s - 1) > cols.sum_tolerance)
+      throw InputError(fmt::format("mixture weights sum to {:.6g}, not 1 (tolerance {})", s, cols.sum_tolerance),
+                       t.where(static_cast<std::size_t>(r)));
+  }
+  auto per_row = [&](const std::string& col, double constant, double scale, const char* what, const char* flag) {
+    if (!col.empty()) {
+      const auto v = t.numbers(col, io::NumberCheck{true, true});
+      return Eigen::ArrayXd(scale * Eigen::Map<const Eigen::ArrayXd>(v.data(), n));
+    }
+    if (!(constant > 0))
+      throw UsageError(fmt::format("give the {} as a column or a positive constant", what), flag);
+    return Eigen::ArrayXd(Eigen::ArrayXd::Constant(n, constant));
+  };
+  d.params = per_row(cols.params_col, cols.params, cols.params_scale, "model size N (millions of parameters)", "--params");
+  d.tokens = per_row(cols.tokens_col, cols.tokens, cols.tokens_scale, "training tokens D (billions)", "--tokens");
+}
+
 }  // namespace
+
+MixData mix_queries_from_table(const io::Table& t, const std::vector<std::string>& domains, const MixColumns& cols) {
+  std::vector<std::pair<std::string, std::string>> wcols;
+  for (const auto& dom : domains) wcols.emplace_back(dom, fmt::format(fmt::runtime(cols.weight_pattern), dom));
+  MixData d;
+  d.domains = domains;
+  read_weights_and_sizes(t, wcols, cols, d);
+  d.loss = Eigen::ArrayXXd::Zero(d.h.rows(), d.h.cols());
+  d.mask = Eigen::ArrayXXd::Zero(d.h.rows(), d.h.cols());
+  return d;
+}
 
 MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, const MixColumns& cols,
                              std::vector<std::string>* index) {
@@ -83,16 +128,9 @@ MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, 
     std::iota(lrow.begin(), lrow.end(), std::size_t{0});
   }
 
-  d.h.resize(n, K);
+  read_weights_and_sizes(mixture, wcols, cols, d);
   d.loss = Eigen::ArrayXXd::Constant(n, K, std::numeric_limits<double>::quiet_NaN());
   for (Eigen::Index i = 0; i < K; ++i) {
-    const auto w = mixture.numbers(wcols[static_cast<std::size_t>(i)].second, io::NumberCheck{true, false});
-    for (Eigen::Index r = 0; r < n; ++r) {
-      if (w[static_cast<std::size_t>(r)] < 0)
-        throw InputError(fmt::format("negative mixture weight {}", w[static_cast<std::size_t>(r)]),
-                         mixture.where(static_cast<std::size_t>(r)) + ", column '" + wcols[static_cast<std::size_t>(i)].second + "'");
-      d.h(r, i) = w[static_cast<std::size_t>(r)];
-    }
     const auto lc = loss_of.find(d.domains[static_cast<std::size_t>(i)]);
     if (lc == loss_of.end()) {
       if (!cols.allow_missing_losses)
@@ -105,24 +143,6 @@ MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, 
     const auto l = lt.numbers(lc->second, io::NumberCheck{true, true});
     for (Eigen::Index r = 0; r < n; ++r) d.loss(r, i) = l[lrow[static_cast<std::size_t>(r)]];
   }
-  for (Eigen::Index r = 0; r < n; ++r) {
-    const double s = d.h.row(r).sum();
-    if (std::abs(s - 1) > cols.sum_tolerance)
-      throw InputError(fmt::format("mixture weights sum to {:.6g}, not 1 (tolerance {})", s, cols.sum_tolerance),
-                       mixture.where(static_cast<std::size_t>(r)));
-  }
-  auto per_row = [&](const std::string& col, double constant, const char* what, const char* flag) {
-    if (!col.empty()) {
-      const auto v = mixture.numbers(col, io::NumberCheck{true, true});
-      const double scale = flag == std::string("--params") ? cols.params_scale : cols.tokens_scale;
-      return Eigen::ArrayXd(scale * Eigen::Map<const Eigen::ArrayXd>(v.data(), n));
-    }
-    if (!(constant > 0))
-      throw UsageError(fmt::format("give the {} as a column or a positive constant", what), flag);
-    return Eigen::ArrayXd(Eigen::ArrayXd::Constant(n, constant));
-  };
-  d.params = per_row(cols.params_col, cols.params, "model size N (millions of parameters)", "--params");
-  d.tokens = per_row(cols.tokens_col, cols.tokens, "training tokens D (billions)", "--tokens");
   d.set_mask(cols.min_weight);
   if (index) *index = idx;
   return d;

@@ -31,6 +31,10 @@ struct MixColumns {
 MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, const MixColumns& cols,
                              std::vector<std::string>* index);
 
+/// Mixtures to predict for: the weight columns of `domains` (per cols.weight_pattern) and
+/// N, D, validated as in mix_data_from_tables; losses are zero and the mask empty.
+MixData mix_queries_from_table(const io::Table& t, const std::vector<std::string>& domains, const MixColumns& cols);
+
 /// A train/validation split as row positions.
 struct MixSplit {
   std::vector<Eigen::Index> train, val;
