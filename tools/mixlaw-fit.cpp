@@ -34,6 +34,7 @@ struct Args {
   double step = 0.5, temperature = 5e-5;
   std::vector<std::string> fix;
   bool no_header = false, predictions = false, drop_incomplete = false;
+  std::string long_value_col = "loss";
 };
 
 nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixData& train, const fit::MixData* val,
@@ -121,7 +122,10 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("mixture", a.mixture, "Mixture table (wide: weights and losses), or the weights only")->required();
-        app.add_option("losses", a.losses, "Loss table joined on --index-col (when the losses are separate)");
+        app.add_option("losses", a.losses,
+                       "Loss table joined on --index-col: wide (a column per domain) or long (index, domain, "
+                       "--long-value-col rows, e.g. JSON Lines)");
+        app.add_option("--long-value-col", a.long_value_col, "Value column of a long loss table")->capture_default_str();
         app.add_option("-o,--output", a.output, "Output JSON file, *.json (- = stdout)")->capture_default_str();
         app.add_option("--law", a.law, "capacity-noise, capacity, exponential, linear, or all")
             ->capture_default_str()
@@ -192,6 +196,11 @@ int main(int argc, char** argv) {
         if (!a.losses.empty()) {
           loss_table = io::Table::read(a.losses, ro);
           ctx.prov.add_input(a.losses, loss_table->sha256());
+          if (loss_table->has("domain") && loss_table->has(a.long_value_col) && loss_table->has(a.cols.index_col)) {
+            // Long form (index, domain, loss), e.g. JSON Lines: pivot to one column per domain.
+            loss_table = fit::pivot_long_losses(*loss_table, a.cols.index_col, "domain", a.long_value_col, a.cols.loss_pattern);
+            log::debug("pivoted long loss table {} to {} columns", a.losses, loss_table->cols());
+          }
         }
         std::vector<std::string> index;
         const fit::MixData all = fit::mix_data_from_tables(mix, loss_table ? &*loss_table : nullptr, a.cols, &index);

@@ -65,6 +65,33 @@ void read_weights_and_sizes(const io::Table& t, const std::vector<std::pair<std:
 
 }  // namespace
 
+io::Table pivot_long_losses(const io::Table& t, const std::string& index_col, const std::string& domain_col,
+                            const std::string& value_col, const std::string& loss_pattern) {
+  auto idx = t.texts(index_col);
+  for (auto& s : idx)
+    if (auto v = io::parse_double(s)) s = io::format_double(*v);
+  const auto dom = t.texts(domain_col);
+  const auto val = t.numbers(value_col, io::NumberCheck{true, true});
+  std::vector<std::string> order_idx, order_dom;
+  std::map<std::string, std::size_t> ipos, dpos;
+  for (std::size_t r = 0; r < t.rows(); ++r) {
+    if (ipos.emplace(idx[r], order_idx.size()).second) order_idx.push_back(idx[r]);
+    if (dpos.emplace(dom[r], order_dom.size()).second) order_dom.push_back(dom[r]);
+  }
+  std::vector<std::vector<double>> cols(order_dom.size(),
+                                        std::vector<double>(order_idx.size(), std::numeric_limits<double>::quiet_NaN()));
+  for (std::size_t r = 0; r < t.rows(); ++r) {
+    double& cell = cols[dpos[dom[r]]][ipos[idx[r]]];
+    if (!std::isnan(cell)) throw InputError(fmt::format("index {} has two losses for domain '{}'", idx[r], dom[r]), t.where(r));
+    cell = val[r];
+  }
+  io::Table w;
+  w.set_column(index_col, order_idx);
+  for (std::size_t d = 0; d < order_dom.size(); ++d)
+    w.set_column(fmt::format(fmt::runtime(loss_pattern), order_dom[d]), std::move(cols[d]));
+  return w;
+}
+
 MixData mix_queries_from_table(const io::Table& t, const std::vector<std::string>& domains, const MixColumns& cols) {
   std::vector<std::pair<std::string, std::string>> wcols;
   for (const auto& dom : domains) wcols.emplace_back(dom, fmt::format(fmt::runtime(cols.weight_pattern), dom));

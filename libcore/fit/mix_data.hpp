@@ -31,6 +31,12 @@ struct MixColumns {
 MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, const MixColumns& cols,
                              std::vector<std::string>* index);
 
+/// Turns a long loss table (one row per (index, domain, loss), e.g. JSON Lines) into a wide
+/// one with an index column and one `loss_pattern` column per domain.  Throws InputError for
+/// a repeated (index, domain) pair or a missing value (a NaN cell is left for absent pairs).
+io::Table pivot_long_losses(const io::Table& t, const std::string& index_col, const std::string& domain_col,
+                            const std::string& value_col, const std::string& loss_pattern);
+
 /// Mixtures to predict for: the weight columns of `domains` (per cols.weight_pattern) and
 /// N, D, validated as in mix_data_from_tables; losses are zero and the mask empty.
 MixData mix_queries_from_table(const io::Table& t, const std::vector<std::string>& domains, const MixColumns& cols);
