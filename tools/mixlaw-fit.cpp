@@ -35,6 +35,7 @@ struct Args {
   std::vector<std::string> fix;
   bool no_header = false, predictions = false, drop_incomplete = false;
   std::string long_value_col = "loss";
+  std::string test_mixture, test_losses;
 };
 
 nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixData& train, const fit::MixData* val,
@@ -58,7 +59,13 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
     }
   }
   const auto names = law->param_names(train.domains);
-  const int free_params = static_cast<int>(names.size() - opt.fixed.size());
+  int free_params = static_cast<int>(names.size() - opt.fixed.size());
+  if (const int block = law->block_size(static_cast<int>(train.domains.size())); block > 0) {
+    // Separable laws: domains never observed have no fitted parameters.
+    int observed = 0;
+    for (Eigen::Index i = 0; i < train.mask.cols(); ++i) observed += train.mask.col(i).sum() > 0 ? 1 : 0;
+    free_params = observed * block;
+  }
   Stopwatch sw;
   fit::MixFitResult r;
   {
@@ -116,7 +123,7 @@ int main(int argc, char** argv) {
       "on the same split.  Objective: mean squared error on raw loss over entries with h_i > --min-weight, "
       "minimised by L-BFGS in a bounded reparametrisation from seeded starts with basin hopping.",
       "  mixlaw-fit ../shared/data/scaling/pile17_1B.csv --split ../shared/data/scaling/pile17_1B_split.json --params 195.2 --tokens 2500 --law all\n"
-      "  mixlaw-fit ../shared/data/scaling/regmix/train_mixture_1m.csv ../shared/data/scaling/regmix/train_pile_loss_1m.csv --weight-pattern 'train_the_pile_{}' --loss-pattern 'metric/the_pile_{}_val_loss' --allow-missing-losses --law exponential --params 1 --tokens 1 --val-fraction 0.2\n"
+      "  mixlaw-fit ../shared/data/scaling/regmix/train_mixture_1m.csv ../shared/data/scaling/regmix/train_pile_loss_1m.csv --test-mixture ../shared/data/scaling/regmix/test_mixture_1m.csv --test-losses ../shared/data/scaling/regmix/test_pile_loss_1m.csv --weight-pattern 'train_the_pile_{}' --loss-pattern 'metric/the_pile_{}_val_loss' --allow-missing-losses --law exponential --params 1 --tokens 1\n"
       "  mixlaw-fit ../shared/data/scaling/dai-zheng/dmsl_llm_slimpajama.csv --weight-pattern 'weight_{}' --loss-pattern '{}_loss' --params-col model_size --params-scale 1e-6 --tokens-col n_tokens --tokens-scale 1e-9 --drop-incomplete --extrapolate params\n"};
   return cli::run_tool(
       argc, argv, info,
@@ -156,8 +163,13 @@ int main(int argc, char** argv) {
         auto* extra = app.add_option("--extrapolate", a.extrapolate,
                                      "Fit on smaller N (params) or D (tokens), evaluate on the largest")
                           ->check(CLI::IsMember({"params", "tokens"}));
-        split->excludes(frac)->excludes(extra);
-        frac->excludes(extra);
+        auto* test_mix = app.add_option("--test-mixture", a.test_mixture,
+                                        "Validate on these mixtures instead of splitting (same layout as the training table)");
+        auto* test_loss = app.add_option("--test-losses", a.test_losses, "Loss table of --test-mixture (when separate)");
+        test_loss->needs(test_mix);
+        split->excludes(frac)->excludes(extra)->excludes(test_mix);
+        frac->excludes(extra)->excludes(test_mix);
+        extra->excludes(test_mix);
         app.add_option("--starts", a.starts, "Independent seeded starts per law")->capture_default_str()->check(cli::int_range(1, 100000));
         app.add_option("--hops", a.hops, "Basin-hopping steps per start")->capture_default_str()->check(cli::int_range(0, 100000));
         app.add_option("--hop-step", a.step, "Hop displacement (uniform, per coordinate, reparametrised space)")
@@ -174,36 +186,46 @@ int main(int argc, char** argv) {
           throw UsageError("the result is JSON: give an output path ending in .json (or - for stdout)", "-o " + a.output);
         io::TableReadOptions ro;
         ro.header = !a.no_header;
-        io::Table mix = io::Table::read(a.mixture, ro);
-        ctx.prov.add_input(a.mixture, mix.sha256());
-        if (a.drop_incomplete) {
-          std::vector<std::string> used;
-          for (const auto& n : mix.names()) {
-            auto matches = [&](const std::string& pat) {
-              const auto b = pat.find("{}");
-              return b != std::string::npos && n.size() > pat.size() - 2 && n.compare(0, b, pat, 0, b) == 0 &&
-                     n.compare(n.size() - (pat.size() - b - 2), pat.size() - b - 2, pat, b + 2) == 0;
-            };
-            if (matches(a.cols.weight_pattern) || matches(a.cols.loss_pattern) || n == a.cols.params_col ||
-                n == a.cols.tokens_col)
-              used.push_back(n);
+        // Reads a mixture table (and an optional wide or long loss table) into MixData.
+        auto load = [&](const std::string& mix_path, const std::string& loss_path, std::vector<std::string>* index) {
+          io::Table mix = io::Table::read(mix_path, ro);
+          ctx.prov.add_input(mix_path, mix.sha256());
+          if (a.drop_incomplete) {
+            std::vector<std::string> used;
+            for (const auto& n : mix.names()) {
+              auto matches = [&](const std::string& pat) {
+                const auto b = pat.find("{}");
+                return b != std::string::npos && n.size() > pat.size() - 2 && n.compare(0, b, pat, 0, b) == 0 &&
+                       n.compare(n.size() - (pat.size() - b - 2), pat.size() - b - 2, pat, b + 2) == 0;
+              };
+              if (matches(a.cols.weight_pattern) || matches(a.cols.loss_pattern) || n == a.cols.params_col ||
+                  n == a.cols.tokens_col)
+                used.push_back(n);
+            }
+            const auto keep = io::complete_rows(mix, used);
+            if (keep.size() < mix.rows()) log::info("dropped {} incomplete rows of {}", mix.rows() - keep.size(), mix.rows());
+            mix = mix.select_rows(keep);
           }
-          const auto keep = io::complete_rows(mix, used);
-          if (keep.size() < mix.rows()) log::info("dropped {} incomplete rows of {}", mix.rows() - keep.size(), mix.rows());
-          mix = mix.select_rows(keep);
-        }
-        std::optional<io::Table> loss_table;
-        if (!a.losses.empty()) {
-          loss_table = io::Table::read(a.losses, ro);
-          ctx.prov.add_input(a.losses, loss_table->sha256());
-          if (loss_table->has("domain") && loss_table->has(a.long_value_col) && loss_table->has(a.cols.index_col)) {
-            // Long form (index, domain, loss), e.g. JSON Lines: pivot to one column per domain.
-            loss_table = fit::pivot_long_losses(*loss_table, a.cols.index_col, "domain", a.long_value_col, a.cols.loss_pattern);
-            log::debug("pivoted long loss table {} to {} columns", a.losses, loss_table->cols());
+          std::optional<io::Table> loss_table;
+          if (!loss_path.empty()) {
+            loss_table = io::Table::read(loss_path, ro);
+            ctx.prov.add_input(loss_path, loss_table->sha256());
+            if (loss_table->has("domain") && loss_table->has(a.long_value_col) && loss_table->has(a.cols.index_col)) {
+              // Long form (index, domain, loss), e.g. JSON Lines: pivot to one column per domain.
+              loss_table = fit::pivot_long_losses(*loss_table, a.cols.index_col, "domain", a.long_value_col, a.cols.loss_pattern);
+              log::debug("pivoted long loss table {} to {} columns", loss_path, loss_table->cols());
+            }
           }
-        }
+          return fit::mix_data_from_tables(mix, loss_table ? &*loss_table : nullptr, a.cols, index);
+        };
         std::vector<std::string> index;
-        const fit::MixData all = fit::mix_data_from_tables(mix, loss_table ? &*loss_table : nullptr, a.cols, &index);
+        fit::MixData all = load(a.mixture, a.losses, &index);
+        std::optional<fit::MixData> test;
+        if (!a.test_mixture.empty()) {
+          test = load(a.test_mixture, a.test_losses, nullptr);
+          if (test->domains != all.domains)
+            throw InputError("the test tables have other domains than the training tables", a.test_mixture);
+        }
         fit::MixSplit split;
         if (!a.split_file.empty()) {
           split = fit::split_from_file(a.split_file, index);
@@ -212,6 +234,25 @@ int main(int argc, char** argv) {
           split = fit::split_random(all.h.rows(), a.val_fraction, ctx.common.seed);
         } else if (!a.extrapolate.empty()) {
           split = fit::split_extrapolate(all, a.extrapolate);
+        } else if (test) {
+          // Separate test tables: train on every training row, validate on the test rows.
+          const Eigen::Index n_train = all.h.rows();
+          fit::MixData joined = all;
+          const Eigen::Index n_test = test->h.rows();
+          joined.h.conservativeResize(n_train + n_test, Eigen::NoChange);
+          joined.loss.conservativeResize(n_train + n_test, Eigen::NoChange);
+          joined.mask.conservativeResize(n_train + n_test, Eigen::NoChange);
+          joined.params.conservativeResize(n_train + n_test);
+          joined.tokens.conservativeResize(n_train + n_test);
+          joined.h.bottomRows(n_test) = test->h;
+          joined.loss.bottomRows(n_test) = test->loss;
+          joined.mask.bottomRows(n_test) = test->mask;
+          joined.params.tail(n_test) = test->params;
+          joined.tokens.tail(n_test) = test->tokens;
+          all = std::move(joined);
+          for (Eigen::Index r = 0; r < n_train; ++r) split.train.push_back(r);
+          for (Eigen::Index r = n_train; r < n_train + n_test; ++r) split.val.push_back(r);
+          split.how = "separate test tables: " + a.test_mixture + (a.test_losses.empty() ? "" : " + " + a.test_losses);
         } else {
           split.train.resize(static_cast<std::size_t>(all.h.rows()));
           std::iota(split.train.begin(), split.train.end(), Eigen::Index{0});

@@ -66,6 +66,9 @@ class MixLaw {
   virtual std::string source() const = 0;
   /// Parameter names for K domains, e.g. "c[arxiv]", "t[arxiv][github]", "H".
   virtual std::vector<std::string> param_names(const std::vector<std::string>& domains) const = 0;
+  /// For laws whose domains have separate parameter blocks (exponential, linear): the block
+  /// size, so unobserved domains can be left out of parameter counts; 0 for coupled laws.
+  virtual int block_size(int K) const { return 0; }
   /// Lower/upper bounds of every parameter (+-inf where unbounded).
   virtual void bounds(int K, Eigen::VectorXd& lo, Eigen::VectorXd& hi) const = 0;
   /// Predicted losses [n, K].  Returns false when p is outside the domain.
