@@ -33,7 +33,7 @@ if [ -f "$s/pile17_1B.csv" ]; then
   echo
   echo "Data-mixing laws, 17 Pile domains, 1B models / 25B tokens, the paper's 70/30 split (62 mixtures)"
   echo "paper (val MRE): capacity-noise 1.533%, capacity 2.064%, exponential 6.990%, RegMix 6.480%"
-  cmd="$bin/mixlaw-fit $s/pile17_1B.csv --split $s/pile17_1B_split.json --params 195.2 --tokens 2500 --law all -q"
+  cmd="$bin/mixlaw-fit $s/pile17_1B.csv --split $s/pile17_1B_split.json --params 195.2 --tokens 2500 --fix H=0.3 --law all -q"
   $cmd | jq -r '["law","val MRE %","val MAE","#params","fit s"], (.summary[] | [.law, (.val_mre*100*1000|round/1000), (.val_mae*10000|round/10000), .n_params, (.fit_seconds*100|round/100)]) | @tsv' | column -t
   echo "command: $cmd"
 fi

@@ -39,7 +39,7 @@ struct Args {
 };
 
 nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixData& train, const fit::MixData* val,
-                       cli::Context& ctx) {
+                       const std::vector<std::string>& val_index, cli::Context& ctx) {
   const auto law = fit::make_mixlaw(name);
   fit::MixFitOptions opt;
   opt.starts = name == "linear" ? 1 : a.starts;  // linear: the least-squares start is exact
@@ -99,6 +99,7 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
       nlohmann::json rows = nlohmann::json::array();
       for (Eigen::Index r2 = 0; r2 < vp.rows(); ++r2) {
         nlohmann::json row;
+        row["index"] = val_index[static_cast<std::size_t>(r2)];
         for (std::size_t i = 0; i < val->domains.size(); ++i) row[val->domains[i]] = vp(r2, static_cast<Eigen::Index>(i));
         rows.push_back(row);
       }
@@ -141,14 +142,20 @@ int main(int argc, char** argv) {
         app.add_option("--weight-pattern", a.cols.weight_pattern, "Weight column names, {} = domain")->capture_default_str();
         app.add_option("--loss-pattern", a.cols.loss_pattern, "Loss column names, {} = domain")->capture_default_str();
         app.add_option("--index-col", a.cols.index_col, "Join key and the key of --split files")->capture_default_str();
-        app.add_option("--params-col", a.cols.params_col, "Column of model size N in millions of parameters");
-        app.add_option("--tokens-col", a.cols.tokens_col, "Column of training tokens D in billions");
+        auto* pcol = app.add_option("--params-col", a.cols.params_col, "Column of model size N in millions of parameters");
+        auto* tcol = app.add_option("--tokens-col", a.cols.tokens_col, "Column of training tokens D in billions");
         app.add_option("--params-scale", a.cols.params_scale, "Multiply the --params-col values by this to get millions")
             ->capture_default_str()->check(cli::positive());
         app.add_option("--tokens-scale", a.cols.tokens_scale, "Multiply the --tokens-col values by this to get billions")
             ->capture_default_str()->check(cli::positive());
-        app.add_option("--params", a.cols.params, "Constant N (millions) when there is no column")->check(cli::positive());
-        app.add_option("--tokens", a.cols.tokens, "Constant D (billions) when there is no column")->check(cli::positive());
+        app.add_option("--params", a.cols.params,
+                       "Constant N (millions) when there is no column (not needed by exponential/linear)")
+            ->check(cli::positive())
+            ->excludes(pcol);
+        app.add_option("--tokens", a.cols.tokens,
+                       "Constant D (billions) when there is no column (not needed by exponential/linear)")
+            ->check(cli::positive())
+            ->excludes(tcol);
         app.add_option("--min-weight", a.cols.min_weight, "Entries count in fit and metrics when h_i > this")
             ->capture_default_str()
             ->check(cli::non_negative());
@@ -186,6 +193,9 @@ int main(int argc, char** argv) {
           throw UsageError("the result is JSON: give an output path ending in .json (or - for stdout)", "-o " + a.output);
         io::TableReadOptions ro;
         ro.header = !a.no_header;
+        const bool size_free = a.law == "exponential" || a.law == "linear";
+        if (size_free && a.cols.params_col.empty() && !(a.cols.params > 0)) a.cols.params = 1;  // unused by these laws
+        if (size_free && a.cols.tokens_col.empty() && !(a.cols.tokens > 0)) a.cols.tokens = 1;
         // Reads a mixture table (and an optional wide or long loss table) into MixData.
         auto load = [&](const std::string& mix_path, const std::string& loss_path, std::vector<std::string>* index) {
           io::Table mix = io::Table::read(mix_path, ro);
@@ -258,16 +268,25 @@ int main(int argc, char** argv) {
           std::iota(split.train.begin(), split.train.end(), Eigen::Index{0});
           split.how = "none: every row is used for fitting";
         }
+        if (a.predictions && split.val.empty()) throw UsageError("--predictions needs a validation set (a split or test tables)");
+        std::vector<std::string> val_index;
+        for (auto r : split.val)
+          val_index.push_back(static_cast<std::size_t>(r) < index.size() ? index[static_cast<std::size_t>(r)]
+                                                                          : "test:" + std::to_string(r - static_cast<Eigen::Index>(index.size())));
         const fit::MixData train = all.rows(split.train);
         std::optional<fit::MixData> val;
         if (!split.val.empty()) val = all.rows(split.val);
         const std::vector<std::string> laws = a.law == "all" ? fit::mixlaw_names() : std::vector<std::string>{a.law};
         const bool needs_all_losses = std::any_of(laws.begin(), laws.end(), [](const std::string& l) { return l.rfind("capacity", 0) == 0; });
-        if (needs_all_losses && !all.loss.isFinite().all())
-          throw InputError("the capacity laws need a loss for every domain (some domains have no loss column)", a.mixture);
+        if (needs_all_losses && !all.loss.isFinite().all()) {
+          std::string missing;
+          for (Eigen::Index i = 0; i < all.loss.cols(); ++i)
+            if (!all.loss.col(i).isFinite().all()) missing += (missing.empty() ? "" : ", ") + all.domains[static_cast<std::size_t>(i)];
+          throw InputError(fmt::format("the capacity laws need a loss for every domain; no losses for: {}", missing), a.mixture);
+        }
         nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::array();
         for (const auto& name : laws) {
-          nlohmann::json r = fit_one(name, a, train, val ? &*val : nullptr, ctx);
+          nlohmann::json r = fit_one(name, a, train, val ? &*val : nullptr, val_index, ctx);
           nlohmann::json s{{"law", name}, {"n_params", r["n_params"]}, {"train_mre", r["train"]["mre"]},
                            {"fit_seconds", r["fit_seconds"]}};
           if (val) {
@@ -277,7 +296,11 @@ int main(int argc, char** argv) {
           summary.push_back(s);
           results.push_back(std::move(r));
         }
+        std::vector<std::string> scored;
+        for (Eigen::Index i = 0; i < train.mask.cols(); ++i)
+          if (train.mask.col(i).sum() > 0) scored.push_back(all.domains[static_cast<std::size_t>(i)]);
         nlohmann::json out{{"domains", all.domains},
+                           {"scored_domains", scored},
                            {"rows", all.h.rows()},
                            {"split", {{"how", split.how}, {"train", split.train.size()}, {"val", split.val.size()}}},
                            {"min_weight", a.cols.min_weight},

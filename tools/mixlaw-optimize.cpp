@@ -2,7 +2,10 @@
 // model size and token budget, under a law fitted by mixlaw-fit.
 #include <fmt/core.h>
 
+#include <filesystem>
+
 #include "cli/run_tool.hpp"
+#include "io/atomic_file.hpp"
 #include "fit/mix_optimize.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
@@ -36,7 +39,8 @@ int main(int argc, char** argv) {
         app.add_option("--law", law, "Which fitted law to use when the file holds several");
         app.add_option("--params", params, "Model size N (millions of parameters)")->required()->check(cli::positive());
         app.add_option("--tokens", tokens, "Training tokens D (billions)")->required()->check(cli::positive());
-        app.add_option("--domain-weights", domain_weights, "Objective weights v: V or dom=V,... (default 1/K each)");
+        app.add_option("--domain-weights", domain_weights,
+                       "Objective weights v: V for all, or dom=V,... (unnamed: 1/K over domains the fit observed)");
         app.add_option("--lower", lower, "Lower bounds: V or dom=V,... (default 0)");
         app.add_option("--upper", upper, "Upper bounds: V or dom=V,... (default 1)");
         app.add_option("--check-samples", check_samples, "Also evaluate this many random feasible mixtures")
@@ -46,7 +50,10 @@ int main(int argc, char** argv) {
         std::string json_sha;
         const nlohmann::json j = io::read_json(fit_path, &json_sha);
         ctx.prov.add_input(fit_path, json_sha);
+        if (!io::is_stdout(output) && std::filesystem::path(output).extension() != ".json")
+          throw UsageError("the result is JSON: give an output path ending in .json (or - for stdout)", "-o " + output);
         const auto f = fit::load_fitted_mixlaw(j, law, fit_path);
+        if (j.contains("meta")) ctx.prov.extra["fit_meta"] = j["meta"];
         const Eigen::Index K = static_cast<Eigen::Index>(f.domains.size());
         fit::MixOptimizeOptions opt;
         opt.lower = fit::parse_domain_values(lower, f.domains, 0.0, "--lower");
@@ -54,15 +61,19 @@ int main(int argc, char** argv) {
         if ((opt.lower < 0).any() || (opt.upper > 1).any() || (opt.lower > opt.upper).any() || opt.lower.sum() > 1 ||
             opt.upper.sum() < 1)
           throw UsageError("bounds must satisfy 0 <= lower <= upper <= 1, sum(lower) <= 1 <= sum(upper)", "--lower/--upper");
-        const Eigen::ArrayXd v = fit::parse_domain_values(domain_weights, f.domains, 1.0 / static_cast<double>(K), "--domain-weights");
+        const Eigen::ArrayXd v = fit::objective_weights(f, domain_weights, "--domain-weights");
         const auto best = fit::optimize_mixture(*f.law, f.params, params, tokens, v, opt);
         nlohmann::ordered_json mix, losses;
         Eigen::ArrayXd g;
         for (Eigen::Index i = 0; i < K; ++i) mix[f.domains[static_cast<std::size_t>(i)]] = best.h[i];
         for (Eigen::Index i = 0; i < K; ++i) {
+          if (!f.scored[static_cast<std::size_t>(i)]) continue;  // no fitted prediction for unobserved domains
           Eigen::ArrayXd e = Eigen::ArrayXd::Zero(K);
           e[i] = 1;
-          losses[f.domains[static_cast<std::size_t>(i)]] = f.law->weighted_loss_grad(f.params.data(), best.h, params, tokens, e, nullptr);
+          const double li = f.law->weighted_loss_grad(f.params.data(), best.h, params, tokens, e, nullptr);
+          if (!(li > 0)) log::warn("predicted loss of '{}' at the optimum is {} (the law extrapolates badly here)",
+                                   f.domains[static_cast<std::size_t>(i)], li);
+          losses[f.domains[static_cast<std::size_t>(i)]] = li;
         }
         nlohmann::json out{{"law", f.law->name()},
                            {"params", params},
@@ -88,9 +99,18 @@ int main(int argc, char** argv) {
             ++accepted;
             sampled = std::min(sampled, f.law->weighted_loss_grad(f.params.data(), h, params, tokens, v, nullptr));
           }
-          out["check"] = {{"samples", accepted}, {"best_sampled_objective", sampled},
-                          {"optimum_not_worse", best.objective <= sampled + 1e-12}};
-          if (best.objective > sampled + 1e-12)
+          out["check"] = {{"samples_requested", check_samples}, {"samples", accepted}};
+          if (accepted == 0) {
+            log::warn("no random mixture satisfied the bounds in {} draws; nothing was checked", check_samples * 100L);
+            out["check"]["best_sampled_objective"] = nullptr;
+            out["check"]["optimum_not_worse"] = nullptr;
+          } else {
+            if (accepted < check_samples)
+              log::warn("only {} of {} random mixtures satisfied the bounds", accepted, check_samples);
+            out["check"]["best_sampled_objective"] = sampled;
+            out["check"]["optimum_not_worse"] = best.objective <= sampled + 1e-12;
+          }
+          if (accepted > 0 && best.objective > sampled + 1e-12)
             log::warn("a random mixture beats the optimiser ({} < {}); the law may have several basins", sampled, best.objective);
         }
         out["meta"] = ctx.prov.to_json();

@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
   cli::ToolInfo info{
       "mixlaw-predict",
       "Predict each domain's loss, and their weighted sum, for mixtures under a law fitted by mixlaw-fit.\n"
-      "Adds columns pred_<domain> and pred_weighted (sum_i v_i L_i, v from --domain-weights, default 1/K).",
+      "Adds columns pred_<domain> for every domain whose losses the fit observed, and pred_weighted\n"
+      "(sum_i v_i L_i; v from --domain-weights: V for all, or dom=V,... with unnamed domains at the default\n"
+      "1/K over observed domains).",
       "  mixlaw-fit data/scaling/mixture_synthetic.csv --params 100 --tokens 10 --law exponential -o fit.json && mixlaw-predict fit.json data/scaling/mixture_synthetic.csv --params 100 --tokens 10 -o pred.csv\n"
       "  mixlaw-predict fit.json mixtures.csv --params 1000 --tokens 25 --domain-weights web=2,code=1,books=1\n"};
   return cli::run_tool(
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
         ctx.prov.add_input(fit_path, json_sha);
         const auto f = fit::load_fitted_mixlaw(j, law, fit_path);
         if (j.contains("meta")) ctx.prov.extra["fit_meta"] = j["meta"];
+        ctx.prov.extra["law"] = f.law->name();
         io::TableReadOptions ro;
         ro.header = !no_header;
         io::Table t = io::Table::read(query, ro);
@@ -54,12 +57,13 @@ int main(int argc, char** argv) {
         cols.tokens = tokens;
         const fit::MixData d = fit::mix_queries_from_table(t, f.domains, cols);
         const Eigen::Index n = d.h.rows(), K = d.h.cols();
-        const Eigen::ArrayXd v = fit::parse_domain_values(domain_weights, f.domains, 1.0 / static_cast<double>(K), "--domain-weights");
+        const Eigen::ArrayXd v = fit::objective_weights(f, domain_weights, "--domain-weights");
         Eigen::ArrayXXd pred;
         if (!f.law->predict(f.params.data(), d, pred))
           throw InputError("the fitted parameters give no finite prediction here (is N larger than H?)", fit_path);
         for (Eigen::Index i = 0; i < K; ++i)
-          t.set_column("pred_" + f.domains[static_cast<std::size_t>(i)],
+          if (f.scored[static_cast<std::size_t>(i)])  // unobserved domains have no fitted prediction
+            t.set_column("pred_" + f.domains[static_cast<std::size_t>(i)],
                        std::vector<double>(pred.col(i).data(), pred.col(i).data() + n));
         const Eigen::ArrayXd weighted = (pred.matrix() * v.matrix()).array();
         t.set_column("pred_weighted", std::vector<double>(weighted.data(), weighted.data() + n));

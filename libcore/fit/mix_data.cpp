@@ -85,7 +85,12 @@ io::Table pivot_long_losses(const io::Table& t, const std::string& index_col, co
     if (!std::isnan(cell)) throw InputError(fmt::format("index {} has two losses for domain '{}'", idx[r], dom[r]), t.where(r));
     cell = val[r];
   }
+  for (std::size_t d = 0; d < order_dom.size(); ++d)
+    for (std::size_t i = 0; i < order_idx.size(); ++i)
+      if (std::isnan(cols[d][i]))
+        throw InputError(fmt::format("index {} has no loss for domain '{}'", order_idx[i], order_dom[d]), t.source());
   io::Table w;
+  w.set_source(t.source());
   w.set_column(index_col, order_idx);
   for (std::size_t d = 0; d < order_dom.size(); ++d)
     w.set_column(fmt::format(fmt::runtime(loss_pattern), order_dom[d]), std::move(cols[d]));
@@ -144,6 +149,7 @@ MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, 
     }
     std::set<std::string> seen;
     for (std::size_t r = 0; r < idx.size(); ++r) {
+      if (seen.count(idx[r])) throw InputError(fmt::format("index {} appears twice", idx[r]), mixture.where(r));
       const auto it = pos.find(idx[r]);
       if (it == pos.end()) throw InputError(fmt::format("index {} has no row in the loss table", idx[r]), mixture.where(r));
       lrow[r] = it->second;
@@ -193,6 +199,12 @@ MixSplit split_from_file(const std::string& path, const std::vector<std::string>
   };
   take("train_index", s.train);
   take("val_index", s.val);
+  std::set<Eigen::Index> seen;
+  for (const auto* side : {&s.train, &s.val})
+    for (auto r : *side)
+      if (!seen.insert(r).second)
+        throw InputError(fmt::format("index {} appears twice in the split (train and val must be disjoint)",
+                                     index[static_cast<std::size_t>(r)]), path);
   if (s.train.empty()) throw InputError("the split has no training rows", path);
   return s;
 }

@@ -31,10 +31,26 @@ FittedMixLaw load_fitted_mixlaw(const nlohmann::json& j, const std::string& law_
                      where);
   }
   FittedMixLaw f;
-  f.law = make_mixlaw((*pick)["law"].get<std::string>());
+  const std::string picked = (*pick)["law"].get<std::string>();
+  const auto known = mixlaw_names();
+  if (std::find(known.begin(), known.end(), picked) == known.end())
+    throw InputError(fmt::format("unknown law '{}' in the file", picked), where);
+  f.law = make_mixlaw(picked);
   for (const auto& d : j["domains"]) {
     if (!d.is_string()) throw InputError("\"domains\" must be strings", where);
+    if (std::find(f.domains.begin(), f.domains.end(), d.get<std::string>()) != f.domains.end())
+      throw InputError(fmt::format("domain '{}' is listed twice", d.get<std::string>()), where);
     f.domains.push_back(d);
+  }
+  if (f.domains.size() < 2) throw InputError("a mixing law needs at least 2 domains", where);
+  f.scored.assign(f.domains.size(), true);
+  if (j.contains("scored_domains") && j["scored_domains"].is_array()) {
+    f.scored.assign(f.domains.size(), false);
+    for (const auto& d : j["scored_domains"]) {
+      const auto it = d.is_string() ? std::find(f.domains.begin(), f.domains.end(), d.get<std::string>()) : f.domains.end();
+      if (it == f.domains.end()) throw InputError("\"scored_domains\" names a domain not in \"domains\"", where);
+      f.scored[static_cast<std::size_t>(it - f.domains.begin())] = true;
+    }
   }
   const auto names = f.law->param_names(f.domains);
   if (!pick->contains("params") || !(*pick)["params"].is_object()) throw InputError("a law entry has no \"params\"", where);
@@ -45,7 +61,33 @@ FittedMixLaw load_fitted_mixlaw(const nlohmann::json& j, const std::string& law_
       throw InputError(fmt::format("missing or non-finite parameter '{}'", names[i]), where);
     f.params[static_cast<Eigen::Index>(i)] = pj[names[i]].get<double>();
   }
+  // The parameters must lie in the law's domain: probe the uniform mixture.
+  Eigen::VectorXd lo, hi;
+  f.law->bounds(static_cast<int>(f.domains.size()), lo, hi);
+  for (Eigen::Index i = 0; i < f.params.size(); ++i)
+    if (f.params[i] < lo[i] || f.params[i] > hi[i])
+      throw InputError(fmt::format("parameter '{}' = {} is outside its bounds [{}, {}]", names[static_cast<std::size_t>(i)],
+                                   f.params[i], lo[i], hi[i]), where);
   return f;
+}
+
+Eigen::ArrayXd objective_weights(const FittedMixLaw& f, const std::string& text, const std::string& flag) {
+  const Eigen::Index K = static_cast<Eigen::Index>(f.domains.size());
+  int n_scored = 0;
+  for (bool b : f.scored) n_scored += b;
+  Eigen::ArrayXd v = parse_domain_values(text, f.domains, 1.0 / n_scored, flag);
+  const Eigen::ArrayXd defaults = parse_domain_values("", f.domains, 1.0 / n_scored, flag);
+  for (Eigen::Index i = 0; i < K; ++i) {
+    if (!f.scored[static_cast<std::size_t>(i)]) {
+      if (v[i] != defaults[i] && text.find(f.domains[static_cast<std::size_t>(i)] + "=") != std::string::npos)
+        throw UsageError(fmt::format("domain '{}' had no observed losses in the fit, so it cannot be weighted",
+                                     f.domains[static_cast<std::size_t>(i)]), flag);
+      v[i] = 0;
+    }
+    if (v[i] < 0) throw UsageError(fmt::format("weight of '{}' is negative", f.domains[static_cast<std::size_t>(i)]), flag);
+  }
+  if (!(v.sum() > 0)) throw UsageError("the domain weights are all zero", flag);
+  return v;
 }
 
 Eigen::ArrayXd parse_domain_values(const std::string& text, const std::vector<std::string>& domains, double fallback,

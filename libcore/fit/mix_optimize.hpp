@@ -18,6 +18,7 @@ struct FittedMixLaw {
   std::unique_ptr<MixLaw> law;
   std::vector<std::string> domains;
   Eigen::VectorXd params;
+  std::vector<bool> scored;  ///< domains whose losses were observed in the fit (others are never predicted)
 };
 
 /// Reads one law from mixlaw-fit output.  `law_name` empty: the only law, or capacity-noise
@@ -25,10 +26,15 @@ struct FittedMixLaw {
 /// missing parameter.
 FittedMixLaw load_fitted_mixlaw(const nlohmann::json& j, const std::string& law_name, const std::string& where);
 
-/// Per-domain values from "VALUE" (every domain) or "dom=VALUE,dom2=VALUE" (others keep
-/// `fallback`).  Throws UsageError naming `flag` for an unknown domain or a bad number.
+/// Per-domain values from "VALUE" (every domain) or "dom=VALUE,dom2=VALUE" (unnamed domains
+/// keep `fallback`).  Throws UsageError naming `flag` for an unknown domain or a bad number.
 Eigen::ArrayXd parse_domain_values(const std::string& text, const std::vector<std::string>& domains, double fallback,
                                    const std::string& flag);
+
+/// Objective weights v over the fitted domains: "--domain-weights" text, default 1/|scored|
+/// on scored domains; unscored domains get 0 and may not be named.  Throws UsageError for a
+/// negative weight, an unscored or unknown domain, or all-zero weights.
+Eigen::ArrayXd objective_weights(const FittedMixLaw& f, const std::string& text, const std::string& flag);
 
 /// Options of `optimize_mixture`.
 struct MixOptimizeOptions {

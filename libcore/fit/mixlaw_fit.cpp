@@ -118,8 +118,13 @@ MixFitResult fit_mixlaw(const MixLaw& law, const MixData& train, const MixFitOpt
   for (const auto& [k, v] : opt.fixed) {
     const auto it = std::find(names.begin(), names.end(), k);
     if (it == names.end()) throw UsageError(fmt::format("law {} has no parameter '{}'", law.name(), k), "--fix");
-    p0[it - names.begin()] = v;
-    free[static_cast<std::size_t>(it - names.begin())] = false;
+    const auto k2 = it - names.begin();
+    if (v < tr.lo[k2] || v > tr.hi[k2])
+      throw UsageError(fmt::format("{} = {} is outside its bounds [{}, {}]", k, v, tr.lo[k2], tr.hi[k2]), "--fix");
+    if (k == "H" && !(v > 0 && v < train.params.minCoeff()))
+      throw UsageError(fmt::format("H = {} must be in (0, N) with N = {}", v, train.params.minCoeff()), "--fix");
+    p0[k2] = v;
+    free[static_cast<std::size_t>(k2)] = false;
   }
   MixObjective obj(law, train, tr, p0, free);
   const Eigen::VectorXd z0 = obj.free_point(p0);

@@ -51,6 +51,8 @@ class Table {
   bool has(const std::string& name) const;
   /// Source label used in error messages (file path).
   const std::string& source() const noexcept { return source_; }
+  /// Sets the label used in error messages (for tables derived from a file).
+  void set_source(std::string label) { source_ = std::move(label); }
   /// SHA-256 of the bytes read (empty for tables built in memory).
   const std::string& sha256() const noexcept { return sha256_; }
 
