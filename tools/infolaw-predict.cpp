@@ -112,8 +112,15 @@ int main(int argc, char** argv) {
                                get_number(params, "b", a.params_path), get_number(params, "alpha", a.params_path),
                                get_number(params, "beta", a.params_path)};
           Eigen::ArrayXd shares = fit::infolaw_default_shares();
-          if (pj.contains("shares") && pj["shares"].is_array()) {
-            const auto v = pj["shares"].get<std::vector<double>>();
+          if (pj.contains("shares")) {
+            if (!pj["shares"].is_array() || pj["shares"].empty())
+              throw InputError("\"shares\" must be a non-empty array of positive numbers", a.params_path);
+            std::vector<double> v;
+            for (const auto& e : pj["shares"]) {
+              if (!e.is_number() || !std::isfinite(e.get<double>()) || !(e.get<double>() > 0))
+                throw InputError("\"shares\" must be a non-empty array of positive numbers", a.params_path);
+              v.push_back(e.get<double>());
+            }
             shares = Eigen::Map<const Eigen::ArrayXd>(v.data(), static_cast<Eigen::Index>(v.size()));
           }
           if (pj.contains("weight_prefix") && pj["weight_prefix"].is_string()) a.cols.weight_prefix = pj["weight_prefix"];

@@ -98,9 +98,11 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
     if (a.predictions) {
       nlohmann::json rows = nlohmann::json::array();
       for (Eigen::Index r2 = 0; r2 < vp.rows(); ++r2) {
-        nlohmann::json row;
-        row["index"] = val_index[static_cast<std::size_t>(r2)];
-        for (std::size_t i = 0; i < val->domains.size(); ++i) row[val->domains[i]] = vp(r2, static_cast<Eigen::Index>(i));
+        nlohmann::json pred_row = nlohmann::json::object();
+        for (std::size_t i = 0; i < val->domains.size(); ++i)
+          if (train.mask.col(static_cast<Eigen::Index>(i)).sum() > 0)  // only domains the fit observed
+            pred_row[val->domains[i]] = vp(r2, static_cast<Eigen::Index>(i));
+        nlohmann::json row{{"index", val_index[static_cast<std::size_t>(r2)]}, {"pred", pred_row}};
         rows.push_back(row);
       }
       out["val_predictions"] = rows;
@@ -159,9 +161,14 @@ int main(int argc, char** argv) {
         app.add_option("--min-weight", a.cols.min_weight, "Entries count in fit and metrics when h_i > this")
             ->capture_default_str()
             ->check(cli::non_negative());
-        app.add_option("--sum-tolerance", a.cols.sum_tolerance, "Allowed |sum of weights - 1| per row")
+        app.add_option("--sum-tolerance", a.cols.sum_tolerance, "Allowed |sum of weights - 1| per row (< 0.5)")
             ->capture_default_str()
-            ->check(cli::non_negative());
+            ->check(CLI::Validator(
+                [](std::string& v) -> std::string {
+                  double x = -1;
+                  return CLI::detail::lexical_cast(v, x) && x >= 0 && x < 0.5 ? "" : "must be in [0, 0.5), got " + v;
+                },
+                "NUMBER in [0, 0.5)"));
         app.add_flag("--allow-missing-losses", a.cols.allow_missing_losses,
                      "Accept domains with weights but no loss column (they are never scored)");
         auto* split = app.add_option("--split", a.split_file, "JSON {\"train_index\": [...], \"val_index\": [...]}");

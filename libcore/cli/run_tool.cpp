@@ -121,7 +121,7 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
         ->capture_default_str();
     app.add_option("--threads", ctx.common.threads, "Worker threads (0 = all cores)")
         ->capture_default_str()
-        ->check(non_negative());
+        ->check(int_range(0, 1024));
     setup(app);
     try {
       app.parse(argc, argv);

@@ -25,10 +25,10 @@ struct ToolInfo {
 
 /// Flags every tool has, after parsing.
 struct Common {
-  bool quiet = false;
-  int verbose = 0;
-  std::uint64_t seed = 0;
-  int threads = 0;  ///< 0 = all cores
+  bool quiet = false;      ///< -q: errors only on stderr
+  int verbose = 0;         ///< -v count: more detail on stderr
+  std::uint64_t seed = 0;  ///< --seed (default util/rng.hpp default_seed)
+  int threads = 0;         ///< --threads, 0 = all cores
 };
 
 /// Handed to the tool body: parsed common flags and a provenance record pre-filled with

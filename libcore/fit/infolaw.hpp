@@ -24,7 +24,11 @@ namespace icmlkit::fit {
 
 /// The five global InfoLaw scalars.
 struct InfoLawParams {
-  double theta = 0, a = 0, b = 0, alpha = 1, beta = 0;
+  double theta = 0;  ///< quality decay per bucket, f_d = exp(-theta d) (dimensionless)
+  double a = 0;      ///< slope of lambda(N) = a ln N + b
+  double b = 0;      ///< intercept of lambda(N)
+  double alpha = 1;  ///< loss scale, L = alpha info^-beta (nats/token)
+  double beta = 0;   ///< loss exponent (dimensionless, > 0 when loss falls with information)
 };
 
 /// Training runs for InfoLaw, all arrays with one entry per run.

@@ -72,7 +72,7 @@ Eigen::VectorXd Law::from_json(const nlohmann::json& j, const std::string& where
   return p;
 }
 
-std::vector<std::string> law_names() { return {"chinchilla", "data-constrained", "infolaw"}; }
+std::vector<std::string> law_names() { return {"chinchilla", "data-constrained", "infolaw"}; }  // infolaw: see infolaw.hpp
 
 std::unique_ptr<Law> make_law(const std::string& name) {
   if (name == "chinchilla") return std::make_unique<ChinchillaLaw>();

@@ -55,7 +55,8 @@ class Law {
 
 /// Creates a law by name; throws UsageError listing the known names.
 std::unique_ptr<Law> make_law(const std::string& name);
-/// Names accepted by make_law.
+/// Every loss-law name the tools know: "chinchilla" and "data-constrained" (built by
+/// make_law) and "infolaw" (fitted through fit/infolaw.hpp).
 std::vector<std::string> law_names();
 
 /// Chinchilla (Hoffmann et al. 2022): L = E + A/N^alpha + B/D^beta, params (a, b, e, alpha,
@@ -97,8 +98,12 @@ class DataConstrainedLaw : public Law {
 /// (Hoffmann et al. 2022, eq. 4): N_opt = G (C/6)^(beta/(alpha+beta)), D_opt = (C/6)/N_opt,
 /// G = (alpha A / (beta B))^(1/(alpha+beta)).  C in FLOPs, > 0.
 struct ComputeOptimum {
-  double flops, params, tokens, loss;
+  double flops;   ///< the budget C (FLOPs)
+  double params;  ///< N_opt (parameters)
+  double tokens;  ///< D_opt (tokens)
+  double loss;    ///< L(N_opt, D_opt) (nats/token)
 };
+/// The compute-optimal allocation above.  Throws InputError when flops <= 0.
 ComputeOptimum compute_optimal(double A, double B, double E, double alpha, double beta, double flops);
 
 }  // namespace icmlkit::fit

@@ -15,11 +15,24 @@
 namespace icmlkit::fit {
 namespace {
 
+// "{}" in a column pattern replaced by the domain name (patterns are checked by match_columns).
+std::string fill(const std::string& pattern, const std::string& domain) {
+  std::string out = pattern;
+  out.replace(out.find("{}"), 2, domain);
+  return out;
+}
+
+void check_pattern(const std::string& pattern, const std::string& flag) {
+  const auto b = pattern.find("{}");
+  if (b == std::string::npos || pattern.find("{}", b + 2) != std::string::npos)
+    throw UsageError(fmt::format("pattern '{}' must contain exactly one {{}} (where the domain name goes)", pattern), flag);
+}
+
 // Domain names of the columns that match "<prefix>{}<suffix>", in column order.
 std::vector<std::pair<std::string, std::string>> match_columns(const io::Table& t, const std::string& pattern,
                                                                const std::string& flag) {
+  check_pattern(pattern, flag);
   const auto brace = pattern.find("{}");
-  if (brace == std::string::npos) throw UsageError(fmt::format("pattern '{}' has no {{}}", pattern), flag);
   const std::string pre = pattern.substr(0, brace), post = pattern.substr(brace + 2);
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& n : t.names())
@@ -67,6 +80,7 @@ void read_weights_and_sizes(const io::Table& t, const std::vector<std::pair<std:
 
 io::Table pivot_long_losses(const io::Table& t, const std::string& index_col, const std::string& domain_col,
                             const std::string& value_col, const std::string& loss_pattern) {
+  check_pattern(loss_pattern, "--loss-pattern");
   auto idx = t.texts(index_col);
   for (auto& s : idx)
     if (auto v = io::parse_double(s)) s = io::format_double(*v);
@@ -93,13 +107,14 @@ io::Table pivot_long_losses(const io::Table& t, const std::string& index_col, co
   w.set_source(t.source());
   w.set_column(index_col, order_idx);
   for (std::size_t d = 0; d < order_dom.size(); ++d)
-    w.set_column(fmt::format(fmt::runtime(loss_pattern), order_dom[d]), std::move(cols[d]));
+    w.set_column(fill(loss_pattern, order_dom[d]), std::move(cols[d]));
   return w;
 }
 
 MixData mix_queries_from_table(const io::Table& t, const std::vector<std::string>& domains, const MixColumns& cols) {
+  check_pattern(cols.weight_pattern, "--weight-pattern");
   std::vector<std::pair<std::string, std::string>> wcols;
-  for (const auto& dom : domains) wcols.emplace_back(dom, fmt::format(fmt::runtime(cols.weight_pattern), dom));
+  for (const auto& dom : domains) wcols.emplace_back(dom, fill(cols.weight_pattern, dom));
   MixData d;
   d.domains = domains;
   read_weights_and_sizes(t, wcols, cols, d);
@@ -123,8 +138,9 @@ MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, 
   for (const auto& [dom, c] : lcols)
     if (std::find(d.domains.begin(), d.domains.end(), dom) == d.domains.end())
       log::info("ignoring loss column '{}': no weight column '{}' (an evaluation-only domain)", c,
-                fmt::format(fmt::runtime(std::string(cols.weight_pattern)), dom));
+                fill(cols.weight_pattern, dom));
   const Eigen::Index n = static_cast<Eigen::Index>(mixture.rows()), K = static_cast<Eigen::Index>(wcols.size());
+  if (n == 0) throw InputError("no mixture rows left", mixture.source());
 
   // Row order of the loss table relative to the mixture table.
   std::vector<std::size_t> lrow(static_cast<std::size_t>(n));
@@ -133,6 +149,9 @@ MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, 
     idx = mixture.texts(cols.index_col);
     for (auto& s : idx)
       if (auto v = io::parse_double(s)) s = io::format_double(*v);  // "1" and "1.0" name one index
+    std::set<std::string> once;
+    for (std::size_t r = 0; r < idx.size(); ++r)
+      if (!once.insert(idx[r]).second) throw InputError(fmt::format("index {} appears twice", idx[r]), mixture.where(r));
   } else {
     for (Eigen::Index r = 0; r < n; ++r) idx[static_cast<std::size_t>(r)] = std::to_string(r);
   }
@@ -169,7 +188,7 @@ MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, 
       if (!cols.allow_missing_losses)
         throw InputError(fmt::format("domain '{}' has weights but no loss column '{}' (--allow-missing-losses to accept)",
                                      d.domains[static_cast<std::size_t>(i)],
-                                     fmt::format(fmt::runtime(std::string(cols.loss_pattern)), d.domains[static_cast<std::size_t>(i)])),
+                                     fill(cols.loss_pattern, d.domains[static_cast<std::size_t>(i)])),
                          lt.source());
       continue;
     }

@@ -61,7 +61,8 @@ FittedMixLaw load_fitted_mixlaw(const nlohmann::json& j, const std::string& law_
       throw InputError(fmt::format("missing or non-finite parameter '{}'", names[i]), where);
     f.params[static_cast<Eigen::Index>(i)] = pj[names[i]].get<double>();
   }
-  // The parameters must lie in the law's domain: probe the uniform mixture.
+  // The parameters must lie within the law's bounds (strict positivity is checked where the
+  // law is evaluated, since it depends on N).
   Eigen::VectorXd lo, hi;
   f.law->bounds(static_cast<int>(f.domains.size()), lo, hi);
   for (Eigen::Index i = 0; i < f.params.size(); ++i)
@@ -130,6 +131,12 @@ MixOptimum optimize_mixture(const MixLaw& law, const Eigen::VectorXd& params, do
       throw InputError(fmt::format("the law cannot be evaluated at N = {}: {}", N, e.what()));
     }
   };
+  {
+    Eigen::ArrayXd g;
+    const double f0 = value(starts.front(), &g);
+    if (!std::isfinite(f0) || !g.allFinite())
+      throw InputError(fmt::format("the fitted parameters give no finite loss at N = {}, D = {} (outside the law's domain?)", N, D));
+  }
   MixOptimum best;
   best.objective = std::numeric_limits<double>::infinity();
   for (const auto& s : starts) {
@@ -156,11 +163,12 @@ MixOptimum optimize_mixture(const MixLaw& law, const Eigen::VectorXd& params, do
     }
     best.iterations += it;
     ++best.starts;
-    if (f < best.objective) {
+    if (std::isfinite(f) && f < best.objective) {
       best.objective = f;
       best.h = h;
     }
   }
+  if (best.h.size() == 0) throw RuntimeError("no start of the mixture optimisation reached a finite objective");
   return best;
 }
 

@@ -53,7 +53,9 @@ struct MixOptimum {
 
 /// Minimises sum_i v_i L_i(h; N, D) over the bounded simplex by projected gradient descent
 /// with Armijo backtracking, from the uniform mixture and from each domain's corner (K + 1
-/// starts; the law is not convex in h), keeping the best.
+/// starts; the law is not convex in h), keeping the best.  Throws InputError when the law
+/// cannot be evaluated at (N, D) (parameters outside its domain), std::invalid_argument for
+/// infeasible bounds, RuntimeError when no start stays finite.
 MixOptimum optimize_mixture(const MixLaw& law, const Eigen::VectorXd& params, double N, double D,
                             const Eigen::ArrayXd& v, const MixOptimizeOptions& opt);
 

@@ -283,6 +283,8 @@ class CapacityLaw final : public MixLaw {
                             Eigen::ArrayXd* grad_h) const override {
     const Eigen::Index K = h.size();
     const View w = view(p, K);
+    if (!(w.H > 0 && N > w.H && (w.c > 0).all() && (w.b > 0).all() && (!noise_ || (w.a > 0).all())))
+      return std::numeric_limits<double>::quiet_NaN();  // outside the law's domain
     const Allocation al = allocate_capacity(h, w.c, w.b, w.H, N);
     double total = 0, S = 0, W = 0;
     Eigen::ArrayXd s(K), u(K);

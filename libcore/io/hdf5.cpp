@@ -23,6 +23,14 @@ void Handle::reset() noexcept {
 
 void quiet_errors() noexcept { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
+void close_file(Handle& file, const std::string& label) {
+  const hid_t id = file.get();
+  if (id < 0) return;
+  H5Fflush(id, H5F_SCOPE_GLOBAL);
+  file.release();
+  if (H5Fclose(id) < 0) throw RuntimeError("cannot finish writing HDF5 file (disk full?)", label);
+}
+
 Handle open_file(const std::string& path) {
   quiet_errors();
   std::error_code ec;
@@ -164,6 +172,9 @@ void write_attr(const Handle& loc, const std::string& name, const std::string& v
 bool read_attr(const Handle& loc, const std::string& name, std::string& value) {
   if (H5Aexists(loc.get(), name.c_str()) <= 0) return false;
   Handle a(H5Aopen(loc.get(), name.c_str(), H5P_DEFAULT));
+  if (!a) return false;
+  Handle space(H5Aget_space(a.get()));
+  if (!space || H5Sget_simple_extent_npoints(space.get()) != 1) return false;  // only scalar strings
   Handle type(H5Aget_type(a.get()));
   if (H5Tget_class(type.get()) != H5T_STRING) return false;
   if (H5Tis_variable_str(type.get()) > 0) {

@@ -33,6 +33,8 @@ class Handle {
   explicit operator bool() const noexcept { return id_ >= 0; }
   /// Closes the identifier now.
   void reset() noexcept;
+  /// Gives up ownership without closing.
+  void release() noexcept { id_ = H5I_INVALID_HID; }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
@@ -43,6 +45,9 @@ void quiet_errors() noexcept;
 
 /// Opens an existing file read-only.  Throws InputError when missing or not HDF5.
 Handle open_file(const std::string& path);
+/// Flushes and closes a file being written, checking the status (the flush is where a full
+/// disk shows).  Throws RuntimeError naming `label`.
+void close_file(Handle& file, const std::string& label);
 /// Creates (truncates) a file for writing.  Throws RuntimeError.
 Handle create_file(const std::string& path);
 /// Opens a group ("/" for the root).  Throws InputError naming file and group.

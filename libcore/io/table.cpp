@@ -426,8 +426,24 @@ std::vector<std::vector<double>> numeric_views(const std::vector<std::string>& n
     std::vector<double> v;
     bool ok = !text(c).empty();
     for (const auto& s : text(c)) {
+      // A cell becomes a number only when that loses nothing: finite, no leading zero before a
+      // digit ("00123" is an id), at most 15 significant digits (long ids stay exact text).
       const auto x = parse_double(s);
-      if (!x) { ok = false; break; }
+      if (!x || !std::isfinite(*x)) { ok = false; break; }
+      const std::string_view t = trim(s);
+      const std::size_t first = t.find_first_not_of("+-");
+      if (first != std::string_view::npos && t.size() > first + 1 && t[first] == '0' &&
+          std::isdigit(static_cast<unsigned char>(t[first + 1]))) { ok = false; break; }
+      int digits = 0;
+      bool leading = true;
+      for (char ch : t) {
+        if (ch == 'e' || ch == 'E') break;
+        if (!std::isdigit(static_cast<unsigned char>(ch))) continue;
+        if (leading && ch == '0') continue;
+        leading = false;
+        ++digits;
+      }
+      if (digits > 15) { ok = false; break; }
       v.push_back(*x);
     }
     if (ok) out[c] = std::move(v);
@@ -510,8 +526,8 @@ void Table::write(const std::string& path, const Provenance* prov) const {
         o << nlohmann::json{{"meta", prov->to_json()}}.dump(2) << "\n";
         if (!o.flush()) throw RuntimeError("cannot write output file", path + ".meta.json");
       }
+      meta.commit();  // the sidecar first: a failed data rename then leaves the old CSV untouched
       data.commit();
-      meta.commit();
     } else {
       write_text(path, to_csv(ext == ".tsv" ? '\t' : ','));
     }
@@ -531,6 +547,8 @@ void Table::write(const std::string& path, const Provenance* prov) const {
       }
       h5::write_attr(root, "columns", order.dump());
       if (prov) h5::write_provenance(f, *prov);
+      root.reset();
+      h5::close_file(f, path);
     }
     file.commit();
   } else {

@@ -59,7 +59,7 @@ class Table {
   /// Column `name` as numbers.  Throws InputError "(file, row R, column 'name')" for a
   /// missing column, an empty or non-numeric cell, or a value failing `check`.
   std::vector<double> numbers(const std::string& name, const NumberCheck& check = {}) const;
-  /// Column `name` as text (numbers printed with 17 significant digits).  Throws when absent.
+  /// Column `name` as text (numbers in their shortest round-trip form).  Throws when absent.
   std::vector<std::string> texts(const std::string& name) const;
   /// Whether every cell of `name` parses as a number.
   bool is_numeric(const std::string& name) const;

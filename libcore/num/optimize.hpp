@@ -43,7 +43,7 @@ struct LbfgsResult {
   Eigen::VectorXd x;       ///< final point [dim]
   double f = 0;            ///< objective at x (NaN when the start was outside the domain)
   bool converged = false;  ///< Ceres reported CONVERGENCE
-  int iterations = 0;
+  int iterations = 0;      ///< L-BFGS iterations taken
   std::string message;     ///< Ceres' termination message
 };
 
