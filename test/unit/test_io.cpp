@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
@@ -16,8 +17,9 @@ using io::Table;
 namespace fs = std::filesystem;
 
 namespace {
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "icmlkit_unit_io";
+// A file in a per-test directory (ctest runs test cases in parallel processes).
+fs::path scratch(const std::string& name, const std::string& test = "misc") {
+  const fs::path dir = fs::temp_directory_path() / ("icmlkit_unit_io_" + std::to_string(::getpid())) / test;
   fs::create_directories(dir);
   return dir / name;
 }
@@ -102,7 +104,7 @@ TEST_CASE("io: tables round-trip through CSV, JSON, JSON Lines and HDF5 exactly"
 }
 
 TEST_CASE("io: atomic writes never leave partial files or clobber good ones") {
-  const auto p = scratch("keep.json");
+  const auto p = scratch("keep.json", "atomic");
   io::write_text(p.string(), "good\n");
   {
     io::AtomicFile f(p);
