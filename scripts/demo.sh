@@ -23,3 +23,19 @@ jq -r '.rows[] | "N = \(.params)  D = \(.tokens)  U = \(.unique_tokens)  ->  pre
 echo "== compute-optimal allocation for 1e21 and 1e23 FLOPs under the fitted base law"
 "$bin/infolaw-predict" $tmp/fit.json --compute 1e21 --compute 1e23 |
   jq -r '.rows[] | "C = \(.flops)  N_opt = \(.params|floor)  D_opt = \(.tokens|floor)  loss = \(.loss)"'
+echo "== mixlaw-fit --law all: data-mixing laws on one split"
+mix=../shared/data/scaling/pile17_1B.csv
+N=195.2 D=2500
+if [ -f "$mix" ]; then
+  "$bin/mixlaw-fit" "$mix" --split ../shared/data/scaling/pile17_1B_split.json --params 195.2 --tokens 2500 --fix H=0.3 \
+    --law all -q -o "$tmp/mix.json"
+  echo "(62 Pile mixtures x 17 domains, 1B models; the paper's 70/30 split)"
+else
+  echo "($mix is absent: it joins RegMix's public 1B runs (sail-sg/regmix); using a generated 3-domain sweep)"
+  N=100 D=10
+  "$bin/mixlaw-fit" data/scaling/mixture_synthetic.csv --params $N --tokens $D --val-fraction 0.25 --law all -q -o "$tmp/mix.json"
+fi
+jq -r '.summary[] | "\(.law)\t\(.n_params) params\tvalidation MRE \(.val_mre*10000|round/100) %"' "$tmp/mix.json" | column -t -s $'\t'
+echo "== mixlaw-optimize: the mixture minimising the mean predicted loss under the full law"
+"$bin/mixlaw-optimize" "$tmp/mix.json" --law capacity-noise --params $N --tokens $D -q |
+  jq -r '.mixture | to_entries | sort_by(-.value) | .[:5][] | "\(.key)\t\(.value*1000|round/10) %"' | column -t -s $'\t'
