@@ -328,8 +328,7 @@ int main(int argc, char** argv) {
             ->check(cli::non_negative());
       },
       [&](cli::Context& ctx) {
-        if (!io::is_stdout(a.output) && std::filesystem::path(a.output).extension() != ".json")
-          throw UsageError("the fit result is JSON: give an output path ending in .json (or - for stdout)", "-o " + a.output);
+        io::require_json_path(a.output);
         io::TableReadOptions ro;
         ro.header = !a.no_header;
         const io::Table full = io::Table::read(a.input, ro);

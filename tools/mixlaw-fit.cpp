@@ -196,8 +196,7 @@ int main(int argc, char** argv) {
                      "Drop rows with an empty cell in a weight, loss, N or D column (single-table input)");
       },
       [&](cli::Context& ctx) {
-        if (!io::is_stdout(a.output) && std::filesystem::path(a.output).extension() != ".json")
-          throw UsageError("the result is JSON: give an output path ending in .json (or - for stdout)", "-o " + a.output);
+        io::require_json_path(a.output);
         io::TableReadOptions ro;
         ro.header = !a.no_header;
         const bool size_free = a.law == "exponential" || a.law == "linear";

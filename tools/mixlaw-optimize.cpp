@@ -50,8 +50,7 @@ int main(int argc, char** argv) {
         std::string json_sha;
         const nlohmann::json j = io::read_json(fit_path, &json_sha);
         ctx.prov.add_input(fit_path, json_sha);
-        if (!io::is_stdout(output) && std::filesystem::path(output).extension() != ".json")
-          throw UsageError("the result is JSON: give an output path ending in .json (or - for stdout)", "-o " + output);
+        io::require_json_path(output);
         const auto f = fit::load_fitted_mixlaw(j, law, fit_path);
         if (j.contains("meta")) ctx.prov.extra["fit_meta"] = j["meta"];
         const Eigen::Index K = static_cast<Eigen::Index>(f.domains.size());

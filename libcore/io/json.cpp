@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <filesystem>
+
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
@@ -19,6 +21,11 @@ nlohmann::json read_json(const std::string& path, std::string* sha256) {
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError("malformed JSON", fmt::format("{}, byte {}", is_stdout(path) ? "<stdin>" : path, e.byte));
   }
+}
+
+void require_json_path(const std::string& path) {
+  if (!is_stdout(path) && std::filesystem::path(path).extension() != ".json")
+    throw UsageError("the result is JSON: give an output path ending in .json (or - for stdout)", "-o " + path);
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {

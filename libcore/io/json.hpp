@@ -11,6 +11,9 @@ namespace icmlkit::io {
 nlohmann::json read_json(const std::string& path);
 /// The same, also giving the SHA-256 of the bytes read (for provenance; works for stdin).
 nlohmann::json read_json(const std::string& path, std::string* sha256);
+/// Throws UsageError naming -o unless `path` is stdout ("-") or ends in .json (for tools
+/// whose result is a JSON document).
+void require_json_path(const std::string& path);
 /// Writes `j` pretty-printed (2-space indent) plus a newline, atomically; "-" = stdout.
 void write_json(const std::string& path, const nlohmann::json& j);
 
