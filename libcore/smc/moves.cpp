@@ -1,0 +1,51 @@
+#include "smc/moves.hpp"
+
+#include <cmath>
+
+namespace icmlkit::smc {
+namespace {
+Eigen::VectorXd gaussian(Eigen::Index n, Rng& rng) {
+  Eigen::VectorXd z(n);
+  for (Eigen::Index i = 0; i < n; ++i) z[i] = rng.normal();
+  return z;
+}
+// log q(to | from) of the Langevin proposal, up to the constant.
+double log_q(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& from, const Eigen::VectorXd& to,
+             double gamma) {
+  const Eigen::VectorXd mean = from - gamma * p.grad_x(theta, from);
+  return -(to - mean).squaredNorm() / (4 * gamma);
+}
+}  // namespace
+
+double ula_a(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& u, const Eigen::VectorXd& v,
+             double gamma) {
+  const Eigen::VectorXd g = p.grad_x(theta, u);
+  return p.energy(theta, u) + 0.5 * (v - u).dot(g) + 0.25 * gamma * g.squaredNorm();
+}
+
+Eigen::VectorXd ula_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
+                         Rng& rng) {
+  return x - gamma * p.grad_x(theta, x) + std::sqrt(2 * gamma) * gaussian(x.size(), rng);
+}
+
+Eigen::VectorXd mala_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
+                          Rng& rng, bool* accepted) {
+  const Eigen::VectorXd y = ula_step(p, theta, x, gamma, rng);
+  const double log_ratio = -p.energy(theta, y) + p.energy(theta, x) + log_q(p, theta, y, x, gamma) -
+                           log_q(p, theta, x, y, gamma);
+  const bool ok = std::log(rng.uniform() + 1e-300) < log_ratio;
+  if (accepted) *accepted = ok;
+  return ok ? y : x;
+}
+
+double ula_increment(const Problem& p, const Eigen::VectorXd& theta_k, const Eigen::VectorXd& theta_next,
+                     const Eigen::VectorXd& x, const Eigen::VectorXd& x_new, double gamma) {
+  return ula_a(p, theta_k, x, x_new, gamma) - ula_a(p, theta_next, x_new, x, gamma);
+}
+
+double invariant_increment(const Problem& p, const Eigen::VectorXd& theta_k, const Eigen::VectorXd& theta_next,
+                           const Eigen::VectorXd& x) {
+  return -(p.energy(theta_next, x) - p.energy(theta_k, x));
+}
+
+}  // namespace icmlkit::smc

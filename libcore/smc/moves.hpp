@@ -1,0 +1,36 @@
+// Particle moves and the SMC-sampler weight increments that go with them.
+#pragma once
+
+#include <Eigen/Core>
+
+#include "smc/problem.hpp"
+#include "util/rng.hpp"
+
+namespace icmlkit::smc {
+
+/// a(u, v; U) = U(u) + (v - u) . grad U(u) / 2 + (gamma / 4) |grad U(u)|^2, the ULA log-kernel
+/// term whose difference gives the SMC-sampler increment with ULA as forward and backward
+/// kernel (the |v - u|^2 terms cancel).
+double ula_a(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& u, const Eigen::VectorXd& v,
+             double gamma);
+
+/// One unadjusted Langevin step x' = x - gamma grad_x U_theta(x) + sqrt(2 gamma) xi.
+Eigen::VectorXd ula_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
+                         Rng& rng);
+
+/// One Metropolis-adjusted Langevin step (invariant for pi_theta); `accepted` reports the
+/// outcome.
+Eigen::VectorXd mala_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
+                          Rng& rng, bool* accepted = nullptr);
+
+/// Log-weight increment of SOSMC-ULA for a particle moved x -> x' under theta_k, with the
+/// parameter then updated to theta_next: a(x, x'; U_k) - a(x', x; U_next).
+double ula_increment(const Problem& p, const Eigen::VectorXd& theta_k, const Eigen::VectorXd& theta_next,
+                     const Eigen::VectorXd& x, const Eigen::VectorXd& x_new, double gamma);
+
+/// Log-weight increment of an invariant (MALA/RWM/HMC) move: -(U_next(x) - U_k(x)); exactly 0
+/// when theta does not change.
+double invariant_increment(const Problem& p, const Eigen::VectorXd& theta_k, const Eigen::VectorXd& theta_next,
+                           const Eigen::VectorXd& x);
+
+}  // namespace icmlkit::smc

@@ -1,0 +1,136 @@
+// smc/: particle populations, resampling, Langevin moves and increments, MML on the toy model.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "smc/moves.hpp"
+#include "smc/optimize.hpp"
+#include "smc/particles.hpp"
+
+using namespace icmlkit;
+using namespace icmlkit::smc;
+
+namespace {
+// y_d ~ N(x_d, 1), x_d ~ N(1, 1): the toy model of Kuntz, Lim & Johansen (2023), D = 100.
+ToyHierarchical toy(int D, std::uint64_t seed) {
+  Rng rng(seed);
+  Eigen::VectorXd y(D);
+  for (int d = 0; d < D; ++d) y[d] = 1.0 + rng.normal() + rng.normal();
+  return ToyHierarchical(y);
+}
+}  // namespace
+
+TEST_CASE("smc: ESS of equal and degenerate weights") {
+  Population p;
+  p.x = Eigen::MatrixXd::Zero(10, 1);
+  p.logw = Eigen::ArrayXd::Zero(10);
+  CHECK(p.ess() == doctest::Approx(10.0));
+  p.logw[3] = 1000;
+  CHECK(p.ess() == doctest::Approx(1.0));
+}
+
+TEST_CASE("smc: multinomial and systematic resampling are unbiased") {
+  // Truth: E[count_i] = N w_i.  20,000 repetitions; 5-sigma bound on the mean count
+  // (sd of a count <= sqrt(N w_i)), so a false failure has probability < 1e-5 per entry.
+  Eigen::ArrayXd w(5);
+  w << 0.05, 0.4, 0.15, 0.3, 0.1;
+  for (auto scheme : {Resampling::multinomial, Resampling::systematic}) {
+    Rng rng(13);
+    Eigen::ArrayXd counts = Eigen::ArrayXd::Zero(5);
+    const int reps = 20000;
+    for (int r = 0; r < reps; ++r)
+      for (auto i : resample_indices(w, scheme, rng)) counts[i] += 1;
+    counts /= reps;
+    for (int i = 0; i < 5; ++i) CHECK(std::abs(counts[i] - 5 * w[i]) < 5 * std::sqrt(5 * w[i] / reps));
+  }
+}
+
+TEST_CASE("smc: invariant-move increment is exactly 0 when theta does not change") {
+  const auto p = toy(10, 1);
+  Eigen::VectorXd th(1), x = Eigen::VectorXd::LinSpaced(10, -1, 2);
+  th << 0.7;
+  CHECK(invariant_increment(p, th, th, x) == 0.0);
+  Eigen::VectorXd th2(1);
+  th2 << 0.8;
+  CHECK(invariant_increment(p, th, th2, x) == doctest::Approx(-(p.energy(th2, x) - p.energy(th, x))));
+}
+
+TEST_CASE("smc: ULA increment equals the SMC-sampler weight with ULA forward and backward kernels") {
+  // Truth: log [pi_next(x') L(x' -> x)] - log [pi_k(x) K(x -> x')] with the Gaussian ULA
+  // transition densities written out (normalising constants cancel).
+  const auto p = toy(4, 2);
+  Eigen::VectorXd tk(1), tn(1);
+  tk << 0.3;
+  tn << 0.45;
+  Eigen::VectorXd x(4), xn(4);
+  x << 0.1, -0.4, 1.2, 0.8;
+  xn << 0.3, -0.1, 1.0, 0.9;
+  const double g = 0.05;
+  auto log_k = [&](const Eigen::VectorXd& th, const Eigen::VectorXd& from, const Eigen::VectorXd& to) {
+    return -(to - from + g * p.grad_x(th, from)).squaredNorm() / (4 * g);
+  };
+  const double truth = -p.energy(tn, xn) + log_k(tn, xn, x) + p.energy(tk, x) - log_k(tk, x, xn);
+  CHECK(ula_increment(p, tk, tn, x, xn, g) == doctest::Approx(truth).epsilon(1e-12));
+}
+
+TEST_CASE("smc: MALA leaves the Gaussian posterior invariant (moment test)") {
+  // x_d | y, theta ~ N((y_d + theta)/2, 1/2).  20,000 exact draws, 10 MALA steps each; the
+  // standard error of the mean is 0.005 and of the variance 0.005: 6-sigma bounds.
+  const auto p = toy(2, 3);
+  Eigen::VectorXd th(1);
+  th << 0.5;
+  Rng rng(4);
+  const int n = 20000;
+  Eigen::MatrixXd xs(n, 2);
+  for (int i = 0; i < n; ++i) {
+    Eigen::VectorXd x(2);
+    for (int d = 0; d < 2; ++d) x[d] = 0.5 * (p.y()[d] + th[0]) + std::sqrt(0.5) * rng.normal();
+    for (int s = 0; s < 10; ++s) x = mala_step(p, th, x, 0.4, rng);
+    xs.row(i) = x.transpose();
+  }
+  for (int d = 0; d < 2; ++d) {
+    const double m = xs.col(d).mean(), v = (xs.col(d).array() - m).square().mean();
+    CHECK(std::abs(m - 0.5 * (p.y()[d] + th[0])) < 0.03);
+    CHECK(std::abs(v - 0.5) < 0.03);
+  }
+}
+
+TEST_CASE("smc: every method converges to the marginal-likelihood maximiser mean(y) on the toy model") {
+  // Truth: the MLE is mean(y); exact EM converges to the same fixed point.
+  const auto p = toy(100, 5);
+  const double mle = p.y().mean();
+  double em = 0;
+  for (int k = 0; k < 200; ++k) em = p.em_step(em);
+  CHECK(em == doctest::Approx(mle).epsilon(1e-12));
+  Eigen::VectorXd th0 = Eigen::VectorXd::Zero(1), x0 = Eigen::VectorXd::Zero(100);
+  struct Case { Method m; Move mv; double tol; };
+  for (const auto& c : {Case{Method::sosmc, Move::ula, 0.05}, Case{Method::sosmc, Move::mala, 0.05},
+                        Case{Method::impdiff, Move::ula, 0.05}, Case{Method::pgd, Move::ula, 0.05},
+                        Case{Method::soul, Move::ula, 0.15}}) {
+    SmcOptions o;
+    o.method = c.m;
+    o.move = c.mv;
+    o.particles = 100;
+    o.steps = 400;
+    o.learning_rate = 0.01;
+    o.step_size = 0.01;
+    o.seed = 9;
+    const auto r = maximise_marginal_likelihood(p, th0, x0, o);
+    CAPTURE(static_cast<int>(c.m));
+    CAPTURE(static_cast<int>(c.mv));
+    // Tolerance: Monte Carlo error of the particle gradient at N = 100 (SOUL: one chain).
+    CHECK(std::abs(r.theta[0] - mle) < c.tol);
+    CHECK(r.trajectory.size() == 400);
+  }
+}
+
+TEST_CASE("smc: runs are reproducible per seed and reject bad settings") {
+  const auto p = toy(20, 6);
+  SmcOptions o;
+  o.steps = 50;
+  o.seed = 1;
+  const Eigen::VectorXd th0 = Eigen::VectorXd::Zero(1), x0 = Eigen::VectorXd::Zero(20);
+  CHECK(maximise_marginal_likelihood(p, th0, x0, o).theta[0] == maximise_marginal_likelihood(p, th0, x0, o).theta[0]);
+  o.particles = 0;
+  CHECK_THROWS(maximise_marginal_likelihood(p, th0, x0, o));
+}
