@@ -147,6 +147,11 @@ Table Table::parse_csv(const std::string& text, const std::string& label, const 
   if (n >= 3 && static_cast<unsigned char>(text[0]) == 0xEF && static_cast<unsigned char>(text[1]) == 0xBB &&
       static_cast<unsigned char>(text[2]) == 0xBF)
     i = 3;  // UTF-8 byte-order mark
+  for (int k = 0; k < opt.skip_lines && i < n; ++k) {
+    while (i < n && text[i] != '\n') ++i;
+    ++i;
+    ++line;
+  }
   while (i < n) {
     const std::size_t start_line = line;
     std::vector<std::string> fields;

@@ -20,6 +20,7 @@ namespace icmlkit::io {
 struct TableReadOptions {
   bool header = true;     ///< CSV: first row holds names; false names columns c1, c2, ...
   char delimiter = '\0';  ///< CSV: '\0' = by extension (',' or '\t' for .tsv)
+  int skip_lines = 0;     ///< CSV: lines to skip before the header/data (e.g. scikit-learn's "n,p,..." line)
 };
 
 /// Checks applied by `Table::numbers`.
