@@ -14,6 +14,7 @@
 #include "io/table.hpp"
 #include "smc/logistic.hpp"
 #include "smc/optimize.hpp"
+#include "smc/reward.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/timer.hpp"
@@ -27,6 +28,8 @@ struct Args {
   int particles = 100, steps = 400, inner_steps = 10, toy_d = 100, skip_lines = 0;
   double lr = 0.01, step_size = 0.01, resample_threshold = 0.9, toy_theta = 1.0, test_fraction = 0.2, theta0 = 0.0;
   bool no_header = false, no_adapt = false;
+  double beta = 0.1;
+  int n_ref = 5000;
   std::string label_col;
 };
 
@@ -50,11 +53,14 @@ int main(int argc, char** argv) {
       "x ~ N(theta 1, 5 I) on a CSV of features + 0/1 label, standardised, 80/20 split).",
       "  smc-optimize --problem toy --method sosmc --particles 100 --steps 400 --trajectory traj.jsonl\n"
       "  smc-optimize --problem logistic --data ../shared/data/tabular/breast_cancer.csv --no-header --skip-lines 1 --method pgd\n"
-      "  smc-optimize --problem toy --method em --steps 50 | jq .theta\n"};
+      "  smc-optimize --problem toy --method em --steps 50 | jq .theta\n"
+      "  smc-optimize --problem gmm-reward --beta 0.001 --particles 1000 --steps 300 --lr 20 --step-size 0.1 | jq .mean_reward\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
-        app.add_option("--problem", a.problem, "toy or logistic")->capture_default_str()->check(CLI::IsMember({"toy", "logistic"}));
+        app.add_option("--problem", a.problem, "toy, logistic, or gmm-reward (hexagon mixture, half-plane reward)")->capture_default_str()->check(CLI::IsMember({"toy", "logistic", "gmm-reward"}));
+        app.add_option("--beta", a.beta, "gmm-reward: KL weight beta")->capture_default_str()->check(cli::non_negative());
+        app.add_option("--n-ref", a.n_ref, "gmm-reward: exact reference samples")->capture_default_str()->check(cli::int_range(1, 10000000));
         app.add_option("--data", a.data, "logistic: CSV of features with the 0/1 label last (or --label-col); toy: optional CSV column y");
         app.add_option("--method", a.method, "sosmc, impdiff, pgd, soul, or em (toy only)")
             ->capture_default_str()
@@ -110,6 +116,12 @@ int main(int argc, char** argv) {
           }
           extra["mle"] = y.mean();
           problem = std::make_unique<smc::ToyHierarchical>(y);
+        } else if (a.problem == "gmm-reward") {
+          auto gm = std::make_unique<smc::MixtureRewardTuning>(
+              smc::MixtureRewardTuning::hexagon(a.beta, a.n_ref, derive_seed(ctx.common.seed, 2000)));
+          Rng ev(derive_seed(ctx.common.seed, 3000));
+          extra["reference_mean_reward"] = gm->mean_reward(gm->reference_logits(), 100000, ev);
+          problem = std::move(gm);
         } else {
           if (a.data.empty()) throw UsageError("the logistic problem needs --data", "--data");
           io::TableReadOptions ro;
@@ -161,9 +173,11 @@ int main(int argc, char** argv) {
           traj << nlohmann::json{{"meta", ctx.prov.to_json()}}.dump() << "\n";
         }
         Stopwatch sw;
-        auto emit = [&](int step, double theta, double ess, double gamma, bool resampled) {
-          if (traj_file)
-            traj << nlohmann::json{{"step", step}, {"theta", theta}, {"ess", ess}, {"step_size", gamma},
+        auto emit = [&](int step, const Eigen::VectorXd& th, double ess, double gamma, bool resampled) {
+          if (!traj_file) return;
+          const nlohmann::json theta = th.size() == 1 ? nlohmann::json(th[0])
+                                                      : nlohmann::json(std::vector<double>(th.data(), th.data() + th.size()));
+          traj << nlohmann::json{{"step", step}, {"theta", theta}, {"ess", ess}, {"step_size", gamma},
                                    {"resampled", resampled}, {"seconds", sw.seconds()}}.dump() << "\n";
         };
         nlohmann::json out{{"problem", a.problem}, {"method", a.method}, {"steps", a.steps}};
@@ -172,7 +186,7 @@ int main(int argc, char** argv) {
           double th = a.theta0;
           for (int k = 1; k <= a.steps; ++k) {
             th = toy.em_step(th);
-            emit(k, th, 0, 0, false);
+            emit(k, Eigen::VectorXd::Constant(1, th), 0, 0, false);
           }
           out["theta"] = th;
         } else {
@@ -189,13 +203,27 @@ int main(int argc, char** argv) {
           o.inner_steps = a.inner_steps;
           o.seed = ctx.common.seed;
           int resamples = 0;
+          Eigen::VectorXd theta0 = Eigen::VectorXd::Constant(problem->dim_theta(), a.theta0);
+          Eigen::VectorXd x0 = Eigen::VectorXd::Zero(problem->dim_x());
+          if (a.problem == "gmm-reward") {
+            // Start from the reference model and a draw from it.
+            const auto& gm = static_cast<const smc::MixtureRewardTuning&>(*problem);
+            theta0 = gm.reference_logits();
+            Rng r0(derive_seed(ctx.common.seed, 4000));
+            x0 = gm.sample(theta0, 1, r0).row(0).transpose();
+          }
           const auto r = smc::maximise_marginal_likelihood(
-              *problem, Eigen::VectorXd::Constant(1, a.theta0), Eigen::VectorXd::Zero(problem->dim_x()), o,
+              *problem, theta0, x0, o,
               [&](const smc::SmcStep& s) {
                 resamples += s.resampled;
-                emit(s.step, s.theta[0], s.ess, s.gamma, s.resampled);
+                emit(s.step, s.theta, s.ess, s.gamma, s.resampled);
               });
-          out["theta"] = r.theta[0];
+          if (r.theta.size() == 1) out["theta"] = r.theta[0];
+          else out["theta"] = std::vector<double>(r.theta.data(), r.theta.data() + r.theta.size());
+          if (a.problem == "gmm-reward") {
+            Rng ev(derive_seed(ctx.common.seed, 3000));
+            out["mean_reward"] = static_cast<const smc::MixtureRewardTuning&>(*problem).mean_reward(r.theta, 100000, ev);
+          }
           out["final_ess"] = r.trajectory.back().ess;
           out["final_step_size"] = r.trajectory.back().gamma;
           out["resamples"] = resamples;
@@ -203,7 +231,11 @@ int main(int argc, char** argv) {
           if (a.problem == "logistic")
             out["test_accuracy"] = smc::BayesianLogistic::accuracy(test_f, test_l, r.population.x, r.population.weights());
         }
-        if (!std::isfinite(out["theta"].get<double>())) throw RuntimeError("theta diverged (try a smaller --lr or --step-size)");
+        bool finite = true;
+        if (out["theta"].is_number()) finite = std::isfinite(out["theta"].get<double>());
+        else
+          for (const auto& v : out["theta"]) finite = finite && v.is_number() && std::isfinite(v.get<double>());
+        if (!finite) throw RuntimeError("theta diverged (try a smaller --lr or --step-size)");
         out["seconds"] = sw.seconds();
         out["steps_per_second"] = a.steps / std::max(sw.seconds(), 1e-9);
         for (auto it = extra.begin(); it != extra.end(); ++it) out[it.key()] = it.value();

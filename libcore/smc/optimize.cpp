@@ -7,6 +7,12 @@
 
 namespace icmlkit::smc {
 
+Eigen::VectorXd Problem::gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const {
+  Eigen::VectorXd g = Eigen::VectorXd::Zero(dim_theta());
+  for (Eigen::Index i = 0; i < xs.rows(); ++i) g -= w[i] * grad_theta(theta, xs.row(i).transpose());
+  return g;
+}
+
 SmcResult maximise_marginal_likelihood(const Problem& p, const Eigen::VectorXd& theta0, const Eigen::VectorXd& x0,
                                        const SmcOptions& opt, const std::function<void(const SmcStep&)>& on_step) {
   if (opt.particles < 1 || opt.steps < 1 || !(opt.learning_rate > 0) || !(opt.step_size > 0) || opt.inner_steps < 1)
@@ -23,22 +29,21 @@ SmcResult maximise_marginal_likelihood(const Problem& p, const Eigen::VectorXd& 
     SmcStep row;
     row.step = k + 1;
     if (opt.method == Method::soul) {
-      // One chain: inner_steps ULA moves, the gradient averaged along the chain.
-      Eigen::VectorXd g = Eigen::VectorXd::Zero(p.dim_theta());
+      // One chain: inner_steps ULA moves; the gradient uses the chain's states, equally weighted.
+      Eigen::MatrixXd chain(opt.inner_steps, p.dim_x());
       Eigen::VectorXd x = pop.x.row(0).transpose();
       for (int s = 0; s < opt.inner_steps; ++s) {
         x = ula_step(p, theta, x, gamma, rng);
-        g -= p.grad_theta(theta, x);
+        chain.row(s) = x.transpose();
       }
       pop.x.row(0) = x.transpose();
-      theta += opt.learning_rate * g / opt.inner_steps;
+      theta += opt.learning_rate * p.gradient(theta, chain, Eigen::ArrayXd::Constant(opt.inner_steps, 1.0 / opt.inner_steps));
       row.ess = 1;
     } else {
       // 1. theta update from the (weighted) particle estimate of E[-dU/dtheta].
       const Eigen::ArrayXd w = opt.method == Method::sosmc ? pop.weights()
                                                            : Eigen::ArrayXd::Constant(N, 1.0 / N);
-      Eigen::VectorXd g = Eigen::VectorXd::Zero(p.dim_theta());
-      for (int i = 0; i < N; ++i) g -= w[i] * p.grad_theta(theta, pop.x.row(i).transpose());
+      const Eigen::VectorXd g = p.gradient(theta, pop.x, w);
       // PGD (Kuntz et al.) takes the theta step with the Langevin step h itself.
       const double lr = opt.method == Method::pgd ? gamma : opt.learning_rate;
       const Eigen::VectorXd theta_next = theta + lr * g;

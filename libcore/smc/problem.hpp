@@ -8,6 +8,8 @@
 
 namespace icmlkit::smc {
 
+struct Population;
+
 /// A user-implementable problem.  All methods must be thread-safe.
 class Problem {
  public:
@@ -22,6 +24,9 @@ class Problem {
   virtual Eigen::VectorXd grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const = 0;
   /// grad_theta U_theta(x) [dim_theta].
   virtual Eigen::VectorXd grad_theta(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const = 0;
+  /// The ascent direction estimated from particles `xs` [N, dim_x] with normalised weights
+  /// `w` [N].  Default (maximum marginal likelihood): sum_i w_i (-grad_theta U(x_i)).
+  virtual Eigen::VectorXd gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const;
 };
 
 /// Kuntz, Lim & Johansen (2023)'s toy hierarchical model: y_d ~ N(x_d, 1), x_d ~ N(theta, 1),

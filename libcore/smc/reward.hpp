@@ -1,0 +1,55 @@
+// Reward tuning of a Gaussian-mixture energy (Cuin et al., ICML 2026, Langevin experiments,
+// after ImpDiff): maximise J(theta) = E_pi[R] - beta KL(p_ref || pi_theta) over the mixture
+// logits theta, with
+//   U_theta(x) = -log sum_m softmax(theta)_m exp(-|x - mu_m|^2 / (2 s))
+//   grad J = -Cov_pi(R, grad_theta U) - beta (E_ref[grad_theta U] - E_pi[grad_theta U]),
+//   grad_theta U(x) = softmax(theta) - r(x)  (r = the component responsibilities).
+// The hexagon setting: 6 means on a circle of radius 4, s = 2, reference logits
+// (+1.5, -1.5, ...), reward R(x) = 1[x_0 >= 0] exp(-|x - (10, 3.8)|^2 / 20) / 2.5.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <functional>
+
+#include "smc/problem.hpp"
+#include "util/rng.hpp"
+
+namespace icmlkit::smc {
+
+/// The reward-tuning problem above (x in R^2 for the hexagon; any dimension in general).
+class MixtureRewardTuning final : public Problem {
+ public:
+  /// `means` [M, d], kernel variance `s` > 0, reference logits [M], KL weight `beta` >= 0,
+  /// `reward` R(x), and `n_ref` exact reference samples drawn with `seed`.
+  MixtureRewardTuning(Eigen::MatrixXd means, double s, Eigen::VectorXd ref_logits, double beta,
+                      std::function<double(const Eigen::VectorXd&)> reward, int n_ref, std::uint64_t seed);
+  /// The paper's hexagon setting with the hard half-plane reward.
+  static MixtureRewardTuning hexagon(double beta, int n_ref, std::uint64_t seed);
+
+  int dim_x() const override { return static_cast<int>(mu_.cols()); }
+  int dim_theta() const override { return static_cast<int>(mu_.rows()); }
+  double energy(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
+  Eigen::VectorXd grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
+  Eigen::VectorXd grad_theta(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
+  Eigen::VectorXd gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
+  /// The reward of one point.
+  double reward(const Eigen::VectorXd& x) const { return reward_(x); }
+  /// E_pi_theta[R] by `n` exact draws from the mixture (the model is tractable).
+  double mean_reward(const Eigen::VectorXd& theta, int n, Rng& rng) const;
+  /// Exact draws [n, d] from the mixture with logits theta.
+  Eigen::MatrixXd sample(const Eigen::VectorXd& theta, int n, Rng& rng) const;
+  /// The reference logits.
+  const Eigen::VectorXd& reference_logits() const { return ref_; }
+
+ private:
+  Eigen::VectorXd responsibilities(const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double* log_mix) const;
+  Eigen::MatrixXd mu_;
+  double s_;
+  Eigen::VectorXd ref_;
+  double beta_;
+  std::function<double(const Eigen::VectorXd&)> reward_;
+  Eigen::MatrixXd ref_samples_;
+};
+
+}  // namespace icmlkit::smc
