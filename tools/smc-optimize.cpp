@@ -25,7 +25,7 @@ namespace {
 
 struct Args {
   std::string problem = "toy", data, output = "-", trajectory, method = "sosmc", move = "ula", resampling = "multinomial";
-  int particles = 100, steps = 400, inner_steps = 10, toy_d = 100, skip_lines = 0;
+  int particles = 100, steps = 400, inner_steps = 10, toy_d = 100, skip_lines = 0, leapfrog = 5;
   double lr = 0.01, step_size = 0.01, resample_threshold = 0.9, toy_theta = 1.0, test_fraction = 0.2, theta0 = 0.0;
   bool no_header = false, no_adapt = false;
   double beta = 0.1;
@@ -65,7 +65,12 @@ int main(int argc, char** argv) {
         app.add_option("--method", a.method, "sosmc, impdiff, pgd, soul, or em (toy only)")
             ->capture_default_str()
             ->check(CLI::IsMember({"sosmc", "impdiff", "pgd", "soul", "em"}));
-        app.add_option("--move", a.move, "sosmc particle move: ula or mala")->capture_default_str()->check(CLI::IsMember({"ula", "mala"}));
+        app.add_option("--move", a.move, "sosmc particle move: ula, mala, rwm or hmc")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"ula", "mala", "rwm", "hmc"}));
+        app.add_option("--leapfrog", a.leapfrog, "hmc: leapfrog steps per move (step sqrt(gamma))")
+            ->capture_default_str()
+            ->check(cli::int_range(1, 100000));
         app.add_option("--particles", a.particles, "N particles (soul: one chain)")->capture_default_str()->check(cli::int_range(1, 10000000));
         app.add_option("--steps", a.steps, "theta updates K")->capture_default_str()->check(cli::int_range(1, 100000000));
         app.add_option("--lr", a.lr, "theta learning rate (gradient ascent)")->capture_default_str()->check(cli::positive());
@@ -192,7 +197,11 @@ int main(int argc, char** argv) {
         } else {
           smc::SmcOptions o;
           o.method = parse_method(a.method);
-          o.move = a.move == "mala" ? smc::Move::mala : smc::Move::ula;
+          o.move = a.move == "mala" ? smc::Move::mala
+                   : a.move == "rwm" ? smc::Move::rwm
+                   : a.move == "hmc" ? smc::Move::hmc
+                                     : smc::Move::ula;
+          o.leapfrog = a.leapfrog;
           o.particles = a.particles;
           o.steps = a.steps;
           o.learning_rate = a.lr;

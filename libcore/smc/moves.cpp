@@ -38,6 +38,31 @@ Eigen::VectorXd mala_step(const Problem& p, const Eigen::VectorXd& theta, const 
   return ok ? y : x;
 }
 
+Eigen::VectorXd rwm_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
+                         Rng& rng, bool* accepted) {
+  const Eigen::VectorXd y = x + std::sqrt(2 * gamma) * gaussian(x.size(), rng);
+  const bool ok = std::log(rng.uniform() + 1e-300) < p.energy(theta, x) - p.energy(theta, y);
+  if (accepted) *accepted = ok;
+  return ok ? y : x;
+}
+
+Eigen::VectorXd hmc_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
+                         int leapfrog, Rng& rng, bool* accepted) {
+  const double eps = std::sqrt(gamma);
+  Eigen::VectorXd q = x, m = gaussian(x.size(), rng);
+  const double h0 = p.energy(theta, x) + 0.5 * m.squaredNorm();
+  m -= 0.5 * eps * p.grad_x(theta, q);
+  for (int l = 0; l < leapfrog; ++l) {
+    q += eps * m;
+    if (l + 1 < leapfrog) m -= eps * p.grad_x(theta, q);
+  }
+  m -= 0.5 * eps * p.grad_x(theta, q);
+  const double h1 = p.energy(theta, q) + 0.5 * m.squaredNorm();
+  const bool ok = std::isfinite(h1) && std::log(rng.uniform() + 1e-300) < h0 - h1;
+  if (accepted) *accepted = ok;
+  return ok ? q : x;
+}
+
 double ula_increment(const Problem& p, const Eigen::VectorXd& theta_k, const Eigen::VectorXd& theta_next,
                      const Eigen::VectorXd& x, const Eigen::VectorXd& x_new, double gamma) {
   return ula_a(p, theta_k, x, x_new, gamma) - ula_a(p, theta_next, x_new, x, gamma);

@@ -23,6 +23,15 @@ Eigen::VectorXd ula_step(const Problem& p, const Eigen::VectorXd& theta, const E
 Eigen::VectorXd mala_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
                           Rng& rng, bool* accepted = nullptr);
 
+/// One random-walk Metropolis step with a N(0, 2 gamma I) proposal (invariant for pi_theta).
+Eigen::VectorXd rwm_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
+                         Rng& rng, bool* accepted = nullptr);
+
+/// One Hamiltonian Monte Carlo step: `leapfrog` leapfrog steps of size sqrt(gamma) with a
+/// standard-normal momentum, then a Metropolis correction (invariant for pi_theta).
+Eigen::VectorXd hmc_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
+                         int leapfrog, Rng& rng, bool* accepted = nullptr);
+
 /// Log-weight increment of SOSMC-ULA for a particle moved x -> x' under theta_k, with the
 /// parameter then updated to theta_next: a(x, x'; U_k) - a(x', x; U_next).
 double ula_increment(const Problem& p, const Eigen::VectorXd& theta_k, const Eigen::VectorXd& theta_next,

@@ -51,8 +51,11 @@ SmcResult maximise_marginal_likelihood(const Problem& p, const Eigen::VectorXd& 
       for (int i = 0; i < N; ++i) {
         const Eigen::VectorXd x = pop.x.row(i).transpose();
         Eigen::VectorXd xn;
-        if (opt.method == Method::sosmc && opt.move == Move::mala) {
-          xn = mala_step(p, theta, x, gamma, rng);
+        if (opt.method == Method::sosmc && opt.move != Move::ula) {
+          // Invariant moves under theta_k; the increment only depends on the theta change.
+          xn = opt.move == Move::mala  ? mala_step(p, theta, x, gamma, rng)
+               : opt.move == Move::rwm ? rwm_step(p, theta, x, gamma, rng)
+                                       : hmc_step(p, theta, x, gamma, opt.leapfrog, rng);
           pop.logw[i] += invariant_increment(p, theta, theta_next, xn);
         } else {
           xn = ula_step(p, theta, x, gamma, rng);

@@ -27,7 +27,7 @@ namespace icmlkit::smc {
 /// Which algorithm.
 enum class Method { sosmc, impdiff, pgd, soul };
 /// Which particle move (sosmc only; the baselines use ULA as their papers do).
-enum class Move { ula, mala };
+enum class Move { ula, mala, rwm, hmc };
 
 /// Options of `maximise_marginal_likelihood`.
 struct SmcOptions {
@@ -42,6 +42,7 @@ struct SmcOptions {
   double resample_threshold = 0.9;  ///< resample when ESS < threshold * N
   Resampling resampling = Resampling::multinomial;
   int inner_steps = 10;           ///< soul: Langevin steps per update
+  int leapfrog = 5;               ///< hmc: leapfrog steps per move
   std::uint64_t seed = 0;
 };
 
