@@ -24,6 +24,7 @@ using namespace icmlkit;
 namespace {
 
 struct Args {
+  std::string optimizer = "sgd";
   std::string problem = "toy", data, output = "-", trajectory, method = "sosmc", move = "ula", resampling = "multinomial";
   int particles = 100, steps = 400, inner_steps = 10, toy_d = 100, skip_lines = 0, leapfrog = 5;
   double lr = 0.01, step_size = 0.01, resample_threshold = 0.9, toy_theta = 1.0, test_fraction = 0.2, theta0 = 0.0;
@@ -74,6 +75,9 @@ int main(int argc, char** argv) {
         app.add_option("--particles", a.particles, "N particles (soul: one chain)")->capture_default_str()->check(cli::int_range(1, 10000000));
         app.add_option("--steps", a.steps, "theta updates K")->capture_default_str()->check(cli::int_range(1, 100000000));
         app.add_option("--lr", a.lr, "theta learning rate (gradient ascent)")->capture_default_str()->check(cli::positive());
+        app.add_option("--optimizer", a.optimizer, "theta update: sgd or adam (pgd: always plain steps of size h)")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"sgd", "adam"}));
         app.add_option("--step-size", a.step_size, "initial Langevin step gamma (pgd: h)")->capture_default_str()->check(cli::positive());
         app.add_flag("--no-adapt", a.no_adapt, "sosmc: keep gamma fixed");
         app.add_option("--resample-threshold", a.resample_threshold, "sosmc: resample when ESS < this x N")
@@ -202,6 +206,7 @@ int main(int argc, char** argv) {
                    : a.move == "hmc" ? smc::Move::hmc
                                      : smc::Move::ula;
           o.leapfrog = a.leapfrog;
+          o.optimizer = a.optimizer == "adam" ? smc::Optimizer::adam : smc::Optimizer::sgd;
           o.particles = a.particles;
           o.steps = a.steps;
           o.learning_rate = a.lr;

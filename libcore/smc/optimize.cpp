@@ -25,6 +25,15 @@ SmcResult maximise_marginal_likelihood(const Problem& p, const Eigen::VectorXd& 
   Eigen::VectorXd theta = theta0;
   double gamma = opt.step_size;
   Population& pop = res.population;
+  // Adam state.
+  Eigen::VectorXd m1 = Eigen::VectorXd::Zero(theta.size()), m2 = Eigen::VectorXd::Zero(theta.size());
+  auto step_of = [&](const Eigen::VectorXd& g, double lr, int k) -> Eigen::VectorXd {
+    if (opt.optimizer == Optimizer::sgd || opt.method == Method::pgd) return lr * g;
+    m1 = 0.9 * m1 + 0.1 * g;
+    m2 = 0.999 * m2 + 0.001 * g.cwiseAbs2();
+    const Eigen::VectorXd mh = m1 / (1 - std::pow(0.9, k + 1)), vh = m2 / (1 - std::pow(0.999, k + 1));
+    return lr * (mh.array() / (vh.array().sqrt() + 1e-8)).matrix();
+  };
   for (int k = 0; k < opt.steps; ++k) {
     SmcStep row;
     row.step = k + 1;
@@ -37,7 +46,8 @@ SmcResult maximise_marginal_likelihood(const Problem& p, const Eigen::VectorXd& 
         chain.row(s) = x.transpose();
       }
       pop.x.row(0) = x.transpose();
-      theta += opt.learning_rate * p.gradient(theta, chain, Eigen::ArrayXd::Constant(opt.inner_steps, 1.0 / opt.inner_steps));
+      theta += step_of(p.gradient(theta, chain, Eigen::ArrayXd::Constant(opt.inner_steps, 1.0 / opt.inner_steps)),
+                       opt.learning_rate, k);
       row.ess = 1;
     } else {
       // 1. theta update from the (weighted) particle estimate of E[-dU/dtheta].
@@ -46,7 +56,7 @@ SmcResult maximise_marginal_likelihood(const Problem& p, const Eigen::VectorXd& 
       const Eigen::VectorXd g = p.gradient(theta, pop.x, w);
       // PGD (Kuntz et al.) takes the theta step with the Langevin step h itself.
       const double lr = opt.method == Method::pgd ? gamma : opt.learning_rate;
-      const Eigen::VectorXd theta_next = theta + lr * g;
+      const Eigen::VectorXd theta_next = theta + step_of(g, lr, k);
       // 2-3. move under theta_k and reweight.
       for (int i = 0; i < N; ++i) {
         const Eigen::VectorXd x = pop.x.row(i).transpose();

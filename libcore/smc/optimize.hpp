@@ -26,6 +26,9 @@ namespace icmlkit::smc {
 
 /// Which algorithm.
 enum class Method { sosmc, impdiff, pgd, soul };
+/// How theta follows the gradient estimate g: plain ascent theta += lr g, or Adam
+/// (Kingma & Ba 2015; beta1 0.9, beta2 0.999, eps 1e-8) on the ascent direction.
+enum class Optimizer { sgd, adam };
 /// Which particle move (sosmc only; the baselines use ULA as their papers do).
 enum class Move { ula, mala, rwm, hmc };
 
@@ -36,6 +39,7 @@ struct SmcOptions {
   int particles = 100;            ///< N (soul: ignored, one chain)
   int steps = 400;                ///< theta updates K
   double learning_rate = 0.01;    ///< theta step
+  Optimizer optimizer = Optimizer::sgd;  ///< pgd always takes plain steps of size h
   double step_size = 0.01;        ///< initial Langevin step gamma
   double gamma_min = 1e-5, gamma_max = 1.0;  ///< clip range of the adapted gamma
   bool adapt_step = true;         ///< sosmc: ESS-based gamma adaptation

@@ -139,6 +139,17 @@ TEST_CASE("smc: every method converges to the marginal-likelihood maximiser mean
   }
 }
 
+TEST_CASE("smc: SOSMC with Adam also converges to mean(y)") {
+  const auto p = toy(100, 5);
+  SmcOptions o;
+  o.optimizer = Optimizer::adam;
+  o.learning_rate = 0.05;
+  o.steps = 400;
+  o.seed = 2;
+  const auto r = maximise_marginal_likelihood(p, Eigen::VectorXd::Zero(1), Eigen::VectorXd::Zero(100), o);
+  CHECK(std::abs(r.theta[0] - p.y().mean()) < 0.05);
+}
+
 TEST_CASE("smc: runs are reproducible per seed and reject bad settings") {
   const auto p = toy(20, 6);
   SmcOptions o;
