@@ -207,18 +207,7 @@ int main(int argc, char** argv) {
           io::Table mix = io::Table::read(mix_path, ro);
           ctx.prov.add_input(mix_path, mix.sha256());
           if (a.drop_incomplete) {
-            std::vector<std::string> used;
-            for (const auto& n : mix.names()) {
-              auto matches = [&](const std::string& pat) {
-                const auto b = pat.find("{}");
-                return b != std::string::npos && n.size() > pat.size() - 2 && n.compare(0, b, pat, 0, b) == 0 &&
-                       n.compare(n.size() - (pat.size() - b - 2), pat.size() - b - 2, pat, b + 2) == 0;
-              };
-              if (matches(a.cols.weight_pattern) || matches(a.cols.loss_pattern) || n == a.cols.params_col ||
-                  n == a.cols.tokens_col)
-                used.push_back(n);
-            }
-            const auto keep = io::complete_rows(mix, used);
+            const auto keep = io::complete_rows(mix, fit::mix_columns_used(mix, a.cols));
             if (keep.size() < mix.rows()) log::info("dropped {} incomplete rows of {}", mix.rows() - keep.size(), mix.rows());
             mix = mix.select_rows(keep);
           }

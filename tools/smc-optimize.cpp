@@ -105,6 +105,15 @@ int main(int argc, char** argv) {
           throw UsageError("the trajectory is JSON Lines: give a path ending in .jsonl", "--trajectory " + a.trajectory);
         if (a.method == "em" && a.problem != "toy") throw UsageError("exact EM exists only for the toy problem", "--method");
         Rng data_rng(derive_seed(ctx.common.seed, 1000));
+        // Reads --data with the CSV flags and records it in the provenance.
+        auto read_data = [&] {
+          io::TableReadOptions ro;
+          ro.header = !a.no_header;
+          ro.skip_lines = a.skip_lines;
+          io::Table t = io::Table::read(a.data, ro);
+          ctx.prov.add_input(a.data, t.sha256());
+          return t;
+        };
         std::unique_ptr<smc::Problem> problem;
         nlohmann::json extra;
         Eigen::MatrixXd test_f;
@@ -112,11 +121,7 @@ int main(int argc, char** argv) {
         if (a.problem == "toy") {
           Eigen::VectorXd y;
           if (!a.data.empty()) {
-            io::TableReadOptions ro;
-            ro.header = !a.no_header;
-            ro.skip_lines = a.skip_lines;
-            const io::Table t = io::Table::read(a.data, ro);
-            ctx.prov.add_input(a.data, t.sha256());
+            const io::Table t = read_data();
             const auto v = t.numbers(t.has("y") ? "y" : t.names().front());
             y = Eigen::Map<const Eigen::VectorXd>(v.data(), static_cast<Eigen::Index>(v.size()));
           } else {
@@ -133,11 +138,7 @@ int main(int argc, char** argv) {
           problem = std::move(gm);
         } else {
           if (a.data.empty()) throw UsageError("the logistic problem needs --data", "--data");
-          io::TableReadOptions ro;
-          ro.header = !a.no_header;
-          ro.skip_lines = a.skip_lines;
-          const io::Table t = io::Table::read(a.data, ro);
-          ctx.prov.add_input(a.data, t.sha256());
+          const io::Table t = read_data();
           const std::string label = a.label_col.empty() ? t.names().back() : a.label_col;
           std::vector<std::string> feats;
           for (const auto& n : t.names())

@@ -78,6 +78,16 @@ void read_weights_and_sizes(const io::Table& t, const std::vector<std::pair<std:
 
 }  // namespace
 
+std::vector<std::string> mix_columns_used(const io::Table& t, const MixColumns& cols) {
+  std::vector<std::string> used;
+  for (const auto* pat : {&cols.weight_pattern, &cols.loss_pattern})
+    for (const auto& [dom, col] : match_columns(t, *pat, pat == &cols.weight_pattern ? "--weight-pattern" : "--loss-pattern"))
+      used.push_back(col);
+  for (const auto* c : {&cols.params_col, &cols.tokens_col})
+    if (!c->empty() && t.has(*c)) used.push_back(*c);
+  return used;
+}
+
 io::Table pivot_long_losses(const io::Table& t, const std::string& index_col, const std::string& domain_col,
                             const std::string& value_col, const std::string& loss_pattern) {
   check_pattern(loss_pattern, "--loss-pattern");

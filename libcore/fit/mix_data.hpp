@@ -31,6 +31,10 @@ struct MixColumns {
 MixData mix_data_from_tables(const io::Table& mixture, const io::Table* losses, const MixColumns& cols,
                              std::vector<std::string>* index);
 
+/// Names of the columns of `t` that the mixture data use: weight and loss columns (per the
+/// patterns) and the N and D columns.  Throws UsageError for a malformed pattern.
+std::vector<std::string> mix_columns_used(const io::Table& t, const MixColumns& cols);
+
 /// Turns a long loss table (one row per (index, domain, loss), e.g. JSON Lines) into a wide
 /// one with an index column and one `loss_pattern` column per domain.  Throws InputError for
 /// a repeated (index, domain) pair or a missing value (a NaN cell is left for absent pairs).
