@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
       "SOSMC (one weighted particle population moved, reweighted and resampled as theta changes) or the\n"
       "baselines ImpDiff, PGD (Kuntz et al. 2023), SOUL and exact EM (toy problem).  Problems: toy\n"
       "(y_d ~ N(x_d, 1), x_d ~ N(theta, 1); MLE = mean y) and logistic (Bayesian logistic regression with\n"
-      "x ~ N(theta 1, 5 I) on a CSV of features + 0/1 label, standardised, 80/20 split).",
+      "x ~ N(theta 1, 5 I), no intercept, on a CSV of features + 0/1 label, standardised, split by --test-fraction)\n"
+      "and gmm-reward (reward tuning of the hexagon Gaussian mixture with a KL penalty --beta).",
       "  smc-optimize --problem toy --method sosmc --particles 100 --steps 400 --trajectory traj.jsonl\n"
       "  smc-optimize --problem logistic --data ../shared/data/tabular/breast_cancer.csv --no-header --skip-lines 1 --method pgd\n"
       "  smc-optimize --problem toy --method em --steps 50 | jq .theta\n"
@@ -88,22 +89,26 @@ int main(int argc, char** argv) {
             ->check(CLI::IsMember({"multinomial", "systematic"}));
         app.add_option("--inner-steps", a.inner_steps, "soul: Langevin steps per update")->capture_default_str()->check(cli::int_range(1, 1000000));
         app.add_option("--theta0", a.theta0, "initial theta")->capture_default_str();
-        app.add_option("--toy-d", a.toy_d, "toy: number of latent variables D")->capture_default_str()->check(cli::int_range(1, 10000000));
+        app.add_option("--toy-d", a.toy_d, "toy: number of latent variables D (generated data only)")->capture_default_str()->check(cli::int_range(1, 10000000));
         app.add_option("--toy-theta", a.toy_theta, "toy: theta used to generate y (with --seed)")->capture_default_str();
         app.add_option("--test-fraction", a.test_fraction, "logistic: held-out fraction")->capture_default_str()->check(CLI::Range(0.0, 0.9));
         app.add_flag("--no-header", a.no_header, "CSV has no header row");
         app.add_option("--skip-lines", a.skip_lines, "CSV lines to skip first (scikit-learn's files: 1)")
             ->capture_default_str()
             ->check(cli::int_range(0, 1000000));
-        app.add_option("--label-col", a.label_col, "logistic: label column (default: the last column)");
+        app.add_option("--label-col", a.label_col, "logistic: label column name (default: the last column; with --no-header columns are c1..cN)");
         app.add_option("-o,--output", a.output, "Final result, *.json (- = stdout)")->capture_default_str();
-        app.add_option("--trajectory", a.trajectory, "Per-step JSON Lines: step, theta, ESS, gamma, resampled, seconds");
+        app.add_option("--trajectory", a.trajectory, "Per-step JSON Lines (*.jsonl): a {\"meta\"} line, then step, theta, ess, step_size, resampled, seconds");
       },
       [&](cli::Context& ctx) {
         io::require_json_path(a.output);
         if (!a.trajectory.empty() && std::filesystem::path(a.trajectory).extension() != ".jsonl")
           throw UsageError("the trajectory is JSON Lines: give a path ending in .jsonl", "--trajectory " + a.trajectory);
         if (a.method == "em" && a.problem != "toy") throw UsageError("exact EM exists only for the toy problem", "--method");
+        if (a.problem == "gmm-reward" && !a.data.empty()) throw UsageError("the gmm-reward problem takes no data", "--data");
+        if (a.move != "ula" && a.method != "sosmc")
+          log::warn("--move {} applies to sosmc only; {} uses ULA", a.move, a.method);
+        if (a.method == "pgd") log::info("pgd takes theta steps of the Langevin step size h (--step-size); --lr is not used");
         Rng data_rng(derive_seed(ctx.common.seed, 1000));
         // Reads --data with the CSV flags and records it in the provenance.
         auto read_data = [&] {
@@ -122,7 +127,7 @@ int main(int argc, char** argv) {
           Eigen::VectorXd y;
           if (!a.data.empty()) {
             const io::Table t = read_data();
-            const auto v = t.numbers(t.has("y") ? "y" : t.names().front());
+            const auto v = t.numbers("y");
             y = Eigen::Map<const Eigen::VectorXd>(v.data(), static_cast<Eigen::Index>(v.size()));
           } else {
             y.resize(a.toy_d);
@@ -247,9 +252,12 @@ int main(int argc, char** argv) {
             out["test_accuracy"] = smc::BayesianLogistic::accuracy(test_f, test_l, r.population.x, r.population.weights());
         }
         bool finite = true;
-        if (out["theta"].is_number()) finite = std::isfinite(out["theta"].get<double>());
+        // Finite but astronomically large parameters are divergence too (none of these problems
+        // has a maximiser beyond |theta| ~ 1e3).
+        auto too_big = [](double v) { return !std::isfinite(v) || std::abs(v) > 1e8; };
+        if (out["theta"].is_number()) finite = !too_big(out["theta"].get<double>());
         else
-          for (const auto& v : out["theta"]) finite = finite && v.is_number() && std::isfinite(v.get<double>());
+          for (const auto& v : out["theta"]) finite = finite && !too_big(v.get<double>());
         if (!finite) throw RuntimeError("theta diverged (try a smaller --lr or --step-size)");
         out["seconds"] = sw.seconds();
         out["steps_per_second"] = a.steps / std::max(sw.seconds(), 1e-9);
