@@ -44,3 +44,10 @@ if [ -f "$s/dai-zheng/dmsl_llm_slimpajama.csv" ]; then
   $cmd | jq -r '["law","val MRE %","val MAE","#params","fit s"], (.summary[] | [.law, (.val_mre*100*1000|round/1000), (.val_mae*10000|round/10000), .n_params, (.fit_seconds*100|round/100)]) | @tsv' | column -t -s $'\t'
   echo "command: $cmd"
 fi
+
+# ---- one script per module in scripts/repro.d/, each given the bin directory ------------------------
+for f in "$(dirname "$0")"/repro.d/*.sh; do
+  [ -e "$f" ] || continue
+  echo
+  bash "$f" "$bin"
+done
