@@ -1,0 +1,273 @@
+#include "lm/forward.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "lm/matmul.hpp"
+#include "util/error.hpp"
+#include "util/threads.hpp"
+
+namespace icmlkit::lm {
+
+Batch Batch::causal(const std::vector<int>& tokens, int start_pos) {
+  Batch b;
+  b.rows.reserve(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    std::vector<int> att(i);
+    for (std::size_t j = 0; j < i; ++j) att[j] = static_cast<int>(j);
+    b.add(tokens[i], start_pos + static_cast<int>(i), 0, std::move(att));
+  }
+  return b;
+}
+
+int Batch::add(int token, int pos, int view, std::vector<int> attend) {
+  rows.push_back(BatchRow{token, pos, view, std::move(attend)});
+  return size() - 1;
+}
+
+int Batch::add_view(View v) {
+  views.push_back(std::move(v));
+  return static_cast<int>(views.size()) - 1;
+}
+
+void rms_norm(const float* x, int n, int d, const float* w, double eps, float* y) {
+  for (int r = 0; r < n; ++r) {
+    const float* xr = x + std::size_t(r) * d;
+    float* yr = y + std::size_t(r) * d;
+    double ss = 0.0;
+    for (int i = 0; i < d; ++i) ss += double(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+    for (int i = 0; i < d; ++i) yr[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+namespace {
+
+void check_batch(const ModelConfig& c, const KvCache& cache, const Batch& b, const ForwardOptions& opt) {
+  const int R = b.size();
+  if (R == 0) throw InputError("empty forward batch");
+  for (int r = 0; r < R; ++r) {
+    const auto& row = b.rows[r];
+    const std::string where = "batch row " + std::to_string(r);
+    if (row.token < 0 || row.token >= c.vocab_size)
+      throw InputError("token id " + std::to_string(row.token) + " outside the vocabulary [0, " +
+                       std::to_string(c.vocab_size) + ")", where);
+    if (row.pos < 0 || row.pos >= c.n_ctx)
+      throw InputError("position " + std::to_string(row.pos) + " outside [0, n_ctx = " + std::to_string(c.n_ctx) + ")", where);
+    if (row.view < 0 || row.view >= static_cast<int>(b.views.size())) throw InputError("bad view index", where);
+    for (int a : row.attend)
+      if (a < 0 || a >= R) throw InputError("attend index " + std::to_string(a) + " outside the batch", where);
+  }
+  for (std::size_t v = 0; v < b.views.size(); ++v) {
+    const auto* lists = b.views[v].lists();
+    if (!lists) continue;
+    const std::string where = "view " + std::to_string(v);
+    if (lists->size() != std::size_t(c.n_layers) * c.n_kv_heads)
+      throw InputError("per-head view needs n_layers * n_kv_heads slot lists", where);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const auto& s = (*lists)[cache.lh(l, h)];
+        const int len = cache.size(l, h);
+        for (std::size_t j = 0; j < s.size(); ++j)
+          if (s[j] < 0 || s[j] >= len || (j && s[j] <= s[j - 1]))
+            throw InputError("slot list is unsorted or outside the cache", where);
+      }
+  }
+  for (int r : opt.logits_rows)
+    if (r < 0 || r >= R) throw InputError("logits row " + std::to_string(r) + " outside the batch");
+  for (int r : opt.attn_rows)
+    if (r < 0 || r >= R) throw InputError("attention row " + std::to_string(r) + " outside the batch");
+}
+
+/// cos/sin of every (row, pair) for the rows' positions: [R, hd/2].
+void rope_tables(const ModelConfig& c, const Batch& b, std::vector<float>& cs, std::vector<float>& sn) {
+  const int half = c.head_dim() / 2;
+  cs.resize(std::size_t(b.size()) * half);
+  sn.resize(cs.size());
+  for (int r = 0; r < b.size(); ++r)
+    for (int i = 0; i < half; ++i) {
+      const double freq = std::pow(c.rope_theta, -2.0 * i / c.head_dim());
+      const double a = b.rows[r].pos * freq;
+      cs[std::size_t(r) * half + i] = static_cast<float>(std::cos(a));
+      sn[std::size_t(r) * half + i] = static_cast<float>(std::sin(a));
+    }
+}
+
+void apply_rope(float* x, int hd, RopeStyle style, const float* cs, const float* sn) {
+  const int half = hd / 2;
+  for (int i = 0; i < half; ++i) {
+    const int a = style == RopeStyle::half ? i : 2 * i;
+    const int b = style == RopeStyle::half ? i + half : 2 * i + 1;
+    const float x1 = x[a], x2 = x[b];
+    x[a] = x1 * cs[i] - x2 * sn[i];
+    x[b] = x2 * cs[i] + x1 * sn[i];
+  }
+}
+
+}  // namespace
+
+ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const ForwardOptions& opt) {
+  const ModelConfig& c = model.config;
+  check_batch(c, cache, b, opt);
+  const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
+  const int group = c.group(), dq = nh * hd, dkv = nkv * hd;
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+  ForwardResult res;
+
+  std::vector<float> x(std::size_t(R) * d), xn(x.size()), tmp(x.size());
+  std::vector<float> q(std::size_t(R) * dq), k(std::size_t(R) * dkv), v(k.size()), att(q.size());
+  std::vector<float> gate(std::size_t(R) * c.d_ff), up(gate.size());
+  std::vector<float> cs, sn;
+  rope_tables(c, b, cs, sn);
+  for (int r = 0; r < R; ++r)
+    std::copy_n(model.token_embd.row(b.rows[r].token), d, x.data() + std::size_t(r) * d);
+  if (opt.hidden) {
+    res.hidden.assign(c.n_layers + 1, Matrix(R, d));
+    res.hidden[0].data = x;
+  }
+  cache.begin_pending(R);
+  for (int r = 0; r < R; ++r) cache.set_pending_position(r, b.rows[r].pos);
+
+  // Sorted in-batch key lists (self included) per row.
+  std::vector<std::vector<int>> inbatch(R);
+  for (int r = 0; r < R; ++r) {
+    auto& s = inbatch[r];
+    s = b.rows[r].attend;
+    s.push_back(r);
+    std::sort(s.begin(), s.end());
+    s.erase(std::unique(s.begin(), s.end()), s.end());
+  }
+  std::vector<char> record(R, 0);
+  for (int r : opt.attn_rows) record[r] = 1;
+  const int nthreads = threads();
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = model.layers[l];
+    rms_norm(x.data(), R, d, L.attn_norm.data(), c.rms_eps, xn.data());
+    matmul_xwt(xn.data(), R, d, d, L.wq.data.data(), dq, q.data(), dq);
+    matmul_xwt(xn.data(), R, d, d, L.wk.data.data(), dkv, k.data(), dkv);
+    matmul_xwt(xn.data(), R, d, d, L.wv.data.data(), dkv, v.data(), dkv);
+    const int half = hd / 2;
+    for (int r = 0; r < R; ++r) {
+      const float* rc = cs.data() + std::size_t(r) * half;
+      const float* rs = sn.data() + std::size_t(r) * half;
+      for (int h = 0; h < nh; ++h) apply_rope(q.data() + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
+      for (int h = 0; h < nkv; ++h) {
+        float* kr = k.data() + std::size_t(r) * dkv + h * hd;
+        apply_rope(kr, hd, c.rope_style, rc, rs);
+        std::copy_n(kr, hd, cache.pending_key(l, h, r));
+        std::copy_n(v.data() + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(l, h, r));
+      }
+    }
+
+    // Attention, one (row, query head) per task: gather the view's slots, then new rows.
+    std::vector<AttentionRecord> recs;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1)
+    {
+      std::vector<float> sc;
+      std::vector<AttentionRecord> mine;
+#pragma omp for schedule(dynamic, 1)
+      for (int task = 0; task < R * nh; ++task) {
+        const int r = task / nh, h = task % nh, g = h / group;
+        const BatchRow& row = b.rows[r];
+        const View& view = b.views[row.view];
+        const int lhi = cache.lh(l, g);
+        const int nslots = view.count(lhi, cache.size(l, g));
+        const auto& nb = inbatch[r];
+        const int nkeys = nslots + static_cast<int>(nb.size());
+        sc.resize(nkeys);
+        const float* qr = q.data() + std::size_t(r) * dq + h * hd;
+        for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(l, g, view.slot(lhi, j)), hd) * scale;
+        for (std::size_t j = 0; j < nb.size(); ++j)
+          sc[nslots + j] = dot8(qr, cache.pending_key(l, g, nb[j]), hd) * scale;
+        AttentionRecord* rec = nullptr;
+        if (record[r]) {
+          mine.push_back(AttentionRecord{r, l, h, {}, sc, {}, {}});
+          rec = &mine.back();
+        }
+        float mx = sc[0];
+        for (int j = 1; j < nkeys; ++j) mx = std::max(mx, sc[j]);
+        double sum = 0.0;
+        for (int j = 0; j < nkeys; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+        const float inv = static_cast<float>(1.0 / sum);
+        float* out = att.data() + std::size_t(r) * dq + h * hd;
+        std::fill_n(out, hd, 0.0f);
+        for (int j = 0; j < nkeys; ++j) {
+          const float p = sc[j] * inv;
+          sc[j] = p;
+          const float* vv = j < nslots ? cache.value(l, g, view.slot(lhi, j)) : cache.pending_value(l, g, nb[j - nslots]);
+          for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
+        }
+        if (rec) {
+          rec->probs.assign(sc.begin(), sc.end());
+          rec->output.assign(out, out + hd);
+          rec->keys.resize(nkeys);
+          for (int j = 0; j < nslots; ++j) rec->keys[j] = view.slot(lhi, j);
+          for (std::size_t j = 0; j < nb.size(); ++j) rec->keys[nslots + j] = -(nb[j] + 1);
+        }
+      }
+      if (!mine.empty()) {
+#pragma omp critical
+        for (auto& m : mine) recs.push_back(std::move(m));
+      }
+    }
+    std::sort(recs.begin(), recs.end(), [](const AttentionRecord& a, const AttentionRecord& b2) {
+      return a.row != b2.row ? a.row < b2.row : a.head < b2.head;
+    });
+    for (auto& rr : recs) res.attention.push_back(std::move(rr));
+
+    matmul_xwt(att.data(), R, dq, dq, L.wo.data.data(), d, tmp.data(), d);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    rms_norm(x.data(), R, d, L.ffn_norm.data(), c.rms_eps, xn.data());
+    matmul_xwt(xn.data(), R, d, d, L.w_gate.data.data(), c.d_ff, gate.data(), c.d_ff);
+    matmul_xwt(xn.data(), R, d, d, L.w_up.data.data(), c.d_ff, up.data(), c.d_ff);
+    for (std::size_t i = 0; i < gate.size(); ++i) {
+      const float gv = gate[i];
+      gate[i] = gv / (1.0f + std::exp(-gv)) * up[i];
+    }
+    matmul_xwt(gate.data(), R, c.d_ff, c.d_ff, L.w_down.data.data(), d, tmp.data(), d);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    if (opt.hidden) res.hidden[l + 1].data = x;
+  }
+
+  if (opt.all_logits && opt.logits_rows.empty()) {
+    res.logits_rows.resize(R);
+    for (int r = 0; r < R; ++r) res.logits_rows[r] = r;
+  } else {
+    res.logits_rows = opt.logits_rows;
+  }
+  const int nl = static_cast<int>(res.logits_rows.size());
+  if (nl > 0) {
+    Matrix h(nl, d);
+    for (int i = 0; i < nl; ++i) std::copy_n(x.data() + std::size_t(res.logits_rows[i]) * d, d, h.row(i));
+    res.logits = apply_head(model, h);
+  }
+  return res;
+}
+
+Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<int>& vocab_ids) {
+  const ModelConfig& c = model.config;
+  if (hidden.cols != c.d_model) throw InputError("hidden states have " + std::to_string(hidden.cols) + " columns, d_model is " + std::to_string(c.d_model));
+  Matrix hn(hidden.rows, c.d_model);
+  rms_norm(hidden.data.data(), hidden.rows, c.d_model, model.output_norm.data(), c.rms_eps, hn.data.data());
+  const Matrix& W = model.head();
+  if (vocab_ids.empty()) {
+    Matrix out(hidden.rows, c.vocab_size);
+    matmul_xwt(hn.data.data(), hidden.rows, c.d_model, c.d_model, W.data.data(), c.vocab_size, out.data.data(), c.vocab_size);
+    return out;
+  }
+  Matrix sub(static_cast<int>(vocab_ids.size()), c.d_model);
+  for (std::size_t i = 0; i < vocab_ids.size(); ++i) {
+    const int id = vocab_ids[i];
+    if (id < 0 || id >= c.vocab_size) throw InputError("vocabulary id " + std::to_string(id) + " out of range");
+    std::copy_n(W.row(id), c.d_model, sub.row(static_cast<int>(i)));
+  }
+  Matrix out(hidden.rows, sub.rows);
+  matmul_xwt(hn.data.data(), hidden.rows, c.d_model, c.d_model, sub.data.data(), sub.rows, out.data.data(), sub.rows);
+  return out;
+}
+
+}  // namespace icmlkit::lm

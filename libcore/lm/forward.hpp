@@ -1,0 +1,86 @@
+// The batched forward pass of the Llama-style decoder (model contract v1).
+//
+// One call takes new rows.  Each row has a token, a position id, a view (cache slots it may
+// attend, see kv_cache.hpp) and the other new rows it may attend; it always attends itself.
+// AR decoding is one row with View::full(); prefill is many rows with a causal mask;
+// lookahead / FAFO batches mix views and tree masks.  Keys are attended in the order
+// (view slots ascending, then new rows ascending), so a row decoded alone after its ancestors
+// were committed sees the same keys in the same order and gets bit-identical logits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lm/kv_cache.hpp"
+#include "lm/model.hpp"
+
+namespace icmlkit::lm {
+
+/// One new row of a forward batch.
+struct BatchRow {
+  int token = 0;            ///< token id in [0, vocab_size)
+  int pos = 0;              ///< position id (RoPE), in [0, n_ctx)
+  int view = 0;             ///< index into Batch::views
+  std::vector<int> attend;  ///< other new rows (batch indices) this row may attend
+};
+
+/// New rows plus the views they refer to.
+struct Batch {
+  std::vector<BatchRow> rows;
+  std::vector<View> views{View::full()};  ///< views[0] is the full view
+
+  /// Prefill: tokens at positions start.., full view, causal mask among them.
+  static Batch causal(const std::vector<int>& tokens, int start_pos);
+  /// Appends a row; returns its batch index.
+  int add(int token, int pos, int view = 0, std::vector<int> attend = {});
+  /// Appends a view; returns its index.
+  int add_view(View v);
+  int size() const noexcept { return static_cast<int>(rows.size()); }
+};
+
+/// What forward() computes besides the pending K/V.
+struct ForwardOptions {
+  /// Rows whose logits are computed; empty with all_logits = true means every row.
+  std::vector<int> logits_rows;
+  bool all_logits = true;
+  /// Keep the residual stream after the embedding and after every layer ([n_layers+1][R, d]).
+  bool hidden = false;
+  /// Rows whose per-layer, per-head attention is recorded (scores, probabilities, output).
+  std::vector<int> attn_rows;
+};
+
+/// Attention of one query row, one layer, one query head.
+struct AttentionRecord {
+  int row = 0, layer = 0, head = 0;
+  /// Attended keys in order: cache slot s >= 0, or new row r encoded as -(r + 1).
+  std::vector<std::int32_t> keys;
+  std::vector<float> scores;  ///< pre-softmax q.k / sqrt(head_dim), one per key
+  std::vector<float> probs;   ///< softmax of scores
+  std::vector<float> output;  ///< sum_j probs_j v_j  [head_dim]
+};
+
+/// Results of one forward call.
+struct ForwardResult {
+  std::vector<int> logits_rows;     ///< batch rows of `logits`, in order
+  Matrix logits;                    ///< [logits_rows.size(), vocab_size]
+  std::vector<Matrix> hidden;       ///< [n_layers + 1] of [R, d_model] when requested
+  std::vector<AttentionRecord> attention;  ///< for ForwardOptions::attn_rows
+};
+
+/// Runs the decoder on `batch`, attending `cache` through each row's view, and writes every
+/// new row's K/V to the cache's pending area (commit with KvCache::commit).  A row's outputs
+/// are bitwise independent of the other rows and of the thread count.
+/// Throws InputError for tokens out of range, positions outside [0, n_ctx), bad view or
+/// attend indices, or a per-head view that does not fit the cache.
+ForwardResult forward(const Model& model, KvCache& cache, const Batch& batch,
+                      const ForwardOptions& options = {});
+
+/// Final RMSNorm + LM head applied to hidden states [n, d_model] (e.g. an intermediate layer's
+/// output for early exit).  With `vocab_ids` non-empty, only those rows of the head (proxy LM
+/// head): logits [n, vocab_ids.size()], each entry bitwise equal to the full head's.
+Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<int>& vocab_ids = {});
+
+/// RMSNorm of each row of x [n, d] with weight w: y = w * x / sqrt(mean(x^2) + eps).
+void rms_norm(const float* x, int n, int d, const float* w, double eps, float* y);
+
+}  // namespace icmlkit::lm

@@ -1,0 +1,107 @@
+#include "lm/kv_cache.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "util/error.hpp"
+
+namespace icmlkit::lm {
+
+View View::prefix(int n) {
+  View v;
+  v.limit_ = std::max(0, n);
+  return v;
+}
+
+View View::per_head(std::vector<std::vector<std::int32_t>> slots) {
+  View v;
+  v.lists_ = std::make_shared<const std::vector<std::vector<std::int32_t>>>(std::move(slots));
+  return v;
+}
+
+int View::count(int lh, int len) const noexcept {
+  if (lists_) return static_cast<int>((*lists_)[lh].size());
+  return limit_ < 0 ? len : std::min(limit_, len);
+}
+
+KvCache::KvCache(const ModelConfig& c)
+    : n_layers_(c.n_layers), n_kv_(c.n_kv_heads), hd_(c.head_dim()), n_ctx_(c.n_ctx),
+      heads_(std::size_t(c.n_layers) * c.n_kv_heads), pend_k_(c.n_layers), pend_v_(c.n_layers) {}
+
+void KvCache::begin_pending(int rows) {
+  for (int l = 0; l < n_layers_; ++l) {
+    pend_k_[l].resize(std::size_t(rows) * n_kv_ * hd_);
+    pend_v_[l].resize(std::size_t(rows) * n_kv_ * hd_);
+  }
+  pend_pos_.assign(rows, 0);
+}
+
+void KvCache::commit(const std::vector<int>& rows) {
+  for (int r : rows)
+    if (r < 0 || r >= pending_rows())
+      throw InputError("commit of row " + std::to_string(r) + " outside the last batch");
+  for (int l = 0; l < n_layers_; ++l)
+    for (int h = 0; h < n_kv_; ++h) {
+      Head& hd = heads_[lh(l, h)];
+      if (hd.pos.size() + rows.size() > std::size_t(n_ctx_))
+        throw InputError("KV cache full: n_ctx = " + std::to_string(n_ctx_) + " positions");
+    }
+  for (int l = 0; l < n_layers_; ++l)
+    for (int h = 0; h < n_kv_; ++h) {
+      Head& hd = heads_[lh(l, h)];
+      for (int r : rows) {
+        const float* k = pending_key(l, h, r);
+        const float* v = pending_value(l, h, r);
+        hd.k.insert(hd.k.end(), k, k + hd_);
+        hd.v.insert(hd.v.end(), v, v + hd_);
+        hd.pos.push_back(pend_pos_[r]);
+      }
+    }
+}
+
+void KvCache::commit_all() {
+  std::vector<int> rows(pending_rows());
+  for (int i = 0; i < pending_rows(); ++i) rows[i] = i;
+  commit(rows);
+}
+
+void KvCache::truncate(int n) {
+  n = std::max(0, n);
+  for (Head& hd : heads_) {
+    if (hd.pos.size() <= std::size_t(n)) continue;
+    hd.pos.resize(n);
+    hd.k.resize(std::size_t(n) * hd_);
+    hd.v.resize(std::size_t(n) * hd_);
+  }
+}
+
+void KvCache::retain(const std::vector<std::vector<std::int32_t>>& keep) {
+  if (keep.size() != heads_.size())
+    throw InputError("retain needs one slot list per (layer, KV head): got " + std::to_string(keep.size()) +
+                     ", expected " + std::to_string(heads_.size()));
+  for (std::size_t i = 0; i < heads_.size(); ++i) {
+    const auto& s = keep[i];
+    for (std::size_t j = 0; j < s.size(); ++j)
+      if (s[j] < 0 || std::size_t(s[j]) >= heads_[i].pos.size() || (j && s[j] <= s[j - 1]))
+        throw InputError("retain: slot list " + std::to_string(i) + " is unsorted or out of range");
+  }
+  for (std::size_t i = 0; i < heads_.size(); ++i) {
+    Head& hd = heads_[i];
+    const auto& s = keep[i];
+    for (std::size_t j = 0; j < s.size(); ++j) {   // in-place gather: s[j] >= j
+      std::copy_n(hd.k.begin() + std::size_t(s[j]) * hd_, hd_, hd.k.begin() + j * hd_);
+      std::copy_n(hd.v.begin() + std::size_t(s[j]) * hd_, hd_, hd.v.begin() + j * hd_);
+      hd.pos[j] = hd.pos[s[j]];
+    }
+    hd.pos.resize(s.size());
+    hd.k.resize(s.size() * hd_);
+    hd.v.resize(s.size() * hd_);
+  }
+}
+
+void KvCache::clear() {
+  for (Head& hd : heads_) { hd.k.clear(); hd.v.clear(); hd.pos.clear(); }
+  pend_pos_.clear();
+}
+
+}  // namespace icmlkit::lm

@@ -1,0 +1,107 @@
+// KV cache with per-(layer, KV head) slots, and views (the cache positions a row may attend).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "lm/config.hpp"
+
+namespace icmlkit::lm {
+
+/// The cache slots a query row may attend, per layer and KV head.  A view never materialises
+/// a mask over the cache: attention gathers exactly these slots, in increasing order.
+///   - full():        every slot of every head (autoregressive decoding, verification rows);
+///   - prefix(n):     slots [0, n) of every head (e.g. the cache as it was before a step);
+///   - per_head(s):   s[layer * n_kv_heads + head] = sorted slot indices (compressed views:
+///                    StreamingLLM sinks + window, H2O / SnapKV / OBCache keep sets).
+/// Copies are cheap (shared, immutable index lists).
+class View {
+ public:
+  /// All slots.
+  static View full() { return View(); }
+  /// Slots [0, n) of every head.
+  static View prefix(int n);
+  /// Explicit sorted slot lists, one per (layer, KV head).  Validated against the cache when
+  /// used (InputError when unsorted, duplicated or out of range).
+  static View per_head(std::vector<std::vector<std::int32_t>> slots);
+
+  /// Number of slots this view selects for (layer*n_kv + head) out of `len` cached ones.
+  int count(int lh, int len) const noexcept;
+  /// The i-th selected slot for (layer*n_kv + head).
+  std::int32_t slot(int lh, int i) const noexcept {
+    return lists_ ? (*lists_)[lh][i] : i;
+  }
+  /// Whether this view selects explicit per-head lists.
+  bool is_per_head() const noexcept { return static_cast<bool>(lists_); }
+  /// Explicit lists (null for full/prefix views).
+  const std::vector<std::vector<std::int32_t>>* lists() const noexcept { return lists_.get(); }
+
+ private:
+  int limit_ = -1;
+  std::shared_ptr<const std::vector<std::vector<std::int32_t>>> lists_;
+};
+
+/// Key/value cache of one sequence.  Storage per (layer, KV head): slots of K and V vectors
+/// [head_dim] (K after RoPE) and the position id of each slot.  Heads may hold different slot
+/// sets after per-head eviction.  A forward pass writes the new rows' K/V to a pending area;
+/// commit() appends chosen pending rows, so rejected draft rows never enter the cache.
+class KvCache {
+ public:
+  /// An empty cache for `config` (capacity grows on demand up to n_ctx slots per head).
+  explicit KvCache(const ModelConfig& config);
+
+  int n_layers() const noexcept { return n_layers_; }
+  int n_kv_heads() const noexcept { return n_kv_; }
+  int head_dim() const noexcept { return hd_; }
+  /// Slots held by (layer, head).
+  int size(int layer, int head) const noexcept { return static_cast<int>(heads_[lh(layer, head)].pos.size()); }
+  /// Slots of head 0 of layer 0 (all heads agree until per-head eviction).
+  int size() const noexcept { return size(0, 0); }
+  /// K / V vector [head_dim] of a slot.
+  const float* key(int layer, int head, int slot) const noexcept { return heads_[lh(layer, head)].k.data() + std::size_t(slot) * hd_; }
+  const float* value(int layer, int head, int slot) const noexcept { return heads_[lh(layer, head)].v.data() + std::size_t(slot) * hd_; }
+  /// Position id of a slot.
+  std::int32_t position(int layer, int head, int slot) const noexcept { return heads_[lh(layer, head)].pos[slot]; }
+
+  /// Appends pending rows `rows` (indices into the last forward batch), in the given order, to
+  /// every (layer, head).  Throws InputError on a bad index or when n_ctx slots would be exceeded.
+  void commit(const std::vector<int>& rows);
+  /// Appends every pending row in batch order.
+  void commit_all();
+  /// Keeps the first n slots of every head (rollback).  n larger than a head's size is a no-op
+  /// for that head.
+  void truncate(int n);
+  /// Keeps, per (layer, head), exactly the sorted slots keep[layer*n_kv+head] (eviction by
+  /// index set; gather).  Throws InputError when a list is unsorted or out of range.
+  void retain(const std::vector<std::vector<std::int32_t>>& keep);
+  /// Drops all slots and pending rows.
+  void clear();
+
+  // ---- used by forward() ---------------------------------------------------------------
+  /// Prepares the pending area for `rows` new rows.
+  void begin_pending(int rows);
+  /// Pending K / V of a new row [head_dim] for (layer, head).
+  float* pending_key(int layer, int head, int row) noexcept { return pend_k_[layer].data() + (std::size_t(row) * n_kv_ + head) * hd_; }
+  float* pending_value(int layer, int head, int row) noexcept { return pend_v_[layer].data() + (std::size_t(row) * n_kv_ + head) * hd_; }
+  const float* pending_key(int layer, int head, int row) const noexcept { return pend_k_[layer].data() + (std::size_t(row) * n_kv_ + head) * hd_; }
+  const float* pending_value(int layer, int head, int row) const noexcept { return pend_v_[layer].data() + (std::size_t(row) * n_kv_ + head) * hd_; }
+  /// Records the position id of pending row `row`.
+  void set_pending_position(int row, std::int32_t pos) { pend_pos_[row] = pos; }
+  /// Rows in the pending area.
+  int pending_rows() const noexcept { return static_cast<int>(pend_pos_.size()); }
+  /// Layer*n_kv + head.
+  int lh(int layer, int head) const noexcept { return layer * n_kv_ + head; }
+
+ private:
+  struct Head {
+    std::vector<float> k, v;
+    std::vector<std::int32_t> pos;
+  };
+  int n_layers_, n_kv_, hd_, n_ctx_;
+  std::vector<Head> heads_;
+  std::vector<std::vector<float>> pend_k_, pend_v_;  // per layer [rows, n_kv, hd]
+  std::vector<std::int32_t> pend_pos_;
+};
+
+}  // namespace icmlkit::lm

@@ -1,0 +1,139 @@
+#include "lm/matmul.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "util/threads.hpp"
+
+namespace icmlkit::lm {
+
+namespace {
+
+/// The fixed final reduction of eight lanes.
+inline float reduce8(const float* l) noexcept {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+// ---- portable path: scalar code that performs exactly the AVX2 path's operations ------------
+
+void tile_portable(const float* x, int R, int K, int ldx, const float* W, int o0, int O1, float* y, int ldy) {
+  for (int r = 0; r < R; ++r) {
+    const float* xr = x + std::size_t(r) * ldx;
+    for (int o = o0; o < O1; ++o) {
+      const float* w = W + std::size_t(o) * K;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; ++j) acc[j] = std::fma(xr[k + j], w[k + j], acc[j]);
+      if (k < K)
+        for (int j = 0; j < 8; ++j)
+          acc[j] = k + j < K ? std::fma(xr[k + j], w[k + j], acc[j]) : std::fma(0.0f, 0.0f, acc[j]);
+      y[std::size_t(r) * ldy + o] = reduce8(acc);
+    }
+  }
+}
+
+// ---- AVX2 + FMA path ------------------------------------------------------------------------
+
+__attribute__((target("avx2,fma"))) inline __m256i tail_mask(int rem) {
+  alignas(32) static const int m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 8 - rem));
+}
+
+__attribute__((target("avx2,fma"))) inline float reduce_vec(__m256 v) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, v);
+  return reduce8(l);
+}
+
+/// RT rows x CT columns register tile; every (r, o) has its own 8-lane accumulator.
+template <int RT, int CT>
+__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int ldx, int K, const float* W,
+                                                    int o, float* y, int ldy) {
+  __m256 acc[RT][CT];
+  for (int r = 0; r < RT; ++r)
+    for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_setzero_ps();
+  const float* w[CT];
+  for (int c = 0; c < CT; ++c) w[c] = W + std::size_t(o + c) * K;
+  int k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 wv[CT];
+    for (int c = 0; c < CT; ++c) wv[c] = _mm256_loadu_ps(w[c] + k);
+    for (int r = 0; r < RT; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + std::size_t(r) * ldx + k);
+      for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  if (k < K) {
+    const __m256i m = tail_mask(K - k);
+    __m256 wv[CT];
+    for (int c = 0; c < CT; ++c) wv[c] = _mm256_maskload_ps(w[c] + k, m);
+    for (int r = 0; r < RT; ++r) {
+      const __m256 xv = _mm256_maskload_ps(x + std::size_t(r) * ldx + k, m);
+      for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < RT; ++r)
+    for (int c = 0; c < CT; ++c) y[std::size_t(r) * ldy + o + c] = reduce_vec(acc[r][c]);
+}
+
+template <int RT>
+__attribute__((target("avx2,fma"))) void cols_avx2(const float* x, int ldx, int K, const float* W,
+                                                    int o0, int O1, float* y, int ldy) {
+  int o = o0;
+  for (; o + 4 <= O1; o += 4) tile_avx2<RT, 4>(x, ldx, K, W, o, y, ldy);
+  for (; o < O1; ++o) tile_avx2<RT, 1>(x, ldx, K, W, o, y, ldy);
+}
+
+__attribute__((target("avx2,fma"))) void block_avx2(const float* x, int R, int K, int ldx, const float* W,
+                                                     int o0, int O1, float* y, int ldy) {
+  // Rows in pairs share each weight load; columns in fours give 8 independent FMA chains.
+  int r = 0;
+  for (; r + 2 <= R; r += 2)
+    cols_avx2<2>(x + std::size_t(r) * ldx, ldx, K, W, o0, O1, y + std::size_t(r) * ldy, ldy);
+  if (r < R) cols_avx2<1>(x + std::size_t(r) * ldx, ldx, K, W, o0, O1, y + std::size_t(r) * ldy, ldy);
+}
+
+void run(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy, bool avx2,
+         int nthreads) {
+  if (R <= 0 || O <= 0) return;
+  // Column blocks small enough that a block's weights stay in L2 while all rows pass over it.
+  const int block = std::max(4, std::min(64, (1 << 16) / std::max(K, 1) / 4 * 4));
+  const int nblocks = (O + block - 1) / block;
+  const bool par = nthreads > 1 && std::int64_t(O) * K * R > (1 << 15);
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
+  for (int b = 0; b < nblocks; ++b) {
+    const int o0 = b * block, o1 = std::min(O, o0 + block);
+    if (avx2) block_avx2(x, R, K, ldx, W, o0, o1, y, ldy);
+    else tile_portable(x, R, K, ldx, W, o0, o1, y, ldy);
+  }
+}
+
+}  // namespace
+
+bool have_avx2() noexcept {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+}
+
+void matmul_xwt(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy) {
+  run(x, R, K, ldx, W, O, y, ldy, have_avx2(), threads());
+}
+
+void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy,
+                     bool avx2, int nthreads) {
+  run(x, R, K, ldx, W, O, y, ldy, avx2 && have_avx2(), std::max(1, nthreads));
+}
+
+float dot8(const float* a, const float* b, int K) noexcept {
+  float y;
+  if (have_avx2()) block_avx2(a, 1, K, K, b, 0, 1, &y, 1);
+  else tile_portable(a, 1, K, K, b, 0, 1, &y, 1);
+  return y;
+}
+
+}  // namespace icmlkit::lm

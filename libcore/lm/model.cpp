@@ -1,0 +1,224 @@
+#include "lm/model.hpp"
+
+#include <cmath>
+#include <fmt/format.h>
+
+#include "io/atomic_file.hpp"
+#include "io/hdf5.hpp"
+#include "lm/tokenizer.hpp"
+#include "num/half.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace icmlkit::lm {
+
+namespace h5 = io::h5;
+
+std::int64_t Model::weight_bytes() const noexcept {
+  std::int64_t n = std::int64_t(token_embd.data.size()) + output.data.size() + output_norm.size();
+  for (const auto& l : layers)
+    n += l.attn_norm.size() + l.ffn_norm.size() + l.wq.data.size() + l.wk.data.size() +
+         l.wv.data.size() + l.wo.data.size() + l.w_gate.data.size() + l.w_up.data.size() +
+         l.w_down.data.size();
+  return n * 4;
+}
+
+namespace {
+
+/// Calls f(name, matrix) for every matrix of the model, in checkpoint order.
+template <class M, class F>
+void for_each_matrix(M& m, F&& f) {
+  f(std::string("token_embd.weight"), m.token_embd);
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    auto& l = m.layers[i];
+    const std::string p = fmt::format("blk.{}.", i);
+    f(p + "attn_q.weight", l.wq);
+    f(p + "attn_k.weight", l.wk);
+    f(p + "attn_v.weight", l.wv);
+    f(p + "attn_output.weight", l.wo);
+    f(p + "ffn_gate.weight", l.w_gate);
+    f(p + "ffn_up.weight", l.w_up);
+    f(p + "ffn_down.weight", l.w_down);
+  }
+  if (!m.config.tied) f(std::string("output.weight"), m.output);
+}
+
+/// Calls f(name, vector) for every norm weight.
+template <class M, class F>
+void for_each_norm(M& m, F&& f) {
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    f(fmt::format("blk.{}.attn_norm.weight", i), m.layers[i].attn_norm);
+    f(fmt::format("blk.{}.ffn_norm.weight", i), m.layers[i].ffn_norm);
+  }
+  f(std::string("output_norm.weight"), m.output_norm);
+}
+
+void allocate(Model& m) {
+  const auto& c = m.config;
+  const int hd = c.head_dim();
+  m.token_embd = Matrix(c.vocab_size, c.d_model);
+  m.layers.assign(c.n_layers, Layer{});
+  for (auto& l : m.layers) {
+    l.attn_norm.assign(c.d_model, 1.0f);
+    l.ffn_norm.assign(c.d_model, 1.0f);
+    l.wq = Matrix(c.n_heads * hd, c.d_model);
+    l.wk = Matrix(c.n_kv_heads * hd, c.d_model);
+    l.wv = Matrix(c.n_kv_heads * hd, c.d_model);
+    l.wo = Matrix(c.d_model, c.n_heads * hd);
+    l.w_gate = Matrix(c.d_ff, c.d_model);
+    l.w_up = Matrix(c.d_ff, c.d_model);
+    l.w_down = Matrix(c.d_model, c.d_ff);
+  }
+  m.output_norm.assign(c.d_model, 1.0f);
+  m.output = c.tied ? Matrix() : Matrix(c.vocab_size, c.d_model);
+}
+
+}  // namespace
+
+Model random_model(const ModelConfig& config, std::uint64_t seed, double std) {
+  config.validate("model config");
+  Model m;
+  m.config = config;
+  allocate(m);
+  std::uint64_t stream = 0;
+  for_each_matrix(m, [&](const std::string&, Matrix& w) {
+    Rng rng(derive_seed(seed, ++stream));
+    for (auto& x : w.data) x = static_cast<float>(std * rng.normal());
+  });
+  return m;
+}
+
+void round_weights(Model& model, h5::FloatStorage storage) {
+  if (storage == h5::FloatStorage::f32) return;
+  for_each_matrix(model, [&](const std::string&, Matrix& w) {
+    for (auto& x : w.data)
+      x = storage == h5::FloatStorage::f16 ? num::f16_to_f32(num::f32_to_f16(x))
+                                           : num::bf16_to_f32(num::f32_to_bf16(x));
+  });
+  model.stored = storage;
+}
+
+namespace {
+
+int read_int_attr(const h5::Handle& root, const char* name, const std::string& label, bool required,
+                  int fallback) {
+  std::int64_t v = fallback;
+  if (!h5::read_attr_int(root, name, v, label) && required)
+    throw InputError(std::string("missing config attribute '") + name + "'", label);
+  if (v < -1 || v > (std::int64_t(1) << 31) - 1)
+    throw InputError(std::string("config attribute '") + name + "' out of range", label);
+  return static_cast<int>(v);
+}
+
+ModelConfig read_config(const h5::Handle& root, const std::string& label) {
+  std::string format;
+  if (!h5::read_attr(root, "format", format) || format != "icmlkit-lm-v1")
+    throw InputError("not an icmlkit model checkpoint (root attribute format != icmlkit-lm-v1)", label);
+  ModelConfig c;
+  c.vocab_size = read_int_attr(root, "vocab_size", label, true, 0);
+  c.d_model = read_int_attr(root, "d_model", label, true, 0);
+  c.n_layers = read_int_attr(root, "n_layers", label, true, 0);
+  c.n_heads = read_int_attr(root, "n_heads", label, true, 0);
+  c.n_kv_heads = read_int_attr(root, "n_kv_heads", label, true, 0);
+  c.d_ff = read_int_attr(root, "d_ff", label, true, 0);
+  c.n_ctx = read_int_attr(root, "n_ctx", label, true, 0);
+  c.tied = read_int_attr(root, "tied", label, true, 0) != 0;
+  c.bos_id = read_int_attr(root, "bos_id", label, false, -1);
+  c.eos_id = read_int_attr(root, "eos_id", label, false, -1);
+  c.add_bos = read_int_attr(root, "add_bos", label, false, c.bos_id >= 0 ? 1 : 0) != 0;
+  if (!h5::read_attr_double(root, "rope_theta", c.rope_theta, label))
+    throw InputError("missing config attribute 'rope_theta'", label);
+  if (!h5::read_attr_double(root, "rms_eps", c.rms_eps, label))
+    throw InputError("missing config attribute 'rms_eps'", label);
+  std::string rope;
+  if (!h5::read_attr(root, "rope_style", rope)) throw InputError("missing config attribute 'rope_style'", label);
+  if (rope == "half") c.rope_style = RopeStyle::half;
+  else if (rope == "interleaved") c.rope_style = RopeStyle::interleaved;
+  else throw InputError("unknown rope_style '" + rope + "' (expected half or interleaved)", label);
+  c.validate(label);
+  return c;
+}
+
+void read_tensor(const h5::Handle& root, const std::string& name, float* dst, std::size_t rows,
+                 std::size_t cols, const std::string& path, h5::FloatStorage* stored) {
+  const std::string label = path + ":/" + name;
+  h5::FloatArray a = h5::read_floats(root, name, label);
+  const bool vec = cols == 0;
+  const bool ok = vec ? (a.dims.size() == 1 && a.dims[0] == rows)
+                      : (a.dims.size() == 2 && a.dims[0] == rows && a.dims[1] == cols);
+  if (!ok) {
+    std::string got;
+    for (auto d : a.dims) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    throw InputError(vec ? fmt::format("shape mismatch: expected [{}], got [{}]", rows, got)
+                         : fmt::format("shape mismatch: expected [{}, {}], got [{}]", rows, cols, got),
+                     label);
+  }
+  for (std::size_t i = 0; i < a.data.size(); ++i)
+    if (!std::isfinite(a.data[i]))
+      throw InputError(fmt::format("non-finite weight at flat index {}", i), label);
+  std::copy(a.data.begin(), a.data.end(), dst);
+  if (stored) *stored = a.stored;
+}
+
+}  // namespace
+
+Model load_checkpoint(const std::string& path) {
+  h5::Handle file = h5::open_file(path);
+  h5::Handle root = h5::open_group(file, "/", path);
+  Model m;
+  m.config = read_config(root, path);
+  allocate(m);
+  for_each_matrix(m, [&](const std::string& name, Matrix& w) {
+    read_tensor(root, name, w.data.data(), w.rows, w.cols, path, &m.stored);
+  });
+  for_each_norm(m, [&](const std::string& name, std::vector<float>& v) {
+    read_tensor(root, name, v.data(), v.size(), 0, path, nullptr);
+  });
+  if (h5::exists(root, "tokenizer/model")) {
+    m.tokenizer_model = h5::read_bytes(root, "tokenizer/model", path + ":/tokenizer/model");
+    Tokenizer tok(m.tokenizer_model, path + ":/tokenizer/model");
+    if (tok.vocab_size() != m.config.vocab_size)
+      throw InputError(fmt::format("tokenizer has {} pieces but vocab_size is {}", tok.vocab_size(),
+                                   m.config.vocab_size), path + ":/tokenizer/model");
+  }
+  return m;
+}
+
+void save_checkpoint(const std::string& path, const Model& m, h5::FloatStorage storage,
+                     const io::Provenance& prov) {
+  const auto& c = m.config;
+  c.validate("model config");
+  io::AtomicFile out(path);
+  {
+    h5::Handle file = h5::create_file(out.temp_path().string());
+    h5::write_provenance(file, prov);
+    h5::write_attr(file, "format", "icmlkit-lm-v1");
+    h5::write_attr(file, "architecture", "llama");
+    h5::write_attr_int(file, "vocab_size", c.vocab_size);
+    h5::write_attr_int(file, "d_model", c.d_model);
+    h5::write_attr_int(file, "n_layers", c.n_layers);
+    h5::write_attr_int(file, "n_heads", c.n_heads);
+    h5::write_attr_int(file, "n_kv_heads", c.n_kv_heads);
+    h5::write_attr_int(file, "d_ff", c.d_ff);
+    h5::write_attr_int(file, "n_ctx", c.n_ctx);
+    h5::write_attr_double(file, "rope_theta", c.rope_theta);
+    h5::write_attr(file, "rope_style", rope_style_name(c.rope_style));
+    h5::write_attr_double(file, "rms_eps", c.rms_eps);
+    h5::write_attr_int(file, "tied", c.tied ? 1 : 0);
+    h5::write_attr_int(file, "bos_id", c.bos_id);
+    h5::write_attr_int(file, "eos_id", c.eos_id);
+    h5::write_attr_int(file, "add_bos", c.add_bos ? 1 : 0);
+    h5::write_attr(file, "dtype", h5::storage_name(storage));
+    for_each_matrix(m, [&](const std::string& name, const Matrix& w) {
+      h5::write_floats(file, name, w.data.data(), {std::uint64_t(w.rows), std::uint64_t(w.cols)}, storage);
+    });
+    for_each_norm(m, [&](const std::string& name, const std::vector<float>& v) {
+      h5::write_floats(file, name, v.data(), {v.size()}, h5::FloatStorage::f32);
+    });
+    if (!m.tokenizer_model.empty()) h5::write_bytes(file, "tokenizer/model", m.tokenizer_model);
+    h5::close_file(file, path);
+  }
+  out.commit();
+}
+
+}  // namespace icmlkit::lm

@@ -1,0 +1,73 @@
+// Llama-style model weights and the native HDF5 checkpoint (model contract v1, lm/README.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/h5array.hpp"
+#include "io/provenance.hpp"
+#include "lm/config.hpp"
+
+namespace icmlkit::lm {
+
+/// A row-major float32 matrix [rows, cols] (weights are [out, in], as in GGUF).
+struct Matrix {
+  int rows = 0, cols = 0;
+  std::vector<float> data;
+  Matrix() = default;
+  Matrix(int r, int c) : rows(r), cols(c), data(std::size_t(r) * c, 0.0f) {}
+  /// Pointer to row r.
+  const float* row(int r) const noexcept { return data.data() + std::size_t(r) * cols; }
+  float* row(int r) noexcept { return data.data() + std::size_t(r) * cols; }
+};
+
+/// One decoder block's weights (GGUF names in comments).
+struct Layer {
+  std::vector<float> attn_norm;  ///< blk.N.attn_norm.weight [d_model]
+  Matrix wq;                     ///< blk.N.attn_q.weight [n_heads*head_dim, d_model]
+  Matrix wk;                     ///< blk.N.attn_k.weight [n_kv_heads*head_dim, d_model]
+  Matrix wv;                     ///< blk.N.attn_v.weight [n_kv_heads*head_dim, d_model]
+  Matrix wo;                     ///< blk.N.attn_output.weight [d_model, n_heads*head_dim]
+  std::vector<float> ffn_norm;   ///< blk.N.ffn_norm.weight [d_model]
+  Matrix w_gate;                 ///< blk.N.ffn_gate.weight [d_ff, d_model]
+  Matrix w_up;                   ///< blk.N.ffn_up.weight [d_ff, d_model]
+  Matrix w_down;                 ///< blk.N.ffn_down.weight [d_model, d_ff]
+};
+
+/// A whole model: config, weights (float32 in memory) and the tokenizer bytes.
+struct Model {
+  ModelConfig config;
+  Matrix token_embd;             ///< token_embd.weight [vocab, d_model]
+  std::vector<Layer> layers;
+  std::vector<float> output_norm;  ///< output_norm.weight [d_model]
+  Matrix output;                 ///< output.weight [vocab, d_model]; empty when tied
+  std::string tokenizer_model;   ///< SentencePiece model proto bytes; may be empty
+  io::h5::FloatStorage stored = io::h5::FloatStorage::f32;  ///< precision of matrices on disk
+
+  /// The LM head matrix (token_embd when tied).
+  const Matrix& head() const noexcept { return config.tied ? token_embd : output; }
+  /// Bytes of all float32 weights in memory.
+  std::int64_t weight_bytes() const noexcept;
+};
+
+/// A model with every tensor allocated to its contract shape and N(0, std^2) matrices
+/// (norm weights 1), drawn from `seed` (one derived stream per tensor, so the result does not
+/// depend on threads).  Validates the config (InputError).
+Model random_model(const ModelConfig& config, std::uint64_t seed, double std = 0.02);
+
+/// Rounds every matrix to `storage` precision and back, so in-memory weights equal what a
+/// checkpoint saved at that precision loads as.
+void round_weights(Model& model, io::h5::FloatStorage storage);
+
+/// Loads a native checkpoint.  Throws InputError (exit 1) naming the file and tensor for: not
+/// HDF5, missing attribute or tensor, shape mismatch, n_heads not divisible by n_kv_heads,
+/// NaN/Inf weights, unknown dtype or rope_style, tokenizer vocabulary != vocab_size.
+Model load_checkpoint(const std::string& path);
+
+/// Writes a native checkpoint atomically: config attributes, tensors (matrices narrowed to
+/// `storage`, norms f32), /tokenizer/model bytes and provenance.  Throws RuntimeError.
+void save_checkpoint(const std::string& path, const Model& model, io::h5::FloatStorage storage,
+                     const io::Provenance& prov);
+
+}  // namespace icmlkit::lm

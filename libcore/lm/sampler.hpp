@@ -1,0 +1,43 @@
+// Next-token sampling: greedy, temperature, top-k, top-p (nucleus), seeded.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "util/rng.hpp"
+
+namespace icmlkit::lm {
+
+/// Sampling settings.  temperature = 0 means greedy (argmax, lowest id on ties).
+struct SamplerConfig {
+  double temperature = 0.0;  ///< >= 0
+  int top_k = 0;             ///< keep the k most likely tokens; 0 = all
+  double top_p = 1.0;        ///< keep the smallest set with probability >= top_p; in (0, 1]
+  std::uint64_t seed = 0;
+  /// Throws UsageError for a negative temperature, negative top_k or top_p outside (0, 1].
+  void validate() const;
+};
+
+/// Draws token ids from logits with a private seeded generator (same seed, same logits ->
+/// same ids on every machine).
+class Sampler {
+ public:
+  explicit Sampler(const SamplerConfig& config);
+  /// A token id from logits [vocab].  Ties are broken toward the lowest id.
+  int sample(const float* logits, int vocab);
+  const SamplerConfig& config() const noexcept { return cfg_; }
+
+ private:
+  SamplerConfig cfg_;
+  Rng rng_;
+  std::vector<int> order_;
+  std::vector<double> probs_;
+};
+
+/// log softmax(logits)[id], computed in double.
+double log_softmax_at(const float* logits, int vocab, int id);
+
+/// The k largest logits' ids, descending (ties: lower id first).
+std::vector<int> top_ids(const float* logits, int vocab, int k);
+
+}  // namespace icmlkit::lm

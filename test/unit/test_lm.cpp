@@ -1,0 +1,553 @@
+// lm/: half-precision storage, the batch-invariant matmul, the decoder forward against an
+// independent double-precision reference, KV-cache views, checkpoints, sampling, tokenizer.
+#include <doctest/doctest.h>
+
+#include <hdf5.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "io/h5array.hpp"
+#include "lm/forward.hpp"
+#include "lm/matmul.hpp"
+#include "lm/model.hpp"
+#include "lm/sampler.hpp"
+#include "lm/tokenizer.hpp"
+#include "num/half.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+#include "util/threads.hpp"
+
+using namespace icmlkit;
+using namespace icmlkit::lm;
+
+namespace {
+
+ModelConfig tiny_config(RopeStyle style = RopeStyle::half, bool tied = false) {
+  ModelConfig c;
+  c.vocab_size = 61;
+  c.d_model = 36;   // head_dim 12 (not a multiple of 8: exercises the zero-padded tail)
+  c.n_layers = 2;
+  c.n_heads = 3;
+  c.n_kv_heads = 1;
+  c.d_ff = 50;
+  c.n_ctx = 64;
+  c.rope_theta = 10000.0;
+  c.rope_style = style;
+  c.tied = tied;
+  return c;
+}
+
+Model tiny_model(RopeStyle style = RopeStyle::half, bool tied = false, std::uint64_t seed = 7) {
+  Model m = random_model(tiny_config(style, tied), seed, 0.2);
+  // Non-trivial norm weights so that a wrong norm is visible.
+  Rng rng(seed + 100);
+  for (auto& l : m.layers)
+    for (auto* v : {&l.attn_norm, &l.ffn_norm})
+      for (auto& w : *v) w = static_cast<float>(0.5 + rng.uniform());
+  for (auto& w : m.output_norm) w = static_cast<float>(0.5 + rng.uniform());
+  return m;
+}
+
+// ---- an independent reference: plain loops in double, full attention over explicit keys ----
+struct RefKV {
+  std::vector<std::vector<double>> k, v;  // per (layer*n_kv + head): list of vectors
+};
+
+using Vec = std::vector<double>;
+
+Vec ref_matvec(const Matrix& W, const Vec& x) {
+  Vec y(W.rows, 0.0);
+  for (int o = 0; o < W.rows; ++o)
+    for (int k = 0; k < W.cols; ++k) y[o] += double(W.row(o)[k]) * x[k];
+  return y;
+}
+
+Vec ref_norm(const Vec& x, const std::vector<float>& w, double eps) {
+  double ss = 0;
+  for (double a : x) ss += a * a;
+  const double inv = 1.0 / std::sqrt(ss / x.size() + eps);
+  Vec y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = w[i] * x[i] * inv;
+  return y;
+}
+
+void ref_rope(double* x, int hd, int pos, const ModelConfig& c) {
+  for (int i = 0; i < hd / 2; ++i) {
+    const double ang = pos * std::pow(c.rope_theta, -2.0 * i / hd);
+    const int a = c.rope_style == RopeStyle::half ? i : 2 * i;
+    const int b = c.rope_style == RopeStyle::half ? i + hd / 2 : 2 * i + 1;
+    const double x1 = x[a], x2 = x[b];
+    x[a] = x1 * std::cos(ang) - x2 * std::sin(ang);
+    x[b] = x2 * std::cos(ang) + x1 * std::sin(ang);
+  }
+}
+
+/// Runs tokens[0..n) at positions pos[i]; row i attends keys `keys[i]` = indices of earlier
+/// tokens (itself included) per (layer, kv head) — given as a function.  Returns per layer
+/// hidden states [n_layers+1][n][d] and logits [n][vocab].
+struct RefOut {
+  std::vector<std::vector<Vec>> hidden;
+  std::vector<Vec> logits;
+};
+
+template <class Keys>
+RefOut ref_forward(const Model& m, const std::vector<int>& tokens, const std::vector<int>& pos, Keys keys) {
+  const auto& c = m.config;
+  const int n = tokens.size(), d = c.d_model, hd = c.head_dim();
+  RefOut out;
+  std::vector<Vec> x(n, Vec(d));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < d; ++j) x[i][j] = m.token_embd.row(tokens[i])[j];
+  out.hidden.push_back(x);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = m.layers[l];
+    std::vector<Vec> q(n), k(n), v(n);
+    for (int i = 0; i < n; ++i) {
+      const Vec xn = ref_norm(x[i], L.attn_norm, c.rms_eps);
+      q[i] = ref_matvec(L.wq, xn);
+      k[i] = ref_matvec(L.wk, xn);
+      v[i] = ref_matvec(L.wv, xn);
+      for (int h = 0; h < c.n_heads; ++h) ref_rope(q[i].data() + h * hd, hd, pos[i], c);
+      for (int h = 0; h < c.n_kv_heads; ++h) ref_rope(k[i].data() + h * hd, hd, pos[i], c);
+    }
+    for (int i = 0; i < n; ++i) {
+      Vec att(c.n_heads * hd, 0.0);
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int g = h / c.group();
+        const std::vector<int> ks = keys(l, g, i);
+        Vec s(ks.size());
+        double mx = -1e300;
+        for (std::size_t j = 0; j < ks.size(); ++j) {
+          double dot = 0;
+          for (int e = 0; e < hd; ++e) dot += q[i][h * hd + e] * k[ks[j]][g * hd + e];
+          s[j] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (double& a : s) { a = std::exp(a - mx); z += a; }
+        for (std::size_t j = 0; j < ks.size(); ++j)
+          for (int e = 0; e < hd; ++e) att[h * hd + e] += s[j] / z * v[ks[j]][g * hd + e];
+      }
+      const Vec o = ref_matvec(L.wo, att);
+      for (int j = 0; j < d; ++j) x[i][j] += o[j];
+      const Vec xn = ref_norm(x[i], L.ffn_norm, c.rms_eps);
+      const Vec ga = ref_matvec(L.w_gate, xn), up = ref_matvec(L.w_up, xn);
+      Vec hmid(c.d_ff);
+      for (int j = 0; j < c.d_ff; ++j) hmid[j] = ga[j] / (1.0 + std::exp(-ga[j])) * up[j];
+      const Vec dn = ref_matvec(L.w_down, hmid);
+      for (int j = 0; j < d; ++j) x[i][j] += dn[j];
+    }
+    out.hidden.push_back(x);
+  }
+  for (int i = 0; i < n; ++i) out.logits.push_back(ref_matvec(m.head(), ref_norm(x[i], m.output_norm, c.rms_eps)));
+  return out;
+}
+
+double max_rel_err(const float* got, const Vec& want) {
+  double scale = 1e-3, err = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (std::size_t i = 0; i < want.size(); ++i) err = std::max(err, std::fabs(got[i] - want[i]));
+  return err / scale;
+}
+
+bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+std::vector<int> upto(int n) {
+  std::vector<int> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+}  // namespace
+
+// ---- half precision --------------------------------------------------------------------------
+
+TEST_CASE("lm: f16 conversion agrees with the compiler's _Float16 and round-trips every half") {
+  // Truth: GCC's _Float16 conversions (libgcc soft-float, IEEE round-to-nearest-even).
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float f = num::f16_to_f32(static_cast<std::uint16_t>(h));
+    _Float16 ref;
+    std::uint16_t hb = static_cast<std::uint16_t>(h);
+    std::memcpy(&ref, &hb, 2);
+    if (std::isnan(f)) { CHECK(std::isnan(static_cast<float>(ref))); continue; }
+    REQUIRE(f == static_cast<float>(ref));
+    REQUIRE(num::f32_to_f16(f) == h);
+  }
+  Rng rng(3);
+  for (int i = 0; i < 2000000; ++i) {
+    std::uint32_t u = static_cast<std::uint32_t>(rng.bits());
+    if (i % 2) u = (u & 0x807fffffu) | ((100u + (u >> 24) % 50u) << 23);  // dense near f16 range
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) continue;
+    const _Float16 ref = static_cast<_Float16>(f);
+    std::uint16_t rb;
+    std::memcpy(&rb, &ref, 2);
+    REQUIRE(num::f32_to_f16(f) == rb);
+  }
+}
+
+TEST_CASE("lm: bf16 rounds to nearest even and widens exactly") {
+  CHECK(num::f32_to_bf16(1.0f) == 0x3f80);
+  auto from_bits = [](std::uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+  CHECK(num::f32_to_bf16(from_bits(0x3f808000u)) == 0x3f80);  // tie -> even (down)
+  CHECK(num::f32_to_bf16(from_bits(0x3f818000u)) == 0x3f82);  // tie -> even (up)
+  CHECK(num::f32_to_bf16(from_bits(0x3f808001u)) == 0x3f81);  // above the tie
+  CHECK(num::f32_to_bf16(from_bits(0x7f7fffffu)) == 0x7f80);  // FLT_MAX rounds to infinity
+  CHECK(std::isnan(num::bf16_to_f32(num::f32_to_bf16(std::nanf("")))));
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float f = num::bf16_to_f32(static_cast<std::uint16_t>(h));
+    if (std::isnan(f)) continue;
+    REQUIRE(num::f32_to_bf16(f) == h);
+    std::uint32_t u;
+    std::memcpy(&u, &f, 4);
+    REQUIRE(u == (h << 16));
+  }
+}
+
+// ---- matmul ------------------------------------------------------------------------------------
+
+TEST_CASE("lm: matmul matches double, and is batch, thread and code-path invariant bitwise") {
+  const int K = 45, O = 23, R = 19;  // K % 8 != 0, O % 4 != 0, R odd
+  Rng rng(11);
+  std::vector<float> x(R * K), W(O * K), y(R * O), y1(O), y2(R * O), y3(R * O);
+  for (auto& a : x) a = static_cast<float>(rng.normal());
+  for (auto& a : W) a = static_cast<float>(rng.normal());
+  matmul_xwt(x.data(), R, K, K, W.data(), O, y.data(), O);
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) {
+      double ref = 0;
+      for (int k = 0; k < K; ++k) ref += double(x[r * K + k]) * W[o * K + k];
+      REQUIRE(std::fabs(y[r * O + o] - ref) < 1e-5 * (1 + std::fabs(ref)));  // f32 rounding, K = 45
+    }
+  for (int r = 0; r < R; ++r) {  // each row alone
+    matmul_xwt(x.data() + r * K, 1, K, K, W.data(), O, y1.data(), O);
+    REQUIRE(same_bits(y1.data(), y.data() + r * O, O));
+  }
+  matmul_xwt_path(x.data(), R, K, K, W.data(), O, y2.data(), O, false, 1);
+  CHECK(same_bits(y.data(), y2.data(), y.size()));
+  matmul_xwt_path(x.data(), R, K, K, W.data(), O, y3.data(), O, true, 2);
+  CHECK(same_bits(y.data(), y3.data(), y.size()));
+  CHECK(dot8(x.data(), W.data(), K) == y[0]);
+}
+
+// ---- forward against the reference ---------------------------------------------------------------
+
+TEST_CASE("lm: prefill, decode and per-head views match the double-precision reference") {
+  for (RopeStyle style : {RopeStyle::half, RopeStyle::interleaved})
+    for (bool tied : {false, true}) {
+      CAPTURE(rope_style_name(style));
+      CAPTURE(tied);
+      const Model m = tiny_model(style, tied);
+      const std::vector<int> toks = {1, 17, 5, 60, 33, 2, 9, 44};
+      const std::vector<int> pos = upto(8);
+      auto causal = [](int, int, int i) { return upto(i + 1); };
+      const RefOut ref = ref_forward(m, toks, pos, causal);
+      // Tolerance: float32 end to end on O(1) activations over 2 layers, relative to the
+      // largest magnitude of each vector; measured errors are ~1e-6.
+      const double tol = 2e-5;
+
+      KvCache cache(m.config);
+      ForwardOptions opt;
+      opt.hidden = true;
+      const ForwardResult pre = forward(m, cache, Batch::causal({toks.begin(), toks.begin() + 7}, 0), opt);
+      cache.commit_all();
+      for (int l = 0; l <= m.config.n_layers; ++l)
+        for (int i = 0; i < 7; ++i) CHECK(max_rel_err(pre.hidden[l].row(i), ref.hidden[l][i]) < tol);
+      for (int i = 0; i < 7; ++i) CHECK(max_rel_err(pre.logits.row(i), ref.logits[i]) < tol);
+
+      Batch dec;
+      dec.add(toks[7], 7);
+      const ForwardResult one = forward(m, cache, dec);
+      CHECK(max_rel_err(one.logits.row(0), ref.logits[7]) < tol);
+
+      // A per-head compressed view: the new row sees cache slots {0, 2, 5} and itself.
+      Batch vb;
+      const int vid = vb.add_view(View::per_head({{0, 2, 5}, {0, 2, 5}}));
+      vb.add(toks[7], 7, vid);
+      const ForwardResult viewed = forward(m, cache, vb);
+      auto sparse = [](int, int, int i) { return i == 7 ? std::vector<int>{0, 2, 5, 7} : upto(i + 1); };
+      const RefOut ref_sparse = ref_forward(m, toks, pos, sparse);
+      CHECK(max_rel_err(viewed.logits.row(0), ref_sparse.logits[7]) < tol);
+      CHECK(max_rel_err(viewed.logits.row(0), ref.logits[7]) > 1e-3);  // the view matters
+    }
+}
+
+TEST_CASE("lm: a tree-masked batch gives each row the logits it gets decoded alone, bitwise") {
+  const Model m = tiny_model();
+  KvCache base(m.config);
+  forward(m, base, Batch::causal({1, 4, 9, 16}, 0));
+  base.commit_all();
+  // Tree over positions 4..6: a(4) -> b(5), c(5); b -> d(6); c -> e(6); plus a row with a
+  // compressed view mixed in, and a plain AR row.
+  Batch t;
+  const int a = t.add(7, 4);
+  const int b = t.add(8, 5, 0, {a});
+  const int cc = t.add(11, 5, 0, {a});
+  const int d = t.add(12, 6, 0, {a, b});
+  const int e = t.add(13, 6, 0, {a, cc});
+  const int vid = t.add_view(View::prefix(2));
+  const int f = t.add(20, 4, vid);
+  const std::vector<std::vector<int>> ancestors = {{}, {a}, {a}, {a, b}, {a, cc}, {}};
+  for (int th : {1, 2}) {
+    set_threads(th);
+    KvCache cache = base;
+    const ForwardResult all = forward(m, cache, t);
+    for (int r : {a, b, cc, d, e, f}) {
+      CAPTURE(r);
+      KvCache alone = base;
+      for (int anc : ancestors[r]) {  // commit ancestors by plain sequential decoding
+        Batch s;
+        s.add(t.rows[anc].token, t.rows[anc].pos);
+        forward(m, alone, s);
+        alone.commit_all();
+      }
+      Batch s;
+      s.add(t.rows[r].token, t.rows[r].pos);
+      if (r == f) s.rows[0].view = s.add_view(View::prefix(2));
+      const ForwardResult one = forward(m, alone, s);
+      CHECK(same_bits(one.logits.row(0), all.logits.row(r), m.config.vocab_size));
+    }
+  }
+  set_threads(0);
+}
+
+TEST_CASE("lm: logits of a row do not depend on batch size or thread count") {
+  const Model m = tiny_model(RopeStyle::interleaved);
+  KvCache base(m.config);
+  forward(m, base, Batch::causal({3, 1, 4, 1, 5, 9}, 0));
+  base.commit_all();
+  Matrix ref;
+  for (int th : {1, 2}) {
+    set_threads(th);
+    for (int k : {1, 2, 3, 7, 16}) {
+      Batch b;
+      for (int i = 0; i < k; ++i) b.add(i == 0 ? 26 : (5 * i) % 61, 6);  // independent drafts
+      KvCache cache = base;
+      const ForwardResult r = forward(m, cache, b);
+      if (ref.rows == 0) ref = r.logits;
+      CHECK(same_bits(r.logits.row(0), ref.row(0), m.config.vocab_size));
+    }
+  }
+  set_threads(0);
+}
+
+TEST_CASE("lm: KV cache truncate and retain agree with views") {
+  const Model m = tiny_model();
+  KvCache cache(m.config);
+  forward(m, cache, Batch::causal({5, 6, 7, 8, 9, 10}, 0));
+  cache.commit({0, 1, 2, 3, 4, 5});
+  CHECK(cache.size() == 6);
+  // Per-head view {1, 3, 4} on the full cache == full view on the cache retaining {1, 3, 4}.
+  Batch vb;
+  vb.rows.push_back({30, 6, vb.add_view(View::per_head({{1, 3, 4}, {1, 3, 4}})), {}});
+  KvCache c1 = cache;
+  const ForwardResult a = forward(m, c1, vb);
+  KvCache c2 = cache;
+  c2.retain({{1, 3, 4}, {1, 3, 4}});
+  CHECK(c2.size() == 3);
+  CHECK(c2.position(0, 0, 1) == 3);
+  Batch fb;
+  fb.add(30, 6);
+  const ForwardResult b = forward(m, c2, fb);
+  CHECK(same_bits(a.logits.row(0), b.logits.row(0), m.config.vocab_size));
+  // Rollback: truncate to 4 then decode equals the prefix view on the longer cache.
+  KvCache c3 = cache;
+  c3.truncate(4);
+  Batch p;
+  p.rows.push_back({30, 4, p.add_view(View::prefix(4)), {}});
+  KvCache c4 = cache;
+  Batch q;
+  q.add(30, 4);
+  CHECK(same_bits(forward(m, c4, p).logits.row(0), forward(m, c3, q).logits.row(0), m.config.vocab_size));
+  CHECK_THROWS_AS(c2.retain({{0, 0}, {1}}), InputError);
+  CHECK_THROWS_AS(cache.commit({9}), InputError);
+  Batch bad;
+  bad.rows.push_back({30, 6, bad.add_view(View::per_head({{1, 9}, {1}})), {}});
+  CHECK_THROWS_AS(forward(m, c1, bad), InputError);
+}
+
+TEST_CASE("lm: attention records and apply_head are consistent with the logits") {
+  const Model m = tiny_model();
+  KvCache cache(m.config);
+  ForwardOptions opt;
+  opt.hidden = true;
+  opt.attn_rows = {3};
+  const Batch b = Batch::causal({2, 3, 5, 7}, 0);
+  const ForwardResult r = forward(m, cache, b, opt);
+  REQUIRE(r.attention.size() == std::size_t(m.config.n_layers * m.config.n_heads));
+  for (const auto& rec : r.attention) {
+    CHECK(rec.row == 3);
+    REQUIRE(rec.keys.size() == 4);   // rows 0..3 of the batch, no cache
+    CHECK(rec.keys[0] == -1);
+    double s = 0;
+    for (float p : rec.probs) s += p;
+    CHECK(s == doctest::Approx(1.0).epsilon(1e-6));
+    // output = sum_j p_j v_j with v from the pending cache rows.
+    const int g = rec.head / m.config.group();
+    for (int e = 0; e < m.config.head_dim(); ++e) {
+      double o = 0;
+      for (std::size_t j = 0; j < rec.keys.size(); ++j) o += rec.probs[j] * cache.pending_value(rec.layer, g, -rec.keys[j] - 1)[e];
+      CHECK(rec.output[e] == doctest::Approx(o).epsilon(1e-5));
+    }
+  }
+  Matrix last(1, m.config.d_model);
+  std::copy_n(r.hidden.back().row(2), m.config.d_model, last.row(0));
+  const Matrix full = apply_head(m, last);
+  CHECK(same_bits(full.row(0), r.logits.row(2), m.config.vocab_size));
+  const Matrix sub = apply_head(m, last, {5, 0, 60});
+  CHECK(sub.row(0)[0] == full.row(0)[5]);
+  CHECK(sub.row(0)[2] == full.row(0)[60]);
+}
+
+// ---- checkpoints --------------------------------------------------------------------------------
+
+namespace {
+std::string tmp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("icmlkit_test_lm_" + name)).string();
+}
+}  // namespace
+
+TEST_CASE("lm: checkpoint round trip in f32, f16 and bf16") {
+  Model m = tiny_model(RopeStyle::interleaved, true);
+  m.config.bos_id = 1;
+  m.config.eos_id = 2;
+  io::Provenance prov;
+  prov.tool = "test";
+  for (auto st : {io::h5::FloatStorage::f32, io::h5::FloatStorage::f16, io::h5::FloatStorage::bf16}) {
+    const std::string p = tmp_path(std::string(io::h5::storage_name(st)) + ".h5");
+    save_checkpoint(p, m, st, prov);
+    const Model back = load_checkpoint(p);
+    Model want = m;
+    round_weights(want, st);
+    CHECK(back.config.rope_style == RopeStyle::interleaved);
+    CHECK(back.config.tied);
+    CHECK(back.stored == st);
+    CHECK(same_bits(back.token_embd.data.data(), want.token_embd.data.data(), want.token_embd.data.size()));
+    CHECK(same_bits(back.layers[1].w_down.data.data(), want.layers[1].w_down.data.data(), want.layers[1].w_down.data.size()));
+    CHECK(same_bits(back.layers[0].attn_norm.data(), m.layers[0].attn_norm.data(), m.config.d_model));  // norms stay f32
+    if (st != io::h5::FloatStorage::f32) CHECK_FALSE(same_bits(back.layers[0].wq.data.data(), m.layers[0].wq.data.data(), m.layers[0].wq.data.size()));
+    std::filesystem::remove(p);
+  }
+}
+
+TEST_CASE("lm: bad checkpoints are refused with the tensor named") {
+  const Model m = tiny_model();
+  io::Provenance prov;
+  prov.tool = "test";
+  const std::string p = tmp_path("bad.h5");
+  auto edit = [&](auto&& f) {
+    save_checkpoint(p, m, io::h5::FloatStorage::f32, prov);
+    io::h5::quiet_errors();
+    hid_t file = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    f(file);
+    H5Fclose(file);
+  };
+  auto message = [&]() -> std::string {
+    try { load_checkpoint(p); } catch (const InputError& e) { return e.message(); }
+    return "";
+  };
+  edit([](hid_t f) { H5Ldelete(f, "blk.1.ffn_up.weight", H5P_DEFAULT); });
+  CHECK(message().find("missing dataset (" ) != std::string::npos);
+  CHECK(message().find("blk.1.ffn_up.weight") != std::string::npos);
+  edit([&](hid_t f) {
+    H5Ldelete(f, "blk.0.attn_k.weight", H5P_DEFAULT);
+    io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
+    std::vector<float> w(12 * 35, 0.1f);
+    io::h5::write_floats(root, "blk.0.attn_k.weight", w.data(), {12, 35});
+    root.release();
+  });
+  CHECK(message().find("shape mismatch: expected [12, 36], got [12, 35]") != std::string::npos);
+  edit([&](hid_t f) {
+    H5Ldelete(f, "output_norm.weight", H5P_DEFAULT);
+    io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
+    std::vector<float> w(36, 1.0f);
+    w[7] = std::nanf("");
+    io::h5::write_floats(root, "output_norm.weight", w.data(), {36});
+    root.release();
+  });
+  CHECK(message().find("non-finite weight at flat index 7") != std::string::npos);
+  edit([&](hid_t f) {
+    io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
+    io::h5::write_attr_int(root, "n_kv_heads", 2);
+    root.release();
+  });
+  CHECK(message().find("not divisible by n_kv_heads") != std::string::npos);
+  edit([&](hid_t f) {
+    H5Ldelete(f, "blk.0.attn_q.weight", H5P_DEFAULT);
+    io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
+    std::vector<float> w(36 * 36, 0.5f);
+    io::h5::write_floats(root, "blk.0.attn_q.weight", w.data(), {36, 36}, io::h5::FloatStorage::f16);
+    io::h5::Handle ds(H5Dopen2(f, "blk.0.attn_q.weight", H5P_DEFAULT));
+    io::h5::write_attr(ds, "dtype", "fp8");
+    ds.release();
+    root.release();
+  });
+  CHECK(message().find("unknown dtype 'fp8'") != std::string::npos);
+  edit([&](hid_t f) {
+    io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
+    io::h5::write_attr(root, "rope_style", "yarn");
+    root.release();
+  });
+  CHECK(message().find("unknown rope_style 'yarn'") != std::string::npos);
+  std::filesystem::remove(p);
+}
+
+// ---- sampling -------------------------------------------------------------------------------------
+
+TEST_CASE("lm: greedy, top-k, top-p and temperature sampling") {
+  const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 2.0f, 0.5f};
+  Sampler greedy({0.0, 0, 1.0, 1});
+  CHECK(greedy.sample(logits.data(), 5) == 1);  // tie 1/3 -> lower id
+  Sampler k1({1.0, 1, 1.0, 2});
+  CHECK(k1.sample(logits.data(), 5) == 1);
+  // Frequencies at temperature 0.7 against the softmax (truth); 20000 draws, 5-sigma bound.
+  Sampler s({0.7, 0, 1.0, 3});
+  std::vector<int> count(5, 0);
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) count[s.sample(logits.data(), 5)]++;
+  double z = 0;
+  for (float l : logits) z += std::exp(l / 0.7);
+  for (int i = 0; i < 5; ++i) {
+    const double p = std::exp(logits[i] / 0.7) / z;
+    CHECK(std::fabs(count[i] - n * p) < 5 * std::sqrt(n * p * (1 - p)) + 1);
+  }
+  // top-p 0.5: the two tied leaders already hold > 50% of the mass -> only the first (id 1) is
+  // needed (ties ordered by id), so every draw is 1.
+  Sampler tp({1.0, 0, 0.4, 4});
+  for (int i = 0; i < 200; ++i) CHECK(tp.sample(logits.data(), 5) == 1);
+  CHECK(log_softmax_at(logits.data(), 5, 1) == doctest::Approx(2.0 - std::log(std::exp(0.1) + 2 * std::exp(2.0) + std::exp(-1.0) + std::exp(0.5))));
+  CHECK(top_ids(logits.data(), 5, 3) == std::vector<int>{1, 3, 4});
+  CHECK_THROWS_AS(Sampler({-1.0, 0, 1.0, 0}), UsageError);
+  CHECK_THROWS_AS(Sampler({1.0, 0, 0.0, 0}), UsageError);
+}
+
+// ---- tokenizer ------------------------------------------------------------------------------------
+
+TEST_CASE("lm: tokenizer round-trips newlines and UTF-8, and refuses invalid UTF-8") {
+  std::vector<std::string> text;
+  for (int i = 0; i < 200; ++i)
+    text.push_back("In the beginning God created the heaven and the earth " + std::to_string(i) +
+                   ".\nAnd the earth was without form, and void;\n\tand darkness was upon the face of the deep.");
+  TokenizerTrainOptions opt;
+  opt.vocab_size = 300;
+  const Tokenizer tok(train_tokenizer(text, opt), "test");
+  CHECK(tok.vocab_size() == 300);
+  CHECK(tok.bos_id() == 1);
+  CHECK(tok.eos_id() == 2);
+  for (const std::string s : {"And God said,\nLet there be light:\n\nand there was light.", "  two  spaces\tand tab",
+                              "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 unseen characters"}) {
+    const auto ids = tok.encode(s, "x");
+    CHECK(tok.decode(ids) == s);
+  }
+  CHECK_THROWS_AS(tok.encode("bad \xc3\x28 byte", "x"), InputError);
+  CHECK_FALSE(valid_utf8("\xed\xa0\x80"));   // surrogate
+  CHECK_FALSE(valid_utf8("\xc0\xaf"));       // overlong
+  CHECK(valid_utf8("\xf4\x8f\xbf\xbf"));     // U+10FFFF
+  CHECK_THROWS_AS(Tokenizer("not a model", "x"), InputError);
+}
