@@ -165,7 +165,8 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
 
     // Attention, one (row, query head) per task: gather the view's slots, then new rows.
     std::vector<AttentionRecord> recs;
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1)
+    const std::int64_t attn_work = std::int64_t(R) * nh * hd * (cache.size(l, 0) + R);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
     {
       std::vector<float> sc;
       std::vector<AttentionRecord> mine;

@@ -104,7 +104,8 @@ void run(const float* x, int R, int K, int ldx, const float* W, int O, float* y,
   // Column blocks small enough that a block's weights stay in L2 while all rows pass over it.
   const int block = std::max(4, std::min(64, (1 << 16) / std::max(K, 1) / 4 * 4));
   const int nblocks = (O + block - 1) / block;
-  const bool par = nthreads > 1 && std::int64_t(O) * K * R > (1 << 15);
+  // A parallel region costs a few microseconds (more on a loaded machine): only for >= 256k MACs.
+  const bool par = nthreads > 1 && nblocks > 1 && std::int64_t(O) * K * R >= (1 << 18);
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
   for (int b = 0; b < nblocks; ++b) {
     const int o0 = b * block, o1 = std::min(O, o0 + block);

@@ -495,6 +495,13 @@ TEST_CASE("lm: bad checkpoints are refused with the tensor named") {
     root.release();
   });
   CHECK(message().find("unknown rope_style 'yarn'") != std::string::npos);
+  // A tokenizer whose vocabulary differs from vocab_size (61).
+  Model with_tok = m;
+  TokenizerTrainOptions topt;
+  topt.vocab_size = 300;
+  with_tok.tokenizer_model = train_tokenizer(std::vector<std::string>(50, "and the evening and the morning were the first day\n"), topt);
+  save_checkpoint(p, with_tok, io::h5::FloatStorage::f32, prov);
+  CHECK(message().find("tokenizer has 300 pieces but vocab_size is 61") != std::string::npos);
   std::filesystem::remove(p);
 }
 

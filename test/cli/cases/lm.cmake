@@ -1,0 +1,57 @@
+# ---- lm-init / lm-generate / tokenizer-train --------------------------------------------------
+set(TOKTRAIN $<TARGET_FILE:tokenizer-train>)
+set(LMINIT $<TARGET_FILE:lm-init>)
+set(LMGEN $<TARGET_FILE:lm-generate>)
+# A whole model from the shipped Genesis excerpt: tokenizer (400 pieces) + tiny random decoder.
+set(MKMODEL "${TOKTRAIN} ${FX}/genesis.txt --chunk-lines 3 --vocab-size 400 -o t.model -q && ${LMINIT} --tokenizer t.model --preset tiny --n-ctx 64 -o m.h5 -q")
+
+cli_case(lm/tokenizer-train-and-init
+  --rc 0 --file t.model --file m.h5 --file t.model.meta.json
+  --file-jq t.model.meta.json ".meta.tool == \"tokenizer-train\" and .meta.vocab_size == 400"
+  -- bash -c "${MKMODEL} && h5dump -a vocab_size m.h5 | grep -q '(0): 400'")
+cli_case(lm/generate-greedy-jsonl
+  --rc 0 --file-jq all.json "(.[0].meta.tool == \"lm-generate\") and (length == 14) and (.[-1].summary.generated_tokens == 12) and (.[-1].summary.prompt_tokens > 1) and (.[-1].summary.stop_reason == \"max_new_tokens\")"
+  --file-jq all.json "[.[1:-1][] | (.top_ids[0] == .id) and (.logprob <= 0) and ((.top_ids | length) == 5)] | all"
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt 'And God said' -n 12 --ignore-eos -o run.jsonl -q > /dev/null && jq -s . run.jsonl > all.json")
+cli_case(lm/generate-thread-invariant
+  --rc 0
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt 'In the beginning' -n 20 --ignore-eos --threads 1 > a.txt && ${LMGEN} m.h5 --prompt 'In the beginning' -n 20 --ignore-eos --threads 2 > b.txt && cmp a.txt b.txt && test -s a.txt")
+cli_case(lm/generate-sampling-seeded
+  --rc 0
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt x --temperature 1 --top-k 50 --seed 3 -n 15 --ignore-eos -o a.jsonl -q >/dev/null && ${LMGEN} m.h5 --prompt x --temperature 1 --top-k 50 --seed 3 -n 15 --ignore-eos -o b.jsonl -q >/dev/null && ${LMGEN} m.h5 --prompt x --temperature 1 --top-k 50 --seed 4 -n 15 --ignore-eos -o c.jsonl -q >/dev/null && cmp <(jq -c .id a.jsonl) <(jq -c .id b.jsonl) && ! cmp -s <(jq -c .id a.jsonl) <(jq -c .id c.jsonl)")
+cli_case(lm/generate-prompt-ids-stdin-and-ctx-limit
+  --rc 0
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt-ids 1,5,9 -n 100 --ignore-eos -o r.jsonl -q > /dev/null && test $(jq -s '.[-1].summary.generated_tokens' r.jsonl) -eq 61 && test $(jq -rs '.[-1].summary.stop_reason' r.jsonl) = n_ctx && echo 'Let there be light' | ${LMGEN} m.h5 -n 3 -q > s.txt && test -s s.txt")
+
+# ---- bad input ----------------------------------------------------------------------------------
+cli_case(lm/generate-missing-model --rc 1 --stderr "cannot read file" -- ${LMGEN} nope.h5 --prompt x)
+cli_case(lm/generate-not-hdf5 --rc 1 --stderr "not an HDF5 file" -- ${LMGEN} ${FX}/genesis.txt --prompt x)
+cli_case(lm/generate-prompt-too-long --rc 1 --stderr "longer than n_ctx = 64" --tool lm-generate --no-file r.jsonl
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt-file ${FX}/genesis.txt -o r.jsonl")
+cli_case(lm/generate-invalid-utf8 --rc 1 --stderr "not valid UTF-8 \\(bad.txt\\)" --tool lm-generate
+  -- bash -c "${MKMODEL} && printf 'ab\\xc3\\x28' > bad.txt && ${LMGEN} m.h5 --prompt-file bad.txt")
+cli_case(lm/generate-id-out-of-range --rc 1 --stderr "token id 400 outside the vocabulary" --tool lm-generate
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt-ids 1,400")
+cli_case(lm/generate-no-tokenizer --rc 1 --stderr "no tokenizer" --tool lm-generate
+  -- bash -c "${LMINIT} --preset tiny -o bare.h5 -q && ${LMGEN} bare.h5 --prompt hello")
+cli_case(lm/generate-bad-ids-syntax --rc 2 --stderr "not a comma-separated list" --tool lm-generate
+  -- bash -c "${LMINIT} --preset tiny -o bare.h5 -q && ${LMGEN} bare.h5 --prompt-ids 1,x")
+cli_case(lm/generate-two-prompts --rc 2 --stderr "one of --prompt" --tool lm-generate
+  -- bash -c "${LMINIT} --preset tiny -o bare.h5 -q && ${LMGEN} bare.h5 --prompt a --prompt-ids 1")
+cli_case(lm/generate-bad-extension --rc 2 --stderr "ending in .jsonl" --no-file r.json --tool lm-generate
+  -- bash -c "${LMINIT} --preset tiny -o bare.h5 -q && ${LMGEN} bare.h5 --prompt-ids 1 -o r.json")
+cli_case(lm/generate-bad-top-p --rc 2 -- ${LMGEN} x.h5 --prompt a --top-p 0)
+cli_case(lm/init-heads-not-divisible --rc 2 --stderr "not divisible by n_kv_heads" --no-file m.h5
+  -- ${LMINIT} --preset tiny --n-heads 4 --n-kv-heads 3 -o m.h5)
+cli_case(lm/init-unknown-dtype --rc 2 --no-file m.h5 -- ${LMINIT} --preset tiny --dtype fp8 -o m.h5)
+cli_case(lm/init-vocab-differs-from-tokenizer --rc 2 --stderr "differs from the tokenizer" --tool lm-init --no-file m2.h5
+  -- bash -c "${MKMODEL} && ${LMINIT} --tokenizer t.model --vocab-size 500 -o m2.h5")
+cli_case(lm/init-f16-bf16-generate-same-length
+  --rc 0
+  -- bash -c "${LMINIT} --preset tiny --dtype f16 -o a.h5 -q && ${LMINIT} --preset tiny --dtype bf16 -o b.h5 -q && h5dump -a dtype -d blk.0.attn_q.weight a.h5 | grep -q f16 && ${LMGEN} a.h5 --prompt-ids 1,2 -n 5 --ignore-eos > x.txt && ${LMGEN} b.h5 --prompt-ids 1,2 -n 5 --ignore-eos > y.txt && test $(wc -w < x.txt) -eq 5")
+cli_case(tokenizer-train/not-utf8 --rc 1 --stderr "not valid UTF-8" --no-file t.model --tool tokenizer-train
+  -- bash -c "printf 'ab\\xff\\n' > bad.txt && ${TOKTRAIN} bad.txt -o t.model")
+cli_case(tokenizer-train/vocab-too-large --rc 1 --stderr "tokenizer training failed" --no-file t.model
+  -- ${TOKTRAIN} ${FX}/genesis.txt --vocab-size 90000 -o t.model)
+cli_case(tokenizer-train/missing-column --rc 1 --stderr "fewer than 2 tab-separated fields \\(.*genesis.txt, line 1\\)" --no-file t.model
+  -- ${TOKTRAIN} ${FX}/genesis.txt --column 2 -o t.model)

@@ -1,0 +1,214 @@
+// lm-generate: autoregressive generation with the CPU engine (prefill, then one decode step
+// per token), greedy or sampled.
+#include <fmt/core.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/run_tool.hpp"
+#include "io/atomic_file.hpp"
+#include "io/sha256.hpp"
+#include "lm/forward.hpp"
+#include "lm/sampler.hpp"
+#include "lm/tokenizer.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/threads.hpp"
+#include "util/timer.hpp"
+
+using namespace icmlkit;
+
+namespace {
+
+std::vector<int> parse_ids(const std::string& text) {
+  std::vector<int> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && std::isspace(static_cast<unsigned char>(item[used]))) ++used;
+    if (used == 0 || used != item.size()) throw UsageError("not a comma-separated list of token ids: '" + item + "'", "--prompt-ids");
+    ids.push_back(static_cast<int>(v));
+  }
+  if (ids.empty()) throw UsageError("empty list of token ids", "--prompt-ids");
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, prompt, prompt_file, prompt_ids, output;
+  int max_new = 64, top_logprobs = 5;
+  lm::SamplerConfig sc;
+  bool ignore_eos = false, no_stream = false;
+  bool prompt_given = false;
+  CLI::App* app_ptr = nullptr;
+  cli::ToolInfo info{
+      "lm-generate",
+      "Generate text with a native icmlkit checkpoint on the CPU: prefill the prompt in one batched\n"
+      "forward, then one decode step per new token (full KV cache).  The prompt is text (--prompt,\n"
+      "--prompt-file, or stdin when neither is given), tokenized with the model's own SentencePiece\n"
+      "tokenizer with BOS prepended when the model says add_bos, or raw token ids (--prompt-ids, taken\n"
+      "verbatim).  Generated text goes to stdout; -o x.jsonl writes a {\"meta\"} line, one record per\n"
+      "token (step, id, piece, logprob, top_ids, top_logprobs) and a final {\"summary\"} (prompt and\n"
+      "generated tokens, prefill and decode tokens/s, time to first token, stop reason).\n"
+      "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.",
+      "  lm-generate model.h5 --prompt 'In the beginning' -n 40\n"
+      "  lm-generate model.h5 --prompt-file prompt.txt --temperature 0.8 --top-p 0.95 --seed 7 -o run.jsonl\n"
+      "  lm-generate model.h5 --prompt-ids 1,450,3186 -n 16 -o ids.jsonl --no-stream\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app_ptr = &app;
+        app.add_option("model", model_path, "Native checkpoint (.h5)")->required();
+        app.add_option("--prompt", prompt, "Prompt text");
+        app.add_option("--prompt-file", prompt_file, "File holding the prompt text (- for stdin)");
+        app.add_option("--prompt-ids", prompt_ids, "Prompt as comma-separated token ids");
+        app.add_option("-n,--max-new-tokens", max_new, "Tokens to generate at most")->capture_default_str()->check(cli::int_range(0, 1 << 24));
+        app.add_option("--temperature", sc.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
+        app.add_option("--top-k", sc.top_k, "Sample among the k most likely (0 = all)")->capture_default_str()->check(cli::int_range(0, 1 << 24));
+        app.add_option("--top-p", sc.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+        app.add_option("--top-logprobs", top_logprobs, "Top ids recorded per token in -o")->capture_default_str()->check(cli::int_range(0, 100));
+        app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
+        app.add_flag("--no-stream", no_stream, "Print the text once at the end instead of token by token");
+        app.add_option("-o,--output", output, "Per-token records (.jsonl)");
+      },
+      [&](cli::Context& ctx) {
+        CLI::App* app = app_ptr;
+        const int sources = int(app->count("--prompt") > 0) + int(!prompt_file.empty()) + int(!prompt_ids.empty());
+        if (sources > 1) throw UsageError("give one of --prompt, --prompt-file, --prompt-ids");
+        if (!output.empty() && std::filesystem::path(output).extension() != ".jsonl")
+          throw UsageError("the per-token output is JSON Lines: give a path ending in .jsonl", "-o " + output);
+        if (sc.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
+        prompt_given = sources == 1;
+        sc.seed = ctx.common.seed;
+        const std::string model_sha = io::sha256_file(model_path);
+        ctx.prov.add_input(model_path, model_sha);
+        Stopwatch load_timer;
+        const lm::Model model = lm::load_checkpoint(model_path);
+        const double load_s = load_timer.seconds();
+        const auto& c = model.config;
+        std::unique_ptr<lm::Tokenizer> tok;
+        if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(model.tokenizer_model, model_path + ":/tokenizer/model");
+
+        std::vector<int> ids;
+        if (!prompt_ids.empty()) {
+          ids = parse_ids(prompt_ids);
+          for (int id : ids)
+            if (id < 0 || id >= c.vocab_size)
+              throw InputError(fmt::format("token id {} outside the vocabulary [0, {})", id, c.vocab_size), "--prompt-ids");
+        } else {
+          if (!tok) throw InputError("the model has no tokenizer (/tokenizer/model): use --prompt-ids", model_path);
+          std::string text = prompt;
+          std::string where = "--prompt";
+          if (!prompt_file.empty() || !prompt_given) {
+            const std::string src = prompt_file.empty() ? "-" : prompt_file;
+            where = src == "-" ? "stdin" : src;
+            std::ostringstream ss;
+            if (src == "-") ss << std::cin.rdbuf();
+            else {
+              std::ifstream in(src, std::ios::binary);
+              if (!in) throw InputError("cannot read file", src);
+              ss << in.rdbuf();
+            }
+            text = ss.str();
+            ctx.prov.add_input(src, io::sha256_hex(text));
+          }
+          ids = tok->encode(text, where);
+          if (c.add_bos) ids.insert(ids.begin(), c.bos_id);
+          if (ids.empty()) throw InputError("empty prompt", where);
+        }
+        if (static_cast<int>(ids.size()) > c.n_ctx)
+          throw InputError(fmt::format("prompt has {} tokens, longer than n_ctx = {}", ids.size(), c.n_ctx), model_path);
+        const int n_prompt = static_cast<int>(ids.size());
+        const int requested = max_new;
+        max_new = std::min(max_new, c.n_ctx - n_prompt);
+
+        std::unique_ptr<io::AtomicFile> out_file;
+        std::ofstream out;
+        if (!output.empty()) {
+          out_file = std::make_unique<io::AtomicFile>(output);
+          out.open(out_file->temp_path(), std::ios::binary);
+          if (!out) throw RuntimeError("cannot write file", output);
+          ctx.prov.extra["sampler"] = {{"temperature", sc.temperature}, {"top_k", sc.top_k}, {"top_p", sc.top_p}};
+          out << nlohmann::json{{"meta", ctx.prov.to_json()}}.dump() << "\n";
+        }
+
+        lm::KvCache cache(c);
+        lm::Sampler sampler(sc);
+        lm::ForwardOptions last;
+        last.all_logits = false;
+        last.logits_rows = {n_prompt - 1};
+        Stopwatch t;
+        lm::ForwardResult fr = lm::forward(model, cache, lm::Batch::causal(ids, 0), last);
+        cache.commit_all();
+        const double prefill_s = t.seconds();
+        double ttft = 0.0;
+        std::vector<int> gen;
+        std::string printed;
+        std::string stop = max_new == 0 ? (requested > 0 ? "n_ctx" : "max_new_tokens") : "";
+        Stopwatch decode_timer;
+        for (int step = 0; step < max_new; ++step) {
+          const float* logits = fr.logits.row(0);
+          const int id = sampler.sample(logits, c.vocab_size);
+          if (step == 0) ttft = t.seconds();
+          gen.push_back(id);
+          if (out.is_open()) {
+            nlohmann::json rec = {{"step", step}, {"id", id}, {"logprob", lm::log_softmax_at(logits, c.vocab_size, id)}};
+            if (tok) rec["piece"] = tok->piece(id);
+            const auto top = lm::top_ids(logits, c.vocab_size, top_logprobs);
+            std::vector<double> tl;
+            for (int j : top) tl.push_back(lm::log_softmax_at(logits, c.vocab_size, j));
+            rec["top_ids"] = top;
+            rec["top_logprobs"] = tl;
+            out << rec.dump() << "\n";
+          }
+          if (tok && !no_stream) {  // print the newly completed text (whole UTF-8 characters)
+            const std::string text = tok->decode(gen);
+            if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0 && lm::valid_utf8(text)) {
+              std::cout << text.substr(printed.size()) << std::flush;
+              printed = text;
+            }
+          }
+          if (id == c.eos_id && !ignore_eos) { stop = "eos"; break; }
+          if (step + 1 == max_new) { stop = max_new < requested ? "n_ctx" : "max_new_tokens"; break; }
+          lm::Batch b;
+          b.add(id, n_prompt + step);
+          fr = lm::forward(model, cache, b);
+          cache.commit_all();
+        }
+        const double decode_s = decode_timer.seconds();
+        if (tok) {
+          const std::string text = tok->decode(gen);
+          if (no_stream) std::cout << text;
+          else if (text.size() > printed.size()) std::cout << text.substr(std::min(printed.size(), text.size()));
+          std::cout << "\n" << std::flush;
+        } else {
+          for (std::size_t i = 0; i < gen.size(); ++i) std::cout << (i ? " " : "") << gen[i];
+          std::cout << "\n";
+        }
+        const int n_decode = std::max(0, static_cast<int>(gen.size()) - 1);  // steps after the first token
+        nlohmann::json summary = {
+            {"prompt_tokens", n_prompt}, {"generated_tokens", gen.size()}, {"stop_reason", stop},
+            {"load_seconds", load_s}, {"prefill_seconds", prefill_s},
+            {"prefill_tokens_per_s", prefill_s > 0 ? n_prompt / prefill_s : 0.0},
+            {"time_to_first_token_s", ttft},
+            {"decode_tokens_per_s", decode_s > 0 && n_decode > 0 ? n_decode / decode_s : 0.0},
+            {"threads", threads()}};
+        log::debug("{}", summary.dump());
+        if (out.is_open()) {
+          out << nlohmann::json{{"summary", summary}}.dump() << "\n";
+          out.close();
+          if (!out) throw RuntimeError("cannot write file", output);
+          out_file->commit();
+        }
+      });
+}
