@@ -85,6 +85,8 @@ template <int RT>
 __attribute__((target("avx2,fma"))) void cols_avx2(const float* x, int ldx, int K, const float* W,
                                                     int o0, int O1, float* y, int ldy) {
   int o = o0;
+  if (RT == 1)  // a single row needs eight columns in flight to hide the FMA latency
+    for (; o + 8 <= O1; o += 8) tile_avx2<1, 8>(x, ldx, K, W, o, y, ldy);
   for (; o + 4 <= O1; o += 4) tile_avx2<RT, 4>(x, ldx, K, W, o, y, ldy);
   for (; o < O1; ++o) tile_avx2<RT, 1>(x, ldx, K, W, o, y, ldy);
 }
