@@ -11,6 +11,7 @@
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
 #include "lm/forward.hpp"
+#include "lm/model_io.hpp"
 #include "lm/sampler.hpp"
 #include "lm/tokenizer.hpp"
 #include "util/error.hpp"
@@ -90,10 +91,10 @@ int main(int argc, char** argv) {
         if (sc.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
         prompt_given = sources == 1;
         sc.seed = ctx.common.seed;
-        const std::string model_sha = io::sha256_file(model_path);
+        const std::string model_sha = lm::model_sha256(model_path);
         ctx.prov.add_input(model_path, model_sha);
         Stopwatch load_timer;
-        const lm::Model model = lm::load_checkpoint(model_path);
+        const lm::Model model = lm::load_any(model_path);
         const double load_s = load_timer.seconds();
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;

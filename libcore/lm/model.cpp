@@ -25,32 +25,29 @@ std::int64_t Model::weight_bytes() const noexcept {
 
 namespace {
 
-/// Calls f(name, matrix) for every matrix of the model, in checkpoint order.
-template <class M, class F>
-void for_each_matrix(M& m, F&& f) {
-  f(std::string("token_embd.weight"), m.token_embd);
+template <class S, class M>
+std::vector<S> slots_of(M& m) {
+  const auto& c = m.config;
+  std::vector<S> out;
+  auto mat = [&](std::string g, std::string h, auto& w, int heads) { out.push_back(S{std::move(g), std::move(h), w.data.data(), w.rows, w.cols, heads}); };
+  auto vec = [&](std::string g, std::string h, auto& v) { out.push_back(S{std::move(g), std::move(h), v.data(), static_cast<int>(v.size()), 0, 0}); };
+  mat("token_embd.weight", "model.embed_tokens.weight", m.token_embd, 0);
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
     auto& l = m.layers[i];
-    const std::string p = fmt::format("blk.{}.", i);
-    f(p + "attn_q.weight", l.wq);
-    f(p + "attn_k.weight", l.wk);
-    f(p + "attn_v.weight", l.wv);
-    f(p + "attn_output.weight", l.wo);
-    f(p + "ffn_gate.weight", l.w_gate);
-    f(p + "ffn_up.weight", l.w_up);
-    f(p + "ffn_down.weight", l.w_down);
+    const std::string g = fmt::format("blk.{}.", i), h = fmt::format("model.layers.{}.", i);
+    vec(g + "attn_norm.weight", h + "input_layernorm.weight", l.attn_norm);
+    mat(g + "attn_q.weight", h + "self_attn.q_proj.weight", l.wq, c.n_heads);
+    mat(g + "attn_k.weight", h + "self_attn.k_proj.weight", l.wk, c.n_kv_heads);
+    mat(g + "attn_v.weight", h + "self_attn.v_proj.weight", l.wv, 0);
+    mat(g + "attn_output.weight", h + "self_attn.o_proj.weight", l.wo, 0);
+    vec(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", l.ffn_norm);
+    mat(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", l.w_gate, 0);
+    mat(g + "ffn_up.weight", h + "mlp.up_proj.weight", l.w_up, 0);
+    mat(g + "ffn_down.weight", h + "mlp.down_proj.weight", l.w_down, 0);
   }
-  if (!m.config.tied) f(std::string("output.weight"), m.output);
-}
-
-/// Calls f(name, vector) for every norm weight.
-template <class M, class F>
-void for_each_norm(M& m, F&& f) {
-  for (std::size_t i = 0; i < m.layers.size(); ++i) {
-    f(fmt::format("blk.{}.attn_norm.weight", i), m.layers[i].attn_norm);
-    f(fmt::format("blk.{}.ffn_norm.weight", i), m.layers[i].ffn_norm);
-  }
-  f(std::string("output_norm.weight"), m.output_norm);
+  vec("output_norm.weight", "model.norm.weight", m.output_norm);
+  if (!c.tied) mat("output.weight", "lm_head.weight", m.output, 0);
+  return out;
 }
 
 void allocate(Model& m) {
@@ -75,26 +72,37 @@ void allocate(Model& m) {
 
 }  // namespace
 
-Model random_model(const ModelConfig& config, std::uint64_t seed, double std) {
-  config.validate("model config");
+std::vector<TensorSlot> tensor_slots(Model& m) { return slots_of<TensorSlot>(m); }
+std::vector<ConstTensorSlot> tensor_slots(const Model& m) { return slots_of<ConstTensorSlot>(m); }
+
+Model allocate_model(const ModelConfig& config, const std::string& where) {
+  config.validate(where);
   Model m;
   m.config = config;
   allocate(m);
+  return m;
+}
+
+Model random_model(const ModelConfig& config, std::uint64_t seed, double std) {
+  Model m = allocate_model(config);
   std::uint64_t stream = 0;
-  for_each_matrix(m, [&](const std::string&, Matrix& w) {
+  for (auto& t : tensor_slots(m)) {
+    if (!t.is_matrix()) continue;
     Rng rng(derive_seed(seed, ++stream));
-    for (auto& x : w.data) x = static_cast<float>(std * rng.normal());
-  });
+    for (std::size_t i = 0; i < std::size_t(t.rows) * t.cols; ++i) t.data[i] = static_cast<float>(std * rng.normal());
+  }
   return m;
 }
 
 void round_weights(Model& model, h5::FloatStorage storage) {
   if (storage == h5::FloatStorage::f32) return;
-  for_each_matrix(model, [&](const std::string&, Matrix& w) {
-    for (auto& x : w.data)
-      x = storage == h5::FloatStorage::f16 ? num::f16_to_f32(num::f32_to_f16(x))
-                                           : num::bf16_to_f32(num::f32_to_bf16(x));
-  });
+  for (auto& t : tensor_slots(model)) {
+    if (!t.is_matrix()) continue;
+    for (std::size_t i = 0; i < std::size_t(t.rows) * t.cols; ++i) {
+      float& x = t.data[i];
+      x = storage == h5::FloatStorage::f16 ? num::f16_to_f32(num::f32_to_f16(x)) : num::bf16_to_f32(num::f32_to_bf16(x));
+    }
+  }
   model.stored = storage;
 }
 
@@ -168,12 +176,8 @@ Model load_checkpoint(const std::string& path) {
   Model m;
   m.config = read_config(root, path);
   allocate(m);
-  for_each_matrix(m, [&](const std::string& name, Matrix& w) {
-    read_tensor(root, name, w.data.data(), w.rows, w.cols, path, &m.stored);
-  });
-  for_each_norm(m, [&](const std::string& name, std::vector<float>& v) {
-    read_tensor(root, name, v.data(), v.size(), 0, path, nullptr);
-  });
+  for (auto& t : tensor_slots(m))
+    read_tensor(root, t.gguf, t.data, t.rows, t.cols, path, t.is_matrix() ? &m.stored : nullptr);
   if (h5::exists(root, "tokenizer/model")) {
     m.tokenizer_model = h5::read_bytes(root, "tokenizer/model", path + ":/tokenizer/model");
     Tokenizer tok(m.tokenizer_model, path + ":/tokenizer/model");
@@ -209,12 +213,10 @@ void save_checkpoint(const std::string& path, const Model& m, h5::FloatStorage s
     h5::write_attr_int(file, "eos_id", c.eos_id);
     h5::write_attr_int(file, "add_bos", c.add_bos ? 1 : 0);
     h5::write_attr(file, "dtype", h5::storage_name(storage));
-    for_each_matrix(m, [&](const std::string& name, const Matrix& w) {
-      h5::write_floats(file, name, w.data.data(), {std::uint64_t(w.rows), std::uint64_t(w.cols)}, storage);
-    });
-    for_each_norm(m, [&](const std::string& name, const std::vector<float>& v) {
-      h5::write_floats(file, name, v.data(), {v.size()}, h5::FloatStorage::f32);
-    });
+    for (const auto& t : tensor_slots(m)) {
+      if (t.is_matrix()) h5::write_floats(file, t.gguf, t.data, {std::uint64_t(t.rows), std::uint64_t(t.cols)}, storage);
+      else h5::write_floats(file, t.gguf, t.data, {std::uint64_t(t.rows)}, h5::FloatStorage::f32);
+    }
     if (!m.tokenizer_model.empty()) h5::write_bytes(file, "tokenizer/model", m.tokenizer_model);
     h5::close_file(file, path);
   }

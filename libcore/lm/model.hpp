@@ -51,6 +51,29 @@ struct Model {
   std::int64_t weight_bytes() const noexcept;
 };
 
+/// One tensor of a model under its GGUF and Hugging Face names (F = float or const float).
+template <class F>
+struct BasicTensorSlot {
+  std::string gguf;    ///< "blk.0.attn_q.weight"
+  std::string hf;      ///< "model.layers.0.self_attn.q_proj.weight"
+  F* data;             ///< row-major values
+  int rows, cols;      ///< [out, in]; cols == 0 for a vector of `rows`
+  int rope_heads;      ///< q/k matrices: heads whose rows follow the RoPE layout; else 0
+  bool is_matrix() const noexcept { return cols > 0; }
+};
+using TensorSlot = BasicTensorSlot<float>;
+using ConstTensorSlot = BasicTensorSlot<const float>;
+
+/// Every tensor of `m` in checkpoint order: token_embd, per block (attn_norm, q, k, v, output,
+/// ffn_norm, gate, up, down), output_norm, output (when untied).  The single list every
+/// reader and writer (HDF5, GGUF, safetensors) walks.
+std::vector<TensorSlot> tensor_slots(Model& m);
+std::vector<ConstTensorSlot> tensor_slots(const Model& m);
+
+/// A model with every tensor allocated to its contract shape: matrices zero, norm weights 1.
+/// Validates the config (InputError naming `where`).
+Model allocate_model(const ModelConfig& config, const std::string& where = "model config");
+
 /// A model with every tensor allocated to its contract shape and N(0, std^2) matrices
 /// (norm weights 1), drawn from `seed` (one derived stream per tensor, so the result does not
 /// depend on threads).  Validates the config (InputError).

@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstring>
 #include <unordered_map>
 
 #include "util/error.hpp"
@@ -110,6 +111,99 @@ std::string train_tokenizer(const std::vector<std::string>& sentences, const Tok
   const auto st = sentencepiece::SentencePieceTrainer::Train(kw, &it, &proto);
   if (!st.ok()) throw InputError("tokenizer training failed: " + std::string(st.message()));
   return proto;
+}
+
+}  // namespace icmlkit::lm
+
+namespace icmlkit::lm {
+
+std::vector<Piece> Tokenizer::pieces() const {
+  std::vector<Piece> out(vocab_size());
+  for (int i = 0; i < vocab_size(); ++i) {
+    Piece& p = out[i];
+    p.text = sp_->IdToPiece(i);
+    p.score = sp_->GetScore(i);
+    p.type = sp_->IsUnknown(i) ? Piece::unknown
+             : sp_->IsControl(i) ? Piece::control
+             : sp_->IsUnused(i)  ? Piece::unused
+             : sp_->IsByte(i)    ? Piece::byte
+                                 : Piece::normal;
+  }
+  return out;
+}
+
+namespace {
+
+// Minimal protobuf wire-format writer (varint, fixed32, length-delimited) for ModelProto.
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) { out.push_back(static_cast<char>((v & 0x7f) | 0x80)); v >>= 7; }
+  out.push_back(static_cast<char>(v));
+}
+void put_tag(std::string& out, int field, int wire) { put_varint(out, (std::uint64_t(field) << 3) | wire); }
+void put_bytes(std::string& out, int field, const std::string& b) {
+  put_tag(out, field, 2);
+  put_varint(out, b.size());
+  out += b;
+}
+void put_int(std::string& out, int field, std::int64_t v) {
+  put_tag(out, field, 0);
+  put_varint(out, static_cast<std::uint64_t>(v));  // negative ints: 10-byte two's complement, as protobuf
+}
+void put_float(std::string& out, int field, float f) {
+  put_tag(out, field, 5);
+  char b[4];
+  std::memcpy(b, &f, 4);
+  out.append(b, 4);
+}
+
+}  // namespace
+
+std::string build_spm_model(const std::vector<Piece>& pieces, bool add_dummy_prefix, int bos_id, int eos_id,
+                            const std::string& where) {
+  int unk = -1, bytes = 0;
+  std::unordered_map<std::string, int> seen;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    if (p.text.empty()) throw InputError("empty vocabulary piece at id " + std::to_string(i), where);
+    if (!valid_utf8(p.text)) throw InputError("vocabulary piece " + std::to_string(i) + " is not valid UTF-8", where);
+    if (!seen.emplace(p.text, static_cast<int>(i)).second)
+      throw InputError("duplicate vocabulary piece '" + p.text + "' at ids " + std::to_string(seen[p.text]) + " and " + std::to_string(i), where);
+    if (p.type < Piece::normal || p.type > Piece::byte) throw InputError("unknown token type " + std::to_string(p.type) + " at id " + std::to_string(i), where);
+    if (p.type == Piece::unknown) {
+      if (unk >= 0) throw InputError("more than one unknown piece", where);
+      unk = static_cast<int>(i);
+    }
+    if (p.type == Piece::byte) ++bytes;
+  }
+  if (unk < 0) throw InputError("the vocabulary has no unknown piece", where);
+  std::string model;
+  for (const Piece& p : pieces) {
+    std::string sp;
+    put_bytes(sp, 1, p.text);
+    put_float(sp, 2, p.score);
+    put_int(sp, 3, p.type);
+    put_bytes(model, 1, sp);
+  }
+  std::string trainer;
+  put_int(trainer, 3, 2);  // model_type = BPE
+  put_int(trainer, 4, static_cast<std::int64_t>(pieces.size()));
+  put_int(trainer, 35, bytes == 256 ? 1 : 0);  // byte_fallback
+  put_int(trainer, 40, unk);
+  put_int(trainer, 41, bos_id);
+  put_int(trainer, 42, eos_id);
+  put_int(trainer, 43, -1);
+  put_bytes(trainer, 45, pieces[unk].text);
+  if (bos_id >= 0 && std::size_t(bos_id) < pieces.size()) put_bytes(trainer, 46, pieces[bos_id].text);
+  if (eos_id >= 0 && std::size_t(eos_id) < pieces.size()) put_bytes(trainer, 47, pieces[eos_id].text);
+  put_bytes(model, 2, trainer);
+  std::string norm;
+  put_bytes(norm, 1, "identity");
+  put_int(norm, 3, add_dummy_prefix ? 1 : 0);
+  put_int(norm, 4, 0);  // remove_extra_whitespaces
+  put_int(norm, 5, 1);  // escape_whitespaces
+  put_bytes(model, 3, norm);
+  Tokenizer check(model, where);  // SentencePiece's own validation of the result
+  return model;
 }
 
 }  // namespace icmlkit::lm

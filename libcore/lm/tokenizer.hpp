@@ -10,6 +10,16 @@ namespace sentencepiece { class SentencePieceProcessor; }
 
 namespace icmlkit::lm {
 
+/// One vocabulary entry as SentencePiece and GGUF describe it.
+struct Piece {
+  /// SentencePiece piece types (the numbers are GGUF's tokenizer.ggml.token_type and
+  /// sentencepiece_model.proto's SentencePiece.Type).
+  enum Type : int { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+  std::string text;   ///< e.g. "▁the", "<0x0A>", "<s>"
+  float score = 0.0f; ///< merge priority (BPE) or log-probability (unigram)
+  int type = normal;
+};
+
 /// Encodes text to token ids and back with a SentencePiece model.  Text is taken verbatim
 /// (models made by tokenizer-train use the identity normaliser and byte fallback, so newlines
 /// and any UTF-8 survive encode -> decode).
@@ -33,10 +43,19 @@ class Tokenizer {
   int bos_id() const;
   int eos_id() const;
   int unk_id() const;
+  /// Every piece with its score and type, in id order.
+  std::vector<Piece> pieces() const;
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };
+
+/// Builds a serialized SentencePiece BPE model from a vocabulary (the llama / SPM tokenizer
+/// of GGUF files): identity normaliser, whitespace escaped as U+2581, optional dummy prefix,
+/// byte fallback when all 256 byte pieces are present.  Throws InputError naming `where` when
+/// the vocabulary is not usable (no unknown piece, duplicate pieces, empty piece).
+std::string build_spm_model(const std::vector<Piece>& pieces, bool add_dummy_prefix, int bos_id, int eos_id,
+                            const std::string& where);
 
 /// Whether `s` is well-formed UTF-8 (no overlongs, surrogates or code points > U+10FFFF).
 bool valid_utf8(std::string_view s) noexcept;

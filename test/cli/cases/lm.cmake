@@ -55,3 +55,18 @@ cli_case(tokenizer-train/vocab-too-large --rc 1 --stderr "tokenizer training fai
   -- ${TOKTRAIN} ${FX}/genesis.txt --vocab-size 90000 -o t.model)
 cli_case(tokenizer-train/missing-column --rc 1 --stderr "fewer than 2 tab-separated fields \\(.*genesis.txt, line 1\\)" --no-file t.model
   -- ${TOKTRAIN} ${FX}/genesis.txt --column 2 -o t.model)
+
+# ---- lm-convert ---------------------------------------------------------------------------------
+set(LMCONV $<TARGET_FILE:lm-convert>)
+cli_case(lm-convert/h5-gguf-hf-round-trip-same-greedy-text
+  --rc 0 --file m.gguf --file hf/model.safetensors --file hf/config.json --file hf/tokenizer.model
+  -- bash -c "${MKMODEL} && ${LMCONV} m.h5 -o m.gguf -q && ${LMCONV} m.gguf -o back.h5 -q && ${LMCONV} m.h5 -o hf -q && ${LMCONV} hf -o back2.h5 -q && ${LMGEN} m.h5 --prompt 'And God said' -n 10 --ignore-eos > m.h5.txt && ${LMGEN} m.gguf --prompt 'And God said' -n 10 --ignore-eos > m.gguf.txt && ${LMGEN} hf --prompt 'And God said' -n 10 --ignore-eos > hf.txt && ${LMGEN} back.h5 --prompt 'And God said' -n 10 --ignore-eos > back.h5.txt && ${LMGEN} back2.h5 --prompt 'And God said' -n 10 --ignore-eos > back2.h5.txt && cmp m.h5.txt m.gguf.txt && cmp m.h5.txt hf.txt && cmp m.h5.txt back.h5.txt && cmp m.h5.txt back2.h5.txt")
+cli_case(lm-convert/gguf-f16-size
+  --rc 0
+  -- bash -c "${LMINIT} --preset tiny -o m.h5 -q && ${LMCONV} m.h5 -o a.gguf --dtype f16 -q && ${LMCONV} m.h5 -o b.gguf -q && test $(stat -c %s a.gguf) -lt $(stat -c %s b.gguf)")
+cli_case(lm-convert/not-a-model --rc 1 --stderr "unrecognised model file" --no-file out.h5 -- ${LMCONV} ${FX}/genesis.txt -o out.h5)
+cli_case(lm-convert/missing-input --rc 1 --stderr "cannot read file" --no-file out.h5 -- ${LMCONV} nope.gguf -o out.h5)
+cli_case(lm-convert/truncated-gguf --rc 1 --stderr "runs past the end|truncated" --tool lm-convert --no-file out.h5
+  -- bash -c "${LMINIT} --preset tiny -o m.h5 -q && ${LMCONV} m.h5 -o m.gguf -q && head -c 5000 m.gguf > cut.gguf && ${LMCONV} cut.gguf -o out.h5")
+cli_case(lm-convert/gguf-bf16-refused --rc 2 --stderr "GGUF export writes f32 or f16" --no-file m.gguf -- ${LMCONV} x.h5 -o m.gguf --dtype bf16)
+cli_case(lm-convert/hf-dir-without-config --rc 1 --stderr "no config.json" --tool lm-convert -- bash -c "mkdir d && ${LMCONV} d -o out.h5")

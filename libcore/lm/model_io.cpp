@@ -1,0 +1,83 @@
+#include "lm/model_io.hpp"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <algorithm>
+#include <vector>
+
+#include "io/sha256.hpp"
+#include "lm/gguf.hpp"
+#include "lm/safetensors.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::lm {
+
+namespace fs = std::filesystem;
+
+const char* format_name(ModelFormat f) noexcept {
+  switch (f) {
+    case ModelFormat::gguf: return "gguf";
+    case ModelFormat::hf_safetensors: return "hf";
+    default: return "native";
+  }
+}
+
+ModelFormat detect_format(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (fs::exists(fs::path(path) / "config.json")) return ModelFormat::hf_safetensors;
+    throw InputError("directory has no config.json (not a Hugging Face model)", path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot read file", path);
+  char head[8] = {0};
+  in.read(head, 8);
+  if (in.gcount() >= 8 && std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) return ModelFormat::native_h5;
+  if (in.gcount() >= 4 && std::memcmp(head, "GGUF", 4) == 0) return ModelFormat::gguf;
+  if (fs::path(path).extension() == ".safetensors") return ModelFormat::hf_safetensors;
+  throw InputError("unrecognised model file (native HDF5, GGUF or Hugging Face safetensors expected)", path);
+}
+
+std::string model_sha256(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return io::sha256_file(path);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_regular_file() && (n == "config.json" || n == "tokenizer.model" || n == "model.safetensors.index.json" ||
+                                e.path().extension() == ".safetensors"))
+      names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  std::string lines;
+  for (const auto& n : names) lines += n + " " + io::sha256_file((fs::path(path) / n).string()) + "\n";
+  return io::sha256_hex(lines);
+}
+
+Model load_any(const std::string& path) {
+  switch (detect_format(path)) {
+    case ModelFormat::gguf: return gguf::load_model(path);
+    case ModelFormat::hf_safetensors: return safetensors::load_model(path);
+    default: return load_checkpoint(path);
+  }
+}
+
+ModelFormat output_format(const std::string& path) {
+  const auto ext = fs::path(path).extension();
+  if (ext == ".h5" || ext == ".hdf5") return ModelFormat::native_h5;
+  if (ext == ".gguf") return ModelFormat::gguf;
+  return ModelFormat::hf_safetensors;
+}
+
+void save_any(const std::string& path, ModelFormat format, const Model& model, io::h5::FloatStorage storage,
+              const io::Provenance& prov) {
+  switch (format) {
+    case ModelFormat::gguf: gguf::save_model(path, model, storage, prov); break;
+    case ModelFormat::hf_safetensors: safetensors::save_model(path, model, storage, prov); break;
+    default: save_checkpoint(path, model, storage, prov); break;
+  }
+}
+
+}  // namespace icmlkit::lm

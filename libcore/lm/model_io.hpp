@@ -1,0 +1,36 @@
+// Model files of any supported format, detected from their content.
+#pragma once
+
+#include <string>
+
+#include "io/h5array.hpp"
+#include "io/provenance.hpp"
+#include "lm/model.hpp"
+
+namespace icmlkit::lm {
+
+/// Model file formats.
+enum class ModelFormat { native_h5, gguf, hf_safetensors };
+
+/// "native" | "gguf" | "hf".
+const char* format_name(ModelFormat f) noexcept;
+
+/// Detects the format of `path`: HDF5 signature -> native, "GGUF" magic -> gguf, a directory
+/// with config.json or a .safetensors file -> hf.  Throws InputError when unrecognised.
+ModelFormat detect_format(const std::string& path);
+
+/// SHA-256 for provenance: of the file, or for a Hugging Face directory of the sorted
+/// "name sha256" lines of its model files (config, safetensors, index, tokenizer).
+std::string model_sha256(const std::string& path);
+
+/// Loads a model of any supported format (every inference tool accepts all of them).
+Model load_any(const std::string& path);
+
+/// Output format from a path: *.h5 -> native, *.gguf -> gguf, anything else (a directory) -> hf.
+ModelFormat output_format(const std::string& path);
+
+/// Writes `model` in `format` (GGUF: f32/f16; others: f32/f16/bf16).
+void save_any(const std::string& path, ModelFormat format, const Model& model,
+              io::h5::FloatStorage storage, const io::Provenance& prov);
+
+}  // namespace icmlkit::lm

@@ -1,0 +1,49 @@
+// lm-convert: convert model files between the native HDF5 checkpoint, GGUF and Hugging Face
+// safetensors.
+#include <fmt/core.h>
+
+#include "cli/run_tool.hpp"
+#include "lm/model_io.hpp"
+#include "lm/tokenizer.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+
+using namespace icmlkit;
+
+int main(int argc, char** argv) {
+  std::string input, output, dtype, to;
+  cli::ToolInfo info{
+      "lm-convert",
+      "Convert a Llama-architecture model between formats.  Input (detected from the content):\n"
+      "native HDF5 checkpoint, GGUF (F32, F16, BF16, Q8_0 tensors; llama SentencePiece vocabulary), or\n"
+      "a Hugging Face directory (config.json + model.safetensors or sharded with\n"
+      "model.safetensors.index.json, tokenizer.model).  Output from the extension of -o: .h5 native,\n"
+      ".gguf GGUF v3 (f32 or f16), anything else a Hugging Face directory.  q/k rows are permuted\n"
+      "between the rotate-half (Hugging Face) and interleaved (GGUF) RoPE layouts as needed, so the\n"
+      "converted model computes the same function.  --dtype defaults to the input's storage (f16 for\n"
+      "GGUF output of a bf16 model; f32 for Q8_0 input).",
+      "  lm-convert model.h5 -o model.gguf --dtype f16\n"
+      "  lm-convert ~/hf/TinyLlama-1.1B -o tinyllama.h5 --dtype bf16\n"
+      "  lm-convert model.gguf -o hf_dir/\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app.add_option("input", input, "Model file or Hugging Face directory")->required();
+        app.add_option("-o,--output", output, "Output: *.h5, *.gguf, or a directory")->required();
+        app.add_option("--dtype", dtype, "Storage of matrices: f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+      },
+      [&](cli::Context& ctx) {
+        const lm::ModelFormat out_fmt = lm::output_format(output);
+        if (out_fmt == lm::ModelFormat::gguf && dtype == "bf16") throw UsageError("GGUF export writes f32 or f16", "--dtype bf16");
+        ctx.prov.add_input(input, lm::model_sha256(input));
+        const lm::ModelFormat in_fmt = lm::detect_format(input);
+        const lm::Model m = lm::load_any(input);
+        io::h5::FloatStorage st = dtype.empty() ? m.stored : io::h5::parse_float_storage(dtype, "--dtype");
+        if (out_fmt == lm::ModelFormat::gguf && st == io::h5::FloatStorage::bf16) st = io::h5::FloatStorage::f16;
+        ctx.prov.extra["converted_from"] = lm::format_name(in_fmt);
+        lm::save_any(output, out_fmt, m, st, ctx.prov);
+        log::info("{} ({}, {} weights, {}) -> {} ({}, {})", input, lm::format_name(in_fmt), m.config.n_params(),
+                  m.tokenizer_model.empty() ? "no tokenizer" : "with tokenizer", output, lm::format_name(out_fmt),
+                  io::h5::storage_name(st));
+      });
+}
