@@ -25,7 +25,7 @@ cli_case(lm/generate-prompt-ids-stdin-and-ctx-limit
 
 # ---- bad input ----------------------------------------------------------------------------------
 cli_case(lm/generate-missing-model --rc 1 --stderr "cannot read file" -- ${LMGEN} nope.h5 --prompt x)
-cli_case(lm/generate-not-hdf5 --rc 1 --stderr "not an HDF5 file" -- ${LMGEN} ${FX}/genesis.txt --prompt x)
+cli_case(lm/generate-not-a-model --rc 1 --stderr "unrecognised model file" -- ${LMGEN} ${FX}/genesis.txt --prompt x)
 cli_case(lm/generate-prompt-too-long --rc 1 --stderr "longer than n_ctx = 64" --tool lm-generate --no-file r.jsonl
   -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt-file ${FX}/genesis.txt -o r.jsonl")
 cli_case(lm/generate-invalid-utf8 --rc 1 --stderr "not valid UTF-8 \\(bad.txt\\)" --tool lm-generate
