@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   lm::SamplerConfig sc;
   bool ignore_eos = false, no_stream = false;
   bool prompt_given = false;
+  std::string weights = "auto";
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "lm-generate",
@@ -81,6 +82,8 @@ int main(int argc, char** argv) {
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
         app.add_flag("--no-stream", no_stream, "Print the text once at the end instead of token by token");
         app.add_option("-o,--output", output, "Per-token records (.jsonl)");
+        app.add_option("--weights", weights, "Compute weights: auto (f16 when the file stores f16), f32, f16 (exact f16 only)")
+            ->capture_default_str()->check(CLI::IsMember({"auto", "f32", "f16"}));
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
@@ -94,7 +97,11 @@ int main(int argc, char** argv) {
         const std::string model_sha = lm::model_sha256(model_path);
         ctx.prov.add_input(model_path, model_sha);
         Stopwatch load_timer;
-        const lm::Model model = lm::load_any(model_path);
+        lm::Model model = lm::load_any(model_path);
+        // f16 storage is held as f16 (half the bytes per decode step; logits bitwise unchanged).
+        if (weights == "f16" || (weights == "auto" && model.stored == io::h5::FloatStorage::f16))
+          if (!lm::hold_half(model) && weights == "f16")
+            throw InputError("--weights f16 needs f16-representable weights (convert with --dtype f16)", model_path);
         const double load_s = load_timer.seconds();
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
@@ -203,7 +210,8 @@ int main(int argc, char** argv) {
             {"prefill_tokens_per_s", prefill_s > 0 ? n_prompt / prefill_s : 0.0},
             {"time_to_first_token_s", ttft},
             {"decode_tokens_per_s", decode_s > 0 && n_decode > 0 ? n_decode / decode_s : 0.0},
-            {"threads", threads()}};
+            {"threads", threads()}, {"compute_weights", model.token_embd.is_half() ? "f16" : "f32"},
+            {"weight_bytes", model.weight_bytes()}};
         log::debug("{}", summary.dump());
         if (out.is_open()) {
           out << nlohmann::json{{"summary", summary}}.dump() << "\n";

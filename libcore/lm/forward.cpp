@@ -46,6 +46,12 @@ void rms_norm(const float* x, int n, int d, const float* w, double eps, float* y
 
 namespace {
 
+/// y [R, W.rows] = x [R, K] W^T for a weight held as float32 or f16 (bitwise the same).
+void matmul_w(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy) {
+  if (W.is_half()) matmul_xwt_f16(x, R, K, ldx, W.half.data(), O, y, ldy);
+  else matmul_xwt(x, R, K, ldx, W.data.data(), O, y, ldy);
+}
+
 void check_batch(const ModelConfig& c, const KvCache& cache, const Batch& b, const ForwardOptions& opt) {
   const int R = b.size();
   if (R == 0) throw InputError("empty forward batch");
@@ -123,7 +129,7 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
   std::vector<float> cs, sn;
   rope_tables(c, b, cs, sn);
   for (int r = 0; r < R; ++r)
-    std::copy_n(model.token_embd.row(b.rows[r].token), d, x.data() + std::size_t(r) * d);
+    model.token_embd.row_f32(b.rows[r].token, x.data() + std::size_t(r) * d);
   if (opt.hidden) {
     res.hidden.assign(c.n_layers + 1, Matrix(R, d));
     res.hidden[0].data = x;
@@ -147,9 +153,9 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = model.layers[l];
     rms_norm(x.data(), R, d, L.attn_norm.data(), c.rms_eps, xn.data());
-    matmul_xwt(xn.data(), R, d, d, L.wq.data.data(), dq, q.data(), dq);
-    matmul_xwt(xn.data(), R, d, d, L.wk.data.data(), dkv, k.data(), dkv);
-    matmul_xwt(xn.data(), R, d, d, L.wv.data.data(), dkv, v.data(), dkv);
+    matmul_w(xn.data(), R, d, d, L.wq, dq, q.data(), dq);
+    matmul_w(xn.data(), R, d, d, L.wk, dkv, k.data(), dkv);
+    matmul_w(xn.data(), R, d, d, L.wv, dkv, v.data(), dkv);
     const int half = hd / 2;
     for (int r = 0; r < R; ++r) {
       const float* rc = cs.data() + std::size_t(r) * half;
@@ -220,16 +226,16 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
     });
     for (auto& rr : recs) res.attention.push_back(std::move(rr));
 
-    matmul_xwt(att.data(), R, dq, dq, L.wo.data.data(), d, tmp.data(), d);
+    matmul_w(att.data(), R, dq, dq, L.wo, d, tmp.data(), d);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     rms_norm(x.data(), R, d, L.ffn_norm.data(), c.rms_eps, xn.data());
-    matmul_xwt(xn.data(), R, d, d, L.w_gate.data.data(), c.d_ff, gate.data(), c.d_ff);
-    matmul_xwt(xn.data(), R, d, d, L.w_up.data.data(), c.d_ff, up.data(), c.d_ff);
+    matmul_w(xn.data(), R, d, d, L.w_gate, c.d_ff, gate.data(), c.d_ff);
+    matmul_w(xn.data(), R, d, d, L.w_up, c.d_ff, up.data(), c.d_ff);
     for (std::size_t i = 0; i < gate.size(); ++i) {
       const float gv = gate[i];
       gate[i] = gv / (1.0f + std::exp(-gv)) * up[i];
     }
-    matmul_xwt(gate.data(), R, c.d_ff, c.d_ff, L.w_down.data.data(), d, tmp.data(), d);
+    matmul_w(gate.data(), R, c.d_ff, c.d_ff, L.w_down, d, tmp.data(), d);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     if (opt.hidden) res.hidden[l + 1].data = x;
   }
@@ -257,17 +263,22 @@ Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<in
   const Matrix& W = model.head();
   if (vocab_ids.empty()) {
     Matrix out(hidden.rows, c.vocab_size);
-    matmul_xwt(hn.data.data(), hidden.rows, c.d_model, c.d_model, W.data.data(), c.vocab_size, out.data.data(), c.vocab_size);
+    matmul_w(hn.data.data(), hidden.rows, c.d_model, c.d_model, W, c.vocab_size, out.data.data(), c.vocab_size);
     return out;
   }
   Matrix sub(static_cast<int>(vocab_ids.size()), c.d_model);
+  if (W.is_half()) {
+    sub.data.clear();
+    sub.half.resize(vocab_ids.size() * std::size_t(c.d_model));
+  }
   for (std::size_t i = 0; i < vocab_ids.size(); ++i) {
     const int id = vocab_ids[i];
     if (id < 0 || id >= c.vocab_size) throw InputError("vocabulary id " + std::to_string(id) + " out of range");
-    std::copy_n(W.row(id), c.d_model, sub.row(static_cast<int>(i)));
+    if (W.is_half()) std::copy_n(W.half.data() + std::size_t(id) * c.d_model, c.d_model, sub.half.data() + i * c.d_model);
+    else std::copy_n(W.row(id), c.d_model, sub.row(static_cast<int>(i)));
   }
   Matrix out(hidden.rows, sub.rows);
-  matmul_xwt(hn.data.data(), hidden.rows, c.d_model, c.d_model, sub.data.data(), sub.rows, out.data.data(), sub.rows);
+  matmul_w(hn.data.data(), hidden.rows, c.d_model, c.d_model, sub, sub.rows, out.data.data(), sub.rows);
   return out;
 }
 

@@ -319,7 +319,11 @@ void load_tensor(const std::uint8_t* data, const File& f, const std::string& nam
 
 Model load_model(const std::string& path) {
   const io::MappedFile file(path);
-  const File f = parse(file.data(), file.size(), path);
+  return load_model(file.data(), file.size(), path);
+}
+
+Model load_model(const std::uint8_t* bytes, std::size_t size, const std::string& path) {
+  const File f = parse(bytes, size, path);
   const std::string arch = meta_string(f, "general.architecture", path, true);
   if (arch != "llama") throw InputError("architecture '" + arch + "' is not supported (llama is)", path);
   const std::string rs = meta_string(f, "llama.rope.scaling.type", path, false);
@@ -349,7 +353,7 @@ Model load_model(const std::string& path) {
   if (c.n_layers > 4096) throw InputError("block_count out of range", path);
 
   m = allocate_model(c, path);
-  for (auto& t : tensor_slots(m)) load_tensor(file.data(), f, t.gguf, t.rows, t.cols, t.data, path);
+  for (auto& t : tensor_slots(m)) load_tensor(bytes, f, t.gguf, t.rows, t.cols, t.data, path);
   const TensorType qt = f.find("blk.0.attn_q.weight")->type;
   m.stored = qt == TensorType::f16 ? io::h5::FloatStorage::f16 : qt == TensorType::bf16 ? io::h5::FloatStorage::bf16 : io::h5::FloatStorage::f32;
 

@@ -58,6 +58,9 @@ std::vector<float> dequantize(const std::uint8_t* data, const TensorInfo& t);
 /// other types are refused by name.  Throws InputError.
 Model load_model(const std::string& path);
 
+/// load_model() on bytes already in memory (the whole file); `where` names it in errors.
+Model load_model(const std::uint8_t* data, std::size_t size, const std::string& where);
+
 /// Writes `model` as GGUF v3 (matrices F32 or F16, norms F32).  A rope_style=half model has its
 /// q/k rows permuted to the interleaved layout llama.cpp expects (lm/README.md).  The tokenizer
 /// goes in as tokenizer.ggml.* (type "llama") plus the exact SentencePiece bytes.

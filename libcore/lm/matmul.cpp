@@ -1,12 +1,15 @@
 #include "lm/matmul.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
+#include "num/half.hpp"
 #include "util/threads.hpp"
 
 namespace icmlkit::lm {
@@ -20,18 +23,22 @@ inline float reduce8(const float* l) noexcept {
 
 // ---- portable path: scalar code that performs exactly the AVX2 path's operations ------------
 
-void tile_portable(const float* x, int R, int K, int ldx, const float* W, int o0, int O1, float* y, int ldy) {
+inline float widen(float w) noexcept { return w; }
+inline float widen(std::uint16_t h) noexcept { return num::f16_to_f32(h); }
+
+template <class WT>
+void tile_portable(const float* x, int R, int K, int ldx, const WT* W, int o0, int O1, float* y, int ldy) {
   for (int r = 0; r < R; ++r) {
     const float* xr = x + std::size_t(r) * ldx;
     for (int o = o0; o < O1; ++o) {
-      const float* w = W + std::size_t(o) * K;
+      const WT* w = W + std::size_t(o) * K;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int k = 0;
       for (; k + 8 <= K; k += 8)
-        for (int j = 0; j < 8; ++j) acc[j] = std::fma(xr[k + j], w[k + j], acc[j]);
+        for (int j = 0; j < 8; ++j) acc[j] = std::fma(xr[k + j], widen(w[k + j]), acc[j]);
       if (k < K)
         for (int j = 0; j < 8; ++j)
-          acc[j] = k + j < K ? std::fma(xr[k + j], w[k + j], acc[j]) : std::fma(0.0f, 0.0f, acc[j]);
+          acc[j] = k + j < K ? std::fma(xr[k + j], widen(w[k + j]), acc[j]) : std::fma(0.0f, 0.0f, acc[j]);
       y[std::size_t(r) * ldy + o] = reduce8(acc);
     }
   }
@@ -39,12 +46,12 @@ void tile_portable(const float* x, int R, int K, int ldx, const float* W, int o0
 
 // ---- AVX2 + FMA path ------------------------------------------------------------------------
 
-__attribute__((target("avx2,fma"))) inline __m256i tail_mask(int rem) {
+__attribute__((target("avx2,fma,f16c"))) inline __m256i tail_mask(int rem) {
   alignas(32) static const int m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + 8 - rem));
 }
 
-__attribute__((target("avx2,fma"))) inline float reduce_vec(__m256 v) {
+__attribute__((target("avx2,fma,f16c"))) inline float reduce_vec(__m256 v) {
   alignas(32) float l[8];
   _mm256_store_ps(l, v);
   return reduce8(l);
@@ -54,19 +61,34 @@ __attribute__((target("avx2,fma"))) inline float reduce_vec(__m256 v) {
 // registers; measured ~45 GMAC/s per core, near the FMA peak (3x4 beat 2x4, 4x2, 4x3).
 constexpr int RTILE = 3, CTILE = 4;
 
+/// Eight weights widened to float32 (f16 -> f32 is exact, so both storages give the same bits).
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const std::uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+/// The last rem < 8 weights, zero-padded (as the masked x load).
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load_tail(const float* p, int rem) {
+  return _mm256_maskload_ps(p, tail_mask(rem));
+}
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load_tail(const std::uint16_t* p, int rem) {
+  alignas(16) std::uint16_t b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::memcpy(b, p, sizeof(std::uint16_t) * rem);
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
+}
+
 /// RT rows x CT columns register tile; every (r, o) has its own 8-lane accumulator.
-template <int RT, int CT>
-__attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int ldx, int K, const float* W,
+template <int RT, int CT, class WT>
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float* x, int ldx, int K, const WT* W,
                                                     int o, float* y, int ldy) {
   __m256 acc[RT][CT];
   for (int r = 0; r < RT; ++r)
     for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_setzero_ps();
-  const float* w[CT];
+  const WT* w[CT];
   for (int c = 0; c < CT; ++c) w[c] = W + std::size_t(o + c) * K;
   int k = 0;
   for (; k + 8 <= K; k += 8) {
     __m256 wv[CT];
-    for (int c = 0; c < CT; ++c) wv[c] = _mm256_loadu_ps(w[c] + k);
+    for (int c = 0; c < CT; ++c) wv[c] = load8(w[c] + k);
     for (int r = 0; r < RT; ++r) {
       const __m256 xv = _mm256_loadu_ps(x + std::size_t(r) * ldx + k);
       for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
@@ -75,7 +97,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int ldx, int 
   if (k < K) {
     const __m256i m = tail_mask(K - k);
     __m256 wv[CT];
-    for (int c = 0; c < CT; ++c) wv[c] = _mm256_maskload_ps(w[c] + k, m);
+    for (int c = 0; c < CT; ++c) wv[c] = load_tail(w[c] + k, K - k);
     for (int r = 0; r < RT; ++r) {
       const __m256 xv = _mm256_maskload_ps(x + std::size_t(r) * ldx + k, m);
       for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
@@ -99,8 +121,8 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float* x, int ldx, int 
 }
 
 /// Columns [o, o + CT) against every row: the CT weight rows stay in L1 while all row tiles pass.
-template <int CT>
-__attribute__((target("avx2,fma"))) void rows_avx2(const float* x, int R, int ldx, int K, const float* W,
+template <int CT, class WT>
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2(const float* x, int R, int ldx, int K, const WT* W,
                                                     int o, float* y, int ldy) {
   int r = 0;
   for (; r + RTILE <= R; r += RTILE)
@@ -109,7 +131,8 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* x, int R, int ld
   else if (R - r == 1) tile_avx2<1, CT>(x + std::size_t(r) * ldx, ldx, K, W, o, y + std::size_t(r) * ldy, ldy);
 }
 
-__attribute__((target("avx2,fma"))) void block_avx2(const float* x, int R, int K, int ldx, const float* W,
+template <class WT>
+__attribute__((target("avx2,fma,f16c"))) void block_avx2(const float* x, int R, int K, int ldx, const WT* W,
                                                      int o0, int O1, float* y, int ldy) {
   int o = o0;
   if (R == 1)  // a single row needs eight columns in flight to hide the FMA latency
@@ -118,7 +141,8 @@ __attribute__((target("avx2,fma"))) void block_avx2(const float* x, int R, int K
   for (; o < O1; ++o) rows_avx2<1>(x, R, ldx, K, W, o, y, ldy);
 }
 
-void run(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy, bool avx2,
+template <class WT>
+void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, int ldy, bool avx2,
          int nthreads) {
   if (R <= 0 || O <= 0) return;
   // Column blocks small enough that a block's weights stay in L2 while all rows pass over it.
@@ -137,7 +161,11 @@ void run(const float* x, int R, int K, int ldx, const float* W, int O, float* y,
 }  // namespace
 
 bool have_avx2() noexcept {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  }();
   return ok;
 }
 
@@ -147,6 +175,15 @@ void matmul_xwt(const float* x, int R, int K, int ldx, const float* W, int O, fl
 
 void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy,
                      bool avx2, int nthreads) {
+  run(x, R, K, ldx, W, O, y, ldy, avx2 && have_avx2(), std::max(1, nthreads));
+}
+
+void matmul_xwt_f16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy) {
+  run(x, R, K, ldx, W, O, y, ldy, have_avx2(), threads());
+}
+
+void matmul_xwt_f16_path(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y,
+                         int ldy, bool avx2, int nthreads) {
   run(x, R, K, ldx, W, O, y, ldy, avx2 && have_avx2(), std::max(1, nthreads));
 }
 

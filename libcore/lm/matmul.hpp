@@ -8,6 +8,8 @@
 // on the rest of the batch — the property lossless speculative decoding needs.
 #pragma once
 
+#include <cstdint>
+
 namespace icmlkit::lm {
 
 /// y [R, O] (row stride ldy) = x [R, K] (row stride ldx) * W^T, W [O, K] row-major.
@@ -18,6 +20,13 @@ void matmul_xwt(const float* x, int R, int K, int ldx, const float* W, int O, fl
 /// bitwise with matmul_xwt.  `avx2` is ignored (portable used) when the CPU lacks AVX2/FMA.
 void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int O, float* y,
                      int ldy, bool avx2, int threads);
+
+/// The same with W held as IEEE binary16 bits [O, K]: every weight is widened exactly, so the
+/// result is bitwise that of matmul_xwt on the widened float32 weights (half the bytes read).
+void matmul_xwt_f16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy);
+/// The f16 product on a chosen code path (tests).
+void matmul_xwt_f16_path(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y,
+                         int ldy, bool avx2, int threads);
 
 /// The 8-lane dot product of a and b (length K) with the same arithmetic as one entry of
 /// matmul_xwt (used for attention scores).

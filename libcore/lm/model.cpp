@@ -14,13 +14,38 @@ namespace icmlkit::lm {
 
 namespace h5 = io::h5;
 
+void Matrix::row_f32(int r, float* out) const noexcept {
+  if (!is_half()) {
+    std::copy_n(row(r), cols, out);
+    return;
+  }
+  const std::uint16_t* h = half.data() + std::size_t(r) * cols;
+  for (int i = 0; i < cols; ++i) out[i] = num::f16_to_f32(h[i]);
+}
+
 std::int64_t Model::weight_bytes() const noexcept {
-  std::int64_t n = std::int64_t(token_embd.data.size()) + output.data.size() + output_norm.size();
+  auto mb = [](const Matrix& m) { return std::int64_t(m.data.size()) * 4 + std::int64_t(m.half.size()) * 2; };
+  std::int64_t n = mb(token_embd) + mb(output) + std::int64_t(output_norm.size()) * 4;
   for (const auto& l : layers)
-    n += l.attn_norm.size() + l.ffn_norm.size() + l.wq.data.size() + l.wk.data.size() +
-         l.wv.data.size() + l.wo.data.size() + l.w_gate.data.size() + l.w_up.data.size() +
-         l.w_down.data.size();
-  return n * 4;
+    n += std::int64_t(l.attn_norm.size() + l.ffn_norm.size()) * 4 + mb(l.wq) + mb(l.wk) + mb(l.wv) + mb(l.wo) +
+         mb(l.w_gate) + mb(l.w_up) + mb(l.w_down);
+  return n;
+}
+
+bool hold_half(Model& m) {
+  std::vector<Matrix*> mats = {&m.token_embd, &m.output};
+  for (auto& l : m.layers)
+    for (Matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) mats.push_back(w);
+  for (const Matrix* w : mats)
+    for (float x : w->data)
+      if (num::f16_to_f32(num::f32_to_f16(x)) != x) return false;
+  for (Matrix* w : mats) {
+    if (w->data.empty()) continue;
+    w->half.resize(w->data.size());
+    for (std::size_t i = 0; i < w->data.size(); ++i) w->half[i] = num::f32_to_f16(w->data[i]);
+    std::vector<float>().swap(w->data);
+  }
+  return true;
 }
 
 namespace {
@@ -28,6 +53,8 @@ namespace {
 template <class S, class M>
 std::vector<S> slots_of(M& m) {
   const auto& c = m.config;
+  if (m.token_embd.is_half())
+    throw RuntimeError("the model holds f16 compute weights (hold_half); its tensors cannot be saved or trained");
   std::vector<S> out;
   auto mat = [&](std::string g, std::string h, auto& w, int heads) { out.push_back(S{std::move(g), std::move(h), w.data.data(), w.rows, w.cols, heads}); };
   auto vec = [&](std::string g, std::string h, auto& v) { out.push_back(S{std::move(g), std::move(h), v.data(), static_cast<int>(v.size()), 0, 0}); };

@@ -11,12 +11,18 @@
 
 namespace icmlkit::lm {
 
-/// A row-major float32 matrix [rows, cols] (weights are [out, in], as in GGUF).
+/// A row-major matrix [rows, cols] (weights are [out, in], as in GGUF), float32 in `data`, or —
+/// for inference weights after hold_half() — IEEE binary16 bits in `half` (then `data` is empty).
 struct Matrix {
   int rows = 0, cols = 0;
   std::vector<float> data;
+  std::vector<std::uint16_t> half;
   Matrix() = default;
   Matrix(int r, int c) : rows(r), cols(c), data(std::size_t(r) * c, 0.0f) {}
+  /// Whether the values are held as f16 bits.
+  bool is_half() const noexcept { return !half.empty(); }
+  /// Row r as float32 (widened when held as f16).
+  void row_f32(int r, float* out) const noexcept;
   /// Pointer to row r.
   const float* row(int r) const noexcept { return data.data() + std::size_t(r) * cols; }
   float* row(int r) noexcept { return data.data() + std::size_t(r) * cols; }
@@ -78,6 +84,13 @@ Model allocate_model(const ModelConfig& config, const std::string& where = "mode
 /// (norm weights 1), drawn from `seed` (one derived stream per tensor, so the result does not
 /// depend on threads).  Validates the config (InputError).
 Model random_model(const ModelConfig& config, std::uint64_t seed, double std = 0.02);
+
+/// Holds every matrix as f16 bits (half the memory and bandwidth of decoding).  Exact when the
+/// weights are f16-representable (a model stored as f16): then logits are bitwise those of the
+/// float32 model.  Such a model computes (forward, apply_head) but cannot be saved or trained:
+/// tensor_slots() throws RuntimeError.  Returns false (and changes nothing) when a weight is
+/// not exactly representable in f16.
+bool hold_half(Model& model);
 
 /// Rounds every matrix to `storage` precision and back, so in-memory weights equal what a
 /// checkpoint saved at that precision loads as.

@@ -561,3 +561,35 @@ TEST_CASE("lm: tokenizer round-trips newlines and UTF-8, and refuses invalid UTF
   CHECK(valid_utf8("\xf4\x8f\xbf\xbf"));     // U+10FFFF
   CHECK_THROWS_AS(Tokenizer("not a model", "x"), InputError);
 }
+
+TEST_CASE("lm: f16-held weights give bitwise the logits of their float32 widening") {
+  Model wide = tiny_model(RopeStyle::half, false);
+  Model copy = wide;
+  CHECK_FALSE(hold_half(copy));  // N(0, 0.2) draws are not f16-representable: refused
+  CHECK_FALSE(copy.token_embd.is_half());
+  round_weights(wide, io::h5::FloatStorage::f16);
+  Model half = wide;
+  REQUIRE(hold_half(half));
+  CHECK(half.layers[0].wq.is_half());
+  CHECK(half.weight_bytes() < wide.weight_bytes());
+  const Batch b = Batch::causal({4, 8, 15, 16, 23, 42}, 0);
+  KvCache c1(wide.config), c2(half.config);
+  const ForwardResult a = forward(wide, c1, b), h = forward(half, c2, b);
+  CHECK(same_bits(a.logits.data.data(), h.logits.data.data(), a.logits.data.size()));
+  Matrix hid(1, wide.config.d_model);
+  for (auto& v : hid.data) v = 0.3f;
+  CHECK(same_bits(apply_head(wide, hid, {3, 9}).data.data(), apply_head(half, hid, {3, 9}).data.data(), 2));
+  CHECK_THROWS_AS(tensor_slots(half), RuntimeError);
+  // Kernel: f16 AVX2 and portable paths agree bitwise with the f32 kernel on widened weights.
+  const int K = 37, O = 13, R = 5;
+  Rng rng(2);
+  std::vector<float> x(R * K), wf(O * K), y1(R * O), y2(R * O), y3(R * O);
+  std::vector<std::uint16_t> wh(O * K);
+  for (auto& v : x) v = static_cast<float>(rng.normal());
+  for (int i = 0; i < O * K; ++i) { wh[i] = num::f32_to_f16(static_cast<float>(rng.normal())); wf[i] = num::f16_to_f32(wh[i]); }
+  matmul_xwt(x.data(), R, K, K, wf.data(), O, y1.data(), O);
+  matmul_xwt_f16_path(x.data(), R, K, K, wh.data(), O, y2.data(), O, true, 2);
+  matmul_xwt_f16_path(x.data(), R, K, K, wh.data(), O, y3.data(), O, false, 1);
+  CHECK(same_bits(y1.data(), y2.data(), y1.size()));
+  CHECK(same_bits(y1.data(), y3.data(), y1.size()));
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Seeds each fuzzer with files made by our own tools, then runs it for SECONDS.  Findings are
+# written to test/fuzz/findings/ (add each as a regression under test/fuzz/regressions/).
+# Usage: run.sh BIN_DIR FUZZ_DIR SECONDS
+set -euo pipefail
+bin=$1; fuzz=$2; secs=${3:-300}
+root=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/gguf" "$work/st" "$root/findings"
+"$bin/tokenizer-train" "$root/../cli/fixtures/genesis.txt" --vocab-size 300 -o "$work/t.model" -q
+"$bin/lm-init" --tokenizer "$work/t.model" --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 1 --d-ff 24 --n-ctx 16 -o "$work/m.h5" -q
+"$bin/lm-init" --vocab-size 40 --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 2 --d-ff 24 --n-ctx 16 --tied -o "$work/bare.h5" -q
+"$bin/lm-convert" "$work/m.h5" -o "$work/gguf/f32.gguf" -q
+"$bin/lm-convert" "$work/bare.h5" -o "$work/gguf/f16.gguf" --dtype f16 -q
+"$bin/lm-convert" "$work/bare.h5" -o "$work/hf" --dtype bf16 -q
+cp "$work/hf/model.safetensors" "$work/st/bf16.safetensors"
+"$bin/lm-convert" "$work/bare.h5" -o "$work/hf32" -q
+cp "$work/hf32/model.safetensors" "$work/st/f32.safetensors"
+for t in gguf st; do
+  exe=$fuzz/fuzz_gguf; [ $t = st ] && exe=$fuzz/fuzz_safetensors
+  echo "fuzz: $(basename "$exe") for ${secs}s, seeds: $(ls "$work/$t" | tr '\n' ' ')"
+  (cd "$root/findings" && "$exe" "$work/$t" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 | tail -15)
+done
