@@ -72,7 +72,7 @@ class CdeField final : public VectorField {
     m_.f1_[h].forward(Eigen::Map<const Mat>(z, hid_, 1), a1_);
     nn::relu_inplace(a1_);
     m_.f2_[h].forward(a1_, o_);
-    o_ = o_.array().tanh().matrix();
+    nn::tanh_inplace(o_);
     paths_[h]->derivative(t, side, dx_.data());
   }
   Model& m_;

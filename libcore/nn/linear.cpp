@@ -22,8 +22,13 @@ void Linear::forward(const Eigen::Ref<const Eigen::MatrixXd>& X, Eigen::Ref<Eige
 
 void Linear::backward(const Eigen::Ref<const Eigen::MatrixXd>& X, const Eigen::Ref<const Eigen::MatrixXd>& dY,
                       Eigen::Ref<Eigen::MatrixXd>* dX) {
-  gW.noalias() += dY * X.transpose();
-  gb += dY.rowwise().sum();
+  if (X.cols() == 1) {
+    gW.noalias() += dY.col(0) * X.col(0).transpose();  // rank-1 update, no GEMM packing for one sample
+    gb += dY.col(0);
+  } else {
+    gW.noalias() += dY * X.transpose();
+    gb += dY.rowwise().sum();
+  }
   if (dX) dX->noalias() = W.transpose() * dY;
 }
 

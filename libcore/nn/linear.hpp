@@ -60,6 +60,13 @@ template <class G, class Y>
 inline void relu_backward(G&& dy, const Y& y) {
   dy = (y.array() > 0.0).select(dy, 0.0);
 }
+/// Vectorised tanh for doubles, tanh(x) = 1 - 2 / (exp(2x) + 1) on Eigen's packet exp
+/// (libm's scalar tanh dominated CDE training profiles).  Absolute error ~1e-16; saturates to
+/// +-1 without overflow.
+template <class M>
+inline void tanh_inplace(M&& x) {
+  x = 1.0 - 2.0 / ((2.0 * x.array()).exp() + 1.0);
+}
 /// dX = dY * (1 - y^2) for tanh output y (in place on dY).
 template <class G, class Y>
 inline void tanh_backward(G&& dy, const Y& y) {
