@@ -14,6 +14,7 @@
 #include "cde/path.hpp"
 #include "cde/solver.hpp"
 #include "cde/train.hpp"
+#include "io/provenance.hpp"
 #include "io/ts.hpp"
 #include "nn/adam.hpp"
 #include "nn/linear.hpp"
@@ -573,4 +574,40 @@ TEST_CASE("cde: drops, standardisation and spirals") {
   CHECK(st2.mean[1] == doctest::Approx(0.0).scale(1.0));
   CHECK(st2.std[1] == doctest::Approx(1.0).epsilon(1e-6));
   CHECK(st2.mean[0] == 0.0);  // time channel untouched
+}
+
+TEST_CASE("cde: checkpoint round trip gives identical logits, and a bad parameter size is an error") {
+  ModelConfig cfg;
+  cfg.kind = ModelKind::mvc_cde;
+  cfg.path = PathKind::gp;
+  cfg.channels = 3;
+  cfg.hidden = 4;
+  cfg.classes = 3;
+  cfg.bandwidths = {0.5, 1.5};
+  Model m(cfg);
+  Rng rng(3);
+  m.init(rng);
+  CheckpointInfo ci;
+  ci.model = cfg;
+  ci.norm.mean = {0, 1, 2};
+  ci.norm.std = {1, 2, 3};
+  ci.class_names = {"a", "b", "c"};
+  io::Provenance prov;
+  prov.tool = "test";
+  const auto path = scratch("ck.h5").string();
+  save_checkpoint(path, m, ci, prov);
+  CheckpointInfo back;
+  Model m2 = load_checkpoint(path, back);
+  const Series s = noisy_series(10, 0.1, 8);
+  SolveOptions o;
+  const auto a = m.run(s, -1, o), b = m2.run(s, -1, o);
+  CHECK((a.logits - b.logits).cwiseAbs().maxCoeff() == 0.0);  // bit-identical weights
+  CHECK(back.class_names == ci.class_names);
+  CHECK(back.model.bandwidths == cfg.bandwidths);
+  // A checkpoint whose config promises a larger model than its datasets hold.
+  cfg.hidden = 5;
+  ci.model = cfg;
+  Model small(ModelConfig{ModelKind::mvc_cde, PathKind::gp, {}, {0.5, 1.5}, 3, 4, 128, 3});
+  save_checkpoint(path, small, ci, prov);
+  CHECK_THROWS_AS(load_checkpoint(path, back), InputError);
 }
