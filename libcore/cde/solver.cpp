@@ -67,6 +67,7 @@ SolveStats solve(VectorField& f, Eigen::Ref<Eigen::VectorXd> z, double t0, doubl
   for (double j : opt.jump_times)
     if (j > t0 && j < t1) jumps.push_back(j);
   std::sort(jumps.begin(), jumps.end());
+  jumps.erase(std::unique(jumps.begin(), jumps.end()), jumps.end());  // several heads may share knots
   size_t next_jump = 0;
 
   auto stage = [&](double t, double h, int i) {

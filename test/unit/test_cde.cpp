@@ -611,3 +611,12 @@ TEST_CASE("cde: checkpoint round trip gives identical logits, and a bad paramete
   save_checkpoint(path, small, ci, prov);
   CHECK_THROWS_AS(load_checkpoint(path, back), InputError);
 }
+
+TEST_CASE("cde: repeated jump times are visited once") {
+  LinearOde f;
+  Eigen::VectorXd z = Eigen::Vector2d(1, 0);
+  SolveOptions o;
+  o.jump_times = {2.0, 1.0, 2.0, 1.0};
+  solve(f, z, 0, 3, o);
+  CHECK((z - LinearOde::exact(3)).cwiseAbs().maxCoeff() < 1e-3);  // closed form, rtol 1e-4
+}
