@@ -44,14 +44,20 @@ EpochStats train_epoch(Model& m, nn::Adam& opt, const Dataset& d, int batch, con
     std::string err;
     bool failed = false;
     std::exception_ptr eptr;
-#pragma omp parallel for num_threads(T) schedule(static)
-    for (long i = static_cast<long>(start); i < static_cast<long>(end); ++i) {
-      const size_t idx = order[static_cast<size_t>(i)];
-      try {
-        outs[static_cast<size_t>(i)] = reps[static_cast<size_t>(omp_get_thread_num())].run(d.series[idx], d.labels[idx], so, case_name(idx));
-      } catch (...) {
+    // Replica r takes a fixed contiguous chunk of the batch, so the gradient sums (and the
+    // result) do not depend on how many OS threads OpenMP actually delivers.
+    const long nb = static_cast<long>(end - start);
+#pragma omp parallel for num_threads(T) schedule(static, 1)
+    for (int r = 0; r < T; ++r) {
+      const long lo = static_cast<long>(start) + nb * r / T, hi = static_cast<long>(start) + nb * (r + 1) / T;
+      for (long i = lo; i < hi; ++i) {
+        const size_t idx = order[static_cast<size_t>(i)];
+        try {
+          outs[static_cast<size_t>(i)] = reps[static_cast<size_t>(r)].run(d.series[idx], d.labels[idx], so, case_name(idx));
+        } catch (...) {
 #pragma omp critical
-        if (!failed) { failed = true; eptr = std::current_exception(); }
+          if (!failed) { failed = true; eptr = std::current_exception(); }
+        }
       }
     }
     if (failed) std::rethrow_exception(eptr);

@@ -13,6 +13,7 @@ drops="0 0.3 0.5"
 [ "${QUICK:-0}" = 1 ] && drops="0"
 echo "Neural CDE classifiers (hidden 16, f width 32 for cde / 16 per head, Adam lr 0.01, dopri5 rtol = atol = 1e-3, seed default)"
 echo "BasicMotions: 30 epochs, batch 8; JapaneseVowels: 10 epochs, batch 16.  NFE: mean forward evaluations per test series."
+{
 printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' dataset drop model path test_acc nfe train_s
 for ds in BasicMotions JapaneseVowels; do
   if [ $ds = BasicMotions ]; then common="--epochs 30 --batch-size 8"; bw=2; ls=3; heads=1,2,4
@@ -33,6 +34,7 @@ mv-cde gp --bandwidths $heads --noise 0.1
 mvc-cde gp --bandwidths $heads --noise 0.1
 EOT
   done
-done | column -t -s $'\t'
+done
+} | column -t -s $'\t'
 echo "commands: $bin/cde-train $data/<ds>_TRAIN.ts --model <m> --path <p> [--bandwidth|--length-scale|--bandwidths] --hidden 16 --width 32 --lr 0.01 --rtol 1e-3 --atol 1e-3 --drop-rate <r> --epochs <e> --batch-size <b> -o m.h5"
 echo "          $bin/cde-eval m.h5 $data/<ds>_TEST.ts --drop-rate <r>"

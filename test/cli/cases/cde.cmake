@@ -24,7 +24,7 @@ cli_case(cde-train/spirals
   -- ${CDET} --spirals 128 --spirals-length 50 --hidden 8 --width 32 --epochs 15 --batch-size 16 --lr 0.01 --rtol 1e-3 --atol 1e-3 -q -o s.h5)
 cli_case(cde-train/basicmotions --needs ${SHARED}/timeseries/BasicMotions_TRAIN.ts
   --rc 0 --jq ".accuracy >= 0.85 and .cases == 40"
-  -- bash -c "${CDET} ${SHARED}/timeseries/BasicMotions_TRAIN.ts --path kernel --bandwidth 2 --hidden 16 --width 32 --epochs 30 --batch-size 8 --lr 0.01 --rtol 1e-3 --atol 1e-3 --threads 2 -q -o bm.h5 > /dev/null && ${CDEE} bm.h5 ${SHARED}/timeseries/BasicMotions_TEST.ts")
+  -- bash -c "${CDET} ${SHARED}/timeseries/BasicMotions_TRAIN.ts --path kernel --bandwidth 2 --hidden 16 --width 32 --epochs 30 --batch-size 8 --lr 0.01 --rtol 1e-3 --atol 1e-3 --threads 1 -q -o bm.h5 > /dev/null && ${CDEE} bm.h5 ${SHARED}/timeseries/BasicMotions_TEST.ts")
 # bad input
 cli_case(cde-train/malformed-header --rc 1 --stderr "@dimensions must be a positive integer .*cde_bad_header.ts, line 2" --no-file m.h5
   -- ${CDET} ${FX}/cde_bad_header.ts -o m.h5)
