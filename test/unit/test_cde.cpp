@@ -620,3 +620,31 @@ TEST_CASE("cde: repeated jump times are visited once") {
   solve(f, z, 0, 3, o);
   CHECK((z - LinearOde::exact(3)).cwiseAbs().maxCoeff() < 1e-3);  // closed form, rtol 1e-4
 }
+
+TEST_CASE("cde: MV-CDE attention is a softmax over the observed rows only") {
+  // Truth: softmax_i(q_h . x_i / sqrt(C)) computed by hand on the observed rows; 0 on NaN rows.
+  Series s = noisy_series(6, 0.1, 12);
+  s.x(2, 1) = NAN;
+  s.x(2, 2) = NAN;
+  ModelConfig cfg;
+  cfg.kind = ModelKind::mv_cde;
+  cfg.path = PathKind::kernel;
+  cfg.channels = 3;
+  cfg.hidden = 2;
+  cfg.bandwidths = {0.3, 0.9};
+  Model m(cfg);
+  Rng rng(4);
+  m.init(rng);
+  const Eigen::MatrixXd A = m.attention(s);
+  Eigen::MatrixXd q;
+  for (auto& p : m.params())
+    if (p.name == "queries") q = Eigen::Map<Eigen::MatrixXd>(p.value, p.rows, p.cols);
+  for (int h = 0; h < 2; ++h) {
+    double z = 0;
+    std::vector<double> e(6, 0.0);
+    for (int i = 0; i < 6; ++i)
+      if (i != 2) z += (e[static_cast<size_t>(i)] = std::exp(q.row(h).dot(s.x.row(i)) / std::sqrt(3.0)));
+    for (int i = 0; i < 6; ++i) CHECK(A(h, i) == doctest::Approx(e[static_cast<size_t>(i)] / z).epsilon(1e-12));
+    CHECK(A(h, 2) == 0.0);
+  }
+}
