@@ -274,7 +274,13 @@ SampleOutput Model::run(const Series& s, int label, const SolveOptions& opt, con
   o.jump_times = std::move(jumps);
   Tape tape;
   SampleOutput out;
-  const SolveStats st = solve(field, z, t0, t1, o, label >= 0 ? &tape : nullptr);
+  SolveStats st;
+  try {
+    st = solve(field, z, t0, t1, o, label >= 0 ? &tape : nullptr);
+  } catch (const RuntimeError& e) {
+    // name the series as well as the solver position
+    throw RuntimeError(std::string(e.what()), where.empty() ? e.where() : where + ", " + e.where());
+  }
   out.nfe = st.nfe;
   Mat logits(cfg_.classes, 1);
   readout_.forward(Eigen::Map<const Mat>(z.data(), H * hid, 1), logits);

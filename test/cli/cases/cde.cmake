@@ -43,3 +43,5 @@ cli_case(cde-train/bad-output-extension --rc 2 --stderr "ending in .h5" -- ${CDE
 cli_case(cde-eval/not-a-checkpoint --rc 1 --no-file e.json -- ${CDEE} ${FX}/cde_train.ts ${FX}/cde_test.ts -o e.json)
 cli_case(cde-eval/channel-mismatch --rc 1 --tool cde-eval --stderr "test cases have 4 channels, the model 3" --no-file e.json
   -- bash -c "${CDET} ${FX}/cde_train.ts --time-channel --epochs 1 -q -o m.h5 > /dev/null && ${CDEE} m.h5 ${FX}/cde_three_dims.ts -o e.json")
+cli_case(cde-train/solver-budget-exceeded --rc 1 --stderr "more than max_steps solver steps \\(series [0-9]+, dopri5\\)" --no-file m.h5 --no-file log.jsonl
+  -- ${CDET} ${FX}/cde_train.ts --max-steps 3 --rtol 1e-9 --atol 1e-9 -q -o m.h5 --log log.jsonl)
