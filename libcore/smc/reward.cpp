@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <numbers>
+#include <limits>
 #include <stdexcept>
+#include <vector>
 
 namespace icmlkit::smc {
 namespace {
@@ -62,24 +64,69 @@ Eigen::VectorXd MixtureRewardTuning::grad_x(const Eigen::VectorXd& theta, const 
   return g;
 }
 
+double MixtureRewardTuning::energy_grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x, Eigen::VectorXd& g) const {
+  // One pass: log-weights lk_m = log pi_m - |x - mu_m|^2 / (2s), U = -logsumexp(lk),
+  // grad U = sum_m r_m (x - mu_m) / s with r = softmax(lk).  No heap use after warm-up.
+  const Eigen::Index M = mu_.rows(), d = mu_.cols();
+  thread_local std::vector<double> lk;
+  lk.resize(static_cast<std::size_t>(M));
+  const double tm = theta.maxCoeff();
+  double tz = 0;
+  for (Eigen::Index m = 0; m < M; ++m) tz += std::exp(theta[m] - tm);
+  const double log_norm = tm + std::log(tz);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (Eigen::Index m = 0; m < M; ++m) {
+    double q = 0;
+    for (Eigen::Index j = 0; j < d; ++j) q += (x[j] - mu_(m, j)) * (x[j] - mu_(m, j));
+    lk[static_cast<std::size_t>(m)] = theta[m] - log_norm - q / (2 * s_);
+    mx = std::max(mx, lk[static_cast<std::size_t>(m)]);
+  }
+  double z = 0;
+  for (auto& v : lk) z += (v = std::exp(v - mx));
+  g.resize(d);
+  g.setZero();
+  for (Eigen::Index m = 0; m < M; ++m) {
+    const double r = lk[static_cast<std::size_t>(m)] / z;
+    for (Eigen::Index j = 0; j < d; ++j) g[j] += r * (x[j] - mu_(m, j)) / s_;
+  }
+  return -(mx + std::log(z));
+}
+
 Eigen::VectorXd MixtureRewardTuning::grad_theta(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const {
   return softmax(theta) - responsibilities(theta, x, nullptr);
 }
 
 Eigen::VectorXd MixtureRewardTuning::gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs,
                                               const Eigen::ArrayXd& w) const {
-  // -Cov_w(R, grad_theta U) - beta (E_ref[grad_theta U] - E_w[grad_theta U])
+  // -Cov_w(R, grad_theta U) - beta (E_ref[grad_theta U] - E_w[grad_theta U]); grad_theta U =
+  // softmax(theta) - r(x), so only the weighted responsibilities are needed.
   const Eigen::Index M = mu_.rows();
-  Eigen::VectorXd eg = Eigen::VectorXd::Zero(M), erg = Eigen::VectorXd::Zero(M);
+  const Eigen::VectorXd pi = softmax(theta);
+  Eigen::VectorXd er_ = Eigen::VectorXd::Zero(M), err = Eigen::VectorXd::Zero(M);
   double er = 0;
-  for (Eigen::Index i = 0; i < xs.rows(); ++i) {
-    const Eigen::VectorXd x = xs.row(i).transpose();
-    const Eigen::VectorXd g = grad_theta(theta, x);
-    const double r = reward_(x);
-    eg += w[i] * g;
-    erg += w[i] * r * g;
-    er += w[i] * r;
+#pragma omp parallel
+  {
+    Eigen::VectorXd l_r = Eigen::VectorXd::Zero(M), l_rr = Eigen::VectorXd::Zero(M), resp(M);
+    double l_er = 0;
+    Eigen::VectorXd x(xs.cols());
+#pragma omp for schedule(static)
+    for (Eigen::Index i = 0; i < xs.rows(); ++i) {
+      x = xs.row(i).transpose();
+      resp = responsibilities(theta, x, nullptr);
+      const double r = reward_(x);
+      l_r += w[i] * resp;
+      l_rr += (w[i] * r) * resp;
+      l_er += w[i] * r;
+    }
+#pragma omp critical
+    {
+      er_ += l_r;
+      err += l_rr;
+      er += l_er;
+    }
   }
+  const double wsum = w.sum();
+  const Eigen::VectorXd eg = wsum * pi - er_, erg = er * pi - err;
   Eigen::VectorXd out = -(erg - er * eg);
   if (beta_ > 0) {
     Eigen::VectorXd eref = Eigen::VectorXd::Zero(M);
@@ -88,6 +135,12 @@ Eigen::VectorXd MixtureRewardTuning::gradient(const Eigen::VectorXd& theta, cons
     out -= beta_ * (eref - eg);
   }
   return out;
+}
+
+double MixtureRewardTuning::estimate(const Eigen::VectorXd& /*theta*/, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const {
+  double s = 0;
+  for (Eigen::Index i = 0; i < xs.rows(); ++i) s += w[i] * reward_(xs.row(i).transpose());
+  return s;
 }
 
 Eigen::MatrixXd MixtureRewardTuning::sample(const Eigen::VectorXd& theta, int n, Rng& rng) const {

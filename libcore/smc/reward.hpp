@@ -31,8 +31,11 @@ class MixtureRewardTuning final : public Problem {
   int dim_theta() const override { return static_cast<int>(mu_.rows()); }
   double energy(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
   Eigen::VectorXd grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
+  double energy_grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x, Eigen::VectorXd& g) const override;
   Eigen::VectorXd grad_theta(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
   Eigen::VectorXd gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
+  /// Weighted mean reward sum_i w_i R(x_i).
+  double estimate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
   /// The reward of one point.
   double reward(const Eigen::VectorXd& x) const { return reward_(x); }
   /// E_pi_theta[R] by `n` exact draws from the mixture (the model is tractable).
