@@ -13,7 +13,8 @@ jax.lax.scan with
 Energy U(x) = -log(sum_m softmax(theta)_m exp(-|x - mu_m|^2 / (2 s)) + 1e-9) on the hexagon
 (radius 4, s = 2, reference logits +-1.5); hard reward 1[x_0 >= 0] exp(-|x - (10, 3.8)|^2/20)/2.5.
 
-Prints one JSON object: {"steps", "particles", "seconds", "steps_per_second", "compile_seconds",
+Prints one JSON object: {"steps", "particles", "seconds", "steps_per_second", "cpu_seconds",
+"steps_per_cpu_second" (process CPU time, all threads), "compile_seconds",
 "final_reward", "jax_version", "threads"}.
 """
 import argparse
@@ -109,12 +110,15 @@ def main():
     out = run(init, None)  # compile + one full run (warm-up)
     jax.block_until_ready(out[1])
     t1 = time.monotonic()
+    c1 = time.process_time()
     out = run(init, None)
     jax.block_until_ready(out[1])
     t2 = time.monotonic()
+    c2 = time.process_time()
     secs = t2 - t1
     print(json.dumps({
         "steps": a.steps, "particles": N, "seconds": secs, "steps_per_second": a.steps / secs,
+        "cpu_seconds": c2 - c1, "steps_per_cpu_second": a.steps / (c2 - c1),
         "compile_seconds": (t1 - t0) - secs, "final_reward": float(out[1][-1]),
         "jax_version": jax.__version__, "threads": os.cpu_count(),
     }))
