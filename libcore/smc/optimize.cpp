@@ -18,7 +18,8 @@ void Problem::energy_grad_x_batch(const Eigen::VectorXd& theta, const Eigen::Mat
                                   Eigen::MatrixXd& g) const {
   e.resize(xs.rows());
   g.resize(xs.rows(), xs.cols());
-#pragma omp parallel
+  // Threads only for large populations: a parallel region per step costs more than small N saves.
+#pragma omp parallel if (xs.rows() >= 2048)
   {
     Eigen::VectorXd x(xs.cols()), gi(xs.cols());
 #pragma omp for schedule(static)

@@ -31,7 +31,7 @@ class Problem {
     return energy(theta, x);
   }
   /// Batched energy_grad_x over the rows of `xs` [N, dim_x]: writes U [N] to `e` and grad_x U
-  /// [N, dim_x] to `g`.  Default: energy_grad_x per row, rows in parallel (OpenMP).
+  /// [N, dim_x] to `g`.  Default: energy_grad_x per row (rows in parallel when N >= 2048).
   virtual void energy_grad_x_batch(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::VectorXd& e,
                                    Eigen::MatrixXd& g) const;
   /// grad_theta U_theta(x) [dim_theta].
