@@ -19,8 +19,9 @@ double log_q(const Problem& p, const Eigen::VectorXd& theta, const Eigen::Vector
 
 double ula_a(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& u, const Eigen::VectorXd& v,
              double gamma) {
-  const Eigen::VectorXd g = p.grad_x(theta, u);
-  return p.energy(theta, u) + 0.5 * (v - u).dot(g) + 0.25 * gamma * g.squaredNorm();
+  Eigen::VectorXd g;
+  const double e = p.energy_grad_x(theta, u, g);
+  return ula_a(e, g, u, v, gamma);
 }
 
 Eigen::VectorXd ula_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,

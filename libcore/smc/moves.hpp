@@ -14,6 +14,12 @@ namespace icmlkit::smc {
 double ula_a(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& u, const Eigen::VectorXd& v,
              double gamma);
 
+/// The same a(u, v; U) from U(u) = `energy_u` and grad U(u) = `grad_u` already computed.
+inline double ula_a(double energy_u, const Eigen::VectorXd& grad_u, const Eigen::VectorXd& u, const Eigen::VectorXd& v,
+                    double gamma) {
+  return energy_u + 0.5 * (v - u).dot(grad_u) + 0.25 * gamma * grad_u.squaredNorm();
+}
+
 /// One unadjusted Langevin step x' = x - gamma grad_x U_theta(x) + sqrt(2 gamma) xi.
 Eigen::VectorXd ula_step(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double gamma,
                          Rng& rng);

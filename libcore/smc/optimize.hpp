@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@ struct SmcStep {
   int step = 0;
   Eigen::VectorXd theta;
   double ess = 0;       ///< before resampling
+  double estimate = std::numeric_limits<double>::quiet_NaN();  ///< Problem::estimate on the particles the theta step used
   double gamma = 0;
   bool resampled = false;
 };
@@ -71,5 +73,10 @@ struct SmcResult {
 /// std::invalid_argument for non-positive particle counts, steps or step sizes.
 SmcResult maximise_marginal_likelihood(const Problem& p, const Eigen::VectorXd& theta0, const Eigen::VectorXd& x0,
                                        const SmcOptions& opt, const std::function<void(const SmcStep&)>& on_step = {});
+
+/// The same from an initial population `x_init` [N, dim_x] (soul: row 0 starts the chain).
+/// Throws std::invalid_argument when x_init has the wrong shape.
+SmcResult maximise_marginal_likelihood_from(const Problem& p, const Eigen::VectorXd& theta0, const Eigen::MatrixXd& x_init,
+                                            const SmcOptions& opt, const std::function<void(const SmcStep&)>& on_step = {});
 
 }  // namespace icmlkit::smc

@@ -6,6 +6,8 @@
 
 #include <Eigen/Core>
 
+#include <limits>
+
 namespace icmlkit::smc {
 
 struct Population;
@@ -22,11 +24,26 @@ class Problem {
   virtual double energy(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const = 0;
   /// grad_x U_theta(x) [dim_x].
   virtual Eigen::VectorXd grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const = 0;
+  /// U_theta(x), writing grad_x U_theta(x) [dim_x] to `g`.  Default: energy() and grad_x();
+  /// problems override it when one pass gives both (SOSMC-ULA needs both per particle).
+  virtual double energy_grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x, Eigen::VectorXd& g) const {
+    g = grad_x(theta, x);
+    return energy(theta, x);
+  }
+  /// Batched energy_grad_x over the rows of `xs` [N, dim_x]: writes U [N] to `e` and grad_x U
+  /// [N, dim_x] to `g`.  Default: energy_grad_x per row (rows in parallel when N >= 2048).
+  virtual void energy_grad_x_batch(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::VectorXd& e,
+                                   Eigen::MatrixXd& g) const;
   /// grad_theta U_theta(x) [dim_theta].
   virtual Eigen::VectorXd grad_theta(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const = 0;
   /// The ascent direction estimated from particles `xs` [N, dim_x] with normalised weights
   /// `w` [N].  Default (maximum marginal likelihood): sum_i w_i (-grad_theta U(x_i)).
   virtual Eigen::VectorXd gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const;
+  /// A scalar progress estimate from the same weighted particles (reward problems: the
+  /// weighted mean reward sum_i w_i R(x_i)); NaN when the problem has none.
+  virtual double estimate(const Eigen::VectorXd& /*theta*/, const Eigen::MatrixXd& /*xs*/, const Eigen::ArrayXd& /*w*/) const {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
 };
 
 /// Kuntz, Lim & Johansen (2023)'s toy hierarchical model: y_d ~ N(x_d, 1), x_d ~ N(theta, 1),

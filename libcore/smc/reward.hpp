@@ -31,8 +31,13 @@ class MixtureRewardTuning final : public Problem {
   int dim_theta() const override { return static_cast<int>(mu_.rows()); }
   double energy(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
   Eigen::VectorXd grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
+  double energy_grad_x(const Eigen::VectorXd& theta, const Eigen::VectorXd& x, Eigen::VectorXd& g) const override;
+  void energy_grad_x_batch(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::VectorXd& e,
+                           Eigen::MatrixXd& g) const override;
   Eigen::VectorXd grad_theta(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const override;
   Eigen::VectorXd gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
+  /// Weighted mean reward sum_i w_i R(x_i).
+  double estimate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
   /// The reward of one point.
   double reward(const Eigen::VectorXd& x) const { return reward_(x); }
   /// E_pi_theta[R] by `n` exact draws from the mixture (the model is tractable).
@@ -44,12 +49,20 @@ class MixtureRewardTuning final : public Problem {
 
  private:
   Eigen::VectorXd responsibilities(const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double* log_mix) const;
+  // log softmax(theta) [M].
+  Eigen::VectorXd log_weights(const Eigen::VectorXd& theta) const;
+  // Responsibilities r [M] of x [d] given log weights; returns log sum_m pi_m N(x; mu_m) (+ const).
+  double resp_into(const double* logpi, const double* x, double* r) const;
+  // Responsibilities R [n, M] and log-mixture lse [n] of rows [lo, lo + n) of X, column-wise.
+  void resp_block(const Eigen::VectorXd& lp, const Eigen::MatrixXd& X, Eigen::Index lo, Eigen::Index n, Eigen::ArrayXXd& R,
+                  Eigen::ArrayXd& lse) const;
   Eigen::MatrixXd mu_;
   double s_;
   Eigen::VectorXd ref_;
   double beta_;
   std::function<double(const Eigen::VectorXd&)> reward_;
   Eigen::MatrixXd ref_samples_;
+  double inv2s_ = 0;  // 1 / (2 s)
 };
 
 }  // namespace icmlkit::smc

@@ -35,3 +35,43 @@ cli_case(smc-optimize/finite-divergence --rc 1 --stderr "theta diverged" --no-fi
   -- ${SMC} --problem toy --lr 1e6 --steps 20 -o out.json)
 cli_case(smc-optimize/toy-data-needs-y --rc 1 --stderr "missing column 'y'" -- ${SMC} --problem toy --data ${FX}/bad_cell.csv)
 
+
+# ---- 2-D EBM reward tuning (MLP energy, lower half-plane, KL beta) ----------------------------
+# The issue's check: beta = 0.25, 1,000 steps, N = 1,000, default seed: SOSMC's final mean reward
+# (exact grid quadrature of the tuned model) exceeds ImpDiff's.  Paper (N = 10,000, 4 x 128
+# network): 0.974 vs 0.811.  Measured here: 0.9978 vs 0.9925 (optimum 0.9952; --seed 1: 0.9959
+# vs 0.9936), so the required margin is 0.002 -- both methods get close to the optimum on this
+# smaller base model; the paper's large ImpDiff gap is not reproduced.
+cli_case(smc-optimize/ebm-reward-sosmc-beats-impdiff
+  --rc 0
+  -- bash -c "s=$(${SMC} --problem ebm-reward --method sosmc --steps 1000 --beta 0.25 --threads 1 -q | jq .mean_reward) && i=$(${SMC} --problem ebm-reward --method impdiff --steps 1000 --beta 0.25 --threads 1 -q | jq .mean_reward) && echo sosmc $s impdiff $i && jq -en \"$s > $i + 0.002\"")
+cli_case(smc-optimize/ebm-reward-fields
+  --rc 0 --jq ".mean_reward > .reference_mean_reward and .optimal_reward > .reference_mean_reward and .kl > 0 and .ebm_params == 1185 and (.theta_norm > 0)"
+  --file-jq t.jsonl "select(.step == 20) | .estimate > 0 and .theta_norm > 0"
+  -- ${SMC} --problem ebm-reward --steps 20 --particles 200 --ebm-train-iters 100 --threads 1 --trajectory t.jsonl)
+cli_case(smc-optimize/ebm-reward-no-data --rc 2 --stderr "takes no data" -- ${SMC} --problem ebm-reward --data ${FX}/toy_nan.csv)
+cli_case(smc-optimize/ebm-reward-no-pgd --rc 2 --stderr "pgd takes theta steps" -- ${SMC} --problem ebm-reward --method pgd)
+cli_case(smc-optimize/verbose-per-step --rc 0 --stderr "step 3 theta .* ess 100.0 step_size"
+  -- ${SMC} --problem toy --method impdiff --steps 3 -v)
+
+# ---- digits EBM (8x8 UCI digits, MLP energy, brightness reward) --------------------------------
+cli_case(smc-optimize/digits-ebm-runs --needs ${SHARED}/vectors/digits.csv.gz
+  --rc 0
+  -- bash -c "zcat ${SHARED}/vectors/digits.csv.gz | ${SMC} --problem digits-ebm --data - --no-header --ebm-hidden 16 --ebm-train-iters 60 --steps 30 --particles 64 --eval-chains 32 --eval-steps 40 --threads 1 -q | jq -e '.ebm_params == 1329 and (.mean_reward | fabs) <= 1 and (.reference_mean_reward | fabs) <= 1 and .steps == 30'")
+cli_case(smc-optimize/digits-ebm-wrong-columns --rc 1 --stderr "expected 65 columns .64 pixels, then the label., found 3"
+  -- ${SMC} --problem digits-ebm --data ${FX}/digits_bad_columns.csv --no-header)
+cli_case(smc-optimize/digits-ebm-bad-pixel --rc 1 --stderr "pixel 20 is outside 0..16"
+  -- ${SMC} --problem digits-ebm --data ${FX}/digits_bad_pixel.csv --no-header)
+cli_case(smc-optimize/digits-ebm-needs-data --rc 2 --stderr "needs --data" -- ${SMC} --problem digits-ebm)
+
+# ---- --plot: trajectories of several methods on one PNG (gnuplot) -----------------------------
+cli_case(smc-optimize/plot-methods --needs /usr/bin/gnuplot
+  --rc 0 --file all.png
+  -- bash -c "${SMC} --problem toy --method sosmc --steps 50 --trajectory sosmc.jsonl -q > /dev/null && ${SMC} --problem toy --method impdiff --steps 50 --trajectory impdiff.jsonl -q > /dev/null && ${SMC} --problem toy --method pgd --steps 50 --trajectory pgd.jsonl -q > /dev/null && ${SMC} --problem toy --method soul --steps 50 --trajectory soul.jsonl -q > /dev/null && ${SMC} --problem toy --method em --steps 50 --trajectory em.jsonl -q > /dev/null && ${SMC} --plot all.png sosmc.jsonl impdiff.jsonl pgd.jsonl soul.jsonl em.jsonl -q && test \"$(head -c 4 all.png | tail -c 3)\" = PNG")
+cli_case(smc-optimize/plot-missing-gnuplot --tool smc-optimize --rc 1 --stderr "gnuplot not found" --no-file p.png
+  -- bash -c "${SMC} --problem toy --steps 5 --trajectory t.jsonl -q > /dev/null && PATH=/nonexistent ${SMC} --plot p.png t.jsonl")
+cli_case(smc-optimize/plot-needs-trajectories --rc 2 --stderr "needs trajectory files" -- ${SMC} --plot p.png)
+cli_case(smc-optimize/plot-bad-extension --rc 2 --stderr "ending in .png" -- ${SMC} --plot p.svg t.jsonl)
+cli_case(smc-optimize/plot-malformed --rc 1 --stderr "not a JSON object .*bad_cell.csv:1" --no-file p.png
+  -- ${SMC} --plot p.png ${FX}/bad_cell.csv)
+cli_case(smc-optimize/stray-argument --rc 2 --stderr "positional arguments are trajectory files for --plot" -- ${SMC} extra.jsonl)

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Benchmark: SOSMC-ULA reward tuning of the hexagon Gaussian mixture at N = 10,000 particles
+# (5,000 reference samples, Adam, beta 0.001) -- smc-optimize vs. a JAX port of the reference
+# loop (bench/peer/sosmc_gmm_jax.py; akyildiz-group/SOSMC's sosmc_ula in
+# reward_tuning/langevin_processes/experiments.ipynb, whose notebook cannot be fetched or run
+# here), measured in the same run on the same CPU threads.  Figure: theta updates per second.
+#
+# Usage: bash bench/smc_gmm.sh [--quick] [BIN_DIR]
+#   BIN_DIR   default ./build/bin
+#   --quick   50 steps instead of 200
+# The peer's pinned PyPI dependencies (jax, jaxlib 0.4.30, optax 0.2.4, numpy 2.0.2; the
+# reference's requirements.txt) are installed into build/bench-venv on first use; without
+# network access the peer is reported as skipped.  Ours runs with --threads = nproc; XLA
+# uses every core by default.  "speedup" is the wall-clock steps/s ratio; "speedup_cpu_time"
+# the ratio of steps per process-CPU-second (robust when the machine is shared).
+# Prints ONE JSON object on stdout; progress goes to stderr.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+peer_py="$here/peer/sosmc_gmm_jax.py"
+venv="$root/build/bench-venv"
+
+steps=200
+pos=()
+for arg in "$@"; do
+  case "$arg" in
+    --quick) steps=50 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) pos+=("$arg") ;;
+  esac
+done
+bin_dir="${pos[0]:-./build/bin}"
+smc="$bin_dir/smc-optimize"
+threads="$(nproc)"
+N=10000
+
+if ! command -v jq >/dev/null 2>&1; then echo '{"skipped": "jq not found"}'; exit 0; fi
+if [[ ! -x "$smc" ]]; then echo "smc_gmm.sh: $smc not found or not executable (build first)" >&2; exit 1; fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+load_before="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+
+# --- ours ------------------------------------------------------------------
+ours_run() {  # $1 = threads
+  local cmd=("$smc" --problem gmm-reward --method sosmc --optimizer adam --lr 0.1 --step-size 0.1
+             --beta 0.001 --particles "$N" --n-ref 5000 --steps "$steps" --threads "$1" -q -o "$tmp/ours$1.json")
+  echo "[bench] ${cmd[*]}" >&2
+  "${cmd[@]}"
+  jq -c --argjson t "$1" '{steps, particles, seconds, steps_per_second, cpu_seconds,
+                           steps_per_cpu_second: (.steps / .cpu_seconds), mean_reward, threads: $t}' "$tmp/ours$1.json"
+}
+ours1="$(ours_run 1)"
+oursn="$(ours_run "$threads")"
+
+# --- peer ------------------------------------------------------------------
+peer1=""; peern=""; peer_skip=""
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import jax, optax' >/dev/null 2>&1; then
+  echo "[bench] installing jax 0.4.30 + optax 0.2.4 into $venv ..." >&2
+  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q "jax==0.4.30" "jaxlib==0.4.30" "optax==0.2.4" "numpy==2.0.2"; } >&2; then
+    peer_skip="cannot install jax/optax into $venv (no network?)"
+  fi
+fi
+peer_run() {  # $1 = 1 (XLA single-threaded) or all
+  local flags=""
+  [[ "$1" == 1 ]] && flags="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+  echo "[bench] peer: JAX port of sosmc_ula (lax.scan, jit), N=$N, $steps steps, XLA threads $1 ..." >&2
+  # Run outside the repository so nothing is picked up from the working tree.
+  (cd "$tmp" && XLA_FLAGS="$flags" "$venv/bin/python" "$peer_py" --particles "$N" --n-ref 5000 --steps "$steps" \
+     --beta 0.001 --lr 0.1 --gamma 0.1) | jq -c --arg t "$1" '. + {threads: (if $t == "1" then 1 else .threads end)}'
+}
+if [[ -z "$peer_skip" ]]; then
+  peer1="$(peer_run 1)" || { peer_skip="peer script failed"; peer1=""; }
+  [[ -z "$peer_skip" ]] && { peern="$(peer_run all)" || { peer_skip="peer script failed"; peern=""; }; }
+fi
+load_after="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+cpu="$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
+
+jq -cn --argjson o1 "$ours1" --argjson on "$oursn" --arg p1 "$peer1" --arg pn "$peern" --arg skip "$peer_skip" \
+   --argjson nproc "$(nproc)" --arg cpu "$cpu" --arg lb "$load_before" --arg la "$load_after" '
+  {benchmark: "sosmc-ula-gmm-hexagon-reward-tuning",
+   problem: {particles: 10000, n_ref: 5000, components: 6, dim: 2, optimizer: "adam", lr: 0.1,
+             step_size: 0.1, beta: 0.001},
+   ours: {one_thread: $o1, all_threads: $on}}
+  + ( if $p1 == "" or $pn == "" then {peer_skipped: $skip}
+      else ($p1 | fromjson) as $q1 | ($pn | fromjson) as $qn
+      | {peer: {name: "JAX port of the reference sosmc_ula loop (jit + lax.scan; not the notebook itself)",
+                one_thread: ($q1 | {steps, particles, seconds, steps_per_second, cpu_seconds, steps_per_cpu_second,
+                                    compile_seconds, final_reward, jax_version, threads}),
+                all_threads: ($qn | {steps, particles, seconds, steps_per_second, cpu_seconds, steps_per_cpu_second,
+                                     compile_seconds, final_reward, jax_version, threads})},
+         speedup_one_thread: ($o1.steps_per_second / $q1.steps_per_second),
+         speedup_all_threads: ($on.steps_per_second / $qn.steps_per_second),
+         speedup_cpu_time_one_thread: ($o1.steps_per_cpu_second / $q1.steps_per_cpu_second),
+         target: "speedup >= 10"}
+      end )
+  + {machine: {nproc: $nproc, cpu: $cpu, loadavg_before: $lb, loadavg_after: $la}}'
