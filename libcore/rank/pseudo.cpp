@@ -115,7 +115,24 @@ Perm order_by(const RankMatrix& ranks, bool variance) {
 }
 }  // namespace
 
-Perm conjectured_order(const RankMatrix& ranks) { return order_by(ranks, false); }
+Perm mean_rank_order(const RankMatrix& ranks) { return order_by(ranks, false); }
+
+Perm ends_inward_order(const RankMatrix& ranks) {
+  const Perm by_mean = order_by(ranks, false);
+  Perm o;
+  o.reserve(by_mean.size());
+  for (std::size_t lo = 0, hi = by_mean.size(); lo < hi;) {
+    o.push_back(by_mean[lo++]);
+    if (lo < hi) o.push_back(by_mean[--hi]);
+  }
+  return o;
+}
+Perm middle_out_order(const RankMatrix& ranks) {
+  Perm o = ends_inward_order(ranks);
+  std::reverse(o.begin(), o.end());
+  return o;
+}
+
 Perm variance_order(const RankMatrix& ranks) { return order_by(ranks, true); }
 
 Perm search_order(const Eigen::MatrixXd& logw, Perm start, int iterations, int samples, std::uint64_t seed, double* best_value) {

@@ -48,10 +48,15 @@ struct KlEstimate {
 /// Estimates E_q[log q - log p~] from `samples` draws.
 KlEstimate neg_elbo(const PseudoMallows& q, int samples, Rng& rng);
 
-/// The conjectured data-dependent order, as implemented here: items by increasing mean observed
-/// rank (top of the consensus first), ties by item index.  Our reading of the paper's
-/// conjecture; see pseudomallows-fit(1).  `ranks` may contain missing ranks (ignored).
-Perm conjectured_order(const RankMatrix& ranks);
+/// Data-dependent candidate orders (the paper conjectures a data-dependent optimum; its exact form
+/// was not available to us, so these are candidates the search compares, not the paper's formula).
+/// `ranks` may contain missing ranks (ignored).
+/// Items sorted by mean observed rank, taken from both ends inwards (best, worst, second best, ...).
+Perm ends_inward_order(const RankMatrix& ranks);
+/// The reverse of ends_inward_order: middle items first, the extremes last.
+Perm middle_out_order(const RankMatrix& ranks);
+/// Items by increasing mean observed rank (top of the data consensus first).
+Perm mean_rank_order(const RankMatrix& ranks);
 /// Items by increasing variance of their observed ranks (most agreed-on first).
 Perm variance_order(const RankMatrix& ranks);
 

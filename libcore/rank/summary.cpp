@@ -190,3 +190,35 @@ std::vector<int> one_based(const Perm& p) {
 }
 
 }  // namespace icmlkit::rank
+
+namespace icmlkit::rank {
+
+void check_draw_outputs(const DrawOutputs& out) {
+  auto ext = [](const std::string& p) { return std::filesystem::path(p).extension().string(); };
+  if (!out.samples.empty() && ext(out.samples) != ".h5" && ext(out.samples) != ".hdf5")
+    throw UsageError("posterior draws are written as HDF5 (.h5)", "--samples " + out.samples);
+  if (!out.marginals.empty() && ext(out.marginals) != ".csv" && ext(out.marginals) != ".h5" && ext(out.marginals) != ".hdf5")
+    throw UsageError("marginals are written as .csv or .h5", "--marginals " + out.marginals);
+  if (!out.heatmap.empty() && ext(out.heatmap) != ".png") throw UsageError("the heat map is a .png", "--heatmap " + out.heatmap);
+}
+
+nlohmann::json consensus_json(const Eigen::MatrixXd& marginals, const std::vector<int>& draws, int n) {
+  std::vector<double> cum;
+  const Perm cp = cp_consensus(marginals, &cum);
+  nlohmann::json cpj = nlohmann::json::array();
+  for (int r = 0; r < n; ++r)
+    cpj.push_back({{"rank", r + 1}, {"item", cp[static_cast<std::size_t>(r)] + 1}, {"cumprob", cum[static_cast<std::size_t>(r)]}});
+  double freq = 0;
+  const Perm map = map_consensus(draws, n, &freq);
+  return {{"cp_consensus", cpj}, {"map_consensus", {{"ordering", one_based(map)}, {"frequency", freq}}}};
+}
+
+void write_draw_outputs(const DrawOutputs& out, const std::vector<int>& draws, int n, const std::vector<double>& alpha,
+                        const std::vector<int>& chain, const std::vector<double>& theta, const Eigen::MatrixXd& marginals,
+                        const io::Provenance& prov, const std::string& title) {
+  if (!out.samples.empty()) write_draws_h5(out.samples, draws, n, alpha, chain, theta, marginals, prov);
+  if (!out.marginals.empty()) write_marginals(out.marginals, marginals, prov);
+  if (!out.heatmap.empty()) write_heatmap(out.heatmap, marginals, cp_consensus(marginals), title);
+}
+
+}  // namespace icmlkit::rank

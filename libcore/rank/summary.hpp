@@ -51,3 +51,26 @@ void write_heatmap(const std::string& png, const Eigen::MatrixXd& marginals, con
 std::vector<int> one_based(const Perm& p);
 
 }  // namespace icmlkit::rank
+
+namespace icmlkit::rank {
+
+/// Where a tool writes its rank draws (empty paths are skipped).
+struct DrawOutputs {
+  std::string samples;    ///< --samples: HDF5 draws
+  std::string marginals;  ///< --marginals: CSV or HDF5
+  std::string heatmap;    ///< --heatmap: PNG
+};
+
+/// Checks the output paths' extensions before any work (UsageError naming the flag).
+void check_draw_outputs(const DrawOutputs& out);
+
+/// The consensus part of a result: "cp_consensus" (rank, item, cumulative probability),
+/// "map_consensus" (ordering, frequency) from draws and their marginals.
+nlohmann::json consensus_json(const Eigen::MatrixXd& marginals, const std::vector<int>& draws, int n);
+
+/// Writes the requested files for draws ([draws, n]), alpha/chain/theta per draw.
+void write_draw_outputs(const DrawOutputs& out, const std::vector<int>& draws, int n, const std::vector<double>& alpha,
+                        const std::vector<int>& chain, const std::vector<double>& theta, const Eigen::MatrixXd& marginals,
+                        const io::Provenance& prov, const std::string& title);
+
+}  // namespace icmlkit::rank
