@@ -15,7 +15,7 @@
 using namespace icmlkit;
 
 int main(int argc, char** argv) {
-  std::string input, output = "-", metric = "footrule", missing = "fail", error_model = "none";
+  std::string input, output = "-", metric = "footrule", missing = "fail", error_model = "none", rho_init = "random";
   bool pairwise = false, header = false, implied = false, exact = false;
   int items = 0;
   rank::McmcOptions o;
@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
         app.add_option("-L,--leap-size", o.leap_size, "Leap size L of leap-and-shift")->capture_default_str()->check(cli::int_range(1, 1000));
         app.add_option("--alpha", o.alpha_init, "Starting alpha (the fixed value with --fix-alpha)")->capture_default_str()->check(cli::positive());
         app.add_flag("--fix-alpha", o.fix_alpha, "Keep alpha fixed");
+        app.add_option("--rho-init", rho_init, "Starting rho: random (BayesMallows' default; dispersed starts for R-hat) or data (mean-rank / wins-minus-losses order)")
+            ->capture_default_str()->check(CLI::IsMember({"random", "data"}));
         app.add_option("--alpha-sd", o.alpha_prop_sd, "sd of the log-normal random walk on alpha")->capture_default_str()->check(cli::positive());
         app.add_option("--lambda", o.lambda, "Rate of the exponential prior on alpha")->capture_default_str()->check(cli::positive());
         app.add_option("--alpha-jump", o.alpha_jump, "Update alpha every this many iterations")->capture_default_str()->check(cli::int_range(1, 1000000));
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
         o.metric = rank::parse_metric(metric, "--metric");
         o.error_model = error_model == "bernoulli" ? rank::ErrorModel::bernoulli : rank::ErrorModel::none;
         o.seed = ctx.common.seed;
+        o.rho_init_data = rho_init == "data";
         o.threads = ctx.common.threads;
         if (o.burnin >= o.iterations) throw UsageError(fmt::format("burn-in ({}) must be below the iterations ({})", o.burnin, o.iterations), "--burnin");
         if (pairwise && implied) throw UsageError("--as-pairwise reads a rank CSV; the input is already pairwise", "--as-pairwise");
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
           ctx.prov.add_input(input, sha);
           data.n_items = p.n_items;
           data.prefs = p.by_assessor;
+          data.labels = p.assessor_labels;
           source_kind = "pairwise";
         } else {
           const auto rd = rank::read_rank_csv(input, rank::parse_missing_policy(missing, "--missing"), header);
@@ -134,7 +138,7 @@ int main(int argc, char** argv) {
         }
         nlohmann::json out{{"n_items", n}, {"n_assessors", data.assessors()}, {"data", source_kind}, {"metric", metric},
                            {"chains", o.chains}, {"iterations", o.iterations}, {"burnin", o.burnin}, {"thin", o.thin},
-                           {"leap_size", o.leap_size}, {"draws", alpha.size()}, {"alpha_fixed", o.fix_alpha},
+                           {"leap_size", o.leap_size}, {"rho_init", rho_init}, {"draws", alpha.size()}, {"alpha_fixed", o.fix_alpha},
                            {"alpha", rank::scalar_summary(alpha)}, {"acceptance", acc}, {"log_z_method", res.log_z_method}};
         if (omitted) out["omitted_assessors"] = omitted;
         if (!theta.empty()) out["theta"] = rank::scalar_summary(theta);

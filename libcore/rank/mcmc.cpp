@@ -49,6 +49,7 @@ class Chain {
     rho_.resize(static_cast<std::size_t>(n_));
     std::iota(rho_.begin(), rho_.end(), 0);
     for (int k = n_ - 1; k > 0; --k) std::swap(rho_[static_cast<std::size_t>(k)], rho_[rng_.below(static_cast<std::uint64_t>(k) + 1)]);
+    if (o_.rho_init_data) rho_ = data_consensus();
     order_ = inverse(rho_);
     prop_ = rho_;
     alpha_ = o_.alpha_init;
@@ -93,6 +94,33 @@ class Chain {
   }
 
  private:
+  // Items by mean observed rank, or by wins minus losses for pairwise data (ties by index).
+  Perm data_consensus() const {
+    std::vector<double> score(static_cast<std::size_t>(n_), 0.0);
+    if (pairwise_) {
+      for (const auto& pj : d_.prefs)
+        for (const auto& p : pj) {
+          score[static_cast<std::size_t>(p.top)] -= 1;
+          score[static_cast<std::size_t>(p.bottom)] += 1;
+        }
+    } else {
+      for (int i = 0; i < n_; ++i) {
+        double s = 0;
+        int c = 0;
+        for (int j = 0; j < N_; ++j)
+          if (d_.ranks(j, i) != missing_rank) {
+            s += d_.ranks(j, i);
+            ++c;
+          }
+        score[static_cast<std::size_t>(i)] = c ? s / c : n_;
+      }
+    }
+    Perm o(static_cast<std::size_t>(n_));
+    std::iota(o.begin(), o.end(), 0);
+    std::stable_sort(o.begin(), o.end(), [&](int a, int b) { return score[static_cast<std::size_t>(a)] < score[static_cast<std::size_t>(b)]; });
+    return inverse(o);
+  }
+
   void add_cost(int item, int rank, int sign) {
     for (int r = 0; r < n_; ++r) cost_(item, r) += sign * item_distance(rank, r, o_.metric);
   }
@@ -375,7 +403,7 @@ McmcResult run_mcmc(const MallowsData& data, const McmcOptions& opt) {
     for (std::size_t j = 0; j < data.prefs.size(); ++j)
       if (consistent_ranking(n, data.prefs[j]).empty())
         throw InputError("inconsistent pairwise preferences (a cycle); choose an error model with --error-model bernoulli",
-                         fmt::format("assessor index {}", j + 1));
+                         j < data.labels.size() ? "assessor " + data.labels[j] : fmt::format("assessor number {}", j + 1));
   }
   McmcResult res;
   res.n_items = n;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "rank/distance.hpp"
@@ -23,6 +24,7 @@ struct MallowsData {
   int n_items = 0;
   RankMatrix ranks;  ///< [assessors, items]; missing_rank marks latent ranks.  Empty for pairwise data.
   std::vector<std::vector<Preference>> prefs;  ///< per assessor; empty for rank data
+  std::vector<std::string> labels;  ///< optional assessor names for error messages (file ids)
   /// Number of assessors.
   int assessors() const { return prefs.empty() ? static_cast<int>(ranks.rows()) : static_cast<int>(prefs.size()); }
 };
@@ -41,6 +43,7 @@ struct McmcOptions {
   int thin = 1;                ///< keep every thin-th draw of rho and alpha after burn-in
   int chains = 1;              ///< independent chains (random starting rho), run in parallel
   int leap_size = 1;           ///< L of leap-and-shift
+  bool rho_init_data = false;  ///< start rho at the data's mean-rank (or wins-minus-losses) order instead of a random ranking
   double alpha_init = 1.0;     ///< starting alpha
   double alpha_prop_sd = 0.1;  ///< sd of the log-normal random walk on alpha
   double lambda = 0.001;       ///< rate of the exponential prior on alpha

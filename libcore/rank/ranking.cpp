@@ -172,11 +172,26 @@ PairwiseData read_pairwise_csv(const std::string& path, int n_items, std::string
 PairwiseData implied_preferences(const RankMatrix& ranks) {
   PairwiseData p;
   p.n_items = static_cast<int>(ranks.cols());
+  const int n = p.n_items;
   for (Eigen::Index j = 0; j < ranks.rows(); ++j) {
+    // The missing items share the unused ranks: lo..hi bound them.
+    std::vector<char> used(static_cast<std::size_t>(n), 0);
+    for (int i = 0; i < n; ++i)
+      if (ranks(j, i) != missing_rank) used[static_cast<std::size_t>(ranks(j, i))] = 1;
+    int lo = n, hi = -1;
+    for (int r = 0; r < n; ++r)
+      if (!used[static_cast<std::size_t>(r)]) {
+        lo = std::min(lo, r);
+        hi = std::max(hi, r);
+      }
     std::vector<Preference> v;
-    for (int a = 0; a < p.n_items; ++a)
-      for (int b = 0; b < p.n_items; ++b)
-        if (ranks(j, a) != missing_rank && ranks(j, b) != missing_rank && ranks(j, a) < ranks(j, b)) v.push_back({a, b});
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b) {
+        const int ra = ranks(j, a), rb = ranks(j, b);
+        if (a == b) continue;
+        const bool ma = ra == missing_rank, mb = rb == missing_rank;
+        if ((!ma && !mb && ra < rb) || (ma && !mb && hi < rb) || (!ma && mb && ra < lo)) v.push_back({a, b});
+      }
     p.by_assessor.push_back(std::move(v));
     p.assessor_labels.push_back(std::to_string(j + 1));
   }

@@ -79,8 +79,10 @@ void check_partial_ranking(const int* r, int n, const std::string& where);
 /// line for a missing column, a non-integer, an item < 1 or > n_items, or top == bottom.
 PairwiseData read_pairwise_csv(const std::string& path, int n_items, std::string* sha256 = nullptr);
 
-/// The pairwise preferences implied by a partial ranking (every observed pair; unobserved items
-/// carry no preference).  Used to fit the same data as rankings and as preferences.
+/// The pairwise preferences implied by a partial ranking: every pair of observed items, and an
+/// unobserved item against an observed one when every unused rank lies on one side of the
+/// observed rank.  (The disjunction "the missing items share the unused ranks" is not pairwise,
+/// so the two fits agree closely but not exactly.)
 PairwiseData implied_preferences(const RankMatrix& ranks);
 
 /// A ranking of n items consistent with `prefs` (a topological order, ties broken by item
