@@ -3,9 +3,12 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <optional>
 
 #include "cli/run_tool.hpp"
 #include "io/json.hpp"
+#include "io/table.hpp"
+#include "rank/partition.hpp"
 #include "rank/exact.hpp"
 #include "rank/mcmc.hpp"
 #include "rank/summary.hpp"
@@ -15,7 +18,7 @@
 using namespace icmlkit;
 
 int main(int argc, char** argv) {
-  std::string input, output = "-", metric = "footrule", missing = "fail", error_model = "none", rho_init = "random";
+  std::string input, output = "-", metric = "footrule", missing = "fail", error_model = "none", rho_init = "random", log_z_query;
   bool pairwise = false, header = false, implied = false, exact = false;
   int items = 0;
   rank::McmcOptions o;
@@ -30,11 +33,13 @@ int main(int argc, char** argv) {
       "--pairwise a CSV with columns assessor,bottom_item,top_item (beach_preferences.csv).",
       "  mallows-mcmc ../shared/data/rankings/potato_visual.csv --iterations 20000 --burnin 2000 --chains 4 | jq .cp_consensus\n"
       "  mallows-mcmc ../shared/data/rankings/beach_preferences.csv --pairwise --iterations 20000 --samples beach.h5\n"
-      "  mallows-mcmc ../shared/data/rankings/bernoulli_data.csv --pairwise --error-model bernoulli | jq .theta\n"};
+      "  mallows-mcmc ../shared/data/rankings/bernoulli_data.csv --pairwise --error-model bernoulli | jq .theta\n"
+      "  mallows-mcmc --log-z 10:3 --metric kendall | jq .log_z\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
-        app.add_option("input", input, "Rank CSV (no header) or, with --pairwise, preference CSV; - = stdin")->required();
+        app.add_option("input", input, "Rank CSV (no header) or, with --pairwise, preference CSV; - = stdin");
+        app.add_option("--log-z", log_z_query, "Only print log Z_n(alpha) for --metric as JSON, given N:ALPHA (no input)");
         app.add_flag("--pairwise", pairwise, "Input is pairwise preferences (assessor,bottom_item,top_item)");
         app.add_option("--items", items, "Number of items for --pairwise (default: the largest item seen)")->check(cli::int_range(2, 1000));
         app.add_flag("--header", header, "Rank CSV has a header row to skip");
@@ -71,6 +76,29 @@ int main(int argc, char** argv) {
         io::require_json_path(output);
         rank::check_draw_outputs(outs);
         o.metric = rank::parse_metric(metric, "--metric");
+        if (!log_z_query.empty()) {
+          const auto colon = log_z_query.find(':');
+          const auto nn = colon == std::string::npos ? std::nullopt : io::parse_double(log_z_query.substr(0, colon));
+          const auto aa = colon == std::string::npos ? std::nullopt : io::parse_double(log_z_query.substr(colon + 1));
+          if (!nn || !aa || *nn < 1 || *nn > 100000 || *nn != std::floor(*nn) || !(*aa >= 0) || !std::isfinite(*aa))
+            throw UsageError("give N:ALPHA with an integer N >= 1 and ALPHA >= 0", "--log-z " + log_z_query);
+          const int qn = static_cast<int>(*nn);
+          nlohmann::json out{{"n", qn}, {"alpha", *aa}, {"metric", metric}};
+          if (rank::log_z_exact(qn, o.metric)) {
+            out["log_z"] = rank::log_z(qn, *aa, o.metric);
+            out["method"] = rank::PartitionFunction(qn, o.metric).method();
+          } else {
+            Rng rng(ctx.common.seed);
+            const auto e = rank::log_z_importance(qn, *aa, o.metric, o.is_samples, rng);
+            out["log_z"] = e.value;
+            out["se"] = e.se;
+            out["method"] = "importance sampling";
+          }
+          out["meta"] = ctx.prov.to_json();
+          io::write_json(output, out);
+          return;
+        }
+        if (input.empty()) throw UsageError("an input file is required", "input");
         o.error_model = error_model == "bernoulli" ? rank::ErrorModel::bernoulli : rank::ErrorModel::none;
         o.seed = ctx.common.seed;
         o.rho_init_data = rho_init == "data";

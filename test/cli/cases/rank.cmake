@@ -84,3 +84,10 @@ cli_case(pseudomallows-fit/partial-omit --rc 0 --jq ".n_assessors == 2 and .omit
 cli_case(pseudomallows-fit/bad-alpha --rc 2 --stderr "alpha must be a number > 0" -- ${PM} ${FX}/rank_small.csv --alpha -1)
 cli_case(pseudomallows-fit/tie --rc 1 --stderr "ties are not allowed\\) \\(.*line 3\\)" --no-file out.json -- ${PM} ${FX}/rank_tie.csv -o out.json)
 cli_case(pseudomallows-fit/empty --rc 1 --stderr "empty file" -- ${PM} ${FX}/rank_empty.csv)
+
+# log Z at n = 10, alpha = 3: the BayesMallows values (shared/data/README.md), to 1e-11.
+cli_case(mallows-mcmc/log-z-kendall --rc 0 --jq "(.log_z - 9.69641008390133 | fabs) < 1e-11 and .method == \"closed form\"" -- ${MM} --log-z 10:3 --metric kendall)
+cli_case(mallows-mcmc/log-z-cayley --rc 0 --jq "(.log_z - 13.0481794289176 | fabs) < 1e-11" -- ${MM} --log-z 10:3 --metric cayley)
+cli_case(mallows-mcmc/log-z-hamming --rc 0 --jq "(.log_z - 12.4542713806513 | fabs) < 1e-11" -- ${MM} --log-z 10:3 --metric hamming)
+cli_case(mallows-mcmc/log-z-bad --rc 2 --stderr "give N:ALPHA" -- ${MM} --log-z 10)
+cli_case(mallows-mcmc/no-input --rc 2 --stderr "an input file is required" -- ${MM} --iterations 10)
