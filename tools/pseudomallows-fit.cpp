@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   int draws_n = 10000, kl_samples = 2000, search_iters = 200, search_starts = 10, random_orders = 0;
   double lambda = 0.001;
   rank::DrawOutputs outs;
+  std::string exact_marginals;
   cli::ToolInfo info{
       "pseudomallows-fit",
       "Approximate the Bayesian Mallows posterior of the consensus ranking rho by Pseudo-Mallows: a product\n"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
         app.add_option("--draws", draws_n, "Draws from q for marginals, consensus and --samples")->capture_default_str()->check(cli::int_range(1, 100000000));
         app.add_option("--random-orders", random_orders, "Also report the KL of this many uniformly random orders")->capture_default_str()->check(cli::int_range(0, 100000));
         app.add_flag("--exact", exact, "Exact log Z_p and marginals by the subset DP (n <= 24): KL(q || p) and the max total-variation distance of the marginals");
+        app.add_option("--exact-marginals", exact_marginals, "With --exact: also write the exact marginals, .csv or .h5");
         app.add_option("-o,--output", output, "Summary JSON (- = stdout)")->capture_default_str();
         app.add_option("--samples", outs.samples, "Draws from q, HDF5: /rho [draws, items] (1-based ranks), /alpha, /marginals");
         app.add_option("--marginals", outs.marginals, "Item-by-rank marginals of q, .csv (item,rank,probability) or .h5");
@@ -99,6 +101,8 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         io::require_json_path(output);
         rank::check_draw_outputs(outs);
+        rank::check_draw_outputs({"", exact_marginals, ""});
+        if (!exact_marginals.empty() && !exact) throw UsageError("--exact-marginals needs --exact", "--exact-marginals");
         const rank::Metric m = rank::parse_metric(metric, "--metric");
         if (m != rank::Metric::footrule && m != rank::Metric::spearman)
           throw UsageError("Pseudo-Mallows needs an item-wise distance: footrule or spearman", "--metric");
@@ -195,6 +199,7 @@ int main(int argc, char** argv) {
           log_norm = sp.log_normaliser();
           out["exact"] = {{"kl", ne.value + log_norm}, {"kl_se", ne.se}, {"log_normaliser", log_norm},
                           {"max_tv", rank::max_marginal_tv(marg, sp.marginals())}, {"seconds", se.seconds()}};
+          if (!exact_marginals.empty()) rank::write_marginals(exact_marginals, sp.marginals(), ctx.prov);
         }
         if (random_orders > 0) {
           Rng orng(derive_seed(seed, 6));

@@ -91,3 +91,6 @@ cli_case(mallows-mcmc/log-z-cayley --rc 0 --jq "(.log_z - 13.0481794289176 | fab
 cli_case(mallows-mcmc/log-z-hamming --rc 0 --jq "(.log_z - 12.4542713806513 | fabs) < 1e-11" -- ${MM} --log-z 10:3 --metric hamming)
 cli_case(mallows-mcmc/log-z-bad --rc 2 --stderr "give N:ALPHA" -- ${MM} --log-z 10)
 cli_case(mallows-mcmc/no-input --rc 2 --stderr "an input file is required" -- ${MM} --iterations 10)
+cli_case(pseudomallows-fit/exact-marginals --rc 0 --file e.csv --file-jq e.csv.meta.json ".meta.tool == \"pseudomallows-fit\""
+  -- ${PM} ${FX}/rank_small.csv --alpha 1 --exact --exact-marginals e.csv)
+cli_case(pseudomallows-fit/exact-marginals-needs-exact --rc 2 --stderr "needs --exact" -- ${PM} ${FX}/rank_small.csv --exact-marginals e.csv)
