@@ -70,7 +70,7 @@ cli_case(pseudomallows-fit/small-kl-vs-random
 # the searched order's KL is below every one of 30 random orders; same top two as the truth.
 cli_case(pseudomallows-fit/potato-visual --needs ${RK}/potato_visual.csv
   --rc 0 --jq ".alpha > 9 and .alpha < 12.5 and .exact.kl < .random_orders.min and .cp_consensus[0].item == 12 and .cp_consensus[1].item == 13"
-  -- ${PM} ${RK}/potato_visual.csv --exact --random-orders 30)
+  -- ${PM} ${RK}/potato_visual.csv --exact --random-orders 30 --kl-samples 1000 --search-iters 100)
 cli_case(pseudomallows-fit/sushi --needs ${RK}/sushi_rankings.csv
   --rc 0 --jq ".n_assessors == 5000 and .alpha > 1.5 and .alpha < 1.9 and .cp_consensus[0].item == 8"
   -- ${PM} ${RK}/sushi_rankings.csv --search-iters 50)
