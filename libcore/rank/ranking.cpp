@@ -113,7 +113,10 @@ RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool heade
         continue;
       }
       const auto v = parse_int(c);
-      if (!v) throw InputError(fmt::format("rank '{}' of item {} is not an integer", c, i + 1), where);
+      if (!v)
+        throw InputError(fmt::format("rank '{}' of item {} is not an integer{}", c, i + 1,
+                                     rows.empty() && !header ? " (a header row? use --header)" : ""),
+                         where);
       if (*v < 1 || *v > n) throw InputError(fmt::format("rank {} of item {} is out of range 1..{}", *v, i + 1, n), where);
       r[static_cast<std::size_t>(i)] = static_cast<int>(*v - 1);
     }
