@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
           out["exact"] = {{"max_tv", rank::max_marginal_tv(marg, sp.marginals())}, {"log_normaliser", sp.log_normaliser()}};
         }
         out["seconds"] = res.seconds;
+        out["cpu_seconds"] = res.cpu_seconds;
         out["iterations_per_second"] = o.iterations * o.chains / std::max(res.seconds, 1e-9);
         out["meta"] = ctx.prov.to_json();
         rank::write_draw_outputs(outs, draws, n, alpha, chain_of, theta, marg, ctx.prov, "mallows-mcmc: P(rho_i = r)");

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <ctime>
 #include <numeric>
 
 #include "cli/run_tool.hpp"
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
           throw UsageError(fmt::format("--exact needs n <= {} items (n = {})", rank::subset_dp_max_n, n), "--exact");
         const std::uint64_t seed = ctx.common.seed;
         Stopwatch sw;
+        const std::clock_t cpu0 = std::clock();
         auto random_order = [&](Rng& r) {
           rank::Perm o(static_cast<std::size_t>(n));
           std::iota(o.begin(), o.end(), 0);
@@ -186,12 +188,14 @@ int main(int argc, char** argv) {
         Rng krng(derive_seed(seed, 2));
         const auto ne = rank::neg_elbo(q, kl_samples, krng);
         const double fit_seconds = sw.seconds();
+        const double fit_cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
         nlohmann::json out{{"n_items", n}, {"n_assessors", R.rows()}, {"metric", metric}, {"alpha", alpha},
                            {"alpha_estimated", estimate}, {"order_policy", order_policy}, {"search_start", order_policy == "search" ? start_name : ""}, {"order", rank::one_based(order)},
                            {"draws", draws_n}, {"neg_elbo", {{"value", ne.value}, {"se", ne.se}, {"samples", kl_samples}}}};
         if (rd.omitted) out["omitted_assessors"] = rd.omitted;
         out.update(rank::consensus_json(marg, draws, n));
         out["seconds"] = fit_seconds;
+        out["cpu_seconds"] = fit_cpu;
         double log_norm = std::nan("");
         if (exact) {
           Stopwatch se;

@@ -5,7 +5,8 @@
 // L(i, r) = -(alpha/n) sum_j f(R_ji, r): a permanent.  Assigning ranks 0, 1, ... in turn to
 // subsets S of items gives forward sums f(S) = sum_{i in S} f(S \ i) w(i, |S|-1) and backward
 // sums b(S), hence log Z, the exact item-by-rank marginals and exact draws, in O(2^n n) time
-// and 2^(n+1) doubles of memory.
+// and 2^(n+1) doubles of memory; the sums are kept as logarithms (log-sum-exp), so any range
+// of log weights works (sushi: 5,000 assessors, log weights spanning thousands of nats).
 #pragma once
 
 #include <Eigen/Core>
@@ -38,8 +39,7 @@ class SubsetPosterior {
  private:
   int n_;
   Eigen::MatrixXd logw_;
-  Eigen::MatrixXd w_;         // scaled weights exp(L(i, r) - m_r)
-  std::vector<double> fwd_;   // f(S), indexed by item mask
+  std::vector<double> fwd_;   // log f(S), indexed by item mask
   double log_norm_ = 0;
 };
 

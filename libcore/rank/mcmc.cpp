@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <limits>
 #include <numeric>
 
@@ -413,6 +414,7 @@ McmcResult run_mcmc(const MallowsData& data, const McmcOptions& opt) {
     res.log_z_method = pf.method();
   }
   Stopwatch sw;
+  const std::clock_t cpu0 = std::clock();
   const int threads = std::max(1, std::min(opt.threads > 0 ? opt.threads : icmlkit::threads(), opt.chains));
   std::vector<std::string> errors(static_cast<std::size_t>(opt.chains));
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
@@ -427,6 +429,7 @@ McmcResult run_mcmc(const MallowsData& data, const McmcOptions& opt) {
   for (const auto& e : errors)
     if (!e.empty()) throw RuntimeError(e);
   res.seconds = sw.seconds();
+  res.cpu_seconds = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
   return res;
 }
 

@@ -70,6 +70,7 @@ struct McmcResult {
   int n_items = 0;
   std::vector<ChainDraws> chains;
   double seconds = 0;         ///< wall time of the sampling
+  double cpu_seconds = 0;     ///< process CPU time of the sampling (all threads)
   std::string log_z_method;   ///< how log Z was evaluated
 };
 

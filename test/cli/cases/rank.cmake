@@ -71,9 +71,11 @@ cli_case(pseudomallows-fit/small-kl-vs-random
 cli_case(pseudomallows-fit/potato-visual --needs ${RK}/potato_visual.csv
   --rc 0 --jq ".alpha > 9 and .alpha < 12.5 and .exact.kl < .random_orders.min and .cp_consensus[0].item == 12 and .cp_consensus[1].item == 13"
   -- ${PM} ${RK}/potato_visual.csv --exact --random-orders 30 --kl-samples 1000 --search-iters 100)
+# sushi (5000 x 10): alpha by the ELBO; the exact DP still works with log weights of -10^3..-10^4.
 cli_case(pseudomallows-fit/sushi --needs ${RK}/sushi_rankings.csv
   --rc 0 --jq ".n_assessors == 5000 and .alpha > 1.5 and .alpha < 1.9 and .cp_consensus[0].item == 8"
-  -- ${PM} ${RK}/sushi_rankings.csv --search-iters 50)
+  --jq "(.exact.log_normaliser | type) == \"number\" and .exact.max_tv < 1.001 and .exact.kl >= 0"
+  -- ${PM} ${RK}/sushi_rankings.csv --search-iters 50 --exact)
 cli_case(pseudomallows-fit/fixed-order-spearman
   --rc 0 --jq ".order == [1,2,3,4,5] and .metric == \"spearman\" and .alpha == 1.5 and (.alpha_estimated | not)"
   -- ${PM} ${FX}/rank_small.csv --order identity --metric spearman --alpha 1.5)
