@@ -76,6 +76,15 @@ potato=$(jq -n "$reach"' {alpha: $a, pseudo_mallows: {seconds: $pms, max_tv: $pm
   --argjson a $alpha --argjson pms "$pm_s" --argjson pmtv "$pm_tv" --argjson pmkl "$pm_kl" --argjson ours "$ours" --argjson peer "$peer")
 potato=$(jq -c '. + {mcmc_vs_peer_iterations_per_second_ratio: (if .iterations_per_second.bayesmallows then .iterations_per_second.ours / .iterations_per_second.bayesmallows else null end)}' <<<"$potato")
 
+# alpha estimated too (log-normal walk, Exp(0.001) prior), 20,000 iterations: CPU seconds and alpha means.
+est_ours=$("$bin/mallows-mcmc" "$pv" --iterations 20000 --burnin 2000 -q --threads 1 | jq -c '{cpu_seconds, alpha_mean: .alpha.mean}')
+est_peer=null
+if [ "$peer_status" = ok ]; then
+  est_peer=$(Rscript "$here/peer/bayesmallows_mcmc.R" "$lib" "$pv" 20000 2000 estimate "$tmp/p.csv" 2>/dev/null | tail -1 | jq -c '{cpu_seconds, alpha_mean}') || est_peer=null
+fi
+potato=$(jq -c --argjson o "$est_ours" --argjson p "$est_peer" '. + {alpha_estimated_20000_iterations: {ours: $o, bayesmallows: $p,
+  cpu_ratio_peer_over_ours: (if $p then $p.cpu_seconds / $o.cpu_seconds else null end)}}' <<<"$potato")
+
 # ---- sushi ----
 sushi="null"
 if [ -f "$data/sushi_rankings.csv" ]; then
