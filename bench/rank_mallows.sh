@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Benchmark (issue 8): time to a given marginal accuracy for the Bayesian Mallows posterior.
+#   potato_visual (12 x 20), alpha fixed at 10.86 (our posterior mean): accuracy = max over items
+#     of the total-variation distance between estimated and exact (subset DP) rank marginals;
+#     our mallows-mcmc and the peer BayesMallows over a ladder of iteration counts (one chain,
+#     10% burn-in, footrule, leap size 1, random start), and pseudomallows-fit.
+#   sushi_rankings (5000 x 10), alpha fixed at 1.70: accuracy against the exact subset-DP
+#     marginals (n = 10 makes them cheap, so no long MCMC run is needed as the reference);
+#     mallows-mcmc ladder (one chain, random start) and pseudomallows-fit.
+# Times are process CPU seconds of the sampling/fit (the machines are shared; wall time is noisy).
+# Peer: BayesMallows built from its public repository (ocbe-uio/BayesMallows) with Debian's R into
+# build/bench-r/lib; its DESCRIPTION lists 'relations' (not in Debian, CRAN unreachable here),
+# used only for pairwise transitive closures, so the build drops that import.  Skipped with a
+# reason when R or the build is unavailable.
+# Usage: bash bench/rank_mallows.sh [BIN_DIR] [DATA_DIR]    Prints ONE JSON object on stdout.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+bin="${1:-$root/build/bin}"
+data="${2:-$root/../shared/data/rankings}"
+command -v jq >/dev/null || { echo '{"skipped": "jq not found"}'; exit 0; }
+[ -f "$data/potato_visual.csv" ] || { jq -cn --arg r "data not found: $data" '{skipped: $r}'; exit 0; }
+[ -x "$bin/mallows-mcmc" ] || { echo "rank_mallows.sh: $bin/mallows-mcmc not built" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+tv() {  # max over items of total variation between two marginal CSVs (item,rank,probability)
+  paste -d, "$1" "$2" | awk -F, 'NR>1{d=$3-$6; if(d<0)d=-d; s[$1]+=d} END{m=0; for(i in s) if(s[i]>m)m=s[i]; print m/2}'
+}
+ladder="500 1000 2000 5000 10000 20000 50000 100000"
+
+# ---- peer availability ----
+lib="$root/build/bench-r/lib"
+peer_status="ok"
+if ! command -v Rscript >/dev/null; then peer_status="Rscript not found (apt-get install r-base-core r-cran-rcpparmadillo r-cran-ggplot2 r-cran-sets r-cran-rdpack r-cran-testthat)"
+elif [ ! -d "$lib/BayesMallows" ]; then
+  src="$root/build/bench-r/BayesMallows"
+  if [ ! -d "$src" ] && command -v git >/dev/null; then
+    git clone -q --depth 1 https://github.com/ocbe-uio/BayesMallows "$src" >&2 2>/dev/null || true
+  fi
+  if [ -d "$src" ]; then
+    sed -i '/relations (>= /d' "$src/DESCRIPTION"
+    echo "rank_mallows.sh: building BayesMallows into $lib" >&2
+    mkdir -p "$lib"
+    MAKEFLAGS=-j2 R CMD INSTALL --no-docs --no-test-load -l "$lib" "$src" >&2 || true
+  fi
+  [ -d "$lib/BayesMallows" ] || peer_status="BayesMallows not built: place its source (relations import removed) in $src"
+fi
+
+# ---- potato_visual ----
+pv="$data/potato_visual.csv"
+alpha=10.86
+"$bin/pseudomallows-fit" "$pv" --alpha $alpha --exact --exact-marginals "$tmp/exact.csv" --marginals "$tmp/pm.csv" -q > "$tmp/pm.json"
+pm_s=$(jq .cpu_seconds "$tmp/pm.json"); pm_tv=$(jq .exact.max_tv "$tmp/pm.json"); pm_kl=$(jq .exact.kl "$tmp/pm.json")
+ours="[]"; peer="[]"
+for it in $ladder; do
+  b=$((it / 10))
+  "$bin/mallows-mcmc" "$pv" --fix-alpha --alpha $alpha --iterations $it --burnin $b --marginals "$tmp/m.csv" -q --threads 1 > "$tmp/m.json"
+  ours=$(jq -c --argjson it $it --argjson tv "$(tv "$tmp/m.csv" "$tmp/exact.csv")" --argjson s "$(jq .cpu_seconds "$tmp/m.json")" \
+    '. + [{iterations: $it, seconds: $s, max_tv: $tv}]' <<<"$ours")
+  if [ "$peer_status" = ok ]; then
+    pj=$(Rscript "$here/peer/bayesmallows_mcmc.R" "$lib" "$pv" $it $b $alpha "$tmp/p.csv" 2>/dev/null | tail -1) || { peer_status="BayesMallows run failed"; continue; }
+    peer=$(jq -c --argjson it $it --argjson tv "$(tv "$tmp/p.csv" "$tmp/exact.csv")" --argjson s "$(jq .cpu_seconds <<<"$pj")" \
+      '. + [{iterations: $it, seconds: $s, max_tv: $tv}]' <<<"$peer")
+  fi
+done
+# Time to reach an accuracy: the first ladder rung at or below it (null when never reached).
+reach='def reach($c; $t): ([$c[] | select(.max_tv <= $t) | .seconds] | first) // null;'
+potato=$(jq -n "$reach"' {alpha: $a, pseudo_mallows: {seconds: $pms, max_tv: $pmtv, kl: $pmkl},
+  mallows_mcmc: $ours, bayesmallows: $peer,
+  mcmc_seconds_to_pm_accuracy: reach($ours; $pmtv),
+  pm_speedup_at_equal_accuracy: (if reach($ours; $pmtv) then reach($ours; $pmtv) / $pms else null end),
+  iterations_per_second: {ours: ($ours[-1].iterations / $ours[-1].seconds),
+                          bayesmallows: (if ($peer | length) > 0 then $peer[-1].iterations / $peer[-1].seconds else null end)},
+  seconds_to_tv_0_1: {ours: reach($ours; 0.1), bayesmallows: reach($peer; 0.1)},
+  seconds_to_tv_0_05: {ours: reach($ours; 0.05), bayesmallows: reach($peer; 0.05)}}' \
+  --argjson a $alpha --argjson pms "$pm_s" --argjson pmtv "$pm_tv" --argjson pmkl "$pm_kl" --argjson ours "$ours" --argjson peer "$peer")
+potato=$(jq -c '. + {mcmc_vs_peer_iterations_per_second_ratio: (if .iterations_per_second.bayesmallows then .iterations_per_second.ours / .iterations_per_second.bayesmallows else null end)}' <<<"$potato")
+
+# alpha estimated too (log-normal walk, Exp(0.001) prior), 20,000 iterations: CPU seconds and alpha means.
+est_ours=$("$bin/mallows-mcmc" "$pv" --iterations 20000 --burnin 2000 -q --threads 1 | jq -c '{cpu_seconds, alpha_mean: .alpha.mean}')
+est_peer=null
+if [ "$peer_status" = ok ]; then
+  est_peer=$(Rscript "$here/peer/bayesmallows_mcmc.R" "$lib" "$pv" 20000 2000 estimate "$tmp/p.csv" 2>/dev/null | tail -1 | jq -c '{cpu_seconds, alpha_mean}') || est_peer=null
+fi
+potato=$(jq -c --argjson o "$est_ours" --argjson p "$est_peer" '. + {alpha_estimated_20000_iterations: {ours: $o, bayesmallows: $p,
+  cpu_ratio_peer_over_ours: (if $p then $p.cpu_seconds / $o.cpu_seconds else null end)}}' <<<"$potato")
+
+# ---- sushi ----
+sushi="null"
+if [ -f "$data/sushi_rankings.csv" ]; then
+  su="$data/sushi_rankings.csv"; sa=1.70
+  "$bin/pseudomallows-fit" "$su" --alpha $sa --marginals "$tmp/spm.csv" --exact --exact-marginals "$tmp/ref.csv" -q > "$tmp/spm.json"
+  so="[]"
+  for it in 500 2000 10000 50000; do
+    "$bin/mallows-mcmc" "$su" --fix-alpha --alpha $sa --iterations $it --burnin $((it / 10)) --marginals "$tmp/s.csv" -q --threads 1 > "$tmp/s.json"
+    so=$(jq -c --argjson it $it --argjson tv "$(tv "$tmp/s.csv" "$tmp/ref.csv")" --argjson s "$(jq .cpu_seconds "$tmp/s.json")" '. + [{iterations: $it, seconds: $s, max_tv: $tv}]' <<<"$so")
+  done
+  sushi=$(jq -nc "$reach"' {alpha: $a, reference: "exact subset DP (n = 10)",
+    pseudo_mallows: {seconds: $pms, max_tv: $pmtv}, mallows_mcmc: $so,
+    mcmc_seconds_to_pm_accuracy: reach($so; $pmtv),
+    pm_speedup_at_equal_accuracy: (if reach($so; $pmtv) then reach($so; $pmtv) / $pms else null end)}' \
+    --argjson a $sa --argjson pms "$(jq .cpu_seconds "$tmp/spm.json")" --argjson pmtv "$(tv "$tmp/spm.csv" "$tmp/ref.csv")" --argjson so "$so")
+fi
+jq -nc --argjson p "$potato" --argjson s "$sushi" --arg peer "$peer_status" --arg nproc "$(nproc)" \
+  '{bench: "rank_mallows", accuracy: "max over items of the total-variation distance of the rank marginals", potato_visual: $p, sushi: $s, peer_status: $peer, nproc: ($nproc | tonumber)}'

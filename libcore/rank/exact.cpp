@@ -1,0 +1,113 @@
+#include "rank/exact.hpp"
+
+#include <fmt/core.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "util/error.hpp"
+
+namespace icmlkit::rank {
+
+namespace {
+constexpr double neg_inf = -std::numeric_limits<double>::infinity();
+}  // namespace
+
+// Everything is kept in the log domain: with thousands of assessors (sushi) the log weights span
+// thousands of nats and the dominant assignment may sit far from every column's maximum, so any
+// fixed rescaling of exp(L) under- or overflows.  Each subset's sum is a log-sum-exp over its
+// items (two passes: max, then sum), O(2^n n) exponentials.
+SubsetPosterior::SubsetPosterior(const Eigen::MatrixXd& logw) : n_(static_cast<int>(logw.rows())), logw_(logw) {
+  if (n_ < 1 || logw.cols() != n_) throw InputError("the subset DP needs a square [items, ranks] weight matrix");
+  if (n_ > subset_dp_max_n)
+    throw InputError(fmt::format("exact DP over item subsets is limited to n <= {} items (n = {})", subset_dp_max_n, n_));
+  if (!logw.allFinite()) throw InputError("the subset DP needs finite log weights");
+  const std::size_t full = std::size_t{1} << n_;
+  fwd_.assign(full, neg_inf);
+  fwd_[0] = 0.0;
+  for (std::size_t s = 1; s < full; ++s) {
+    const int r = std::popcount(s) - 1;
+    double mx = neg_inf;
+    for (std::size_t rest = s; rest; rest &= rest - 1) {
+      const int i = std::countr_zero(rest);
+      mx = std::max(mx, fwd_[s ^ (std::size_t{1} << i)] + logw_(i, r));
+    }
+    if (mx == neg_inf) continue;
+    double acc = 0;
+    for (std::size_t rest = s; rest; rest &= rest - 1) {
+      const int i = std::countr_zero(rest);
+      acc += std::exp(fwd_[s ^ (std::size_t{1} << i)] + logw_(i, r) - mx);
+    }
+    fwd_[s] = mx + std::log(acc);
+  }
+  log_norm_ = fwd_[full - 1];
+}
+
+Eigen::MatrixXd SubsetPosterior::marginals() const {
+  const std::size_t full = std::size_t{1} << n_;
+  std::vector<double> bwd(full, neg_inf);
+  bwd[full - 1] = 0.0;
+  for (std::size_t s = full - 1; s-- > 0;) {
+    const int r = std::popcount(s);
+    double mx = neg_inf;
+    for (std::size_t rest = ~s & (full - 1); rest; rest &= rest - 1) {
+      const int i = std::countr_zero(rest);
+      mx = std::max(mx, logw_(i, r) + bwd[s | (std::size_t{1} << i)]);
+    }
+    if (mx == neg_inf) continue;
+    double acc = 0;
+    for (std::size_t rest = ~s & (full - 1); rest; rest &= rest - 1) {
+      const int i = std::countr_zero(rest);
+      acc += std::exp(logw_(i, r) + bwd[s | (std::size_t{1} << i)] - mx);
+    }
+    bwd[s] = mx + std::log(acc);
+  }
+  Eigen::MatrixXd p = Eigen::MatrixXd::Zero(n_, n_);
+  for (std::size_t s = 0; s < full - 1; ++s) {
+    const int r = std::popcount(s);
+    if (fwd_[s] == neg_inf) continue;
+    for (std::size_t rest = ~s & (full - 1); rest; rest &= rest - 1) {
+      const int i = std::countr_zero(rest);
+      p(i, r) += std::exp(fwd_[s] + logw_(i, r) + bwd[s | (std::size_t{1} << i)] - log_norm_);
+    }
+  }
+  return p;
+}
+
+Perm SubsetPosterior::sample(Rng& rng) const {
+  Perm r(static_cast<std::size_t>(n_));
+  std::size_t s = (std::size_t{1} << n_) - 1;
+  for (int k = n_ - 1; k >= 0; --k) {
+    // P(item i takes rank k | items S hold ranks 0..k) = f(S \ i) w(i, k) / f(S).
+    double u = rng.uniform();
+    int pick = -1;
+    for (std::size_t rest = s; rest; rest &= rest - 1) {
+      const int i = std::countr_zero(rest);
+      pick = i;
+      u -= std::exp(fwd_[s ^ (std::size_t{1} << i)] + logw_(i, k) - fwd_[s]);
+      if (u < 0) break;
+    }
+    r[static_cast<std::size_t>(pick)] = k;
+    s ^= std::size_t{1} << pick;
+  }
+  return r;
+}
+
+double SubsetPosterior::log_prob(const Perm& r) const {
+  double s = 0;
+  for (int i = 0; i < n_; ++i) s += logw_(i, r[static_cast<std::size_t>(i)]);
+  return s - log_norm_;
+}
+
+Eigen::MatrixXd itemwise_log_weights(const RankMatrix& ranks, double alpha, Metric m) {
+  if (!is_itemwise(m)) throw InputError(fmt::format("the {} distance does not split over items", metric_name(m)));
+  const int n = static_cast<int>(ranks.cols());
+  Eigen::MatrixXd c = Eigen::MatrixXd::Zero(n, n);
+  for (Eigen::Index j = 0; j < ranks.rows(); ++j)
+    for (int i = 0; i < n; ++i)
+      for (int r = 0; r < n; ++r) c(i, r) += item_distance(ranks(j, i), r, m);
+  return -(alpha / n) * c;
+}
+
+}  // namespace icmlkit::rank

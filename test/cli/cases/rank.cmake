@@ -1,0 +1,98 @@
+# ---- mallows-mcmc / pseudomallows-fit (issue 8) ------------------------------------------------
+set(MM $<TARGET_FILE:mallows-mcmc>)
+set(PM $<TARGET_FILE:pseudomallows-fit>)
+set(RK ${SHARED}/rankings)
+# potato_visual with ~10% of ranks removed (23 of 240 cells); row 1 keeps exactly one missing rank.
+set(RH ${CMAKE_CURRENT_SOURCE_DIR}/rank_helpers.sh)
+set(PV10 "bash ${RH} drop10 ${RK}/potato_visual.csv pv10.csv")
+
+# Fixed alpha, complete data: the chain's marginals converge to the exact subset-DP marginals.
+cli_case(mallows-mcmc/small-matches-exact-dp
+  --rc 0 --jq ".exact.max_tv < 0.03 and .draws == 198000 and .meta.tool == \"mallows-mcmc\""
+  --file s.h5 --file m.csv --file-jq m.csv.meta.json ".meta.tool == \"mallows-mcmc\""
+  -- ${MM} ${FX}/rank_small.csv --fix-alpha --alpha 2 --exact --iterations 100000 --burnin 1000 --chains 2 --samples s.h5 --marginals m.csv)
+cli_case(mallows-mcmc/draws-h5-layout
+  --rc 0 -- bash -c "${MM} ${FX}/rank_small.csv --iterations 2000 --burnin 500 --thin 3 --chains 2 --samples s.h5 -q > /dev/null && h5dump -H s.h5 | grep -q 'DATASET \"rho\"' && h5dump -H -d rho s.h5 | grep -q '( 1000, 5 )' && h5dump -A s.h5 | grep -q 'mallows-mcmc'")
+# potato_visual: the CP consensus puts the items of true rank 1 and 2 (potato_true_ranking: items
+# 12 and 13) first; four chains agree (R-hat).
+cli_case(mallows-mcmc/potato-visual --needs ${RK}/potato_visual.csv
+  --rc 0 --jq ".cp_consensus[0].item == 12 and .cp_consensus[1].item == 13 and .rhat.alpha < 1.1 and .rhat.rho_max < 1.1"
+  --jq ".alpha.mean > 9 and .alpha.mean < 13 and .n_items == 20 and .n_assessors == 12"
+  -- ${MM} ${RK}/potato_visual.csv --iterations 20000 --burnin 2000 --chains 4)
+# The same data with ~10% of ranks missing, fitted as partial rankings and as the implied pairwise
+# preferences: alpha means within 5%, expected ranks within 2.5, same top 8 of the CP consensus.
+cli_case(mallows-mcmc/potato-partial-vs-pairwise --needs ${RK}/potato_visual.csv
+  --rc 0 --tool mallows-mcmc
+  -- bash -c "${PV10} && ${MM} pv10.csv --missing augment --iterations 30000 --burnin 5000 --chains 4 --marginals a.csv > pa.json && ${MM} pv10.csv --missing augment --as-pairwise --iterations 30000 --burnin 5000 --chains 4 --marginals b.csv > pb.json && jq -e -s '(.[0].alpha.mean / .[1].alpha.mean - 1 | fabs) < 0.05 and ([.[0].cp_consensus[:8][].item] == [.[1].cp_consensus[:8][].item]) and .[0].data == \"partial rankings\" and .[1].data == \"implied pairwise\" and .[0].rhat.rho_max < 1.1' pa.json pb.json && test $(bash ${RH} erank-diff a.csv b.csv | awk '{print ($1 < 2.5)}') = 1")
+cli_case(mallows-mcmc/missing-needs-policy --needs ${RK}/potato_visual.csv --tool mallows-mcmc
+  --rc 1 --stderr "missing rank \\(choose --missing augment or omit\\) \\(pv10.csv, line 1\\)" --no-file out.json
+  -- bash -c "${PV10} && ${MM} pv10.csv -o out.json")
+# Beach preferences (pairwise, 60 assessors): the CP consensus BayesMallows publishes.
+cli_case(mallows-mcmc/beach-published-consensus --needs ${RK}/beach_preferences.csv
+  --rc 0 --jq "[.cp_consensus[].item] == [9,6,3,11,15,10,1,7,5,13,4,8,12,14,2] and .data == \"pairwise\" and .rhat.alpha < 1.1"
+  -- ${MM} ${RK}/beach_preferences.csv --pairwise --iterations 20000 --burnin 5000 --chains 4)
+cli_case(mallows-mcmc/bernoulli-needs-error-model --needs ${RK}/bernoulli_data.csv
+  --rc 1 --stderr "choose an error model with --error-model bernoulli \\(assessor 1\\)" --no-file out.json
+  -- ${MM} ${RK}/bernoulli_data.csv --pairwise -o out.json)
+cli_case(mallows-mcmc/bernoulli-error-model --needs ${RK}/bernoulli_data.csv
+  --rc 0 --jq ".theta.mean > 0.05 and .theta.mean < 0.2 and .rhat.theta < 1.1"
+  -- ${MM} ${RK}/bernoulli_data.csv --pairwise --error-model bernoulli --iterations 6000 --burnin 2000 --chains 2)
+cli_case(mallows-mcmc/kendall-partial-small
+  --rc 0 --jq ".data == \"partial rankings\" and .metric == \"kendall\" and .log_z_method == \"closed form\" and .acceptance[0].augmentation > 0"
+  -- ${MM} ${FX}/rank_partial.csv --missing augment --metric kendall --iterations 5000 --burnin 1000)
+cli_case(mallows-mcmc/heatmap --needs /usr/bin/gnuplot
+  --rc 0 --file m.png -- ${MM} ${FX}/rank_small.csv --iterations 2000 --burnin 500 --heatmap m.png)
+# Bad input.
+cli_case(mallows-mcmc/tie --rc 1 --stderr "ties are not allowed\\) \\(.*rank_tie.csv, line 3\\)" --no-file out.json
+  -- ${MM} ${FX}/rank_tie.csv -o out.json)
+cli_case(mallows-mcmc/rank-out-of-range --rc 1 --stderr "rank 6 of item 5 is out of range 1..5 \\(.*line 2\\)" -- ${MM} ${FX}/rank_out_of_range.csv)
+cli_case(mallows-mcmc/rank-not-integer --rc 1 --stderr "rank 'x' of item 3 is not an integer \\(.*line 2\\)" -- ${MM} ${FX}/rank_not_integer.csv)
+cli_case(mallows-mcmc/ragged --rc 1 --stderr "row has 4 ranks, the first row has 5 \\(.*line 2\\)" -- ${MM} ${FX}/rank_ragged.csv)
+cli_case(mallows-mcmc/empty-file --rc 1 --stderr "no rankings \\(empty file\\)" -- ${MM} ${FX}/rank_empty.csv)
+cli_case(mallows-mcmc/missing-file --rc 1 -- ${MM} no_such_file.csv)
+cli_case(mallows-mcmc/pairwise-cycle --rc 1 --stderr "choose an error model" -- ${MM} ${FX}/pairwise_cycle.csv --pairwise)
+cli_case(mallows-mcmc/pairwise-bad-item --rc 1 --stderr "item 0 is not a positive integer \\(.*row 2" -- ${MM} ${FX}/pairwise_bad_item.csv --pairwise)
+cli_case(mallows-mcmc/pairwise-items-too-few --rc 1 --stderr "item 4 is out of range 1..3" -- ${MM} ${FX}/pairwise_ok.csv --pairwise --items 3)
+cli_case(mallows-mcmc/bad-metric --rc 2 -- ${MM} ${FX}/rank_small.csv --metric euclid)
+cli_case(mallows-mcmc/burnin-too-long --rc 2 --stderr "burn-in \\(100\\) must be below the iterations \\(100\\)" -- ${MM} ${FX}/rank_small.csv --iterations 100 --burnin 100)
+cli_case(mallows-mcmc/bad-samples-extension --rc 2 --stderr "HDF5" --no-file s.csv -- ${MM} ${FX}/rank_small.csv --samples s.csv)
+cli_case(mallows-mcmc/error-model-on-ranks --rc 2 --stderr "applies to pairwise data" -- ${MM} ${FX}/rank_small.csv --error-model bernoulli)
+cli_case(mallows-mcmc/exact-needs-fixed-alpha --rc 2 --stderr "needs a fixed alpha" -- ${MM} ${FX}/rank_small.csv --exact)
+cli_case(mallows-mcmc/zero-alpha --rc 2 --stderr "must be > 0" -- ${MM} ${FX}/rank_small.csv --alpha 0)
+
+# ---- pseudomallows-fit ----------------------------------------------------------------------------
+# KL(q || p) with the exact normaliser: the searched order beats the median random order.
+cli_case(pseudomallows-fit/small-kl-vs-random
+  --rc 0 --jq ".exact.kl > -5 * .exact.kl_se and .exact.kl <= .random_orders.median and .order_policy == \"search\""
+  --file q.h5 --file q.csv
+  -- ${PM} ${FX}/rank_small.csv --alpha 2 --exact --random-orders 20 --samples q.h5 --marginals q.csv)
+# potato_visual: alpha estimated by the ELBO lies in MCMC's range (mallows-mcmc: 10.9, sd 0.7);
+# the searched order's KL is below every one of 30 random orders; same top two as the truth.
+cli_case(pseudomallows-fit/potato-visual --needs ${RK}/potato_visual.csv
+  --rc 0 --jq ".alpha > 9 and .alpha < 12.5 and .exact.kl < .random_orders.min and .cp_consensus[0].item == 12 and .cp_consensus[1].item == 13"
+  -- ${PM} ${RK}/potato_visual.csv --exact --random-orders 30 --kl-samples 1000 --search-iters 100)
+# sushi (5000 x 10): alpha by the ELBO; the exact DP still works with log weights of -10^3..-10^4.
+cli_case(pseudomallows-fit/sushi --needs ${RK}/sushi_rankings.csv
+  --rc 0 --jq ".n_assessors == 5000 and .alpha > 1.5 and .alpha < 1.9 and .cp_consensus[0].item == 8"
+  --jq "(.exact.log_normaliser | type) == \"number\" and .exact.max_tv < 1.001 and .exact.kl >= 0"
+  -- ${PM} ${RK}/sushi_rankings.csv --search-iters 50 --exact)
+cli_case(pseudomallows-fit/fixed-order-spearman
+  --rc 0 --jq ".order == [1,2,3,4,5] and .metric == \"spearman\" and .alpha == 1.5 and (.alpha_estimated | not)"
+  -- ${PM} ${FX}/rank_small.csv --order identity --metric spearman --alpha 1.5)
+cli_case(pseudomallows-fit/not-itemwise --rc 2 --stderr "footrule or spearman" -- ${PM} ${FX}/rank_small.csv --metric kendall)
+cli_case(pseudomallows-fit/no-augmentation --rc 2 --stderr "needs complete rankings" -- ${PM} ${FX}/rank_partial.csv --missing augment)
+cli_case(pseudomallows-fit/partial-fails --rc 1 --stderr "missing rank .*line 2" --no-file out.json -- ${PM} ${FX}/rank_partial.csv -o out.json)
+cli_case(pseudomallows-fit/partial-omit --rc 0 --jq ".n_assessors == 2 and .omitted_assessors == 2" -- ${PM} ${FX}/rank_partial.csv --missing omit --alpha 1)
+cli_case(pseudomallows-fit/bad-alpha --rc 2 --stderr "alpha must be a number > 0" -- ${PM} ${FX}/rank_small.csv --alpha -1)
+cli_case(pseudomallows-fit/tie --rc 1 --stderr "ties are not allowed\\) \\(.*line 3\\)" --no-file out.json -- ${PM} ${FX}/rank_tie.csv -o out.json)
+cli_case(pseudomallows-fit/empty --rc 1 --stderr "empty file" -- ${PM} ${FX}/rank_empty.csv)
+
+# log Z at n = 10, alpha = 3: the BayesMallows values (shared/data/README.md), to 1e-11.
+cli_case(mallows-mcmc/log-z-kendall --rc 0 --jq "(.log_z - 9.69641008390133 | fabs) < 1e-11 and .method == \"closed form\"" -- ${MM} --log-z 10:3 --metric kendall)
+cli_case(mallows-mcmc/log-z-cayley --rc 0 --jq "(.log_z - 13.0481794289176 | fabs) < 1e-11" -- ${MM} --log-z 10:3 --metric cayley)
+cli_case(mallows-mcmc/log-z-hamming --rc 0 --jq "(.log_z - 12.4542713806513 | fabs) < 1e-11" -- ${MM} --log-z 10:3 --metric hamming)
+cli_case(mallows-mcmc/log-z-bad --rc 2 --stderr "give N:ALPHA" -- ${MM} --log-z 10)
+cli_case(mallows-mcmc/no-input --rc 2 --stderr "an input file is required" -- ${MM} --iterations 10)
+cli_case(pseudomallows-fit/exact-marginals --rc 0 --file e.csv --file-jq e.csv.meta.json ".meta.tool == \"pseudomallows-fit\""
+  -- ${PM} ${FX}/rank_small.csv --alpha 1 --exact --exact-marginals e.csv)
+cli_case(pseudomallows-fit/exact-marginals-needs-exact --rc 2 --stderr "needs --exact" -- ${PM} ${FX}/rank_small.csv --exact-marginals e.csv)

@@ -1,0 +1,706 @@
+// rank/: distances, partition functions, exact subset DP, leap-and-shift MCMC, Pseudo-Mallows.
+// Every expected value comes from brute force over all permutations, a breadth-first search over
+// the distance's defining moves, a published BayesMallows value, or a numerical integral.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <unistd.h>
+
+#include "rank/distance.hpp"
+#include "rank/exact.hpp"
+#include "rank/mcmc.hpp"
+#include "rank/partition.hpp"
+#include "rank/pseudo.hpp"
+#include "rank/ranking.hpp"
+#include "rank/summary.hpp"
+#include "util/error.hpp"
+
+using namespace icmlkit;
+using namespace icmlkit::rank;
+
+namespace {
+
+std::vector<Perm> all_perms(int n) {
+  Perm p(static_cast<std::size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  std::vector<Perm> out;
+  do out.push_back(p);
+  while (std::next_permutation(p.begin(), p.end()));
+  return out;
+}
+
+Perm identity(int n) {
+  Perm p(static_cast<std::size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  return p;
+}
+
+Perm random_perm(int n, Rng& rng) {
+  Perm p = identity(n);
+  for (int k = n - 1; k > 0; --k) std::swap(p[static_cast<std::size_t>(k)], p[rng.below(static_cast<std::uint64_t>(k) + 1)]);
+  return p;
+}
+
+// Graph distance from the identity ranking under a move set, by breadth-first search over S_n.
+std::map<Perm, int> bfs(int n, const std::function<std::vector<Perm>(const Perm&)>& moves) {
+  std::map<Perm, int> dist;
+  std::deque<Perm> q;
+  dist[identity(n)] = 0;
+  q.push_back(identity(n));
+  while (!q.empty()) {
+    const Perm p = q.front();
+    q.pop_front();
+    for (const auto& nb : moves(p))
+      if (!dist.count(nb)) {
+        dist[nb] = dist[p] + 1;
+        q.push_back(nb);
+      }
+  }
+  return dist;
+}
+
+// log sum over all permutations of exp(-(alpha/n) d(sigma, id)).
+double brute_log_z(int n, double alpha, Metric m) {
+  double s = 0;
+  const Perm id = identity(n);
+  for (const auto& p : all_perms(n)) s += std::exp(-alpha / n * distance(p, id, m));
+  return std::log(s);
+}
+
+RankMatrix random_ranks(int N, int n, std::uint64_t seed) {
+  Rng rng(seed);
+  RankMatrix R(N, n);
+  for (int j = 0; j < N; ++j) {
+    // Noisy copies of the identity: a few random adjacent swaps.
+    Perm p = identity(n);
+    for (int k = 0; k < 2; ++k) {
+      const auto a = rng.below(static_cast<std::uint64_t>(n - 1));
+      std::swap(p[a], p[a + 1]);
+    }
+    for (int i = 0; i < n; ++i) R(j, i) = p[static_cast<std::size_t>(i)];
+  }
+  return R;
+}
+
+// Exact posterior marginals of rho over S_n: weight(rho) given by `logw`.
+Eigen::MatrixXd brute_marginals(int n, const std::function<double(const Perm&)>& logw) {
+  Eigen::MatrixXd p = Eigen::MatrixXd::Zero(n, n);
+  double tot = 0;
+  for (const auto& r : all_perms(n)) {
+    const double w = std::exp(logw(r));
+    tot += w;
+    for (int i = 0; i < n; ++i) p(i, r[static_cast<std::size_t>(i)]) += w;
+  }
+  return p / tot;
+}
+
+// Exact rho marginals when assessor j's complete ranking is latent, restricted to the rankings c
+// with allowed(j, c): p(rho) ∝ prod_j sum_{allowed c} exp(-(alpha/n) d_footrule(c, rho)).
+Eigen::MatrixXd latent_marginals(int n, int assessors, double alpha, const std::function<bool(int, const Perm&)>& allowed) {
+  const auto perms = all_perms(n);
+  return brute_marginals(n, [&](const Perm& rho) {
+    double lw = 0;
+    for (int j = 0; j < assessors; ++j) {
+      double s = 0;
+      for (const auto& c : perms)
+        if (allowed(j, c)) s += std::exp(-alpha / n * distance(c, rho, Metric::footrule));
+      lw += std::log(s);
+    }
+    return lw;
+  });
+}
+
+// Sampler settings with alpha fixed, 200,000 iterations.
+McmcOptions fixed_alpha(double alpha) {
+  McmcOptions o;
+  o.fix_alpha = true;
+  o.alpha_init = alpha;
+  o.iterations = 200000;
+  o.burnin = 1000;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("rank: distances equal their defining move counts on all of S_6") {
+  // Truth: Kendall = fewest adjacent transpositions, Cayley = fewest transpositions, Ulam = fewest
+  // remove-and-reinsert moves (breadth-first search over the 720 rankings).  Footrule, Spearman
+  // and Hamming are checked against their sums written out here.
+  const int n = 6;
+  // Transpositions of two items; Kendall allows only items at adjacent ranks.
+  auto transpositions = [&](bool adjacent) {
+    return [&, adjacent](const Perm& p) {
+      std::vector<Perm> out;
+      for (int i = 0; i < n; ++i)
+        for (int j = i + 1; j < n; ++j) {
+          if (adjacent && std::abs(p[static_cast<std::size_t>(i)] - p[static_cast<std::size_t>(j)]) != 1) continue;
+          Perm q = p;
+          std::swap(q[static_cast<std::size_t>(i)], q[static_cast<std::size_t>(j)]);
+          out.push_back(q);
+        }
+      return out;
+    };
+  };
+  auto kendall = bfs(n, transpositions(true));
+  auto cayley = bfs(n, transpositions(false));
+  auto ulam = bfs(n, [&](const Perm& p) {
+    std::vector<Perm> out;
+    Perm o = inverse(p);
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b) {
+        if (a == b) continue;
+        Perm q = o;
+        const int item = q[static_cast<std::size_t>(a)];
+        q.erase(q.begin() + a);
+        q.insert(q.begin() + b, item);
+        out.push_back(inverse(q));
+      }
+    return out;
+  });
+  const Perm id = identity(n);
+  for (const auto& p : all_perms(n)) {
+    CHECK(distance(p, id, Metric::kendall) == kendall.at(p));
+    CHECK(distance(p, id, Metric::cayley) == cayley.at(p));
+    CHECK(distance(p, id, Metric::ulam) == ulam.at(p));
+    double f = 0, s = 0, h = 0;
+    for (int i = 0; i < n; ++i) {
+      const int d = p[static_cast<std::size_t>(i)] - i;
+      f += std::abs(d);
+      s += d * d;
+      h += d != 0;
+    }
+    CHECK(distance(p, id, Metric::footrule) == f);
+    CHECK(distance(p, id, Metric::spearman) == s);
+    CHECK(distance(p, id, Metric::hamming) == h);
+  }
+}
+
+TEST_CASE("rank: every distance is right-invariant and symmetric") {
+  // d(r1, r2) = d(r1 o tau, r2 o tau) (relabelling items) = d(r2, r1): the property that makes
+  // Z_n(alpha) independent of rho.  Random pairs at n = 9.
+  Rng rng(5);
+  for (int m = 0; m < 6; ++m)
+    for (int t = 0; t < 50; ++t) {
+      const Perm a = random_perm(9, rng), b = random_perm(9, rng), tau = random_perm(9, rng);
+      Perm at(9), bt(9);
+      for (int i = 0; i < 9; ++i) {
+        at[static_cast<std::size_t>(i)] = a[static_cast<std::size_t>(tau[static_cast<std::size_t>(i)])];
+        bt[static_cast<std::size_t>(i)] = b[static_cast<std::size_t>(tau[static_cast<std::size_t>(i)])];
+      }
+      const auto mm = static_cast<Metric>(m);
+      CHECK(distance(a, b, mm) == distance(at, bt, mm));
+      CHECK(distance(a, b, mm) == distance(b, a, mm));
+    }
+}
+
+TEST_CASE("rank: log Z equals full enumeration for n <= 8, every distance") {
+  // Truth: sum over all n! permutations (distances verified above).  Tolerance 1e-10 relative
+  // (double rounding of sums of at most 40320 terms).
+  for (int n = 1; n <= 8; ++n)
+    for (int m = 0; m < 6; ++m)
+      for (double alpha : {0.0, 0.5, 3.0, 12.0}) {
+        const auto mm = static_cast<Metric>(m);
+        CAPTURE(n);
+        CAPTURE(m);
+        CAPTURE(alpha);
+        CHECK(log_z(n, alpha, mm) == doctest::Approx(brute_log_z(n, alpha, mm)).epsilon(1e-10));
+      }
+}
+
+TEST_CASE("rank: log Z at n = 10, alpha = 3 equals the BayesMallows values") {
+  // Published in BayesMallows' tests (shared/data/README.md); 14 digits given.
+  CHECK(log_z(10, 3.0, Metric::kendall) == doctest::Approx(9.69641008390133).epsilon(1e-12));
+  CHECK(log_z(10, 3.0, Metric::cayley) == doctest::Approx(13.0481794289176).epsilon(1e-12));
+  CHECK(log_z(10, 3.0, Metric::hamming) == doctest::Approx(12.4542713806513).epsilon(1e-12));
+  // And the other three against enumeration of all 10! = 3,628,800 permutations would take
+  // seconds; n = 9 enumeration checks them at the next size up instead.
+  for (auto m : {Metric::footrule, Metric::spearman, Metric::ulam})
+    CHECK(log_z(9, 3.0, m) == doctest::Approx(brute_log_z(9, 3.0, m)).epsilon(1e-10));
+}
+
+TEST_CASE("rank: exact footrule, Spearman and Ulam counts match enumeration") {
+  // Truth: the distance histogram over all n! permutations, n <= 8; and sum = n! exactly at the
+  // largest sizes (20! fits 64 bits; 34! needs the 128-bit counts).
+  for (int n = 1; n <= 8; ++n) {
+    std::vector<double> f(static_cast<std::size_t>(n * n / 2 + 1), 0), s(static_cast<std::size_t>((n * n * n - n) / 3 + 1), 0),
+        u(static_cast<std::size_t>(n), 0);
+    const Perm id = identity(n);
+    for (const auto& p : all_perms(n)) {
+      f[static_cast<std::size_t>(distance(p, id, Metric::footrule))] += 1;
+      s[static_cast<std::size_t>(distance(p, id, Metric::spearman))] += 1;
+      u[static_cast<std::size_t>(distance(p, id, Metric::ulam))] += 1;
+    }
+    const auto fc = footrule_counts(n);
+    const auto sc = spearman_counts(n);
+    const auto uc = ulam_log_counts(n);
+    for (std::size_t k = 0; k < fc.size(); ++k) CHECK(static_cast<double>(fc[k]) == f[2 * k]);
+    for (std::size_t k = 0; k < sc.size(); ++k) CHECK(static_cast<double>(sc[k]) == s[2 * k]);
+    for (std::size_t k = 0; k < uc.size(); ++k) CHECK(std::exp(uc[k]) == doctest::Approx(u[k]).epsilon(1e-10));
+  }
+  unsigned __int128 fact = 1;
+  for (int k = 2; k <= 34; ++k) fact *= static_cast<unsigned __int128>(k);
+  const auto c34 = footrule_counts(34);
+  unsigned __int128 sum = 0;
+  for (auto v : c34) sum += v;
+  CHECK(sum == fact);
+  std::uint64_t f12 = 1, s12 = 0;
+  for (int k = 2; k <= 12; ++k) f12 *= static_cast<std::uint64_t>(k);
+  for (auto v : spearman_counts(12)) s12 += v;
+  CHECK(s12 == f12);
+  CHECK_THROWS_AS(footrule_counts(35), InputError);
+  CHECK_THROWS_AS(spearman_counts(13), InputError);
+}
+
+TEST_CASE("rank: log Z from the counts agrees with the weighted recursions beyond enumeration") {
+  // Two independent exact routes: counts N(d) (integers) vs the weighted footrule recursion and
+  // the Spearman subset-DP permanent.  Tolerance 1e-11 relative.
+  for (double alpha : {0.7, 3.0, 20.0}) {
+    const int n = 12;
+    double zf = 0, zs = 0;
+    const auto fc = footrule_counts(n);
+    for (std::size_t k = 0; k < fc.size(); ++k) zf += static_cast<double>(fc[k]) * std::exp(-alpha / n * 2.0 * static_cast<double>(k));
+    const auto sc = spearman_counts(n);
+    for (std::size_t k = 0; k < sc.size(); ++k) zs += static_cast<double>(sc[k]) * std::exp(-alpha / n * 2.0 * static_cast<double>(k));
+    CHECK(log_z(n, alpha, Metric::footrule) == doctest::Approx(std::log(zf)).epsilon(1e-11));
+    CHECK(log_z(n, alpha, Metric::spearman) == doctest::Approx(std::log(zs)).epsilon(1e-11));
+  }
+  // Footrule at n = 30 from the 128-bit counts (log-sum in long double) vs the recursion.
+  const auto fc = footrule_counts(30);
+  long double z = 0;
+  for (std::size_t k = 0; k < fc.size(); ++k) z += static_cast<long double>(fc[k]) * std::exp(-3.0L / 30 * 2 * static_cast<long double>(k));
+  CHECK(log_z(30, 3.0, Metric::footrule) == doctest::Approx(static_cast<double>(std::log(z))).epsilon(1e-12));
+}
+
+TEST_CASE("rank: importance-sampling log Z is within its error of the exact value") {
+  // Truth: exact log Z (n = 10 and 15).  Bound: 5 standard errors + 1e-3 (delta-method se).
+  Rng rng(11);
+  for (auto m : {Metric::footrule, Metric::spearman, Metric::ulam, Metric::kendall})
+    for (int n : {10, 15}) {
+      const auto e = log_z_importance(n, 3.0, m, 20000, rng);
+      CAPTURE(n);
+      CHECK(std::abs(e.value - log_z(n, 3.0, m)) < 5 * e.se + 1e-3);
+      CHECK(e.se < 0.05);
+    }
+}
+
+TEST_CASE("rank: PartitionFunction interpolates within 1e-4 and names its method") {
+  PartitionFunction pf(16, Metric::spearman);
+  CHECK(pf.method() == "subset DP");
+  for (double a : {0.5, 2.0, 7.3}) CHECK(std::abs(pf(a) - log_z(16, a, Metric::spearman)) < 1e-4);
+  PartitionFunction pk(30, Metric::kendall);
+  CHECK(pk.method() == "closed form");
+  CHECK(pk(2.5) == log_z(30, 2.5, Metric::kendall));
+  CHECK(PartitionFunction(60, Metric::ulam).method() == "importance sampling");
+}
+
+TEST_CASE("rank: subset DP gives the exact normaliser, marginals and draws") {
+  // Truth: enumeration of the 720 rankings of n = 6 under random log weights.
+  Rng rng(3);
+  const int n = 6;
+  Eigen::MatrixXd lw(n, n);
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r) lw(i, r) = 2 * rng.normal();
+  const SubsetPosterior sp(lw);
+  double z = 0;
+  for (const auto& p : all_perms(n)) {
+    double s = 0;
+    for (int i = 0; i < n; ++i) s += lw(i, p[static_cast<std::size_t>(i)]);
+    z += std::exp(s);
+  }
+  CHECK(sp.log_normaliser() == doctest::Approx(std::log(z)).epsilon(1e-12));
+  const auto exact = brute_marginals(n, [&](const Perm& p) {
+    double s = 0;
+    for (int i = 0; i < n; ++i) s += lw(i, p[static_cast<std::size_t>(i)]);
+    return s;
+  });
+  CHECK(max_marginal_tv(sp.marginals(), exact) < 1e-12);
+  // 40,000 exact draws: each marginal within 5 binomial sd (<= 0.0025) of the truth.
+  std::vector<int> draws;
+  Rng r2(4);
+  for (int s = 0; s < 40000; ++s) {
+    const Perm p = sp.sample(r2);
+    draws.insert(draws.end(), p.begin(), p.end());
+  }
+  CHECK((marginals_from_draws(draws, n) - exact).cwiseAbs().maxCoeff() < 5 * 0.5 / std::sqrt(40000.0));
+  CHECK(std::exp(sp.log_prob(identity(n))) > 0);
+}
+
+TEST_CASE("rank: subset DP survives log weights spanning thousands of nats") {
+  // Truth: log-sum-exp over the 720 rankings of n = 6 and the argmax's marginals (= 1 when one
+  // ranking dominates).  Weights ~ N(0, 1000^2), the scale of sushi's 5,000 assessors, where any
+  // fixed rescaling of exp(L) under/overflows.
+  Rng rng(8);
+  const int n = 6;
+  Eigen::MatrixXd lw(n, n);
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r) lw(i, r) = 1000 * rng.normal() - 3000;
+  double mx = -1e300;
+  std::vector<double> v;
+  Perm best;
+  for (const auto& p : all_perms(n)) {
+    double s = 0;
+    for (int i = 0; i < n; ++i) s += lw(i, p[static_cast<std::size_t>(i)]);
+    v.push_back(s);
+    if (s > mx) { mx = s; best = p; }
+  }
+  double acc = 0;
+  for (double x : v) acc += std::exp(x - mx);
+  const SubsetPosterior sp(lw);
+  CHECK(sp.log_normaliser() == doctest::Approx(mx + std::log(acc)).epsilon(1e-12));
+  const auto m = sp.marginals();
+  CHECK(m.allFinite());
+  for (int i = 0; i < n; ++i) CHECK(m(i, best[static_cast<std::size_t>(i)]) == doctest::Approx(1.0).epsilon(1e-9));
+}
+
+TEST_CASE("rank: leap-and-shift keeps a permutation and is reversible with the stated ratio") {
+  // The returned log ratio must make the proposal satisfy detailed balance for the uniform
+  // target: over 400,000 proposals from every start in S_4, the empirical transition matrix T
+  // obeys T(a->b) exp(ratio(a->b)) = T(b->a) within 4 sd.
+  const int n = 4;
+  const auto perms = all_perms(n);
+  std::map<Perm, int> idx;
+  for (std::size_t k = 0; k < perms.size(); ++k) idx[perms[k]] = static_cast<int>(k);
+  const int P = static_cast<int>(perms.size());
+  Eigen::MatrixXd T = Eigen::MatrixXd::Zero(P, P), R = Eigen::MatrixXd::Zero(P, P);
+  Rng rng(9);
+  const int per = 20000;
+  Perm out;
+  for (int a = 0; a < P; ++a)
+    for (int s = 0; s < per; ++s) {
+      const double lr = leap_and_shift(perms[static_cast<std::size_t>(a)], 2, rng, out);
+      REQUIRE(is_permutation(out));
+      const int b = idx.at(out);
+      T(a, b) += 1.0 / per;
+      R(a, b) = lr;
+    }
+  for (int a = 0; a < P; ++a)
+    for (int b = 0; b < P; ++b) {
+      if (T(a, b) == 0) {
+        CHECK(T(b, a) == 0);
+        continue;
+      }
+      const double lhs = T(a, b) * std::exp(R(a, b));
+      const double sd = std::sqrt(std::max(T(a, b), T(b, a)) / per) * 2;
+      CHECK(std::abs(lhs - T(b, a)) < 4 * sd + 1e-9);
+    }
+}
+
+TEST_CASE("rank: MCMC with fixed alpha converges to the exact posterior (footrule, L = 2)") {
+  // Truth: subset-DP marginals.  Tolerance: max TV 0.03 after 200,000 iterations of a well-mixing
+  // chain on n = 6 (Monte Carlo error ~0.005).
+  const RankMatrix R = random_ranks(5, 6, 21);
+  MallowsData d;
+  d.n_items = 6;
+  d.ranks = R;
+  McmcOptions o;
+  o.fix_alpha = true;
+  o.alpha_init = 2.0;
+  o.iterations = 200000;
+  o.burnin = 1000;
+  o.leap_size = 2;
+  o.chains = 2;
+  const auto res = run_mcmc(d, o);
+  std::vector<int> all;
+  for (const auto& c : res.chains) all.insert(all.end(), c.rho.begin(), c.rho.end());
+  const SubsetPosterior sp(itemwise_log_weights(R, 2.0, Metric::footrule));
+  CHECK(max_marginal_tv(marginals_from_draws(all, 6), sp.marginals()) < 0.03);
+}
+
+TEST_CASE("rank: MCMC with a non-item-wise distance matches enumeration (Kendall, Ulam)") {
+  const RankMatrix R = random_ranks(4, 5, 22);
+  for (auto m : {Metric::kendall, Metric::ulam}) {
+    MallowsData d;
+    d.n_items = 5;
+    d.ranks = R;
+    McmcOptions o;
+    o.metric = m;
+    o.fix_alpha = true;
+    o.alpha_init = 3.0;
+    o.iterations = 150000;
+    o.burnin = 1000;
+    const auto res = run_mcmc(d, o);
+    const auto exact = brute_marginals(5, [&](const Perm& p) {
+      double s = 0;
+      for (int j = 0; j < 4; ++j) s += distance(&R(j, 0), p.data(), 5, m);
+      return -3.0 / 5 * s;
+    });
+    CHECK(max_marginal_tv(marginals_from_draws(res.chains[0].rho, 5), exact) < 0.03);
+  }
+}
+
+TEST_CASE("rank: MCMC posterior mean of alpha matches numerical integration") {
+  // Truth: p(alpha | R) ∝ exp(-lambda alpha) sum_rho exp(-(alpha/n) D(rho)) / Z(alpha)^N on a fine
+  // grid (trapezoid, 20,000 points to alpha = 40), n = 4, N = 6, footrule.  Tolerance 3% of the
+  // mean (MCMC error of 4 x 60,000 correlated draws ~1%).
+  const int n = 4, N = 6;
+  const RankMatrix R = random_ranks(N, n, 23);
+  const double lambda = 0.1;
+  double num = 0, den = 0;
+  for (int g = 1; g <= 20000; ++g) {
+    const double a = 40.0 * g / 20000;
+    double s = 0;
+    for (const auto& p : all_perms(n)) {
+      double D = 0;
+      for (int j = 0; j < N; ++j) D += distance(&R(j, 0), p.data(), n, Metric::footrule);
+      s += std::exp(-a / n * D);
+    }
+    const double w = std::exp(-lambda * a - N * log_z(n, a, Metric::footrule)) * s;
+    num += a * w;
+    den += w;
+  }
+  MallowsData d;
+  d.n_items = n;
+  d.ranks = R;
+  McmcOptions o;
+  o.lambda = lambda;
+  o.iterations = 62000;
+  o.burnin = 2000;
+  o.alpha_prop_sd = 0.5;
+  o.chains = 4;
+  const auto res = run_mcmc(d, o);
+  double m = 0;
+  std::vector<std::vector<double>> ch;
+  for (const auto& c : res.chains) {
+    m += std::accumulate(c.alpha.begin(), c.alpha.end(), 0.0) / static_cast<double>(c.alpha.size()) / 4;
+    ch.push_back(c.alpha);
+  }
+  CHECK(m == doctest::Approx(num / den).epsilon(0.03));
+  CHECK(rhat(ch) < 1.05);
+}
+
+TEST_CASE("rank: augmentation of missing ranks targets the exact partial-data posterior") {
+  // Truth: p(rho | R_obs) ∝ prod_j sum over completions of R_j of exp(-(alpha/n) d(R_j, rho))
+  // (fixed alpha, so Z cancels), by enumeration at n = 5.  One row has exactly one missing rank.
+  const int n = 5;
+  RankMatrix R = random_ranks(4, n, 24);
+  R(0, 1) = missing_rank;
+  R(0, 3) = missing_rank;
+  R(1, 4) = missing_rank;  // exactly one missing: its rank is determined
+  R(2, 0) = missing_rank;
+  R(2, 2) = missing_rank;
+  R(2, 4) = missing_rank;
+  const double alpha = 2.5;
+  const auto perms = all_perms(n);
+  auto compatible = [&](int j, const Perm& c) -> bool {
+    for (int i = 0; i < n; ++i)
+      if (R(j, i) != missing_rank && R(j, i) != c[static_cast<std::size_t>(i)]) return false;
+    return true;
+  };
+  const auto exact = latent_marginals(n, 4, alpha, compatible);
+  MallowsData d;
+  d.n_items = n;
+  d.ranks = R;
+  const McmcOptions o = fixed_alpha(alpha);
+  const auto res = run_mcmc(d, o);
+  CHECK(max_marginal_tv(marginals_from_draws(res.chains[0].rho, n), exact) < 0.03);
+}
+
+TEST_CASE("rank: pairwise augmentation targets the exact posterior; cycles need an error model") {
+  // Truth: p(rho | prefs) ∝ prod_j sum over rankings R_j consistent with j's preferences of
+  // exp(-(alpha/n) d(R_j, rho)), by enumeration at n = 5.
+  const int n = 5;
+  std::vector<std::vector<Preference>> prefs = {{{0, 1}, {1, 2}, {3, 4}}, {{0, 2}, {4, 3}}, {{1, 0}, {2, 3}, {2, 4}}};
+  const double alpha = 2.0;
+  const auto perms = all_perms(n);
+  auto consistent = [&](const std::vector<Preference>& pj, const Perm& c) {
+    for (const auto& p : pj)
+      if (c[static_cast<std::size_t>(p.top)] > c[static_cast<std::size_t>(p.bottom)]) return false;
+    return true;
+  };
+  const auto exact = latent_marginals(n, 3, alpha, [&](int j, const Perm& c) { return consistent(prefs[static_cast<std::size_t>(j)], c); });
+  MallowsData d;
+  d.n_items = n;
+  d.prefs = prefs;
+  const McmcOptions o = fixed_alpha(alpha);
+  const auto res = run_mcmc(d, o);
+  CHECK(max_marginal_tv(marginals_from_draws(res.chains[0].rho, n), exact) < 0.03);
+  d.prefs.push_back({{0, 1}, {1, 2}, {2, 0}});
+  CHECK_THROWS_WITH_AS(run_mcmc(d, o), doctest::Contains("choose an error model"), InputError);
+}
+
+TEST_CASE("rank: Bernoulli error model matches numerical integration over theta") {
+  // Truth: p(rho, theta | prefs) ∝ TruncBeta(1,1)[0,0.5](theta) prod_j sum_{R_j} exp(-(alpha/n)
+  // d(R_j, rho)) theta^g (1-theta)^(m-g) / Z^N, integrated over theta on 2,000 midpoints,
+  // n = 4, inconsistent preferences.  Tolerances: TV 0.03, E[theta] within 0.01.
+  const int n = 4;
+  std::vector<std::vector<Preference>> prefs = {{{0, 1}, {1, 2}, {2, 0}, {0, 3}}, {{0, 1}, {1, 3}, {3, 0}}, {{0, 2}, {1, 3}}};
+  const double alpha = 2.0;
+  const auto perms = all_perms(n);
+  Eigen::MatrixXd marg = Eigen::MatrixXd::Zero(n, n);
+  double tot = 0, theta_mean = 0;
+  for (int g = 0; g < 2000; ++g) {
+    const double th = 0.5 * (g + 0.5) / 2000;
+    for (const auto& rho : perms) {
+      double w = 1;
+      for (const auto& pj : prefs) {
+        double s = 0;
+        for (const auto& c : perms) {
+          int bad = 0;
+          for (const auto& p : pj) bad += c[static_cast<std::size_t>(p.top)] > c[static_cast<std::size_t>(p.bottom)];
+          s += std::exp(-alpha / n * distance(c, rho, Metric::footrule)) * std::pow(th, bad) * std::pow(1 - th, static_cast<double>(pj.size()) - bad);
+        }
+        w *= s;
+      }
+      tot += w;
+      theta_mean += th * w;
+      for (int i = 0; i < n; ++i) marg(i, rho[static_cast<std::size_t>(i)]) += w;
+    }
+  }
+  marg /= tot;
+  theta_mean /= tot;
+  MallowsData d;
+  d.n_items = n;
+  d.prefs = prefs;
+  McmcOptions o;
+  o.fix_alpha = true;
+  o.alpha_init = alpha;
+  o.error_model = ErrorModel::bernoulli;
+  o.iterations = 200000;
+  o.burnin = 2000;
+  o.aug_moves = 2;
+  const auto res = run_mcmc(d, o);
+  CHECK(max_marginal_tv(marginals_from_draws(res.chains[0].rho, n), marg) < 0.03);
+  const auto& t = res.chains[0].theta;
+  CHECK(std::abs(std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size()) - theta_mean) < 0.01);
+}
+
+TEST_CASE("rank: R-hat is near 1 for agreeing chains and large for disagreeing ones") {
+  // Truth: iid N(0,1) chains have R-hat -> 1 (within 0.01 at 4 x 5000 draws); chains centred at
+  // 0 and 3 give R-hat well above 1.5.
+  Rng rng(1);
+  std::vector<std::vector<double>> same(4, std::vector<double>(5000)), diff = same;
+  for (int c = 0; c < 4; ++c)
+    for (int t = 0; t < 5000; ++t) {
+      same[static_cast<std::size_t>(c)][static_cast<std::size_t>(t)] = rng.normal();
+      diff[static_cast<std::size_t>(c)][static_cast<std::size_t>(t)] = rng.normal() + 3.0 * (c % 2);
+    }
+  CHECK(rhat(same) < 1.01);
+  CHECK(rhat(diff) > 1.5);
+  CHECK(std::isnan(rhat({same[0]})));
+}
+
+TEST_CASE("rank: Pseudo-Mallows q is a normalised distribution with exact log q") {
+  // Truth: summing exp(log q) over all 720 rankings gives 1 (1e-12); empirical frequencies of
+  // 100,000 draws match exp(log q) (5 binomial sd); the log q returned with a draw equals log_q.
+  const int n = 6;
+  const RankMatrix R = random_ranks(5, n, 30);
+  const Eigen::MatrixXd lw = itemwise_log_weights(R, 3.0, Metric::footrule);
+  Rng rng(31);
+  const PseudoMallows q(lw, random_perm(n, rng));
+  double s = 0;
+  std::map<Perm, double> prob;
+  for (const auto& p : all_perms(n)) s += (prob[p] = std::exp(q.log_q(p)));
+  CHECK(s == doctest::Approx(1.0).epsilon(1e-12));
+  std::map<Perm, int> count;
+  const int S = 100000;
+  for (int k = 0; k < S; ++k) {
+    double lq;
+    const Perm p = q.sample(rng, &lq);
+    if (k < 100) CHECK(lq == doctest::Approx(q.log_q(p)).epsilon(1e-12));
+    ++count[p];
+  }
+  for (const auto& [p, c] : count) CHECK(std::abs(c / static_cast<double>(S) - prob[p]) < 5 * std::sqrt(prob[p] / S) + 1e-4);
+}
+
+TEST_CASE("rank: Pseudo-Mallows KL estimate plus log Z equals the exact KL") {
+  // Truth: KL(q || p) = sum_rho q (log q - log p) by enumeration at n = 7 with p from the subset
+  // DP.  Tolerance 5 standard errors of the 20,000-draw estimate.
+  const int n = 7;
+  const RankMatrix R = random_ranks(6, n, 32);
+  const Eigen::MatrixXd lw = itemwise_log_weights(R, 4.0, Metric::spearman);
+  const SubsetPosterior sp(lw);
+  Rng rng(33);
+  for (int rep = 0; rep < 3; ++rep) {
+    const PseudoMallows q(lw, random_perm(n, rng));
+    double kl = 0;
+    for (const auto& p : all_perms(n)) {
+      const double lq = q.log_q(p);
+      kl += std::exp(lq) * (lq - sp.log_prob(p));
+    }
+    CHECK(kl >= 0);
+    const auto e = neg_elbo(q, 20000, rng);
+    CHECK(std::abs(e.value + sp.log_normaliser() - kl) < 5 * e.se + 1e-9);
+  }
+}
+
+TEST_CASE("rank: order search never worsens its objective; mean-rank order puts top items first") {
+  const int n = 8;
+  const RankMatrix R = random_ranks(6, n, 40);
+  const Eigen::MatrixXd lw = itemwise_log_weights(R, 3.0, Metric::footrule);
+  const Perm start = mean_rank_order(R);
+  // The data are noisy copies of the identity: the mean-rank order is close to 0, 1, 2, ...
+  CHECK(start[0] <= 1);
+  const Perm ei = ends_inward_order(R), mo = middle_out_order(R);
+  CHECK(ei[0] == start[0]);
+  CHECK(ei[1] == start[static_cast<std::size_t>(n - 1)]);
+  CHECK(mo[static_cast<std::size_t>(n - 1)] == start[0]);
+  Rng crn(derive_seed(5, 77));
+  const double v0 = neg_elbo(PseudoMallows(lw, start), 2000, crn).value;
+  double best;
+  const Perm o = search_order(lw, start, 30, 2000, 5, &best);
+  CHECK(is_permutation(o));
+  CHECK(best <= v0 + 1e-12);
+}
+
+TEST_CASE("rank: CP and MAP consensus, scalar summary") {
+  // Hand-made marginals: item 2 surely first, items 0/1 share ranks 1-2.
+  Eigen::MatrixXd m(3, 3);
+  m << 0, 0.6, 0.4, 0, 0.4, 0.6, 1, 0, 0;
+  std::vector<double> cum;
+  CHECK(cp_consensus(m, &cum) == Perm{2, 0, 1});
+  CHECK(cum[1] == doctest::Approx(0.6));
+  std::vector<int> draws = {0, 1, 2, 0, 1, 2, 2, 1, 0};
+  double f;
+  CHECK(map_consensus(draws, 3, &f) == Perm{0, 1, 2});
+  CHECK(f == doctest::Approx(2.0 / 3));
+  const auto s = scalar_summary({1, 2, 3, 4, 5});
+  CHECK(s["mean"].get<double>() == 3);
+  CHECK(s["median"].get<double>() == 3);
+}
+
+TEST_CASE("rank: reading rankings and preferences") {
+  const std::string dir = "rank_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const auto ok = write("ok.csv", "1,2,3\n3,NA,1\n2,3,1\n");
+  auto d = read_rank_csv(ok, MissingPolicy::augment);
+  CHECK(d.ranks.rows() == 3);
+  CHECK(d.ranks(1, 1) == missing_rank);
+  CHECK(d.has_missing());
+  CHECK(read_rank_csv(ok, MissingPolicy::omit).ranks.rows() == 2);
+  auto where_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.where();
+    }
+    return std::string("no error");
+  };
+  CHECK(where_of([&] { read_rank_csv(ok, MissingPolicy::fail); }).find("line 2") != std::string::npos);
+  CHECK(where_of([&] { read_rank_csv(write("tie.csv", "1,2,3\n1,1,3\n"), MissingPolicy::fail); }).find("line 2") != std::string::npos);
+  CHECK_THROWS_WITH_AS(read_rank_csv(write("tie2.csv", "1,1,3\n"), MissingPolicy::fail), doctest::Contains("ties"), InputError);
+  CHECK_THROWS_WITH_AS(read_rank_csv(write("range.csv", "1,2,4\n"), MissingPolicy::fail), doctest::Contains("out of range"), InputError);
+  CHECK_THROWS_WITH_AS(read_rank_csv(write("empty.csv", ""), MissingPolicy::fail), doctest::Contains("empty"), InputError);
+  const auto fm = fill_missing(d.ranks);
+  CHECK(is_permutation(Perm(fm.row(1).data(), fm.row(1).data() + 3)));
+  const auto pw = read_pairwise_csv(write("p.csv", "assessor,bottom_item,top_item\n1,2,1\n1,3,2\n2,1,3\n"), 0);
+  CHECK(pw.n_items == 3);
+  CHECK(pw.by_assessor.size() == 2);
+  CHECK(consistent_ranking(3, pw.by_assessor[0]) == Perm{0, 1, 2});
+  CHECK(consistent_ranking(3, {{0, 1}, {1, 2}, {2, 0}}).empty());
+  CHECK_THROWS_AS(read_pairwise_csv(write("p2.csv", "assessor,bottom_item,top_item\n1,2,2\n"), 0), InputError);
+  const auto ip = implied_preferences(d.ranks);
+  // 3,NA,1: item 3 over item 1, and the missing item 2 (rank 2 is the only free one) between them.
+  CHECK(ip.by_assessor[1].size() == 3);
+  std::filesystem::remove_all(dir);
+}

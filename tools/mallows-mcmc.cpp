@@ -1,0 +1,189 @@
+// mallows-mcmc: Metropolis-Hastings for the Bayesian Mallows model (Vitelli et al. 2018), the
+// sampler of the BayesMallows R package and the baseline of Pseudo-Mallows (Liu et al., ICML 2026).
+#include <fmt/core.h>
+
+#include <cmath>
+#include <optional>
+
+#include "cli/run_tool.hpp"
+#include "io/json.hpp"
+#include "io/table.hpp"
+#include "rank/partition.hpp"
+#include "rank/exact.hpp"
+#include "rank/mcmc.hpp"
+#include "rank/summary.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+
+using namespace icmlkit;
+
+int main(int argc, char** argv) {
+  std::string input, output = "-", metric = "footrule", missing = "fail", error_model = "none", rho_init = "random", log_z_query;
+  bool pairwise = false, header = false, implied = false, exact = false;
+  int items = 0;
+  rank::McmcOptions o;
+  rank::DrawOutputs outs;
+  cli::ToolInfo info{
+      "mallows-mcmc",
+      "Sample the Bayesian Mallows posterior of the consensus ranking rho and the scale alpha\n"
+      "(likelihood exp(-(alpha/n) d(R_j, rho)) / Z_n(alpha), uniform prior on rho, exponential(lambda) prior\n"
+      "on alpha) by Metropolis-Hastings: leap-and-shift for rho, a log-normal random walk for alpha,\n"
+      "augmentation of missing ranks and of pairwise preferences (optionally with the Bernoulli error\n"
+      "model).  Input: a CSV of ranks without header, one assessor per line (potato_visual.csv), or with\n"
+      "--pairwise a CSV with columns assessor,bottom_item,top_item (beach_preferences.csv).",
+      "  mallows-mcmc ../shared/data/rankings/potato_visual.csv --iterations 20000 --burnin 2000 --chains 4 | jq .cp_consensus\n"
+      "  mallows-mcmc ../shared/data/rankings/beach_preferences.csv --pairwise --iterations 20000 --samples beach.h5\n"
+      "  mallows-mcmc ../shared/data/rankings/bernoulli_data.csv --pairwise --error-model bernoulli | jq .theta\n"
+      "  mallows-mcmc --log-z 10:3 --metric kendall | jq .log_z\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app.add_option("input", input, "Rank CSV (no header) or, with --pairwise, preference CSV; - = stdin");
+        app.add_option("--log-z", log_z_query, "Only print log Z_n(alpha) for --metric as JSON, given N:ALPHA (no input)");
+        app.add_flag("--pairwise", pairwise, "Input is pairwise preferences (assessor,bottom_item,top_item)");
+        app.add_option("--items", items, "Number of items for --pairwise (default: the largest item seen)")->check(cli::int_range(2, 1000));
+        app.add_flag("--header", header, "Rank CSV has a header row to skip");
+        app.add_option("--missing", missing, "Missing ranks (empty, NA or 0): augment, fail or omit the assessor")
+            ->capture_default_str()->check(CLI::IsMember({"augment", "fail", "omit"}));
+        app.add_flag("--as-pairwise", implied, "Fit a rank CSV through the pairwise preferences it implies");
+        app.add_option("--metric", metric, "footrule, spearman, kendall, cayley, hamming or ulam")
+            ->capture_default_str()->check(CLI::IsMember({"footrule", "spearman", "kendall", "cayley", "hamming", "ulam"}));
+        app.add_option("--error-model", error_model, "Pairwise data: none (preferences must be acyclic) or bernoulli")
+            ->capture_default_str()->check(CLI::IsMember({"none", "bernoulli"}));
+        app.add_option("--iterations", o.iterations, "MCMC iterations per chain, burn-in included")->capture_default_str()->check(cli::int_range(1, 100000000));
+        app.add_option("--burnin", o.burnin, "Burn-in iterations discarded")->capture_default_str()->check(cli::int_range(0, 100000000));
+        app.add_option("--thin", o.thin, "Keep every thin-th draw")->capture_default_str()->check(cli::int_range(1, 1000000));
+        app.add_option("--chains", o.chains, "Independent chains (random starts), run in parallel")->capture_default_str()->check(cli::int_range(1, 1000));
+        app.add_option("-L,--leap-size", o.leap_size, "Leap size L of leap-and-shift")->capture_default_str()->check(cli::int_range(1, 1000));
+        app.add_option("--alpha", o.alpha_init, "Starting alpha (the fixed value with --fix-alpha)")->capture_default_str()->check(cli::positive());
+        app.add_flag("--fix-alpha", o.fix_alpha, "Keep alpha fixed");
+        app.add_option("--rho-init", rho_init, "Starting rho: random (BayesMallows' default; dispersed starts for R-hat) or data (mean-rank / wins-minus-losses order)")
+            ->capture_default_str()->check(CLI::IsMember({"random", "data"}));
+        app.add_option("--alpha-sd", o.alpha_prop_sd, "sd of the log-normal random walk on alpha")->capture_default_str()->check(cli::positive());
+        app.add_option("--lambda", o.lambda, "Rate of the exponential prior on alpha")->capture_default_str()->check(cli::positive());
+        app.add_option("--alpha-jump", o.alpha_jump, "Update alpha every this many iterations")->capture_default_str()->check(cli::int_range(1, 1000000));
+        app.add_option("--aug-moves", o.aug_moves, "Augmentation proposals per assessor per iteration")->capture_default_str()->check(cli::int_range(1, 100000));
+        app.add_option("--kappa1", o.kappa1, "Bernoulli model: Beta prior shape 1 of theta (truncated to [0, 0.5])")->capture_default_str()->check(cli::positive());
+        app.add_option("--kappa2", o.kappa2, "Bernoulli model: Beta prior shape 2 of theta")->capture_default_str()->check(cli::positive());
+        app.add_option("--is-samples", o.is_samples, "Importance samples per log Z grid node (only where no exact method)")->capture_default_str()->check(cli::int_range(100, 100000000));
+        app.add_flag("--exact", exact, "Also compute the exact rho marginals by the subset DP (fixed alpha, complete data, item-wise metric, n <= 24) and report the max total-variation distance");
+        app.add_option("-o,--output", output, "Summary JSON (- = stdout)")->capture_default_str();
+        app.add_option("--samples", outs.samples, "Posterior draws, HDF5: /rho [draws, items] (1-based ranks), /alpha, /chain, /marginals");
+        app.add_option("--marginals", outs.marginals, "Item-by-rank marginals, .csv (item,rank,probability) or .h5");
+        app.add_option("--heatmap", outs.heatmap, "PNG heat map of the marginals (needs gnuplot)");
+      },
+      [&](cli::Context& ctx) {
+        io::require_json_path(output);
+        rank::check_draw_outputs(outs);
+        o.metric = rank::parse_metric(metric, "--metric");
+        if (!log_z_query.empty()) {
+          const auto colon = log_z_query.find(':');
+          const auto nn = colon == std::string::npos ? std::nullopt : io::parse_double(log_z_query.substr(0, colon));
+          const auto aa = colon == std::string::npos ? std::nullopt : io::parse_double(log_z_query.substr(colon + 1));
+          if (!nn || !aa || *nn < 1 || *nn > 100000 || *nn != std::floor(*nn) || !(*aa >= 0) || !std::isfinite(*aa))
+            throw UsageError("give N:ALPHA with an integer N >= 1 and ALPHA >= 0", "--log-z " + log_z_query);
+          const int qn = static_cast<int>(*nn);
+          nlohmann::json out{{"n", qn}, {"alpha", *aa}, {"metric", metric}};
+          if (rank::log_z_exact(qn, o.metric)) {
+            out["log_z"] = rank::log_z(qn, *aa, o.metric);
+            out["method"] = rank::PartitionFunction(qn, o.metric).method();
+          } else {
+            Rng rng(ctx.common.seed);
+            const auto e = rank::log_z_importance(qn, *aa, o.metric, o.is_samples, rng);
+            out["log_z"] = e.value;
+            out["se"] = e.se;
+            out["method"] = "importance sampling";
+          }
+          out["meta"] = ctx.prov.to_json();
+          io::write_json(output, out);
+          return;
+        }
+        if (input.empty()) throw UsageError("an input file is required", "input");
+        o.error_model = error_model == "bernoulli" ? rank::ErrorModel::bernoulli : rank::ErrorModel::none;
+        o.seed = ctx.common.seed;
+        o.rho_init_data = rho_init == "data";
+        o.threads = ctx.common.threads;
+        if (o.burnin >= o.iterations) throw UsageError(fmt::format("burn-in ({}) must be below the iterations ({})", o.burnin, o.iterations), "--burnin");
+        if (pairwise && implied) throw UsageError("--as-pairwise reads a rank CSV; the input is already pairwise", "--as-pairwise");
+        if (!pairwise && !implied && o.error_model != rank::ErrorModel::none)
+          throw UsageError("the Bernoulli error model applies to pairwise data", "--error-model");
+        if (exact && !o.fix_alpha) throw UsageError("the exact comparison needs a fixed alpha (--fix-alpha)", "--exact");
+        rank::MallowsData data;
+        int omitted = 0;
+        std::string source_kind = "rankings";
+        if (pairwise) {
+          std::string sha;
+          const auto p = rank::read_pairwise_csv(input, items, &sha);
+          ctx.prov.add_input(input, sha);
+          data.n_items = p.n_items;
+          data.prefs = p.by_assessor;
+          data.labels = p.assessor_labels;
+          source_kind = "pairwise";
+        } else {
+          const auto rd = rank::read_rank_csv(input, rank::parse_missing_policy(missing, "--missing"), header);
+          ctx.prov.add_input(input, rd.sha256);
+          omitted = rd.omitted;
+          data.n_items = static_cast<int>(rd.ranks.cols());
+          if (implied) {
+            data.prefs = rank::implied_preferences(rd.ranks).by_assessor;
+            source_kind = "implied pairwise";
+          } else {
+            data.ranks = rd.ranks;
+            if (rd.has_missing()) source_kind = "partial rankings";
+          }
+        }
+        const int n = data.n_items;
+        if (exact && (source_kind != "rankings" || !rank::is_itemwise(o.metric) || n > rank::subset_dp_max_n))
+          throw UsageError(fmt::format("--exact needs complete rankings, an item-wise metric and n <= {}", rank::subset_dp_max_n), "--exact");
+        if (omitted) log::info("omitted {} assessors with missing ranks", omitted);
+        const auto res = rank::run_mcmc(data, o);
+
+        std::vector<int> draws, chain_of;
+        std::vector<double> alpha, theta;
+        std::vector<std::vector<double>> alpha_chains, theta_chains;
+        std::vector<std::vector<std::vector<double>>> rank_chains(static_cast<std::size_t>(n));
+        nlohmann::json acc = nlohmann::json::array();
+        for (std::size_t c = 0; c < res.chains.size(); ++c) {
+          const auto& ch = res.chains[c];
+          draws.insert(draws.end(), ch.rho.begin(), ch.rho.end());
+          alpha.insert(alpha.end(), ch.alpha.begin(), ch.alpha.end());
+          theta.insert(theta.end(), ch.theta.begin(), ch.theta.end());
+          chain_of.insert(chain_of.end(), ch.alpha.size(), static_cast<int>(c) + 1);
+          alpha_chains.push_back(ch.alpha);
+          theta_chains.push_back(ch.theta);
+          for (int i = 0; i < n; ++i) {
+            std::vector<double> v;
+            for (std::size_t s = 0; s < ch.alpha.size(); ++s) v.push_back(ch.rho[s * static_cast<std::size_t>(n) + static_cast<std::size_t>(i)]);
+            rank_chains[static_cast<std::size_t>(i)].push_back(std::move(v));
+          }
+          acc.push_back({{"rho", ch.rho_acceptance}, {"alpha", ch.alpha_acceptance}, {"augmentation", ch.aug_acceptance}});
+        }
+        const Eigen::MatrixXd marg = rank::marginals_from_draws(draws, n);
+        double rhat_rho = 0;
+        for (const auto& rc : rank_chains) {
+          const double r = rank::rhat(rc);
+          if (std::isfinite(r)) rhat_rho = std::max(rhat_rho, r);
+        }
+        nlohmann::json out{{"n_items", n}, {"n_assessors", data.assessors()}, {"data", source_kind}, {"metric", metric},
+                           {"chains", o.chains}, {"iterations", o.iterations}, {"burnin", o.burnin}, {"thin", o.thin},
+                           {"leap_size", o.leap_size}, {"rho_init", rho_init}, {"draws", alpha.size()}, {"alpha_fixed", o.fix_alpha},
+                           {"alpha", rank::scalar_summary(alpha)}, {"acceptance", acc}, {"log_z_method", res.log_z_method}};
+        if (omitted) out["omitted_assessors"] = omitted;
+        if (!theta.empty()) out["theta"] = rank::scalar_summary(theta);
+        const double ra = o.fix_alpha ? std::nan("") : rank::rhat(alpha_chains);
+        out["rhat"] = {{"alpha", std::isfinite(ra) ? nlohmann::json(ra) : nlohmann::json(nullptr)},
+                       {"rho_max", o.chains > 1 ? nlohmann::json(rhat_rho) : nlohmann::json(nullptr)}};
+        if (!theta.empty() && o.chains > 1) out["rhat"]["theta"] = rank::rhat(theta_chains);
+        out.update(rank::consensus_json(marg, draws, n));
+        if (exact) {
+          const rank::SubsetPosterior sp(rank::itemwise_log_weights(data.ranks, o.alpha_init, o.metric));
+          out["exact"] = {{"max_tv", rank::max_marginal_tv(marg, sp.marginals())}, {"log_normaliser", sp.log_normaliser()}};
+        }
+        out["seconds"] = res.seconds;
+        out["cpu_seconds"] = res.cpu_seconds;
+        out["iterations_per_second"] = o.iterations * o.chains / std::max(res.seconds, 1e-9);
+        out["meta"] = ctx.prov.to_json();
+        rank::write_draw_outputs(outs, draws, n, alpha, chain_of, theta, marg, ctx.prov, "mallows-mcmc: P(rho_i = r)");
+        io::write_json(output, out);
+      });
+}

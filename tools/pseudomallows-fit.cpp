@@ -1,0 +1,224 @@
+// pseudomallows-fit: the Pseudo-Mallows variational approximation of the Bayesian Mallows
+// posterior (Liu, Vitelli, Mannino, Frigessi & Scheel, ICML 2026).
+#include <fmt/core.h>
+
+#include <cmath>
+#include <ctime>
+#include <numeric>
+
+#include "cli/run_tool.hpp"
+#include "io/json.hpp"
+#include "io/table.hpp"
+#include "rank/exact.hpp"
+#include "rank/partition.hpp"
+#include "rank/pseudo.hpp"
+#include "rank/summary.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/timer.hpp"
+
+using namespace icmlkit;
+
+namespace {
+
+// ELBO(alpha) = E_q[log prior(alpha) - (alpha/n) sum_j d(R_j, rho) - N log Z(alpha) - log q(rho)]
+// for q_V(.|alpha) and a point mass at alpha; the same seed for every alpha (common random numbers).
+double elbo(const rank::RankMatrix& R, rank::Metric m, const rank::Perm& order, double alpha, double lambda, int samples,
+            std::uint64_t seed) {
+  const int n = static_cast<int>(R.cols());
+  const rank::PseudoMallows q(rank::itemwise_log_weights(R, alpha, m), order);
+  Rng rng(seed);
+  return -rank::neg_elbo(q, samples, rng).value - lambda * alpha - static_cast<double>(R.rows()) * rank::log_z(n, alpha, m);
+}
+
+// Golden-section search of the ELBO over log alpha in [log 0.01, log 200].
+double estimate_alpha(const rank::RankMatrix& R, rank::Metric m, const rank::Perm& order, double lambda, int samples,
+                      std::uint64_t seed) {
+  const double g = (std::sqrt(5.0) - 1) / 2;
+  double a = std::log(0.01), b = std::log(200.0);
+  double c = b - g * (b - a), d = a + g * (b - a);
+  double fc = elbo(R, m, order, std::exp(c), lambda, samples, seed), fd = elbo(R, m, order, std::exp(d), lambda, samples, seed);
+  for (int it = 0; it < 40 && b - a > 1e-4; ++it) {
+    if (fc > fd) {
+      b = d;
+      d = c;
+      fd = fc;
+      c = b - g * (b - a);
+      fc = elbo(R, m, order, std::exp(c), lambda, samples, seed);
+    } else {
+      a = c;
+      c = d;
+      fc = fd;
+      d = a + g * (b - a);
+      fd = elbo(R, m, order, std::exp(d), lambda, samples, seed);
+    }
+  }
+  return std::exp((a + b) / 2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string input, output = "-", metric = "footrule", missing = "fail", order_policy = "search", alpha_text = "estimate";
+  bool header = false, exact = false;
+  int draws_n = 10000, kl_samples = 2000, search_iters = 200, search_starts = 10, random_orders = 0;
+  double lambda = 0.001;
+  rank::DrawOutputs outs;
+  std::string exact_marginals;
+  cli::ToolInfo info{
+      "pseudomallows-fit",
+      "Approximate the Bayesian Mallows posterior of the consensus ranking rho by Pseudo-Mallows: a product\n"
+      "of univariate discrete factors q(rho_v | ranks already used) ∝ exp(-(alpha/n) sum_j f(R_jv, rho_v))\n"
+      "taken in a variational item order V, chosen to minimise KL(q_V || p).  Draws from q are exact and\n"
+      "independent, and log q of every draw is exact.  Input: a CSV of complete ranks without header, one\n"
+      "assessor per line.  Metric footrule or spearman (the item-wise distances).",
+      "  pseudomallows-fit ../shared/data/rankings/potato_visual.csv --alpha 10 --exact --random-orders 20\n"
+      "  pseudomallows-fit ../shared/data/rankings/sushi_rankings.csv --order search --marginals sushi.csv\n"
+      "  pseudomallows-fit ../shared/data/rankings/potato_visual.csv --samples q.h5 --heatmap q.png | jq .alpha\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app.add_option("input", input, "Rank CSV, no header, one assessor per line; - = stdin")->required();
+        app.add_flag("--header", header, "Rank CSV has a header row to skip");
+        app.add_option("--missing", missing, "Missing ranks: fail or omit the assessor (augmentation: use mallows-mcmc)")
+            ->capture_default_str()->check(CLI::IsMember({"augment", "fail", "omit"}));
+        app.add_option("--metric", metric, "footrule or spearman")->capture_default_str()->check(CLI::IsMember({"footrule", "spearman", "kendall", "cayley", "hamming", "ulam"}));
+        app.add_option("--alpha", alpha_text, "A fixed alpha > 0, or 'estimate' (maximise the ELBO over alpha)")->capture_default_str();
+        app.add_option("--lambda", lambda, "Rate of the exponential prior on alpha (estimate)")->capture_default_str()->check(cli::positive());
+        app.add_option("--order", order_policy, "Variational order: search (local search minimising the estimated KL from the best candidate), mean-rank (top first), ends-inward, middle-out, variance, identity, random")
+            ->capture_default_str()->check(CLI::IsMember({"search", "mean-rank", "ends-inward", "middle-out", "variance", "identity", "random"}));
+        app.add_option("--search-starts", search_starts, "Order search: random orders tried as starting points")->capture_default_str()->check(cli::int_range(0, 100000));
+        app.add_option("--search-iters", search_iters, "Order search: swap proposals")->capture_default_str()->check(cli::int_range(0, 10000000));
+        app.add_option("--kl-samples", kl_samples, "Draws for each KL / ELBO estimate")->capture_default_str()->check(cli::int_range(10, 100000000));
+        app.add_option("--draws", draws_n, "Draws from q for marginals, consensus and --samples")->capture_default_str()->check(cli::int_range(1, 100000000));
+        app.add_option("--random-orders", random_orders, "Also report the KL of this many uniformly random orders")->capture_default_str()->check(cli::int_range(0, 100000));
+        app.add_flag("--exact", exact, "Exact log Z_p and marginals by the subset DP (n <= 24): KL(q || p) and the max total-variation distance of the marginals");
+        app.add_option("--exact-marginals", exact_marginals, "With --exact: also write the exact marginals, .csv or .h5");
+        app.add_option("-o,--output", output, "Summary JSON (- = stdout)")->capture_default_str();
+        app.add_option("--samples", outs.samples, "Draws from q, HDF5: /rho [draws, items] (1-based ranks), /alpha, /marginals");
+        app.add_option("--marginals", outs.marginals, "Item-by-rank marginals of q, .csv (item,rank,probability) or .h5");
+        app.add_option("--heatmap", outs.heatmap, "PNG heat map of the marginals (needs gnuplot)");
+      },
+      [&](cli::Context& ctx) {
+        io::require_json_path(output);
+        rank::check_draw_outputs(outs);
+        rank::check_draw_outputs({"", exact_marginals, ""});
+        if (!exact_marginals.empty() && !exact) throw UsageError("--exact-marginals needs --exact", "--exact-marginals");
+        const rank::Metric m = rank::parse_metric(metric, "--metric");
+        if (m != rank::Metric::footrule && m != rank::Metric::spearman)
+          throw UsageError("Pseudo-Mallows needs an item-wise distance: footrule or spearman", "--metric");
+        if (missing == "augment")
+          throw UsageError("pseudomallows-fit needs complete rankings: use --missing omit, or mallows-mcmc --missing augment", "--missing");
+        double alpha = 0;
+        const bool estimate = alpha_text == "estimate";
+        if (!estimate) {
+          const auto v = io::parse_double(alpha_text);
+          if (!v || !(*v > 0) || !std::isfinite(*v)) throw UsageError("alpha must be a number > 0 or 'estimate'", "--alpha " + alpha_text);
+          alpha = *v;
+        }
+        const auto rd = rank::read_rank_csv(input, rank::parse_missing_policy(missing, "--missing"), header);
+        ctx.prov.add_input(input, rd.sha256);
+        if (rd.omitted) log::info("omitted {} assessors with missing ranks", rd.omitted);
+        const rank::RankMatrix& R = rd.ranks;
+        const int n = static_cast<int>(R.cols());
+        if (exact && n > rank::subset_dp_max_n)
+          throw UsageError(fmt::format("--exact needs n <= {} items (n = {})", rank::subset_dp_max_n, n), "--exact");
+        const std::uint64_t seed = ctx.common.seed;
+        Stopwatch sw;
+        const std::clock_t cpu0 = std::clock();
+        auto random_order = [&](Rng& r) {
+          rank::Perm o(static_cast<std::size_t>(n));
+          std::iota(o.begin(), o.end(), 0);
+          for (int k = n - 1; k > 0; --k) std::swap(o[static_cast<std::size_t>(k)], o[r.below(static_cast<std::uint64_t>(k) + 1)]);
+          return o;
+        };
+        auto named_order = [&](const std::string& name) {
+          if (name == "variance") return rank::variance_order(R);
+          if (name == "mean-rank") return rank::mean_rank_order(R);
+          if (name == "ends-inward") return rank::ends_inward_order(R);
+          if (name == "middle-out") return rank::middle_out_order(R);
+          if (name == "random") {
+            Rng r(derive_seed(seed, 5));
+            return random_order(r);
+          }
+          rank::Perm o(static_cast<std::size_t>(n));
+          std::iota(o.begin(), o.end(), 0);
+          return o;
+        };
+        // The order-dependent part of KL(q_V || p), with common random numbers across orders.
+        auto score = [&](const Eigen::MatrixXd& w, const rank::Perm& o) {
+          Rng r(derive_seed(seed, 2));
+          return rank::neg_elbo(rank::PseudoMallows(w, o), kl_samples, r).value;
+        };
+        rank::Perm order = named_order(order_policy == "search" ? "mean-rank" : order_policy);
+        if (estimate) alpha = estimate_alpha(R, m, order, lambda, kl_samples, derive_seed(seed, 3));
+        Eigen::MatrixXd lw = rank::itemwise_log_weights(R, alpha, m);
+        std::string start_name = order_policy;
+        if (order_policy == "search") {
+          // Start from the best of the data-dependent candidates and --search-starts random orders.
+          double best = score(lw, order);
+          start_name = "mean-rank";
+          for (const char* name : {"ends-inward", "middle-out", "variance"}) {
+            const auto o = named_order(name);
+            const double v = score(lw, o);
+            if (v < best) { best = v; order = o; start_name = name; }
+          }
+          Rng sr(derive_seed(seed, 7));
+          for (int k = 0; k < search_starts; ++k) {
+            const auto o = random_order(sr);
+            const double v = score(lw, o);
+            if (v < best) { best = v; order = o; start_name = "random"; }
+          }
+          order = rank::search_order(lw, order, search_iters, kl_samples, derive_seed(seed, 4));
+          if (estimate) {
+            // One refinement of alpha with the searched order.
+            alpha = estimate_alpha(R, m, order, lambda, kl_samples, derive_seed(seed, 3));
+            lw = rank::itemwise_log_weights(R, alpha, m);
+          }
+        }
+        const rank::PseudoMallows q(lw, order);
+        Rng rng(derive_seed(seed, 1));
+        std::vector<int> draws;
+        draws.reserve(static_cast<std::size_t>(draws_n) * static_cast<std::size_t>(n));
+        for (int s = 0; s < draws_n; ++s) {
+          const rank::Perm r = q.sample(rng);
+          draws.insert(draws.end(), r.begin(), r.end());
+        }
+        const Eigen::MatrixXd marg = rank::marginals_from_draws(draws, n);
+        Rng krng(derive_seed(seed, 2));
+        const auto ne = rank::neg_elbo(q, kl_samples, krng);
+        const double fit_seconds = sw.seconds();
+        const double fit_cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+        nlohmann::json out{{"n_items", n}, {"n_assessors", R.rows()}, {"metric", metric}, {"alpha", alpha},
+                           {"alpha_estimated", estimate}, {"order_policy", order_policy}, {"search_start", order_policy == "search" ? start_name : ""}, {"order", rank::one_based(order)},
+                           {"draws", draws_n}, {"neg_elbo", {{"value", ne.value}, {"se", ne.se}, {"samples", kl_samples}}}};
+        if (rd.omitted) out["omitted_assessors"] = rd.omitted;
+        out.update(rank::consensus_json(marg, draws, n));
+        out["seconds"] = fit_seconds;
+        out["cpu_seconds"] = fit_cpu;
+        double log_norm = std::nan("");
+        if (exact) {
+          Stopwatch se;
+          const rank::SubsetPosterior sp(lw);
+          log_norm = sp.log_normaliser();
+          out["exact"] = {{"kl", ne.value + log_norm}, {"kl_se", ne.se}, {"log_normaliser", log_norm},
+                          {"max_tv", rank::max_marginal_tv(marg, sp.marginals())}, {"seconds", se.seconds()}};
+          if (!exact_marginals.empty()) rank::write_marginals(exact_marginals, sp.marginals(), ctx.prov);
+        }
+        if (random_orders > 0) {
+          Rng orng(derive_seed(seed, 6));
+          std::vector<double> kls;
+          for (int t = 0; t < random_orders; ++t) kls.push_back(score(lw, random_order(orng)) + (exact ? log_norm : 0.0));
+          std::vector<double> sorted = kls;
+          std::sort(sorted.begin(), sorted.end());
+          const double chosen = ne.value + (exact ? log_norm : 0.0);
+          out["random_orders"] = {{"what", exact ? "KL(q || p)" : "neg_elbo"}, {"values", kls}, {"min", sorted.front()},
+                                  {"median", sorted[sorted.size() / 2]}, {"max", sorted.back()},
+                                  {"share_better_than_chosen", static_cast<double>(std::count_if(kls.begin(), kls.end(), [&](double v) { return v < chosen; })) / static_cast<double>(kls.size())}};
+        }
+        out["meta"] = ctx.prov.to_json();
+        rank::write_draw_outputs(outs, draws, n, std::vector<double>(static_cast<std::size_t>(draws_n), alpha),
+                                 std::vector<int>(static_cast<std::size_t>(draws_n), 1), {}, marg, ctx.prov, "Pseudo-Mallows q: P(rho_i = r)");
+        io::write_json(output, out);
+      });
+}
