@@ -1,0 +1,261 @@
+#include "ann/vamana.hpp"
+
+#include <algorithm>
+#include <fmt/core.h>
+#include <mutex>
+#include <omp.h>
+
+#include "ann/h5matrix.hpp"
+#include "io/table.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace icmlkit::ann {
+
+void SearchScratch::reset(std::size_t n) {
+  if (tag.size() != n) {
+    tag.assign(n, 0);
+    epoch = 0;
+  }
+  if (++epoch == 0) {  // wrapped: clear the tags once every 2^32 searches
+    std::fill(tag.begin(), tag.end(), 0);
+    epoch = 1;
+  }
+  pool.clear();
+  expanded.clear();
+  visited.clear();
+}
+
+namespace {
+
+bool occludes(float alpha, float d_kept_cand, float d_p_cand) noexcept {
+  if (d_kept_cand <= 0.0f) return true;  // a duplicate of a kept neighbour
+  return d_p_cand >= 0.0f ? alpha * d_kept_cand < d_p_cand : d_kept_cand < d_p_cand;
+}
+
+// Inserts c into the sorted pool of capacity L (with its expanded flag); returns the
+// position or L when it did not enter.
+std::size_t pool_insert(SearchScratch& s, const Neighbor& c, std::size_t L) {
+  if (s.pool.size() == L && !(c < s.pool.back())) return L;
+  const auto it = std::upper_bound(s.pool.begin(), s.pool.end(), c);
+  const std::size_t pos = static_cast<std::size_t>(it - s.pool.begin());
+  if (s.pool.size() == L) {
+    s.pool.pop_back();
+    s.expanded.pop_back();
+  }
+  s.pool.insert(s.pool.begin() + static_cast<std::ptrdiff_t>(pos), c);
+  s.expanded.insert(s.expanded.begin() + static_cast<std::ptrdiff_t>(pos), 0);
+  return pos;
+}
+
+// DiskANN GreedySearch; `locks` non-null during the build (neighbour lists change).
+void greedy(const VamanaGraph& g, QueryDistance& q, std::size_t L, SearchScratch& s, std::vector<std::mutex>* locks) {
+  s.reset(g.size());
+  const std::uint32_t start = g.medoid();
+  s.tag[start] = s.epoch;
+  pool_insert(s, {start, q(start)}, L);
+  std::size_t cursor = 0;
+  while (cursor < s.pool.size()) {
+    if (s.expanded[cursor]) {
+      ++cursor;
+      continue;
+    }
+    s.expanded[cursor] = 1;
+    const Neighbor cur = s.pool[cursor];
+    s.visited.push_back(cur);
+    s.nbr_copy.clear();
+    {
+      std::unique_lock<std::mutex> lk;
+      if (locks) lk = std::unique_lock<std::mutex>((*locks)[cur.id]);
+      const std::uint32_t* nb = g.neighbors(cur.id);
+      s.nbr_copy.assign(nb, nb + g.degree(cur.id));
+    }
+    std::size_t best = s.pool.size();
+    for (const std::uint32_t u : s.nbr_copy) {
+      if (s.tag[u] == s.epoch) continue;
+      s.tag[u] = s.epoch;
+      const std::size_t pos = pool_insert(s, {u, q(u)}, L);
+      if (pos < best) best = pos;
+    }
+    if (best < cursor) cursor = best;
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> VamanaGraph::robust_prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R) {
+  std::sort(cand.begin(), cand.end());
+  cand.erase(std::unique(cand.begin(), cand.end(), [](const Neighbor& a, const Neighbor& b) { return a.id == b.id; }), cand.end());
+  std::vector<std::uint32_t> out;
+  out.reserve(static_cast<std::size_t>(R));
+  std::vector<std::uint8_t> gone(cand.size(), 0);
+  for (std::size_t i = 0; i < cand.size() && out.size() < static_cast<std::size_t>(R); ++i) {
+    if (gone[i] || cand[i].id == p) continue;
+    out.push_back(cand[i].id);
+    for (std::size_t j = i + 1; j < cand.size(); ++j) {
+      if (gone[j] || cand[j].id == p) continue;
+      if (occludes(alpha, d.item_distance(cand[i].id, cand[j].id), cand[j].dist)) gone[j] = 1;
+    }
+  }
+  return out;
+}
+
+VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
+  if (p.R < 1) throw UsageError("must be >= 1", "-R");
+  if (p.L < 1) throw UsageError("must be >= 1", "-L");
+  if (!(p.alpha >= 1.0f)) throw UsageError("must be >= 1", "--alpha");
+  const std::size_t n = d.size();
+  VamanaGraph g;
+  g.R_ = p.R;
+  g.degree_.assign(n, 0);
+  g.nbrs_.assign(n * static_cast<std::size_t>(p.R), 0);
+  // Medoid: the item closest (L2) to the centroid of the d-vectors.
+  {
+    std::vector<double> c(d.dim(), 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t k = 0; k < d.dim(); ++k) c[k] += d.vectors().row(i)[k];
+    std::vector<float> cf(d.dim());
+    for (std::size_t k = 0; k < d.dim(); ++k) cf[k] = static_cast<float>(c[k] / static_cast<double>(n));
+    float best = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = raw_distance(Metric::l2, cf.data(), d.vectors().row(i), d.dim());
+      if (i == 0 || v < best) best = v, g.medoid_ = static_cast<std::uint32_t>(i);
+    }
+  }
+  std::vector<std::mutex> locks(n);
+  Rng rng(derive_seed(p.seed, 0x7a3a));
+  std::vector<std::uint32_t> order(n);
+  for (const float a : {1.0f, p.alpha}) {
+    for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
+    for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+#pragma omp parallel
+    {
+      SearchScratch s;
+      std::vector<Neighbor> cand;
+#pragma omp for schedule(dynamic, 64)
+      for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(n); ++t) {
+        const std::uint32_t pt = order[static_cast<std::size_t>(t)];
+        QueryDistance q(d, d.vectors().row(pt));
+        greedy(g, q, static_cast<std::size_t>(std::max(p.L, p.R)), s, &locks);
+        cand.assign(s.visited.begin(), s.visited.end());
+        {
+          std::lock_guard<std::mutex> lk(locks[pt]);
+          const std::uint32_t* nb = g.neighbors(pt);
+          for (std::uint32_t j = 0; j < g.degree_[pt]; ++j) cand.push_back({nb[j], d.item_distance(pt, nb[j])});
+        }
+        const std::vector<std::uint32_t> kept = robust_prune(d, pt, cand, a, p.R);
+        {
+          std::lock_guard<std::mutex> lk(locks[pt]);
+          std::copy(kept.begin(), kept.end(), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(pt * static_cast<std::size_t>(p.R)));
+          g.degree_[pt] = static_cast<std::uint32_t>(kept.size());
+        }
+        for (const std::uint32_t j : kept) {  // back edges j -> pt, pruning j when full
+          std::lock_guard<std::mutex> lk(locks[j]);
+          std::uint32_t* nb = g.nbrs_.data() + j * static_cast<std::size_t>(p.R);
+          const std::uint32_t deg = g.degree_[j];
+          if (std::find(nb, nb + deg, pt) != nb + deg) continue;
+          if (deg < static_cast<std::uint32_t>(p.R)) {
+            nb[deg] = pt;
+            g.degree_[j] = deg + 1;
+            continue;
+          }
+          std::vector<Neighbor> cj;
+          cj.reserve(deg + 1);
+          for (std::uint32_t m = 0; m < deg; ++m) cj.push_back({nb[m], d.item_distance(j, nb[m])});
+          cj.push_back({pt, d.item_distance(j, pt)});
+          const std::vector<std::uint32_t> kj = robust_prune(d, j, cj, a, p.R);
+          std::copy(kj.begin(), kj.end(), nb);
+          g.degree_[j] = static_cast<std::uint32_t>(kj.size());
+        }
+      }
+    }
+  }
+  return g;
+}
+
+std::vector<Neighbor> VamanaGraph::beam_search(QueryDistance& q, int L, SearchScratch& s) const {
+  greedy(*this, q, static_cast<std::size_t>(std::max(1, L)), s, nullptr);
+  return s.pool;
+}
+
+std::vector<Neighbor> VamanaGraph::quota_search(QueryDistance& D, const std::vector<std::uint32_t>& seeds, std::uint64_t quota, int k,
+                                                SearchScratch& s) const {
+  s.reset(size());
+  std::vector<Neighbor>& heap = s.pool;       // frontier: evaluated, not yet expanded (min-heap)
+  std::vector<Neighbor>& done = s.visited;    // every point evaluated under D
+  const auto cmp = [](const Neighbor& a, const Neighbor& b) { return b < a; };
+  const std::uint64_t start = D.calls();
+  for (const std::uint32_t id : seeds) {
+    if (D.calls() - start >= quota) break;
+    if (s.tag[id] == s.epoch) continue;
+    s.tag[id] = s.epoch;
+    const Neighbor c{id, D(id)};
+    done.push_back(c);
+    heap.push_back(c);
+    std::push_heap(heap.begin(), heap.end(), cmp);
+  }
+  while (D.calls() - start < quota && !heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), cmp);
+    const Neighbor cur = heap.back();
+    heap.pop_back();
+    const std::uint32_t* nb = neighbors(cur.id);
+    for (std::uint32_t m = 0; m < degree(cur.id); ++m) {
+      const std::uint32_t u = nb[m];
+      if (s.tag[u] == s.epoch) continue;
+      if (D.calls() - start >= quota) break;
+      s.tag[u] = s.epoch;
+      const Neighbor c{u, D(u)};
+      done.push_back(c);
+      heap.push_back(c);
+      std::push_heap(heap.begin(), heap.end(), cmp);
+    }
+  }
+  const std::size_t kk = std::min(done.size(), static_cast<std::size_t>(std::max(0, k)));
+  std::partial_sort(done.begin(), done.begin() + static_cast<std::ptrdiff_t>(kk), done.end());
+  return {done.begin(), done.begin() + static_cast<std::ptrdiff_t>(kk)};
+}
+
+void VamanaGraph::save(const io::h5::Handle& file, const std::string& group, const VamanaParams& p) const {
+  auto g = io::h5::create_group(file, group);
+  std::vector<std::int32_t> adj(nbrs_.size(), -1);
+  for (std::size_t i = 0; i < size(); ++i)
+    for (std::uint32_t m = 0; m < degree_[i]; ++m) adj[i * static_cast<std::size_t>(R_) + m] = static_cast<std::int32_t>(neighbors(i)[m]);
+  h5_write_ints(g, "neighbors", adj, {size(), static_cast<std::size_t>(R_)});
+  io::h5::write_attr(g, "type", "vamana");
+  io::h5::write_attr(g, "R", std::to_string(p.R));
+  io::h5::write_attr(g, "L", std::to_string(p.L));
+  io::h5::write_attr(g, "alpha", fmt::format("{}", p.alpha));
+  io::h5::write_attr(g, "medoid", std::to_string(medoid_));
+}
+
+VamanaGraph VamanaGraph::load(const io::h5::Handle& file, const std::string& group, std::size_t n_expected, const std::string& label) {
+  auto g = io::h5::open_group(file, group, label);
+  Shape2 sh;
+  const auto adj = h5_read_ints(g, "neighbors", label + ":" + group + "/neighbors", sh);
+  if (sh.rows != n_expected)
+    throw InputError(fmt::format("index has {} items, the data has {}", sh.rows, n_expected), label);
+  if (sh.cols < 1 || sh.cols > 100000) throw InputError(fmt::format("bad maximum degree {}", sh.cols), label);
+  std::string med;
+  if (!io::h5::read_attr(g, "medoid", med)) throw InputError("missing attribute 'medoid'", label + ":" + group);
+  VamanaGraph out;
+  out.R_ = static_cast<int>(sh.cols);
+  const auto m = io::parse_double(med);
+  if (!m || *m < 0 || *m >= static_cast<double>(sh.rows)) throw InputError("bad medoid", label + ":" + group);
+  out.medoid_ = static_cast<std::uint32_t>(*m);
+  out.degree_.assign(sh.rows, 0);
+  out.nbrs_.assign(adj.size(), 0);
+  for (std::size_t i = 0; i < sh.rows; ++i) {
+    std::uint32_t deg = 0;
+    for (std::size_t c = 0; c < sh.cols; ++c) {
+      const std::int64_t v = adj[i * sh.cols + c];
+      if (v < 0) break;
+      if (v >= static_cast<std::int64_t>(sh.rows))
+        throw InputError(fmt::format("neighbour id {} out of range", v), fmt::format("{}, item {}", label, i));
+      out.nbrs_[i * sh.cols + deg++] = static_cast<std::uint32_t>(v);
+    }
+    out.degree_[i] = deg;
+  }
+  return out;
+}
+
+}  // namespace icmlkit::ann
