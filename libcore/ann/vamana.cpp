@@ -1,6 +1,7 @@
 #include "ann/vamana.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/core.h>
 #include <mutex>
 #include <omp.h>
@@ -107,8 +108,10 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
   const std::size_t n = d.size();
   VamanaGraph g;
   g.R_ = p.R;
+  g.stride_ = static_cast<std::size_t>(std::ceil(1.3 * p.R));
+  const std::size_t cap = g.stride_;
   g.degree_.assign(n, 0);
-  g.nbrs_.assign(n * static_cast<std::size_t>(p.R), 0);
+  g.nbrs_.assign(n * cap, 0);
   // Medoid: the item closest (L2) to the centroid of the d-vectors.
   {
     std::vector<double> c(d.dim(), 0.0);
@@ -146,15 +149,15 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
         const std::vector<std::uint32_t> kept = robust_prune(d, pt, cand, a, p.R);
         {
           std::lock_guard<std::mutex> lk(locks[pt]);
-          std::copy(kept.begin(), kept.end(), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(pt * static_cast<std::size_t>(p.R)));
+          std::copy(kept.begin(), kept.end(), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(pt * cap));
           g.degree_[pt] = static_cast<std::uint32_t>(kept.size());
         }
         for (const std::uint32_t j : kept) {  // back edges j -> pt, pruning j when full
           std::lock_guard<std::mutex> lk(locks[j]);
-          std::uint32_t* nb = g.nbrs_.data() + j * static_cast<std::size_t>(p.R);
+          std::uint32_t* nb = g.nbrs_.data() + j * cap;
           const std::uint32_t deg = g.degree_[j];
           if (std::find(nb, nb + deg, pt) != nb + deg) continue;
-          if (deg < static_cast<std::uint32_t>(p.R)) {
+          if (deg < cap) {
             nb[deg] = pt;
             g.degree_[j] = deg + 1;
             continue;
@@ -168,8 +171,27 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
           g.degree_[j] = static_cast<std::uint32_t>(kj.size());
         }
       }
+      // End of pass: lists that grew past R (slack) are pruned to R.
+#pragma omp for schedule(dynamic, 256)
+      for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(n); ++t) {
+        const auto j = static_cast<std::uint32_t>(t);
+        if (g.degree_[j] <= static_cast<std::uint32_t>(p.R)) continue;
+        std::uint32_t* nb = g.nbrs_.data() + j * cap;
+        cand.clear();
+        for (std::uint32_t m = 0; m < g.degree_[j]; ++m) cand.push_back({nb[m], d.item_distance(j, nb[m])});
+        const std::vector<std::uint32_t> kj = robust_prune(d, j, cand, a, p.R);
+        std::copy(kj.begin(), kj.end(), nb);
+        g.degree_[j] = static_cast<std::uint32_t>(kj.size());
+      }
     }
   }
+  // Compact to R slots per node.
+  for (std::size_t i = 0; i < n; ++i)
+    std::copy(g.nbrs_.begin() + static_cast<std::ptrdiff_t>(i * cap), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(i * cap + g.degree_[i]),
+              g.nbrs_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(p.R)));
+  g.nbrs_.resize(n * static_cast<std::size_t>(p.R));
+  g.nbrs_.shrink_to_fit();
+  g.stride_ = static_cast<std::size_t>(p.R);
   return g;
 }
 
@@ -239,6 +261,7 @@ VamanaGraph VamanaGraph::load(const io::h5::Handle& file, const std::string& gro
   if (!io::h5::read_attr(g, "medoid", med)) throw InputError("missing attribute 'medoid'", label + ":" + group);
   VamanaGraph out;
   out.R_ = static_cast<int>(sh.cols);
+  out.stride_ = sh.cols;
   const auto m = io::parse_double(med);
   if (!m || *m < 0 || *m >= static_cast<double>(sh.rows)) throw InputError("bad medoid", label + ":" + group);
   out.medoid_ = static_cast<std::uint32_t>(*m);

@@ -47,7 +47,9 @@ struct SearchScratch {
 class VamanaGraph {
  public:
   /// Builds the graph on `d` (the only metric it ever sees), two passes over a seeded random
-  /// order with OpenMP threads (per-node locks; bit-reproducible with one thread).  Throws
+  /// order with OpenMP threads (per-node locks; bit-reproducible with one thread).  As in
+  /// DiskANN, back edges may fill a list up to 1.3 R before it is pruned, and every list
+  /// longer than R is pruned to R at the end of each pass, so the result has degree <= R.  Throws
   /// UsageError for R < 1, L < 1 or alpha < 1.
   static VamanaGraph build(const Space& d, const VamanaParams& p);
 
@@ -81,7 +83,7 @@ class VamanaGraph {
   /// Out-degree of item i.
   std::uint32_t degree(std::size_t i) const noexcept { return degree_[i]; }
   /// Out-neighbours of item i.
-  const std::uint32_t* neighbors(std::size_t i) const noexcept { return nbrs_.data() + i * static_cast<std::size_t>(R_); }
+  const std::uint32_t* neighbors(std::size_t i) const noexcept { return nbrs_.data() + i * stride_; }
 
   /// Saves structure and parameters in group `group` of an open HDF5 file.
   void save(const io::h5::Handle& file, const std::string& group, const VamanaParams& p) const;
@@ -91,6 +93,7 @@ class VamanaGraph {
 
  private:
   int R_ = 0;
+  std::size_t stride_ = 0;  // slots per node: ceil(1.3 R) during the build (DiskANN's slack), R after
   std::uint32_t medoid_ = 0;
   std::vector<std::uint32_t> degree_;
   std::vector<std::uint32_t> nbrs_;
