@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <fmt/core.h>
-#include <mutex>
 #include <omp.h>
 
 #include "ann/h5matrix.hpp"
@@ -49,8 +48,8 @@ std::size_t pool_insert(SearchScratch& s, const Neighbor& c, std::size_t L) {
   return pos;
 }
 
-// DiskANN GreedySearch; `locks` non-null during the build (neighbour lists change).
-void greedy(const VamanaGraph& g, QueryDistance& q, std::size_t L, SearchScratch& s, std::vector<std::mutex>* locks) {
+// DiskANN GreedySearch: expand the closest unexpanded candidate, keep the best L seen.
+void greedy(const VamanaGraph& g, QueryDistance& q, std::size_t L, SearchScratch& s) {
   s.reset(g.size());
   const std::uint32_t start = g.medoid();
   s.tag[start] = s.epoch;
@@ -64,15 +63,11 @@ void greedy(const VamanaGraph& g, QueryDistance& q, std::size_t L, SearchScratch
     s.expanded[cursor] = 1;
     const Neighbor cur = s.pool[cursor];
     s.visited.push_back(cur);
-    s.nbr_copy.clear();
-    {
-      std::unique_lock<std::mutex> lk;
-      if (locks) lk = std::unique_lock<std::mutex>((*locks)[cur.id]);
-      const std::uint32_t* nb = g.neighbors(cur.id);
-      s.nbr_copy.assign(nb, nb + g.degree(cur.id));
-    }
+    const std::uint32_t* nb = g.neighbors(cur.id);
+    const std::uint32_t deg = g.degree(cur.id);
     std::size_t best = s.pool.size();
-    for (const std::uint32_t u : s.nbr_copy) {
+    for (std::uint32_t m = 0; m < deg; ++m) {
+      const std::uint32_t u = nb[m];
       if (s.tag[u] == s.epoch) continue;
       s.tag[u] = s.epoch;
       const std::size_t pos = pool_insert(s, {u, q(u)}, L);
@@ -125,53 +120,85 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
       if (i == 0 || v < best) best = v, g.medoid_ = static_cast<std::uint32_t>(i);
     }
   }
-  std::vector<std::mutex> locks(n);
+  // Batched insertion (prefix doubling, as ParlayANN): the points of a batch search the
+  // frozen graph and prune in parallel; their lists and the back edges, grouped by target
+  // and sorted, are then applied in a fixed order.  No locks, and the graph depends on the
+  // seed only, not on the thread count.
   Rng rng(derive_seed(p.seed, 0x7a3a));
   std::vector<std::uint32_t> order(n);
+  const std::size_t max_batch = std::max<std::size_t>(1, n / 50);
+  std::vector<std::vector<std::uint32_t>> lists;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> back;  // (target j, new in-neighbour)
+  std::vector<std::size_t> group;                              // starts of the groups of `back`
   for (const float a : {1.0f, p.alpha}) {
     for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
     for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-#pragma omp parallel
-    {
-      SearchScratch s;
-      std::vector<Neighbor> cand;
-#pragma omp for schedule(dynamic, 64)
-      for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(n); ++t) {
-        const std::uint32_t pt = order[static_cast<std::size_t>(t)];
-        QueryDistance q(d, d.vectors().row(pt));
-        greedy(g, q, static_cast<std::size_t>(std::max(p.L, p.R)), s, &locks);
-        cand.assign(s.visited.begin(), s.visited.end());
-        {
-          std::lock_guard<std::mutex> lk(locks[pt]);
+    for (std::size_t done = 0, batch = 1; done < n; done += batch, batch = std::min(2 * batch, max_batch)) {
+      batch = std::min(batch, n - done);
+      lists.assign(batch, {});
+      // Small batches run on one thread: a parallel region costs more than their work.
+#pragma omp parallel if (batch >= 16)
+      {
+        SearchScratch s;
+        std::vector<Neighbor> cand;
+#pragma omp for schedule(dynamic, 1)
+        for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(batch); ++t) {
+          const std::uint32_t pt = order[done + static_cast<std::size_t>(t)];
+          QueryDistance q(d, d.vectors().row(pt));
+          greedy(g, q, static_cast<std::size_t>(std::max(p.L, p.R)), s);
+          cand.assign(s.visited.begin(), s.visited.end());
           const std::uint32_t* nb = g.neighbors(pt);
           for (std::uint32_t j = 0; j < g.degree_[pt]; ++j) cand.push_back({nb[j], d.item_distance(pt, nb[j])});
-        }
-        const std::vector<std::uint32_t> kept = robust_prune(d, pt, cand, a, p.R);
-        {
-          std::lock_guard<std::mutex> lk(locks[pt]);
-          std::copy(kept.begin(), kept.end(), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(pt * cap));
-          g.degree_[pt] = static_cast<std::uint32_t>(kept.size());
-        }
-        for (const std::uint32_t j : kept) {  // back edges j -> pt, pruning j when full
-          std::lock_guard<std::mutex> lk(locks[j]);
-          std::uint32_t* nb = g.nbrs_.data() + j * cap;
-          const std::uint32_t deg = g.degree_[j];
-          if (std::find(nb, nb + deg, pt) != nb + deg) continue;
-          if (deg < cap) {
-            nb[deg] = pt;
-            g.degree_[j] = deg + 1;
-            continue;
-          }
-          std::vector<Neighbor> cj;
-          cj.reserve(deg + 1);
-          for (std::uint32_t m = 0; m < deg; ++m) cj.push_back({nb[m], d.item_distance(j, nb[m])});
-          cj.push_back({pt, d.item_distance(j, pt)});
-          const std::vector<std::uint32_t> kj = robust_prune(d, j, cj, a, p.R);
-          std::copy(kj.begin(), kj.end(), nb);
-          g.degree_[j] = static_cast<std::uint32_t>(kj.size());
+          lists[static_cast<std::size_t>(t)] = robust_prune(d, pt, cand, a, p.R);
         }
       }
-      // End of pass: lists that grew past R (slack) are pruned to R.
+      back.clear();
+      for (std::size_t t = 0; t < batch; ++t) {
+        const std::uint32_t pt = order[done + t];
+        std::copy(lists[t].begin(), lists[t].end(), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(pt * cap));
+        g.degree_[pt] = static_cast<std::uint32_t>(lists[t].size());
+        for (const std::uint32_t j : lists[t]) back.push_back({j, pt});
+      }
+      std::sort(back.begin(), back.end());
+      group.clear();
+      for (std::size_t i = 0; i < back.size(); ++i)
+        if (i == 0 || back[i].first != back[i - 1].first) group.push_back(i);
+      group.push_back(back.size());
+      const auto ngroups = static_cast<std::ptrdiff_t>(group.size()) - 1;
+#pragma omp parallel if (ngroups >= 256)
+      {
+        std::vector<Neighbor> cj;
+#pragma omp for schedule(dynamic, 16)
+        for (std::ptrdiff_t gi = 0; gi < ngroups; ++gi) {
+          const std::uint32_t j = back[group[static_cast<std::size_t>(gi)]].first;
+          std::uint32_t* nb = g.nbrs_.data() + j * cap;
+          std::uint32_t deg = g.degree_[j];
+          cj.clear();
+          bool full = false;
+          for (std::size_t e = group[static_cast<std::size_t>(gi)]; e < group[static_cast<std::size_t>(gi) + 1]; ++e) {
+            const std::uint32_t pt = back[e].second;
+            if (std::find(nb, nb + deg, pt) != nb + deg) continue;
+            if (!full && deg < cap) {
+              nb[deg++] = pt;
+            } else {
+              full = true;
+              cj.push_back({pt, d.item_distance(j, pt)});
+            }
+          }
+          g.degree_[j] = deg;
+          if (full) {  // over the slack: prune the union down to R
+            for (std::uint32_t m = 0; m < deg; ++m) cj.push_back({nb[m], d.item_distance(j, nb[m])});
+            const std::vector<std::uint32_t> kj = robust_prune(d, j, cj, a, p.R);
+            std::copy(kj.begin(), kj.end(), nb);
+            g.degree_[j] = static_cast<std::uint32_t>(kj.size());
+          }
+        }
+      }
+    }
+    // End of pass: lists that grew past R (slack) are pruned to R.
+#pragma omp parallel if (n >= 1024)
+    {
+      std::vector<Neighbor> cand;
 #pragma omp for schedule(dynamic, 256)
       for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(n); ++t) {
         const auto j = static_cast<std::uint32_t>(t);
@@ -196,7 +223,7 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
 }
 
 std::vector<Neighbor> VamanaGraph::beam_search(QueryDistance& q, int L, SearchScratch& s) const {
-  greedy(*this, q, static_cast<std::size_t>(std::max(1, L)), s, nullptr);
+  greedy(*this, q, static_cast<std::size_t>(std::max(1, L)), s);
   return s.pool;
 }
 

@@ -36,7 +36,6 @@ struct SearchScratch {
   std::vector<Neighbor> pool;       ///< sorted candidate list
   std::vector<std::uint8_t> expanded;
   std::vector<Neighbor> visited;    ///< expanded nodes (build: the prune candidates)
-  std::vector<std::uint32_t> nbr_copy;
   std::vector<double> dcache;       ///< cover tree: distance per evaluated item
   /// Starts a new search over `n` items.
   void reset(std::size_t n);
@@ -47,7 +46,9 @@ struct SearchScratch {
 class VamanaGraph {
  public:
   /// Builds the graph on `d` (the only metric it ever sees), two passes over a seeded random
-  /// order with OpenMP threads (per-node locks; bit-reproducible with one thread).  As in
+  /// order, inserted in batches of doubling size (at most n/50) whose searches and prunes run
+  /// on OpenMP threads against the frozen graph and whose edges are then applied in a fixed
+  /// order: the graph depends on the seed, not on the thread count.  As in
   /// DiskANN, back edges may fill a list up to 1.3 R before it is pruned, and every list
   /// longer than R is pruned to R at the end of each pass, so the result has degree <= R.  Throws
   /// UsageError for R < 1, L < 1 or alpha < 1.
