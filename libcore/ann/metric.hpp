@@ -1,0 +1,95 @@
+// Distances for nearest-neighbour search behind one interface, each with a call counter
+// (Xu, Silwal & Indyk, "A Bi-metric Framework for Fast Similarity Search": the proxy d and
+// the ground truth D are two such spaces over the same n items).
+//
+// Semantics of the reported distance (what users see, what D/d ratios use):
+//   l2      Euclidean distance |x - y|_2 (>= 0)
+//   ip      negative inner product -<x, y> (may be negative; smaller = more similar)
+//   cosine  1 - cos(x, y), in [0, 2]; vectors are normalised once when the space is built
+//           and a zero vector is rejected with InputError (cosine is undefined there).
+// Internally l2 works on the squared distance (same order, no sqrt in hot loops); every
+// graph/tree rule that compares distances says which one it uses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace icmlkit::ann {
+
+/// The supported metrics.
+enum class Metric { l2, ip, cosine };
+
+/// Parses "l2", "ip" or "cosine"; throws UsageError naming `flag` otherwise.
+Metric parse_metric(const std::string& name, const std::string& flag);
+/// "l2", "ip" or "cosine".
+std::string metric_name(Metric m);
+
+/// Row-major float32 vectors [n, dim] in one contiguous buffer.
+struct Vectors {
+  std::size_t n = 0, dim = 0;
+  std::vector<float> data;  ///< n * dim values
+  /// Pointer to row i.
+  const float* row(std::size_t i) const noexcept { return data.data() + i * dim; }
+  float* row(std::size_t i) noexcept { return data.data() + i * dim; }
+};
+
+/// Internal ("raw") distance between two dim-long vectors: squared L2, -<x,y>, or 1 - <x,y>
+/// (cosine on vectors already normalised).  Hot loop: no allocation, auto-vectorised.
+float raw_distance(Metric m, const float* a, const float* b, std::size_t dim) noexcept;
+/// Converts a raw distance to the reported one (sqrt for l2, identity otherwise; l2 values
+/// below 0 from rounding are clamped to 0).
+double report_distance(Metric m, float raw) noexcept;
+
+/// A metric space over n items: the item vectors (normalised for cosine) and the metric.
+class Space {
+ public:
+  Space() = default;
+  /// Takes the vectors.  Throws InputError naming `label` and the row when a value is not
+  /// finite or, under cosine, a vector is zero.
+  Space(Vectors v, Metric m, const std::string& label);
+  /// Number of items.
+  std::size_t size() const noexcept { return v_.n; }
+  /// Coordinates per item.
+  std::size_t dim() const noexcept { return v_.dim; }
+  /// The metric.
+  Metric metric() const noexcept { return m_; }
+  /// Item vectors (normalised under cosine).
+  const Vectors& vectors() const noexcept { return v_; }
+  /// Raw distance between items i and j (not counted: used only for building and tests).
+  float item_distance(std::size_t i, std::size_t j) const noexcept {
+    return raw_distance(m_, v_.row(i), v_.row(j), v_.dim);
+  }
+  /// Prepares a query vector for this space (normalises under cosine).  Throws InputError
+  /// naming `where` for a non-finite value, a wrong length or a zero vector under cosine.
+  std::vector<float> prepare_query(const float* q, std::size_t dim, const std::string& where) const;
+
+ private:
+  Vectors v_;
+  Metric m_ = Metric::l2;
+};
+
+/// Distances from one query to items of a Space, counting every evaluation (the quantity
+/// the bi-metric framework budgets).  One per query and thread; not shared.
+class QueryDistance {
+ public:
+  /// `q` must outlive this object and come from space.prepare_query.
+  QueryDistance(const Space& space, const float* q) : s_(&space), q_(q) {}
+  /// Raw distance to item i; increments calls().
+  float operator()(std::size_t i) noexcept {
+    ++calls_;
+    return raw_distance(s_->metric(), q_, s_->vectors().row(i), s_->dim());
+  }
+  /// Number of evaluations so far.
+  std::uint64_t calls() const noexcept { return calls_; }
+  /// The space.
+  const Space& space() const noexcept { return *s_; }
+
+ private:
+  const Space* s_;
+  const float* q_;
+  std::uint64_t calls_ = 0;
+};
+
+}  // namespace icmlkit::ann

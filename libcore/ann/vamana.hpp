@@ -1,0 +1,103 @@
+// Vamana / DiskANN in-memory graph (Subramanya et al., NeurIPS 2019): RobustPrune with
+// alpha, max out-degree R, build list L, two passes (alpha = 1, then alpha), medoid entry,
+// greedy beam search; and the bi-metric quota search of Xu, Silwal & Indyk (their
+// `greedy_search_quota`): a best-first search under the expensive D on the graph built with d.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ann/metric.hpp"
+#include "io/hdf5.hpp"
+
+namespace icmlkit::ann {
+
+/// A candidate: item id and raw distance to the query (metric.hpp).
+struct Neighbor {
+  std::uint32_t id = 0;
+  float dist = 0.0f;
+  bool operator<(const Neighbor& o) const noexcept { return dist < o.dist || (dist == o.dist && id < o.id); }
+};
+
+/// Build parameters, named as DiskANN's flags.
+struct VamanaParams {
+  int R = 64;           ///< -R: maximum out-degree
+  int L = 100;          ///< -L: build search list size (>= R recommended)
+  float alpha = 1.2f;   ///< --alpha: pruning slack of the second pass (>= 1)
+  std::uint64_t seed = 0;  ///< insertion order of each pass
+};
+
+/// Per-thread scratch for searches over n items (visited tags, candidate list); reused so
+/// the hot loop does not allocate.
+struct SearchScratch {
+  std::vector<std::uint32_t> tag;   ///< visit epoch per item
+  std::uint32_t epoch = 0;
+  std::vector<Neighbor> pool;       ///< sorted candidate list
+  std::vector<std::uint8_t> expanded;
+  std::vector<Neighbor> visited;    ///< expanded nodes (build: the prune candidates)
+  std::vector<double> dcache;       ///< cover tree: distance per evaluated item
+  /// Starts a new search over `n` items.
+  void reset(std::size_t n);
+};
+
+/// A directed graph with out-degree <= R, stored flat: neighbours of i are
+/// nbrs[i*R .. i*R + degree[i]).
+class VamanaGraph {
+ public:
+  /// Builds the graph on `d` (the only metric it ever sees), two passes over a seeded random
+  /// order, inserted in batches of doubling size (at most n/50) whose searches and prunes run
+  /// on OpenMP threads against the frozen graph and whose edges are then applied in a fixed
+  /// order: the graph depends on the seed, not on the thread count.  As in
+  /// DiskANN, back edges may fill a list up to 1.3 R before it is pruned, and every list
+  /// longer than R is pruned to R at the end of each pass, so the result has degree <= R.  Throws
+  /// UsageError for R < 1, L < 1 or alpha < 1.
+  static VamanaGraph build(const Space& d, const VamanaParams& p);
+
+  /// Greedy beam search (DiskANN GreedySearch) from the medoid, list size L: repeatedly
+  /// expands the closest unexpanded candidate and keeps the best L seen.  Returns the list
+  /// (sorted, at most L).  Every distance goes through `q` (counted).
+  std::vector<Neighbor> beam_search(QueryDistance& q, int L, SearchScratch& s) const;
+
+  /// Bi-metric search under the expensive D (Xu et al., `greedy_search_quota`): evaluates
+  /// `seeds` (truncated to `quota`) under D, then repeatedly expands the best unexpanded
+  /// evaluated node, evaluating its not-yet-evaluated out-neighbours until `quota` D-calls
+  /// are spent (seeds count) or nothing is left.  Returns the best `k` by D among all points
+  /// evaluated.  D-calls never exceed `quota`.
+  std::vector<Neighbor> quota_search(QueryDistance& D, const std::vector<std::uint32_t>& seeds, std::uint64_t quota, int k,
+                                     SearchScratch& s) const;
+
+  /// RobustPrune(p, V, alpha, R) on item distances of `d`: repeatedly keeps the closest
+  /// remaining candidate p* and drops every p' with alpha * d(p*, p') < d(p, p') (DiskANN's
+  /// occlusion factor d(p, p') / d(p*, p') > alpha, on raw distances: squared L2 as in
+  /// DiskANN; under ip alpha applies only where d(p, p') >= 0).
+  /// A candidate at distance 0 from a kept one (a duplicate) is always dropped, so
+  /// duplicates never fill a list.  `cand` (sorted or not, may contain p) is consumed.
+  static std::vector<std::uint32_t> robust_prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R);
+
+  /// Number of items.
+  std::size_t size() const noexcept { return degree_.size(); }
+  /// Maximum out-degree R.
+  int max_degree() const noexcept { return R_; }
+  /// Entry point (the medoid: the item closest to the centroid under d).
+  std::uint32_t medoid() const noexcept { return medoid_; }
+  /// Out-degree of item i.
+  std::uint32_t degree(std::size_t i) const noexcept { return degree_[i]; }
+  /// Out-neighbours of item i.
+  const std::uint32_t* neighbors(std::size_t i) const noexcept { return nbrs_.data() + i * stride_; }
+
+  /// Saves structure and parameters in group `group` of an open HDF5 file.
+  void save(const io::h5::Handle& file, const std::string& group, const VamanaParams& p) const;
+  /// Loads a saved graph; checks ids < n, degree <= R, and that n equals `n_expected`.
+  /// Throws InputError naming `label` on any inconsistency.
+  static VamanaGraph load(const io::h5::Handle& file, const std::string& group, std::size_t n_expected, const std::string& label);
+
+ private:
+  int R_ = 0;
+  std::size_t stride_ = 0;  // slots per node: ceil(1.3 R) during the build (DiskANN's slack), R after
+  std::uint32_t medoid_ = 0;
+  std::vector<std::uint32_t> degree_;
+  std::vector<std::uint32_t> nbrs_;
+};
+
+}  // namespace icmlkit::ann
