@@ -3,12 +3,12 @@
 # written to test/fuzz/findings/ (add each as a regression under test/fuzz/regressions/).
 # Usage: run.sh BIN_DIR FUZZ_DIR SECONDS
 set -euo pipefail
-bin=$1; fuzz=$2; secs=${3:-300}
+bin=$(cd "$1" && pwd); fuzz=$(cd "$2" && pwd); secs=${3:-300}
 root=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/gguf" "$work/st" "$root/findings"
-"$bin/tokenizer-train" "$root/../cli/fixtures/genesis.txt" --vocab-size 300 -o "$work/t.model" -q
+"$bin/tokenizer-train" "$root/../cli/fixtures/genesis.txt" --vocab-size 400 -o "$work/t.model" -q
 "$bin/lm-init" --tokenizer "$work/t.model" --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 1 --d-ff 24 --n-ctx 16 -o "$work/m.h5" -q
 "$bin/lm-init" --vocab-size 40 --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 2 --d-ff 24 --n-ctx 16 --tied -o "$work/bare.h5" -q
 "$bin/lm-convert" "$work/m.h5" -o "$work/gguf/f32.gguf" -q
