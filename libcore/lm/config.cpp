@@ -18,6 +18,12 @@ std::int64_t ModelConfig::n_params() const noexcept {
   return std::int64_t(vocab_size) * d * (tied ? 1 : 2) + n_layers * per_layer + d;
 }
 
+double ModelConfig::n_params_approx() const noexcept {
+  const double d = d_model, hd = n_heads > 0 ? double(d_model) / n_heads : 0.0;
+  const double per_layer = d * n_heads * hd * 2 + d * n_kv_heads * hd * 2 + 3 * d * d_ff + 2 * d;
+  return double(vocab_size) * d * (tied ? 1 : 2) + double(n_layers) * per_layer + d;
+}
+
 void ModelConfig::validate(const std::string& where) const {
   auto need = [&](bool ok, const std::string& what) {
     if (!ok) throw InputError("invalid model config: " + what, where);

@@ -38,6 +38,8 @@ struct ModelConfig {
   int group() const noexcept { return n_kv_heads > 0 ? n_heads / n_kv_heads : 0; }
   /// Number of weights (tied head counted once).
   std::int64_t n_params() const noexcept;
+  /// n_params() in double precision (no overflow for absurd configs read from files).
+  double n_params_approx() const noexcept;
   /// Checks every invariant of the contract; throws InputError naming `where` and the field.
   void validate(const std::string& where) const;
 };

@@ -352,6 +352,10 @@ Model load_model(const std::uint8_t* bytes, std::size_t size, const std::string&
   if (rope_dims != c.head_dim()) throw InputError("partial rotary embedding (rope.dimension_count != head_dim) is not supported", path);
   if (c.n_layers > 4096) throw InputError("block_count out of range", path);
 
+  // Every weight takes at least one byte of the file (Q8_0: 34/32): a config that implies more
+  // weights than the file has bytes is refused before anything is allocated.
+  if (c.n_params_approx() > double(size))
+    throw InputError(fmt::format("the config implies {:.3g} weights but the file has {} bytes", c.n_params_approx(), size), path);
   m = allocate_model(c, path);
   for (auto& t : tensor_slots(m)) load_tensor(bytes, f, t.gguf, t.rows, t.cols, t.data, path);
   const TensorType qt = f.find("blk.0.attn_q.weight")->type;

@@ -1,6 +1,7 @@
 #include "lm/model.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fmt/format.h>
 
 #include "io/atomic_file.hpp"
@@ -202,6 +203,12 @@ Model load_checkpoint(const std::string& path) {
   h5::Handle root = h5::open_group(file, "/", path);
   Model m;
   m.config = read_config(root, path);
+  // Tensors are stored uncompressed with at least two bytes per weight: a config implying
+  // more weights than the file can hold is refused before anything is allocated.
+  std::error_code ec;
+  const auto fsize = std::filesystem::file_size(path, ec);
+  if (!ec && m.config.n_params_approx() * 2 > double(fsize))
+    throw InputError(fmt::format("the config implies {:.3g} weights but the file has {} bytes", m.config.n_params_approx(), fsize), path);
   allocate(m);
   for (auto& t : tensor_slots(m))
     read_tensor(root, t.gguf, t.data, t.rows, t.cols, path, t.is_matrix() ? &m.stored : nullptr);

@@ -201,6 +201,11 @@ class Shards {
     }
     return to_floats(s->file->data(), e);
   }
+  std::uint64_t total_bytes() const {
+    std::uint64_t n = 0;
+    for (const auto& [k, s] : shards_) n += s.file->size();
+    return n;
+  }
   std::string first_dtype(const std::string& name) const {
     const auto* s = locate(name);
     return s ? s->header.tensors.at(name).dtype : "F32";
@@ -271,8 +276,13 @@ Model load_model(const std::string& path) {
   if (c.n_heads > 0 && cfg.contains("head_dim") && !cfg["head_dim"].is_null() &&
       cfg_int(cfg, "head_dim", cw, false, 0) * c.n_heads != c.d_model)
     throw InputError("head_dim * num_attention_heads != hidden_size is not supported", cw);
-  Model m = allocate_model(c, cw);
   const Shards shards(dir, single);
+  // F16/BF16 take two bytes per weight: a config implying more weights than the shards hold
+  // is refused before anything is allocated.
+  if (c.n_params_approx() * 2 > double(shards.total_bytes()))
+    throw InputError(fmt::format("config.json implies {:.3g} weights but the safetensors files hold {} bytes",
+                                 c.n_params_approx(), shards.total_bytes()), cw);
+  Model m = allocate_model(c, cw);
   std::string label;
   auto load = [&](const std::string& name, std::vector<std::uint64_t> shape, float* dst) {
     const std::vector<float> v = shards.get(name, shape, label);
