@@ -175,36 +175,85 @@ void rope_backward(T* dx, int N, int H, int hd, lm::RopeStyle style, const T* cs
   rope_apply(dx, N, H, hd, style, cs, sn, T(-1));
 }
 
+namespace {
+
+/// y [R, O] (row stride ldy) = x [R, K] (row stride ldx) · W^T, W [O, K] contiguous, on the
+/// calling thread: the engine's 8-lane arithmetic in float (so an entry equals dot8 of its row
+/// and column), plain sums in double.
+template <class T>
+void xwt1(const T* x, int R, int K, int ldx, const T* W, int O, T* y, int ldy) {
+  if constexpr (std::is_same_v<T, float>) {
+    lm::matmul_xwt_path(x, R, K, ldx, W, O, y, ldy, true, 1);
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int o = 0; o < O; ++o) {
+        T s = 0;
+        for (int k = 0; k < K; ++k) s += x[std::size_t(r) * ldx + k] * W[std::size_t(o) * K + k];
+        y[std::size_t(r) * ldy + o] = s;
+      }
+  }
+}
+
+/// Causal products of one head: y[t, j] = x_t · w_j for j <= t (row blocks skip most of the
+/// masked upper triangle; entries above the diagonal inside a block are computed and unused).
+template <class T>
+void causal_xwt(const T* x, int S, int K, int ldx, const T* W, T* y) {
+  constexpr int RB = 64;
+  for (int r0 = 0; r0 < S; r0 += RB) {
+    const int r1 = std::min(S, r0 + RB);
+    xwt1(x + std::size_t(r0) * ldx, r1 - r0, K, ldx, W, r1, y + std::size_t(r0) * S, S);
+  }
+}
+
+/// Copies the head slice [S, hd] at column offset `off` of rows with stride `ld` to a
+/// contiguous [S, hd] (transposed = false) or [hd, S] (transposed = true) array.
+template <class T>
+void gather_head(const T* src, int S, int hd, int ld, int off, T* dst, bool transposed) {
+  for (int t = 0; t < S; ++t)
+    for (int e = 0; e < hd; ++e) {
+      const T v = src[std::size_t(t) * ld + off + e];
+      if (transposed) dst[std::size_t(e) * S + t] = v;
+      else dst[std::size_t(t) * hd + e] = v;
+    }
+}
+
+}  // namespace
+
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, const AttnShape& s, T* out, T* mx, T* inv) {
-  const int nh = s.n_heads, hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int nh = s.n_heads, hd = s.head_dim, group = s.n_heads / s.n_kv_heads, S = s.S;
   const int dq = nh * hd, dkv = s.n_kv_heads * hd;
   const T scale = static_cast<T>(1.0 / std::sqrt(double(hd)));
-  const int tasks = s.B * s.S * nh;
+  const int tasks = s.B * nh;
   const int nthreads = threads();
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && std::int64_t(tasks) * s.S * hd >= (1 << 20))
+  const std::int64_t work = std::int64_t(tasks) * S * S * hd;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && tasks > 1 && work >= (1 << 21))
   {
-    std::vector<T> sc(s.S);
-#pragma omp for schedule(dynamic, 16)
+    std::vector<T> sc(std::size_t(S) * S), kg(std::size_t(S) * hd);
+#pragma omp for schedule(dynamic, 1)
     for (int task = 0; task < tasks; ++task) {
-      const int row = task / nh, h = task % nh, g = h / group;
-      const int b = row / s.S, t = row % s.S, base = b * s.S;
-      const T* qr = q + std::size_t(row) * dq + h * hd;
-      for (int j = 0; j <= t; ++j) sc[j] = dot(qr, k + std::size_t(base + j) * dkv + g * hd, hd) * scale;
-      T m = sc[0];
-      for (int j = 1; j <= t; ++j) m = std::max(m, sc[j]);
-      double sum = 0.0;
-      for (int j = 0; j <= t; ++j) { sc[j] = std::exp(sc[j] - m); sum += sc[j]; }
-      const T iv = static_cast<T>(1.0 / sum);
-      T* o = out + std::size_t(row) * dq + h * hd;
-      std::fill_n(o, hd, T(0));
-      for (int j = 0; j <= t; ++j) {
-        const T p = sc[j] * iv;
-        const T* vv = v + std::size_t(base + j) * dkv + g * hd;
-        for (int e = 0; e < hd; ++e) o[e] += p * vv[e];
+      const int b = task / nh, h = task % nh, g = h / group, base = b * S;
+      // scores: the 8-lane dot of every (t, j), exactly lm::forward's dot8(q_t, k_j).
+      gather_head(k + std::size_t(base) * dkv, S, hd, dkv, g * hd, kg.data(), false);
+      causal_xwt(q + std::size_t(base) * dq + h * hd, S, hd, dq, kg.data(), sc.data());
+      for (int t = 0; t < S; ++t) {
+        T* row = sc.data() + std::size_t(t) * S;
+        for (int j = 0; j <= t; ++j) row[j] *= scale;
+        T m = row[0];
+        for (int j = 1; j <= t; ++j) m = std::max(m, row[j]);
+        double sum = 0.0;
+        for (int j = 0; j <= t; ++j) { row[j] = std::exp(row[j] - m); sum += row[j]; }
+        const T iv = static_cast<T>(1.0 / sum);
+        T* o = out + std::size_t(base + t) * dq + h * hd;
+        std::fill_n(o, hd, T(0));
+        for (int j = 0; j <= t; ++j) {  // the engine's order: keys ascending, no FMA
+          const T p = row[j] * iv;
+          const T* vv = v + std::size_t(base + j) * dkv + g * hd;
+          for (int e = 0; e < hd; ++e) o[e] += p * vv[e];
+        }
+        mx[std::size_t(base + t) * nh + h] = m;
+        inv[std::size_t(base + t) * nh + h] = iv;
       }
-      mx[std::size_t(row) * nh + h] = m;
-      inv[std::size_t(row) * nh + h] = iv;
     }
   }
 }
@@ -212,50 +261,58 @@ void attention_forward(const T* q, const T* k, const T* v, const AttnShape& s, T
 template <class T>
 void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* mx, const T* inv,
                         const AttnShape& s, T* dq, T* dk, T* dv) {
-  const int nh = s.n_heads, hd = s.head_dim, nkv = s.n_kv_heads, group = nh / nkv;
+  const int nh = s.n_heads, hd = s.head_dim, nkv = s.n_kv_heads, group = nh / nkv, S = s.S;
   const int dqw = nh * hd, dkvw = nkv * hd;
   const T scale = static_cast<T>(1.0 / std::sqrt(double(hd)));
-  std::fill_n(dq, std::size_t(s.B) * s.S * dqw, T(0));
-  std::fill_n(dk, std::size_t(s.B) * s.S * dkvw, T(0));
-  std::fill_n(dv, std::size_t(s.B) * s.S * dkvw, T(0));
+  std::fill_n(dq, std::size_t(s.B) * S * dqw, T(0));
+  std::fill_n(dk, std::size_t(s.B) * S * dkvw, T(0));
+  std::fill_n(dv, std::size_t(s.B) * S * dkvw, T(0));
   const int tasks = s.B * nkv;
   const int nthreads = threads();
-  // A parallel region costs microseconds (much more on a loaded machine): only for >= 1M MACs.
-  const std::int64_t work = std::int64_t(s.B) * s.S * s.S * nh * hd;
+  const std::int64_t work = std::int64_t(s.B) * S * S * nh * hd;
+  // One task per (sequence, KV head): its query heads run serially, so dk/dv have one writer.
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && tasks > 1 && work >= (1 << 21))
   {
-    std::vector<T> p(s.S), dp(s.S);
+    const std::size_t SS = std::size_t(S) * S, SH = std::size_t(S) * hd;
+    std::vector<T> P(SS), dP(SS), tr(SS), kg(SH), kgt(SH), vg(SH), qt(SH), got(SH), tmp(SH);
 #pragma omp for schedule(dynamic, 1)
     for (int task = 0; task < tasks; ++task) {
-      const int b = task / nkv, g = task % nkv, base = b * s.S;
-      for (int t = 0; t < s.S; ++t) {
-        const int row = base + t;
-        for (int h = g * group; h < (g + 1) * group; ++h) {
-          const T* qr = q + std::size_t(row) * dqw + h * hd;
-          const T* go = dout + std::size_t(row) * dqw + h * hd;
-          const T m = mx[std::size_t(row) * nh + h], iv = inv[std::size_t(row) * nh + h];
+      const int b = task / nkv, g = task % nkv, base = b * S;
+      gather_head(k + std::size_t(base) * dkvw, S, hd, dkvw, g * hd, kg.data(), false);
+      gather_head(k + std::size_t(base) * dkvw, S, hd, dkvw, g * hd, kgt.data(), true);
+      gather_head(v + std::size_t(base) * dkvw, S, hd, dkvw, g * hd, vg.data(), false);
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const T* qh = q + std::size_t(base) * dqw + h * hd;
+        const T* goh = dout + std::size_t(base) * dqw + h * hd;
+        causal_xwt(qh, S, hd, dqw, kg.data(), P.data());   // scores, as in the forward
+        causal_xwt(goh, S, hd, dqw, vg.data(), dP.data());  // dP = dO · V^T
+        for (int t = 0; t < S; ++t) {
+          T* p = P.data() + std::size_t(t) * S;
+          T* d = dP.data() + std::size_t(t) * S;
+          const T m = mx[std::size_t(base + t) * nh + h], iv = inv[std::size_t(base + t) * nh + h];
           double D = 0.0;
           for (int j = 0; j <= t; ++j) {
-            const T* kj = k + std::size_t(base + j) * dkvw + g * hd;
-            const T* vj = v + std::size_t(base + j) * dkvw + g * hd;
-            p[j] = std::exp(dot(qr, kj, hd) * scale - m) * iv;  // the forward's probability
-            dp[j] = dot(go, vj, hd);
-            D += double(p[j]) * dp[j];
+            p[j] = std::exp(p[j] * scale - m) * iv;  // the forward's probability, bit for bit
+            D += double(p[j]) * d[j];
           }
-          T* dqr = dq + std::size_t(row) * dqw + h * hd;
-          for (int j = 0; j <= t; ++j) {
-            const T ds = p[j] * (dp[j] - static_cast<T>(D)) * scale;
-            const T* kj = k + std::size_t(base + j) * dkvw + g * hd;
-            T* dkj = dk + std::size_t(base + j) * dkvw + g * hd;
-            T* dvj = dv + std::size_t(base + j) * dkvw + g * hd;
-            const T pj = p[j];
-            for (int e = 0; e < hd; ++e) {
-              dqr[e] += ds * kj[e];
-              dkj[e] += ds * qr[e];
-              dvj[e] += pj * go[e];
-            }
-          }
+          for (int j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - static_cast<T>(D)) * scale;  // dS / sqrt(hd)
+          std::fill(p + t + 1, p + S, T(0));
+          std::fill(d + t + 1, d + S, T(0));
         }
+        // dQ_h = dS · K  (written straight into dq: one writer per (row, head))
+        xwt1(dP.data(), S, S, S, kgt.data(), hd, dq + std::size_t(base) * dqw + h * hd, dqw);
+        // dK_g += dS^T · Q_h
+        transpose(dP.data(), S, S, tr.data());
+        gather_head(qh, S, hd, dqw, 0, qt.data(), true);
+        xwt1(tr.data(), S, S, S, qt.data(), hd, tmp.data(), hd);
+        for (int t = 0; t < S; ++t)
+          for (int e = 0; e < hd; ++e) dk[std::size_t(base + t) * dkvw + g * hd + e] += tmp[std::size_t(t) * hd + e];
+        // dV_g += P^T · dO_h
+        transpose(P.data(), S, S, tr.data());
+        gather_head(goh, S, hd, dqw, 0, got.data(), true);
+        xwt1(tr.data(), S, S, S, got.data(), hd, tmp.data(), hd);
+        for (int t = 0; t < S; ++t)
+          for (int e = 0; e < hd; ++e) dv[std::size_t(base + t) * dkvw + g * hd + e] += tmp[std::size_t(t) * hd + e];
       }
     }
   }

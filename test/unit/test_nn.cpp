@@ -53,7 +53,7 @@ void check_grad(const std::function<double()>& f, Vec& x, const Vec& grad, const
     const double err = std::abs(num - grad[i]) / std::max(1.0, std::abs(num));
     worst = std::max(worst, err);
   }
-  INFO(what << ": worst relative error " << worst);
+  INFO(std::string(what) << ": worst relative error " << worst);
   CHECK(worst < tol);
 }
 

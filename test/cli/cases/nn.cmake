@@ -53,3 +53,9 @@ cli_case(lm-eval/context-larger-than-model --rc 1 --stderr "larger than the mode
   -- bash -c "${TRAIN_SMALL_STR} --steps 1 -o m.h5 -q > /dev/null && ${LMEVAL} m.h5 ${FX}/genesis.txt --seq-len 65")
 cli_case(lm-eval/no-tokenizer --rc 1 --stderr "no tokenizer" --tool lm-eval
   -- bash -c "$<TARGET_FILE:lm-init> --preset tiny -o i.h5 -q && ${LMEVAL} i.h5 ${FX}/genesis.txt")
+
+# ---- the real KJV (../shared/data; skipped when absent) ------------------------------------------------
+# --doc-column 1 groups the 31,102 verses into the 1,189 chapters; every 20th chapter (59) is validation.
+cli_case(lm-eval/kjv-chapter-split --needs ${SHARED}/corpus/kjv.tsv
+  --rc 0 --file-jq v.json ".documents == 59 and .split == \"val\" and .tokens >= 2000" --file-jq t.json ".documents == 1130"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 2 -o m.h5 -q > /dev/null && ${LMEVAL} m.h5 ${SHARED}/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val --max-tokens 2000 --threads 1 -o v.json -q && ${LMEVAL} m.h5 ${SHARED}/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split train --max-tokens 500 --threads 1 -o t.json -q")
