@@ -243,6 +243,8 @@ int main(int argc, char** argv) {
         t.seed = ctx.common.seed;
         const std::int64_t train_tokens = static_cast<std::int64_t>(train_stream.size());
         nn::Trainer trainer(init, std::move(train_stream), t);
+        if (val_stream.size() < 2 && copt.val_every > 0)
+          log::warn("no validation documents (fewer than --val-every {} documents); no validation loss", copt.val_every);
 
         double best_val = std::numeric_limits<double>::infinity();
         std::int64_t last_ckpt_step = -1;
@@ -331,7 +333,7 @@ int main(int argc, char** argv) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
         nlohmann::json summary{{"steps", trainer.steps_done()},
                                {"tokens", trainer.tokens_seen()},
-                               {"train_loss", st.loss},
+                               {"train_loss", st.step > 0 ? nlohmann::json(st.loss) : nlohmann::json()},
                                {"val_loss", last_val},
                                {"best_val_loss", std::isfinite(best_val) ? nlohmann::json(best_val) : nlohmann::json()},
                                {"n_params", n_params},
