@@ -1,7 +1,9 @@
 // lm-train: train a Llama-style language model (model contract v1) on a text corpus on the CPU.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -46,11 +48,18 @@ std::vector<std::string> tokenizer_sentences(const std::vector<std::string>& doc
   return out;
 }
 
-/// Reads a model shape from JSON (keys as the checkpoint attributes) into c.
-void apply_config_json(const nlohmann::json& j, lm::ModelConfig& c, const std::string& path) {
+/// Reads a model shape from JSON (keys as the checkpoint attributes) into c; a key whose flag
+/// (d_model -> --d-model) was given on the command line keeps the flag's value.
+void apply_config_json(const nlohmann::json& j, lm::ModelConfig& c, const std::string& path,
+                       const std::function<bool(const std::string&)>& flag_given) {
   if (!j.is_object()) throw InputError("model config must be a JSON object", path);
+  auto has = [&](std::string k) {
+    if (!j.contains(k)) return false;
+    std::replace(k.begin(), k.end(), '_', '-');
+    return !flag_given("--" + k);
+  };
   auto geti = [&](const char* k, int& f) {
-    if (!j.contains(k)) return;
+    if (!has(k)) return;
     if (!j[k].is_number_integer()) throw InputError(fmt::format("'{}' must be an integer", k), path);
     f = j[k].get<int>();
   };
@@ -61,10 +70,10 @@ void apply_config_json(const nlohmann::json& j, lm::ModelConfig& c, const std::s
   geti("n_kv_heads", c.n_kv_heads);
   geti("d_ff", c.d_ff);
   geti("n_ctx", c.n_ctx);
-  if (j.contains("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
-  if (j.contains("rms_eps")) c.rms_eps = j["rms_eps"].get<double>();
-  if (j.contains("tied")) c.tied = j["tied"].is_boolean() ? j["tied"].get<bool>() : j["tied"].get<int>() != 0;
-  if (j.contains("rope_style")) {
+  if (has("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
+  if (has("rms_eps")) c.rms_eps = j["rms_eps"].get<double>();
+  if (has("tied")) c.tied = j["tied"].is_boolean() ? j["tied"].get<bool>() : j["tied"].get<int>() != 0;
+  if (has("rope_style")) {
     const std::string s = j["rope_style"].get<std::string>();
     if (s != "half" && s != "interleaved") throw InputError("rope_style must be half or interleaved", path);
     c.rope_style = s == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
@@ -193,9 +202,9 @@ int main(int argc, char** argv) {
             std::string sha;
             const auto j = io::read_json(config_path, &sha);
             ctx.prov.add_input(config_path, sha);
-            apply_config_json(j, c, config_path);
+            apply_config_json(j, c, config_path, [&](const std::string& f) { return app->count(f) > 0; });
           }
-          c.rope_style = rope == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
+          if (app->count("--rope-style")) c.rope_style = rope == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
           if (app->count("--tied")) c.tied = tied;
           std::string tok_bytes;
           if (!tokenizer_path.empty()) {

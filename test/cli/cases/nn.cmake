@@ -59,3 +59,7 @@ cli_case(lm-eval/no-tokenizer --rc 1 --stderr "no tokenizer" --tool lm-eval
 cli_case(lm-eval/kjv-chapter-split --needs ${SHARED}/corpus/kjv.tsv
   --rc 0 --file-jq v.json ".documents == 59 and .split == \"val\" and .tokens >= 2000" --file-jq t.json ".documents == 1130"
   -- bash -c "${TRAIN_SMALL_STR} --steps 2 -o m.h5 -q > /dev/null && ${LMEVAL} m.h5 ${SHARED}/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val --max-tokens 2000 --threads 1 -o v.json -q && ${LMEVAL} m.h5 ${SHARED}/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split train --max-tokens 500 --threads 1 -o t.json -q")
+# Shape from a JSON config, length from --tokens (ceil(1000 / (4 x 64)) = 4 steps); the checkpoint has the shape.
+cli_case(lm-train/json-config-and-token-budget
+  --rc 0 --file-jq log.json ".[-1].summary.steps == 4 and .[-1].summary.tokens == 1024 and .[0].meta.n_params > 0"
+  -- bash -c "echo '{\"d_model\": 24, \"n_layers\": 1, \"n_heads\": 3, \"n_kv_heads\": 1, \"d_ff\": 40, \"n_ctx\": 64, \"tied\": true, \"rope_style\": \"interleaved\"}' > cfg.json && ${LMTRAIN} ${KJVX} --column 2 --doc-column 1 --vocab-size 512 --config cfg.json --batch 4 --tokens 1000 --threads 1 -o m.h5 -q > log.jsonl && jq -s . log.jsonl > log.json && h5dump -a d_model -a tied -a rope_style m.h5 | grep -c -E '\\(0\\): (24|1|\"interleaved\")' | grep -q 3")
