@@ -89,7 +89,7 @@ std::string best_path_for(const std::string& out) {
 
 int main(int argc, char** argv) {
   std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
-  std::string rope = "half";
+  std::string rope = "half", export_path, export_dtype = "bf16";
   nn::CorpusOptions copt;
   nn::TrainOptions t;
   lm::ModelConfig c = lm::default_shape();
@@ -157,6 +157,8 @@ int main(int argc, char** argv) {
         app.add_option("--log", log_path, "JSON Lines log (- = stdout); lines are flushed as they come")->capture_default_str();
         app.add_option("--log-every", log_every, "Log every N steps")->capture_default_str()->check(cli::int_range(1, 1 << 30));
         app.add_flag("--resume", resume, "Continue the run saved in -o (same options)");
+        app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
+        app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
         app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->check(cli::non_negative());
       },
       [&](cli::Context& ctx) {
@@ -176,6 +178,10 @@ int main(int argc, char** argv) {
         if (ckpt_every == 0) ckpt_every = eval_every;
         // Unwritable outputs fail now, before any work (AtomicFile checks the directory).
         { io::AtomicFile probe(output); io::AtomicFile probe2(best_path); }
+        if (!export_path.empty()) {
+          if (std::filesystem::path(export_path).extension() != ".h5") throw UsageError("--export must end in .h5", "--export");
+          io::AtomicFile probe3(export_path);
+        }
         std::unique_ptr<std::ofstream> log_file;
         if (!io::is_stdout(log_path)) {
           if (std::filesystem::path(log_path).extension() != ".jsonl") throw UsageError("--log must end in .jsonl", "--log");
@@ -339,6 +345,14 @@ int main(int argc, char** argv) {
         }
         bar.finish();
         if (last_ckpt_step != trainer.steps_done()) checkpoint();
+        if (!export_path.empty() && trainer.steps_done() >= t.steps) {
+          const bool have_best = std::isfinite(best_val) && std::filesystem::exists(best_path);
+          lm::Model shipped = have_best ? lm::load_checkpoint(best_path) : trainer.model();
+          io::Provenance prov = ctx.prov;
+          prov.extra["exported_from"] = have_best ? "best validation checkpoint" : "final weights";
+          if (have_best) prov.extra["val_loss"] = best_val;
+          lm::save_checkpoint(export_path, shipped, io::h5::parse_float_storage(export_dtype, "--export-dtype"), prov);
+        }
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
         nlohmann::json summary{{"steps", trainer.steps_done()},
                                {"tokens", trainer.tokens_seen()},

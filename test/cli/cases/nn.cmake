@@ -15,7 +15,8 @@ cli_case(lm-train/kjv-excerpt-validation-loss-drops
   --file-jq log.json "[.[] | select(.val_loss)] | (.[0].step == 50) and (.[-1].step == 200) and (.[-1].val_loss < .[0].val_loss - 0.3) and (.[-1].val_loss < 4.2)"
   --file-jq log.json "[.[] | select(.step)] | all(has(\"tokens\") and has(\"train_loss\") and has(\"lr\") and has(\"grad_norm\") and has(\"tokens_per_s\"))"
   --file-jq log.json ".[-1].summary.steps == 200 and .[-1].summary.tokens == 51200 and .[-1].summary.finished"
-  -- bash -c "${TRAIN_SMALL_STR} --steps 200 --eval-every 50 -o m.h5 -q > log.jsonl && head -1 log.jsonl && jq -s . log.jsonl > log.json")
+  --file-jq ex.json ".val_loss == .best and .tokens > 1000"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 200 --eval-every 50 -o m.h5 --export ship.h5 -q > log.jsonl && h5dump -a dtype -d blk.0.attn_q.weight ship.h5 | grep -q bf16 && ! h5dump -n ship.h5 | grep -q /train && ${LMEVAL} ship.h5 ${KJVX} --column 2 --doc-column 1 --val-every 5 --split val --threads 1 -q | jq --argjson b \"$(jq -s '[.[] | select(.val_loss)] | min_by(.val_loss) | .val_loss' log.jsonl)\" '{val_loss: .loss, best: $b, tokens}' > ex0.json && jq '{val_loss: (.val_loss*100|round), best: (.best*100|round), tokens}' ex0.json > ex.json && head -1 log.jsonl && jq -s . log.jsonl > log.json")
 # lm-eval on the held-out chapters reproduces the trainer's last validation loss, and perplexity = exp(loss).
 cli_case(lm-eval/val-split-matches-trainer
   --rc 0 --file-jq e.json ".split == \"val\" and .tokens > 1000 and ((.perplexity | log) - .loss | fabs) < 1e-9 and .meta.tool == \"lm-eval\""
