@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
       "summary line.",
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
-      "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --init kjv.h5 --steps 2000 --resume -o kjv.h5\n"};
+      "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
         app.add_option("--best", best_path, "Best-validation checkpoint (default <output>.best.h5)");
         app.add_option("--log", log_path, "JSON Lines log (- = stdout); lines are flushed as they come")->capture_default_str();
         app.add_option("--log-every", log_every, "Log every N steps")->capture_default_str()->check(cli::int_range(1, 1 << 30));
-        app.add_flag("--resume", resume, "Continue the run saved in -o (same options)");
+        app.add_flag("--resume", resume, "Continue the run saved in -o (model and tokenizer from it; the same training options)");
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
         app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->check(cli::non_negative());
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
           if (!init_path.empty() && app->count(f)) throw UsageError(fmt::format("{} conflicts with --init", f), f);
         if (!tokenizer_path.empty() && app->count("--vocab-size"))
           throw UsageError("give --tokenizer or --vocab-size, not both", "--vocab-size");
-        if (init_path.empty() && tokenizer_path.empty() && !app->count("--vocab-size"))
+        if (!resume && init_path.empty() && tokenizer_path.empty() && !app->count("--vocab-size"))
           throw UsageError("give --init, --tokenizer or --vocab-size", "--vocab-size");
         if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
         if (t.steps == 0 && tokens_budget == 0) throw UsageError("give --steps or --tokens", "--steps");
@@ -198,7 +198,10 @@ int main(int argc, char** argv) {
 
         // ---- model ----
         lm::Model init;
-        if (!init_path.empty()) {
+        if (resume) {  // shape and tokenizer from the run's own checkpoint
+          if (!std::filesystem::exists(output)) throw InputError("nothing to resume: the checkpoint does not exist", output);
+          init = lm::load_checkpoint(output);
+        } else if (!init_path.empty()) {
           init = lm::load_checkpoint(init_path);
           ctx.prov.add_input(init_path, io::sha256_hex(io::read_file(init_path)));
           if (init.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", init_path);
@@ -264,7 +267,6 @@ int main(int argc, char** argv) {
         double best_val = std::numeric_limits<double>::infinity();
         std::int64_t last_ckpt_step = -1;
         if (resume) {
-          if (!std::filesystem::exists(output)) throw InputError("nothing to resume: the checkpoint does not exist", output);
           const auto extra = trainer.load(output);
           if (extra.contains("best_val") && extra["best_val"].is_number()) best_val = extra["best_val"].get<double>();
           last_ckpt_step = trainer.steps_done();
