@@ -6,7 +6,9 @@
 
 #include "cli/run_tool.hpp"
 #include "io/sha256.hpp"
+#include "io/table.hpp"
 #include "lm/model.hpp"
+#include "lm/presets.hpp"
 #include "lm/tokenizer.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -15,14 +17,7 @@ using namespace icmlkit;
 
 int main(int argc, char** argv) {
   std::string output, tokenizer_path, preset, rope = "half", dtype = "f32";
-  lm::ModelConfig c;
-  c.vocab_size = 0;
-  c.d_model = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.d_ff = 172;
-  c.n_ctx = 512;
+  lm::ModelConfig c = lm::default_shape();
   bool tied = false;
   double init_std = 0.02;
   CLI::App* app_ptr = nullptr;
@@ -44,12 +39,7 @@ int main(int argc, char** argv) {
         app.add_option("--tokenizer", tokenizer_path, "SentencePiece model to embed (sets the vocabulary size)");
         app.add_option("--preset", preset, "tiny | 7m | 100m")->check(CLI::IsMember({"tiny", "7m", "100m"}));
         app.add_option("--vocab-size", c.vocab_size, "Vocabulary size (without --tokenizer)")->check(cli::int_range(2, 1 << 22));
-        app.add_option("--d-model", c.d_model, "Residual width")->check(cli::int_range(2, 1 << 16));
-        app.add_option("--n-layers", c.n_layers, "Decoder blocks")->check(cli::int_range(1, 1024));
-        app.add_option("--n-heads", c.n_heads, "Query heads")->check(cli::int_range(1, 1024));
-        app.add_option("--n-kv-heads", c.n_kv_heads, "Key/value heads (divides --n-heads)")->check(cli::int_range(1, 1024));
-        app.add_option("--d-ff", c.d_ff, "SwiGLU hidden width")->check(cli::int_range(1, 1 << 18));
-        app.add_option("--n-ctx", c.n_ctx, "Context length")->check(cli::int_range(1, 1 << 20));
+        lm::add_shape_flags(app, c);
         app.add_option("--rope-theta", c.rope_theta, "RoPE base")->check(cli::positive());
         app.add_option("--rope-style", rope, "half (Hugging Face rotate-half) or interleaved (GGUF)")->check(CLI::IsMember({"half", "interleaved"}));
         app.add_option("--rms-eps", c.rms_eps, "RMSNorm epsilon")->check(cli::positive());
@@ -60,27 +50,10 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
         // A preset fills every size field the command line did not set explicitly.
-        if (!preset.empty()) {
-          struct P { int vocab, d, layers, heads, kv, ff, ctx; };
-          const P p = preset == "7m"     ? P{4096, 256, 6, 8, 4, 688, 1024}
-                      : preset == "100m" ? P{32000, 768, 12, 12, 4, 2048, 2048}
-                                         : P{512, 64, 2, 4, 2, 172, 512};
-          auto fill = [&](const char* flag, int& field, int value) { if (app->count(flag) == 0) field = value; };
-          fill("--vocab-size", c.vocab_size, p.vocab);
-          fill("--d-model", c.d_model, p.d);
-          fill("--n-layers", c.n_layers, p.layers);
-          fill("--n-heads", c.n_heads, p.heads);
-          fill("--n-kv-heads", c.n_kv_heads, p.kv);
-          fill("--d-ff", c.d_ff, p.ff);
-          fill("--n-ctx", c.n_ctx, p.ctx);
-        }
+        if (!preset.empty()) lm::apply_preset(preset, c, [&](const char* flag) { return app->count(flag) > 0; });
         std::string tok_bytes;
         if (!tokenizer_path.empty()) {
-          std::ifstream in(tokenizer_path, std::ios::binary);
-          if (!in) throw InputError("cannot read file", tokenizer_path);
-          std::ostringstream ss;
-          ss << in.rdbuf();
-          tok_bytes = ss.str();
+          tok_bytes = io::read_file(tokenizer_path);
           ctx.prov.add_input(tokenizer_path, io::sha256_hex(tok_bytes));
           const lm::Tokenizer tok(tok_bytes, tokenizer_path);
           if (app->count("--vocab-size") && c.vocab_size != tok.vocab_size())

@@ -1,0 +1,71 @@
+// Training text: plain text, TSV or JSONL read into documents, split into train/validation by
+// whole documents, tokenized and packed into fixed-length windows, and a seeded data order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lm/tokenizer.hpp"
+
+namespace icmlkit::nn {
+
+/// How to read a corpus file.
+struct CorpusOptions {
+  std::string format = "auto";  ///< auto (by extension: .tsv, .jsonl/.json, else text) | text | tsv | jsonl
+  int column = 0;               ///< TSV: 1-based text column (0 = the last one)
+  int doc_column = 0;           ///< TSV: 1-based key column; consecutive rows with the same key
+                                ///< (up to its first ':', so "Ge1:3" -> "Ge1") form one document
+  std::string field = "text";   ///< JSONL: the text field
+  std::string doc_field;        ///< JSONL: optional key field grouping consecutive records
+  int val_every = 20;           ///< every val_every-th document (1-based) is validation; 0 = none
+};
+
+/// Documents of one corpus, in file order, split by whole documents.
+struct Documents {
+  std::vector<std::string> train, val;
+  std::string sha256;  ///< of the file's bytes
+};
+
+/// Reads `path` ("-" = stdin).  Plain text: documents are separated by blank lines.  TSV/JSONL:
+/// one row is one document unless a key column/field groups consecutive rows; rows of a
+/// document are joined with '\n'.  Throws InputError (file and line named) for unreadable
+/// files, invalid UTF-8, a missing column or field, malformed JSON, or no text at all.
+Documents read_corpus(const std::string& path, const CorpusOptions& opt);
+
+/// The token stream of documents in order: per document bos_id (when >= 0) then its tokens.
+std::vector<int> tokenize_documents(const lm::Tokenizer& tok, const std::vector<std::string>& docs, int bos_id,
+                                    const std::string& where);
+
+/// Non-overlapping windows over a token stream: window w has inputs stream[w·S, w·S+S) and
+/// targets shifted by one.  count() = (size − 1) / S full windows.
+struct Windows {
+  const std::vector<int>* stream = nullptr;
+  int S = 1;
+  std::int64_t count() const noexcept {
+    return stream && stream->size() > 1 ? std::int64_t(stream->size() - 1) / S : 0;
+  }
+  /// Appends window w's S inputs and S targets.
+  void get(std::int64_t w, std::vector<int>& inputs, std::vector<int>& targets) const;
+};
+
+/// Seeded epoch-wise shuffled order of n items: epoch e is a Fisher-Yates permutation drawn from
+/// Rng(derive_seed(seed, e)).  The position (epoch, pos) is all the state a resume needs.
+class DataOrder {
+ public:
+  DataOrder(std::uint64_t seed, std::int64_t n) : seed_(seed), n_(n) {}
+  /// The next item index.
+  std::int64_t next();
+  std::int64_t epoch() const noexcept { return epoch_; }
+  std::int64_t pos() const noexcept { return pos_; }
+  std::uint64_t seed() const noexcept { return seed_; }
+  /// Restores a position saved from epoch()/pos().
+  void set_position(std::int64_t epoch, std::int64_t pos);
+
+ private:
+  std::uint64_t seed_;
+  std::int64_t n_, epoch_ = 0, pos_ = 0, perm_epoch_ = -1;
+  std::vector<std::int64_t> perm_;
+};
+
+}  // namespace icmlkit::nn

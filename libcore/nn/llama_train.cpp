@@ -1,0 +1,186 @@
+#include "nn/llama_train.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "nn/layers.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::nn {
+
+template <class T>
+LlamaParams<T>::LlamaParams(const lm::ModelConfig& c) : config(c) {
+  const int d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
+  store.add("token_embd.weight", {c.vocab_size, d}, true);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    store.add(p + "attn_norm.weight", {d}, false);
+    store.add(p + "attn_q.weight", {dq, d}, true);
+    store.add(p + "attn_k.weight", {dkv, d}, true);
+    store.add(p + "attn_v.weight", {dkv, d}, true);
+    store.add(p + "attn_output.weight", {d, dq}, true);
+    store.add(p + "ffn_norm.weight", {d}, false);
+    store.add(p + "ffn_gate.weight", {c.d_ff, d}, true);
+    store.add(p + "ffn_up.weight", {c.d_ff, d}, true);
+    store.add(p + "ffn_down.weight", {d, c.d_ff}, true);
+  }
+  store.add("output_norm.weight", {d}, false);
+  if (!c.tied) store.add("output.weight", {c.vocab_size, d}, true);
+}
+
+namespace {
+
+/// Calls f(param, float vector of the model) pairwise, in store order.
+template <class T, class M, class F>
+void zip_model(LlamaParams<T>& P, M& m, F&& f) {
+  f(P.embd(), m.token_embd.data);
+  for (int l = 0; l < P.config.n_layers; ++l) {
+    auto& L = m.layers[l];
+    using LP = LlamaParams<T>;
+    f(P.layer(l, LP::attn_norm), L.attn_norm);
+    f(P.layer(l, LP::wq), L.wq.data);
+    f(P.layer(l, LP::wk), L.wk.data);
+    f(P.layer(l, LP::wv), L.wv.data);
+    f(P.layer(l, LP::wo), L.wo.data);
+    f(P.layer(l, LP::ffn_norm), L.ffn_norm);
+    f(P.layer(l, LP::w_gate), L.w_gate.data);
+    f(P.layer(l, LP::w_up), L.w_up.data);
+    f(P.layer(l, LP::w_down), L.w_down.data);
+  }
+  f(P.out_norm(), m.output_norm);
+  if (!P.config.tied) f(P.head(), m.output.data);
+}
+
+}  // namespace
+
+template <class T>
+LlamaParams<T> params_from_model(const lm::Model& model) {
+  LlamaParams<T> P(model.config);
+  zip_model(P, model, [](Param<T>& p, const std::vector<float>& v) {
+    if (v.size() != p.numel()) throw InputError("model tensor has the wrong size", p.name);
+    std::copy(v.begin(), v.end(), p.value.begin());
+  });
+  return P;
+}
+
+template <class T>
+void params_to_model(LlamaParams<T>& P, lm::Model& model) {
+  zip_model(P, model, [](Param<T>& p, std::vector<float>& v) {
+    v.resize(p.numel());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(p.value[i]);
+  });
+}
+
+template <class T>
+double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::vector<int>& targets, int B,
+                  int S, double grad_scale, TrainCache<T>& C, std::vector<T>* logits_out) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const int N = B * S, d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
+  const int dq = nh * hd, dkv = nkv * hd, ff = c.d_ff, V = c.vocab_size;
+  if (S > c.n_ctx)
+    throw InputError(fmt::format("sequence length {} exceeds the model's context n_ctx = {}", S, c.n_ctx));
+  if (tokens.size() != std::size_t(N) || targets.size() != std::size_t(N))
+    throw InputError("token and target arrays must hold B * S entries");
+  for (int n = 0; n < N; ++n) {
+    if (tokens[n] < 0 || tokens[n] >= V) throw InputError(fmt::format("token id {} outside the vocabulary", tokens[n]));
+    if (targets[n] >= V) throw InputError(fmt::format("target id {} outside the vocabulary", targets[n]));
+  }
+  const AttnShape as{B, S, nh, nkv, hd};
+  const bool grad = grad_scale > 0;
+
+  // ---- forward ----
+  C.pos.resize(N);
+  for (int n = 0; n < N; ++n) C.pos[n] = n % S;
+  rope_tables(C.pos.data(), N, hd, c.rope_theta, C.cs, C.sn);
+  C.layers.resize(c.n_layers);
+  std::vector<T> x(std::size_t(N) * d), tmp(x.size());
+  embedding_forward(P.embd().value.data(), d, tokens.data(), N, x.data());
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto& A = C.layers[l];
+    A.x_in = x;
+    A.xn1.resize(x.size()); A.rstd1.resize(N);
+    A.q.resize(std::size_t(N) * dq); A.k.resize(std::size_t(N) * dkv); A.v.resize(A.k.size());
+    A.att.resize(A.q.size()); A.amx.resize(std::size_t(N) * nh); A.ainv.resize(A.amx.size());
+    A.xn2.resize(x.size()); A.rstd2.resize(N);
+    A.gate.resize(std::size_t(N) * ff); A.up.resize(A.gate.size()); A.h.resize(A.gate.size());
+    rmsnorm_forward(x.data(), N, d, P.layer(l, LP::attn_norm).value.data(), c.rms_eps, A.xn1.data(), A.rstd1.data());
+    linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, A.q.data());
+    linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wk).value.data(), dkv, A.k.data());
+    linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wv).value.data(), dkv, A.v.data());
+    rope_forward(A.q.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
+    rope_forward(A.k.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
+    attention_forward(A.q.data(), A.k.data(), A.v.data(), as, A.att.data(), A.amx.data(), A.ainv.data());
+    linear_forward(A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, tmp.data());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    A.x_mid = x;
+    rmsnorm_forward(x.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), c.rms_eps, A.xn2.data(), A.rstd2.data());
+    linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, A.gate.data());
+    linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, A.up.data());
+    swiglu_forward(A.gate.data(), A.up.data(), std::int64_t(N) * ff, A.h.data());
+    linear_forward(A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, tmp.data());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+  }
+  C.x_out = x;
+  C.xnf.resize(x.size());
+  C.rstdf.resize(N);
+  rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
+  C.logits.resize(std::size_t(N) * V);
+  linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
+  if (logits_out) *logits_out = C.logits;
+  std::vector<T> dlogits(grad ? C.logits.size() : 0);
+  const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, grad_scale);
+  if (!grad) return loss;
+
+  // ---- backward ----
+  std::vector<T> dx(x.size(), T(0)), dxn(x.size());
+  linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(), P.head().grad.data());
+  dlogits = {};
+  rmsnorm_backward(dxn.data(), C.x_out.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), dx.data(),
+                   P.out_norm().grad.data());
+  std::vector<T> dh(std::size_t(N) * ff), dg(dh.size()), du(dh.size());
+  std::vector<T> datt(std::size_t(N) * dq), dqv(datt.size()), dk(std::size_t(N) * dkv), dv(dk.size());
+  for (int l = c.n_layers - 1; l >= 0; --l) {
+    auto& A = C.layers[l];
+    // FFN: x_out = x_mid + Wdown·h,  h = swiglu(Wgate·xn2, Wup·xn2),  xn2 = norm(x_mid)
+    linear_backward(dx.data(), A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, dh.data(),
+                    P.layer(l, LP::w_down).grad.data());
+    swiglu_backward(dh.data(), A.gate.data(), A.up.data(), std::int64_t(N) * ff, dg.data(), du.data());
+    linear_backward(dg.data(), A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, dxn.data(),
+                    P.layer(l, LP::w_gate).grad.data());
+    linear_backward(du.data(), A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, dxn.data(),
+                    P.layer(l, LP::w_up).grad.data(), true);
+    rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(),
+                     dx.data(), P.layer(l, LP::ffn_norm).grad.data());
+    // Attention: x_mid = x_in + Wo·attn(rope(Wq·xn1), rope(Wk·xn1), Wv·xn1),  xn1 = norm(x_in)
+    linear_backward(dx.data(), A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, datt.data(),
+                    P.layer(l, LP::wo).grad.data());
+    attention_backward(datt.data(), A.q.data(), A.k.data(), A.v.data(), A.amx.data(), A.ainv.data(), as,
+                       dqv.data(), dk.data(), dv.data());
+    rope_backward(dqv.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
+    rope_backward(dk.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
+    linear_backward(dqv.data(), A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, dxn.data(),
+                    P.layer(l, LP::wq).grad.data());
+    linear_backward(dk.data(), A.xn1.data(), N, d, P.layer(l, LP::wk).value.data(), dkv, dxn.data(),
+                    P.layer(l, LP::wk).grad.data(), true);
+    linear_backward(dv.data(), A.xn1.data(), N, d, P.layer(l, LP::wv).value.data(), dkv, dxn.data(),
+                    P.layer(l, LP::wv).grad.data(), true);
+    rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(),
+                     dx.data(), P.layer(l, LP::attn_norm).grad.data());
+  }
+  embedding_backward(dx.data(), d, tokens.data(), N, P.embd().grad.data());
+  return loss;
+}
+
+#define ICMLKIT_NN_LLAMA(T)                                                                           \
+  template struct LlamaParams<T>;                                                                     \
+  template LlamaParams<T> params_from_model<T>(const lm::Model&);                                     \
+  template void params_to_model<T>(LlamaParams<T>&, lm::Model&);                                      \
+  template double llama_loss<T>(LlamaParams<T>&, const std::vector<int>&, const std::vector<int>&, int, int, \
+                                double, TrainCache<T>&, std::vector<T>*);
+
+ICMLKIT_NN_LLAMA(float)
+ICMLKIT_NN_LLAMA(double)
+
+}  // namespace icmlkit::nn

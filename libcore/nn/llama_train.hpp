@@ -1,0 +1,66 @@
+// Training forward and backward of the Llama-style decoder (model contract v1) on packed
+// sequences, over a parameter store.
+//
+// The float forward performs exactly lm::forward's arithmetic for a causal batch (every row of
+// a sequence attends its earlier rows), so its logits are bitwise equal to the inference
+// engine's (test_nn.cpp proves it for both RoPE styles, tied and untied heads).  The double
+// instantiation is the reference for finite-difference gradient checks.
+#pragma once
+
+#include <vector>
+
+#include "lm/model.hpp"
+#include "nn/params.hpp"
+
+namespace icmlkit::nn {
+
+/// The parameters of one model as a store, in checkpoint order: token_embd, then per block
+/// attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then
+/// output_norm and (untied) output.  Norm weights have decay = false.
+template <class T>
+struct LlamaParams {
+  lm::ModelConfig config;
+  ParamStore<T> store;
+
+  /// Allocates every tensor (zeros) for `config`.
+  explicit LlamaParams(const lm::ModelConfig& config);
+  /// Tensor index helpers.
+  static constexpr int kPerLayer = 9;
+  enum LayerTensor { attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down };
+  Param<T>& embd() { return store.params[0]; }
+  Param<T>& layer(int l, LayerTensor t) { return store.params[1 + l * kPerLayer + t]; }
+  Param<T>& out_norm() { return store.params[1 + config.n_layers * kPerLayer]; }
+  /// The LM head [vocab, d] (token_embd when tied).
+  Param<T>& head() { return config.tied ? embd() : store.params[2 + config.n_layers * kPerLayer]; }
+};
+
+/// Copies a model's weights into a store (float or double).
+template <class T>
+LlamaParams<T> params_from_model(const lm::Model& model);
+
+/// Writes a store's values back into `model` (shapes must match; config taken from params).
+template <class T>
+void params_to_model(LlamaParams<T>& params, lm::Model& model);
+
+/// Activations kept between the forward and the backward of one batch (reused across calls).
+template <class T>
+struct TrainCache {
+  struct LayerActs {
+    std::vector<T> x_in, xn1, rstd1, q, k, v, att, amx, ainv, x_mid, xn2, rstd2, gate, up, h;
+  };
+  std::vector<LayerActs> layers;
+  std::vector<T> x_out, xnf, rstdf, logits, cs, sn;
+  std::vector<int> tokens, pos;
+};
+
+/// Forward (and with `grad_scale` > 0, backward) of B sequences of S tokens: inputs
+/// tokens [B·S], targets [B·S] (−1 = not counted).  Returns the summed cross-entropy over
+/// counted targets; gradients of grad_scale · (summed loss) are ADDED to params.store grads
+/// (so accumulation over micro-batches is plain summation; pass 1/total_targets for a mean).
+/// With `logits_out`, the logits [B·S, vocab] are copied there.
+/// Throws InputError for tokens outside the vocabulary or S > n_ctx.
+template <class T>
+double llama_loss(LlamaParams<T>& params, const std::vector<int>& tokens, const std::vector<int>& targets,
+                  int B, int S, double grad_scale, TrainCache<T>& cache, std::vector<T>* logits_out = nullptr);
+
+}  // namespace icmlkit::nn

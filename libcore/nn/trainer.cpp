@@ -1,0 +1,173 @@
+#include "nn/trainer.hpp"
+
+#include <fmt/format.h>
+#include <hdf5.h>
+
+#include <cmath>
+
+#include "io/atomic_file.hpp"
+#include "io/h5array.hpp"
+#include "io/hdf5.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::nn {
+
+namespace h5 = io::h5;
+
+nlohmann::json TrainOptions::to_json() const {
+  return {{"seq_len", seq_len}, {"batch", batch},   {"accum", accum},
+          {"steps", steps},     {"lr", lr},         {"min_lr", min_lr},
+          {"warmup", warmup},   {"clip", clip},     {"beta1", adam.beta1},
+          {"beta2", adam.beta2}, {"eps", adam.eps}, {"weight_decay", adam.weight_decay},
+          {"optimizer", "adamw"}, {"seed", seed}};
+}
+
+double EvalResult::perplexity() const { return std::exp(loss); }
+
+EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int S, int batch,
+                    std::int64_t max_tokens) {
+  EvalResult r;
+  if (stream.size() < 2) return r;
+  TrainCache<float> cache;
+  double sum = 0;
+  const std::int64_t targets = std::int64_t(stream.size()) - 1;
+  const std::int64_t full = targets / S;
+  std::vector<int> in, tg;
+  std::int64_t w = 0;
+  while (w < full && (max_tokens <= 0 || r.tokens < max_tokens)) {
+    const int b = static_cast<int>(std::min<std::int64_t>(batch, full - w));
+    in.clear();
+    tg.clear();
+    Windows win{&stream, S};
+    for (int i = 0; i < b; ++i) win.get(w + i, in, tg);
+    sum += llama_loss(params, in, tg, b, S, 0.0, cache);
+    r.tokens += std::int64_t(b) * S;
+    w += b;
+  }
+  const std::int64_t rest = targets - full * S;
+  if (rest > 0 && (max_tokens <= 0 || r.tokens < max_tokens)) {
+    const std::size_t o = std::size_t(full) * S;
+    in.assign(stream.begin() + o, stream.begin() + o + rest);
+    tg.assign(stream.begin() + o + 1, stream.begin() + o + rest + 1);
+    sum += llama_loss(params, in, tg, 1, static_cast<int>(rest), 0.0, cache);
+    r.tokens += rest;
+  }
+  r.loss = r.tokens > 0 ? sum / double(r.tokens) : 0.0;
+  return r;
+}
+
+Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions opt)
+    : base_(init), params_(params_from_model<float>(init)), stream_(std::move(stream)), opt_(opt),
+      order_(opt.seed, 0) {
+  const auto& c = init.config;
+  if (opt_.seq_len > c.n_ctx)
+    throw InputError(fmt::format("context {} is larger than the model allows (n_ctx = {})", opt_.seq_len, c.n_ctx),
+                     "--seq-len");
+  windows_ = Windows{&stream_, opt_.seq_len};
+  if (windows_.count() == 0)
+    throw InputError(fmt::format("training text has {} tokens, fewer than one window of {} + 1", stream_.size(),
+                                 opt_.seq_len));
+  order_ = DataOrder(opt_.seed, windows_.count());
+  schedule_ = WarmupCosine{opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps};
+  optimizer_ = std::make_unique<AdamW>(params_.store, opt_.adam);
+}
+
+StepStats Trainer::step() {
+  const int B = opt_.batch, S = opt_.seq_len;
+  const std::int64_t step_tokens = std::int64_t(B) * S * opt_.accum;
+  params_.store.zero_grad();
+  std::vector<int> in, tg;
+  double loss = 0;
+  for (int a = 0; a < opt_.accum; ++a) {
+    in.clear();
+    tg.clear();
+    for (int b = 0; b < B; ++b) windows_.get(order_.next(), in, tg);
+    loss += llama_loss(params_, in, tg, B, S, 1.0 / double(step_tokens), cache_);
+  }
+  StepStats st;
+  st.loss = loss / double(step_tokens);
+  st.lr = schedule_(optimizer_->steps());
+  st.grad_norm = params_.store.clip_grad_norm(opt_.clip);
+  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
+    throw RuntimeError(fmt::format("non-finite training {} at step {}", std::isfinite(st.loss) ? "gradient" : "loss",
+                                   optimizer_->steps() + 1));
+  optimizer_->step(params_.store, st.lr);
+  tokens_ += step_tokens;
+  st.step = optimizer_->steps();
+  st.tokens = tokens_;
+  return st;
+}
+
+lm::Model Trainer::model() {
+  lm::Model m = base_;
+  params_to_model(params_, m);
+  return m;
+}
+
+void Trainer::save(const std::string& path, const io::Provenance& prov, const nlohmann::json& extra) {
+  io::AtomicFile out(path);
+  const std::string tmp = out.temp_path().string();
+  lm::save_checkpoint(tmp, model(), h5::FloatStorage::f32, prov);
+  {
+    h5::quiet_errors();
+    h5::Handle file(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    if (!file) throw RuntimeError("cannot reopen checkpoint for writing", path);
+    {
+      h5::Handle g = h5::create_group(file, "train");
+      h5::write_attr(g, "options", opt_.to_json().dump());
+      h5::write_attr(g, "extra", extra.is_null() ? "{}" : extra.dump());
+      h5::write_attr_int(g, "step", optimizer_->steps());
+      h5::write_attr_int(g, "tokens", tokens_);
+      h5::write_attr_int(g, "data_epoch", order_.epoch());
+      h5::write_attr_int(g, "data_pos", order_.pos());
+      h5::write_attr(g, "optimizer", optimizer_->name());
+      for (const auto& sb : optimizer_->state())
+        h5::write_floats(g, "optim/" + sb.name, sb.data->data(), {sb.data->size()}, h5::FloatStorage::f32);
+    }
+    h5::close_file(file, path);
+  }
+  out.commit();
+}
+
+nlohmann::json Trainer::load(const std::string& path) {
+  const lm::Model m = lm::load_checkpoint(path);
+  const auto& a = m.config;
+  const auto& b = base_.config;
+  if (a.vocab_size != b.vocab_size || a.d_model != b.d_model || a.n_layers != b.n_layers || a.n_heads != b.n_heads ||
+      a.n_kv_heads != b.n_kv_heads || a.d_ff != b.d_ff || a.tied != b.tied || a.rope_style != b.rope_style)
+    throw InputError("checkpoint's model shape differs from this run's", path);
+  if (m.tokenizer_model != base_.tokenizer_model) throw InputError("checkpoint's tokenizer differs from this run's", path);
+  h5::Handle file = h5::open_file(path);
+  h5::Handle root = h5::open_group(file, "/", path);
+  if (!h5::exists(root, "train")) throw InputError("no training state (/train) to resume from", path);
+  h5::Handle g = h5::open_group(file, "/train", path);
+  std::string s;
+  if (!h5::read_attr(g, "options", s)) throw InputError("missing /train options", path);
+  const nlohmann::json saved = nlohmann::json::parse(s, nullptr, false);
+  const nlohmann::json now = opt_.to_json();
+  for (auto it = now.begin(); it != now.end(); ++it)
+    if (!saved.contains(it.key()) || saved[it.key()] != it.value())
+      throw InputError(fmt::format("resume: option {} is {} here but {} in the checkpoint", it.key(), it.value().dump(),
+                                   saved.contains(it.key()) ? saved[it.key()].dump() : "absent"),
+                       path);
+  std::int64_t step = 0, tokens = 0, ep = 0, pos = 0;
+  const std::string label = path + ":/train";
+  if (!h5::read_attr_int(g, "step", step, label) || !h5::read_attr_int(g, "tokens", tokens, label) ||
+      !h5::read_attr_int(g, "data_epoch", ep, label) || !h5::read_attr_int(g, "data_pos", pos, label))
+    throw InputError("incomplete training state", label);
+  for (const auto& sb : optimizer_->state()) {
+    const auto arr = h5::read_floats(g, "optim/" + sb.name, label + "/optim/" + sb.name);
+    if (arr.data.size() != sb.data->size()) throw InputError("optimizer state has the wrong size", label + "/optim/" + sb.name);
+    *sb.data = arr.data;
+  }
+  LlamaParams<float> p = params_from_model<float>(m);
+  for (std::size_t i = 0; i < p.store.params.size(); ++i) params_.store.params[i].value = p.store.params[i].value;
+  optimizer_->set_steps(step);
+  tokens_ = tokens;
+  order_.set_position(ep, pos);
+  std::string extra;
+  h5::read_attr(g, "extra", extra);
+  return nlohmann::json::parse(extra.empty() ? "{}" : extra, nullptr, false);
+}
+
+}  // namespace icmlkit::nn

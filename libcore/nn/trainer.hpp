@@ -1,0 +1,101 @@
+// One training run of the Llama-style decoder: micro-batches of packed windows in a seeded
+// order, gradient accumulation, global-norm clipping, AdamW on a warmup-cosine schedule,
+// evaluation, and resumable checkpoints (model + optimizer + data position).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/provenance.hpp"
+#include "lm/model.hpp"
+#include "nn/adamw.hpp"
+#include "nn/corpus.hpp"
+#include "nn/llama_train.hpp"
+#include "nn/schedule.hpp"
+
+namespace icmlkit::nn {
+
+/// Settings that determine a run's trajectory (all stored in the checkpoint and checked on resume).
+struct TrainOptions {
+  int seq_len = 256;            ///< tokens per window (<= n_ctx)
+  int batch = 8;                ///< windows per micro-batch
+  int accum = 1;                ///< micro-batches per optimizer step (gradient accumulation)
+  std::int64_t steps = 1000;    ///< optimizer steps in total (schedule length)
+  double lr = 1e-3, min_lr = 1e-4;
+  std::int64_t warmup = 100;    ///< warmup steps
+  double clip = 1.0;            ///< global gradient-norm limit (0 = off)
+  AdamWOptions adam;
+  std::uint64_t seed = 0;       ///< data order seed
+  /// As JSON (the checkpoint's /train attribute `options`).
+  nlohmann::json to_json() const;
+};
+
+/// What one optimizer step did.
+struct StepStats {
+  std::int64_t step = 0;       ///< steps done after this one
+  std::int64_t tokens = 0;     ///< training tokens seen after this one
+  double loss = 0;             ///< mean cross-entropy over the step's targets (nats)
+  double grad_norm = 0;        ///< global gradient norm before clipping
+  double lr = 0;               ///< learning rate used
+};
+
+/// Mean loss of a token stream.
+struct EvalResult {
+  double loss = 0;            ///< mean cross-entropy (nats per token)
+  std::int64_t tokens = 0;    ///< predicted tokens counted
+  double perplexity() const;  ///< exp(loss)
+};
+
+/// Loss of `params` on every non-overlapping window of `stream` (the last, shorter window
+/// included), `batch` windows per forward, stopping once max_tokens (> 0) targets are counted.
+EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int seq_len, int batch,
+                    std::int64_t max_tokens = 0);
+
+/// A training run.  Deterministic: the same options, data and seed give bitwise the same
+/// weights whatever the thread count, and a run resumed from a checkpoint continues
+/// bit-identically.
+class Trainer {
+ public:
+  /// Takes the initial weights (config, tokenizer) and the training token stream.  Throws
+  /// InputError when seq_len > n_ctx or the stream holds no full window.
+  Trainer(const lm::Model& init, std::vector<int> train_stream, TrainOptions opt);
+
+  /// One optimizer step (accum micro-batches).  Throws RuntimeError, leaving the weights
+  /// untouched, when the loss or the gradient norm is not finite.
+  StepStats step();
+
+  std::int64_t steps_done() const noexcept { return optimizer_->steps(); }
+  std::int64_t tokens_seen() const noexcept { return tokens_; }
+  LlamaParams<float>& params() noexcept { return params_; }
+  const TrainOptions& options() const noexcept { return opt_; }
+  /// Full windows in the training stream.
+  std::int64_t windows() const noexcept { return windows_.count(); }
+  /// The current weights as a model (config and tokenizer of the initial one).
+  lm::Model model();
+
+  /// Writes an f32 model checkpoint (readable by every lm tool) with the training state under
+  /// /train: options, step, tokens, data position, optimizer buffers, `extra` (JSON).  Atomic.
+  void save(const std::string& path, const io::Provenance& prov, const nlohmann::json& extra = {});
+  /// Restores weights and state from a checkpoint written by save().  Throws InputError when the
+  /// file has no training state, or when its options or model shape differ from this run's
+  /// (naming the first differing option).  Returns the saved `extra`.
+  nlohmann::json load(const std::string& path);
+
+ private:
+  lm::Model base_;
+  LlamaParams<float> params_;
+  std::vector<int> stream_;
+  Windows windows_;
+  TrainOptions opt_;
+  WarmupCosine schedule_;
+  std::unique_ptr<Optimizer> optimizer_;
+  DataOrder order_;
+  std::int64_t tokens_ = 0;
+  TrainCache<float> cache_;
+};
+
+}  // namespace icmlkit::nn

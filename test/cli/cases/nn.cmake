@@ -1,0 +1,66 @@
+# ---- lm-train / lm-eval ---------------------------------------------------------------------------
+set(LMTRAIN $<TARGET_FILE:lm-train>)
+set(LMEVAL $<TARGET_FILE:lm-eval>)
+# Genesis 1-20 from kjv.tsv (public domain): 20 chapters; --val-every 5 holds out chapters 5, 10, 15, 20.
+set(KJVX ${FX}/kjv_genesis_1-20.tsv)
+set(TRAIN_SMALL ${LMTRAIN} ${KJVX} --column 2 --doc-column 1 --val-every 5 --vocab-size 512 --d-model 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --d-ff 88 --n-ctx 64 --batch 4 --lr 3e-3 --warmup 10 --threads 1)
+string(REPLACE ";" " " TRAIN_SMALL_STR "${TRAIN_SMALL}")
+
+# A short seeded run: the validation loss (held-out chapters) falls far below its starting value
+# log(512) = 6.24 nats (a random model with std 0.02 predicts ~uniformly), and keeps falling
+# between the evaluations at steps 50 and 200.
+cli_case(lm-train/kjv-excerpt-validation-loss-drops
+  --rc 0 --file m.h5 --file m.best.h5
+  --jq ".meta.tool == \"lm-train\" and .meta.n_params > 0 and .meta.val_tokens > 1000"
+  --file-jq log.json "[.[] | select(.val_loss)] | (.[0].step == 50) and (.[-1].step == 200) and (.[-1].val_loss < .[0].val_loss - 0.3) and (.[-1].val_loss < 4.2)"
+  --file-jq log.json "[.[] | select(.step)] | all(has(\"tokens\") and has(\"train_loss\") and has(\"lr\") and has(\"grad_norm\") and has(\"tokens_per_s\"))"
+  --file-jq log.json ".[-1].summary.steps == 200 and .[-1].summary.tokens == 51200 and .[-1].summary.finished"
+  --file-jq ex.json ".val_loss == .best and .tokens > 1000"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 200 --eval-every 50 -o m.h5 --export ship.h5 -q > log.jsonl && h5dump -a dtype -d blk.0.attn_q.weight ship.h5 | grep -q bf16 && ! h5dump -n ship.h5 | grep -q /train && ${LMEVAL} ship.h5 ${KJVX} --column 2 --doc-column 1 --val-every 5 --split val --threads 1 -q | jq --argjson b \"$(jq -s '[.[] | select(.val_loss)] | min_by(.val_loss) | .val_loss' log.jsonl)\" '{val_loss: .loss, best: $b, tokens}' > ex0.json && jq '{val_loss: (.val_loss*100|round), best: (.best*100|round), tokens}' ex0.json > ex.json && head -1 log.jsonl && jq -s . log.jsonl > log.json")
+# lm-eval on the held-out chapters reproduces the trainer's last validation loss, and perplexity = exp(loss).
+cli_case(lm-eval/val-split-matches-trainer
+  --rc 0 --file-jq e.json ".split == \"val\" and .tokens > 1000 and ((.perplexity | log) - .loss | fabs) < 1e-9 and .meta.tool == \"lm-eval\""
+  -- bash -c "${TRAIN_SMALL_STR} --steps 30 --eval-every 30 -o m.h5 -q > log.jsonl && ${LMEVAL} m.h5 ${KJVX} --column 2 --doc-column 1 --val-every 5 --split val -o e.json -q && jq --argjson v \"$(jq -s '.[-1].summary.val_loss' log.jsonl)\" '(.loss - $v | fabs) < 1e-9' e.json | grep -q true")
+cli_case(lm-eval/plain-text-file
+  --rc 0 --jq ".tokens > 1000 and .documents == 1 and .loss > 0 and .split == \"all\""
+  -- bash -c "${TRAIN_SMALL_STR} --steps 5 -o m.h5 -q > /dev/null && ${LMEVAL} m.h5 ${FX}/genesis.txt --seq-len 32 --threads 1")
+# Resume: 20 steps straight == 10 steps, stop, resume, 10 steps — every tensor and AdamW moment bitwise.
+cli_case(lm-train/resume-bitwise
+  --rc 0 --file a.h5 --file b.h5
+  -- bash -c "${TRAIN_SMALL_STR} --steps 20 --eval-every 10 -o a.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 20 --eval-every 10 --stop-at 10 -o b.h5 -q > /dev/null && test $(h5dump -a /train/step b.h5 | grep -c '(0): 10') = 1 && ${TRAIN_SMALL_STR} --steps 20 --eval-every 10 --resume -o b.h5 -q > /dev/null && printf '%s\\n' token_embd.weight blk.0.attn_q.weight blk.1.ffn_down.weight blk.1.attn_norm.weight output.weight train/optim/m/output.weight train/optim/v/blk.0.attn_k.weight | xargs -I{} h5diff -q a.h5 b.h5 /{} /{} && h5dump -a /train/step b.h5 | grep -q '(0): 20'")
+cli_case(lm-train/resume-changed-option --rc 1 --stderr "option clip is 0.5 here but 1.0 in the checkpoint" --tool lm-train
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 4 --clip 0.5 --resume -o m.h5 -q")
+cli_case(lm-train/init-from-lm-init-and-generate
+  --rc 0 --file m.h5
+  -- bash -c "$<TARGET_FILE:tokenizer-train> ${KJVX} --column 2 --vocab-size 512 -o t.model -q && $<TARGET_FILE:lm-init> --tokenizer t.model --preset tiny --n-ctx 64 -o i.h5 -q && ${LMTRAIN} ${KJVX} --init i.h5 --steps 3 --batch 2 -o m.h5 -q > log.jsonl && $<TARGET_FILE:lm-generate> m.h5 --prompt 'And God' -n 5 -q > g.txt && test -s g.txt")
+
+# ---- bad input --------------------------------------------------------------------------------------
+cli_case(lm-train/nan-loss-keeps-last-good-checkpoint --rc 1 --stderr "non-finite training .* at step [0-9]+. the last good checkpoint is step [0-9]+" --tool lm-train --file m.h5
+  -- bash -c "${LMTRAIN} ${FX}/genesis.txt --vocab-size 400 --d-model 32 --n-layers 1 --n-heads 2 --n-kv-heads 1 --d-ff 64 --n-ctx 32 --batch 2 --steps 100 --lr 1e30 --warmup 0 --clip 0 --checkpoint-every 1 --threads 1 -o m.h5 -q > /dev/null || ( r=$? && ${LMEVAL} m.h5 ${FX}/genesis.txt -q > /dev/null && exit $r )")
+cli_case(lm-train/empty-corpus --rc 1 --stderr "empty corpus" --no-file m.h5 --tool lm-train
+  -- bash -c "touch empty.txt && ${LMTRAIN} empty.txt --vocab-size 400 --steps 2 -o m.h5")
+cli_case(lm-train/vocab-larger-than-corpus --rc 1 --stderr "larger than the corpus supports" --no-file m.h5
+  -- ${LMTRAIN} ${FX}/genesis.txt --vocab-size 20000 --steps 2 -o m.h5)
+cli_case(lm-train/context-larger-than-model --rc 1 --stderr "larger than the model allows \\(n_ctx = 64\\)" --no-file m2.h5 --tool lm-train
+  -- bash -c "${TRAIN_SMALL_STR} --steps 1 -o m.h5 -q > /dev/null && ${LMTRAIN} ${KJVX} --init m.h5 --seq-len 128 --steps 2 -o m2.h5")
+cli_case(lm-train/unwritable-output --rc 1 --stderr "output directory does not exist" --no-file m.h5
+  -- ${LMTRAIN} ${FX}/genesis.txt --vocab-size 400 --steps 2 -o nodir/m.h5)
+cli_case(lm-train/too-little-text --rc 1 --stderr "fewer than one window" --no-file m.h5
+  -- ${LMTRAIN} ${FX}/genesis.txt --vocab-size 400 --n-ctx 100000 --steps 2 -o m.h5)
+cli_case(lm-train/no-steps --rc 2 --stderr "give --steps or --tokens" --no-file m.h5 -- ${LMTRAIN} ${FX}/genesis.txt --vocab-size 300 -o m.h5)
+cli_case(lm-train/missing-column --rc 1 --stderr "fewer than 3 tab-separated fields \\(.*, line 1\\)" --no-file m.h5
+  -- ${LMTRAIN} ${KJVX} --column 3 --vocab-size 400 --steps 2 -o m.h5)
+cli_case(lm-eval/context-larger-than-model --rc 1 --stderr "larger than the model allows" --tool lm-eval
+  -- bash -c "${TRAIN_SMALL_STR} --steps 1 -o m.h5 -q > /dev/null && ${LMEVAL} m.h5 ${FX}/genesis.txt --seq-len 65")
+cli_case(lm-eval/no-tokenizer --rc 1 --stderr "no tokenizer" --tool lm-eval
+  -- bash -c "$<TARGET_FILE:lm-init> --preset tiny -o i.h5 -q && ${LMEVAL} i.h5 ${FX}/genesis.txt")
+
+# ---- the real KJV (../shared/data; skipped when absent) ------------------------------------------------
+# --doc-column 1 groups the 31,102 verses into the 1,189 chapters; every 20th chapter (59) is validation.
+cli_case(lm-eval/kjv-chapter-split --needs ${SHARED}/corpus/kjv.tsv
+  --rc 0 --file-jq v.json ".documents == 59 and .split == \"val\" and .tokens >= 2000" --file-jq t.json ".documents == 1130"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 2 -o m.h5 -q > /dev/null && ${LMEVAL} m.h5 ${SHARED}/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val --max-tokens 2000 --threads 1 -o v.json -q && ${LMEVAL} m.h5 ${SHARED}/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split train --max-tokens 500 --threads 1 -o t.json -q")
+# Shape from a JSON config, length from --tokens (ceil(1000 / (4 x 64)) = 4 steps); the checkpoint has the shape.
+cli_case(lm-train/json-config-and-token-budget
+  --rc 0 --file-jq log.json ".[-1].summary.steps == 4 and .[-1].summary.tokens == 1024 and .[0].meta.n_params > 0"
+  -- bash -c "echo '{\"d_model\": 24, \"n_layers\": 1, \"n_heads\": 3, \"n_kv_heads\": 1, \"d_ff\": 40, \"n_ctx\": 64, \"tied\": true, \"rope_style\": \"interleaved\"}' > cfg.json && ${LMTRAIN} ${KJVX} --column 2 --doc-column 1 --vocab-size 512 --config cfg.json --batch 4 --tokens 1000 --threads 1 -o m.h5 -q > log.jsonl && jq -s . log.jsonl > log.json && h5dump -a d_model -a tied -a rope_style m.h5 | grep -c -E '\\(0\\): (24|1|\"interleaved\")' | grep -q 3")

@@ -1,0 +1,531 @@
+// nn/: every layer's backward against central finite differences in double precision, the
+// whole-model loss gradient, the training forward against the inference engine (bitwise),
+// AdamW against a hand-computed step, the schedule's closed form, and overfitting one batch.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "lm/forward.hpp"
+#include "lm/model.hpp"
+#include "nn/adamw.hpp"
+#include "nn/layers.hpp"
+#include "nn/llama_train.hpp"
+#include "nn/params.hpp"
+#include "nn/schedule.hpp"
+#include "util/rng.hpp"
+
+using namespace icmlkit;
+using namespace icmlkit::nn;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec randn(std::size_t n, Rng& rng, double s = 1.0) {
+  Vec v(n);
+  for (auto& x : v) x = s * rng.normal();
+  return v;
+}
+
+/// Central difference of f at x[i] with step h; f reads x.  Exact to O(h²) for smooth f, so with
+/// h = 1e-5 in double the truncation error is ~1e-10 relative and rounding ~1e-11 / h = 1e-6
+/// absolute at most for O(1) losses; tolerances below are set accordingly.
+double fd(const std::function<double()>& f, double& xi, double h = 1e-5) {
+  const double keep = xi;
+  xi = keep + h;
+  const double fp = f();
+  xi = keep - h;
+  const double fm = f();
+  xi = keep;
+  return (fp - fm) / (2 * h);
+}
+
+/// Checks every entry of `grad` against finite differences of f over x.
+void check_grad(const std::function<double()>& f, Vec& x, const Vec& grad, const char* what, double tol = 1e-6) {
+  REQUIRE(grad.size() == x.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double num = fd(f, x[i]);
+    const double err = std::abs(num - grad[i]) / std::max(1.0, std::abs(num));
+    worst = std::max(worst, err);
+  }
+  INFO(std::string(what) << ": worst relative error " << worst);
+  CHECK(worst < tol);
+}
+
+double dotv(const Vec& a, const Vec& b) { return std::inner_product(a.begin(), a.end(), b.begin(), 0.0); }
+
+lm::ModelConfig tiny_config(lm::RopeStyle style, bool tied) {
+  lm::ModelConfig c;
+  c.vocab_size = 23;
+  c.d_model = 12;  // head_dim 4
+  c.n_layers = 2;
+  c.n_heads = 3;
+  c.n_kv_heads = 1;
+  c.d_ff = 10;
+  c.n_ctx = 16;
+  c.rope_theta = 100.0;  // fast rotation so positions matter at small S
+  c.rope_style = style;
+  c.tied = tied;
+  return c;
+}
+
+lm::Model tiny_model(lm::RopeStyle style, bool tied, std::uint64_t seed = 3, double std = 0.3) {
+  lm::Model m = lm::random_model(tiny_config(style, tied), seed, std);
+  Rng rng(seed + 1);
+  for (auto& l : m.layers)
+    for (auto* v : {&l.attn_norm, &l.ffn_norm})
+      for (auto& w : *v) w = static_cast<float>(0.5 + rng.uniform());
+  for (auto& w : m.output_norm) w = static_cast<float>(0.5 + rng.uniform());
+  return m;
+}
+
+}  // namespace
+
+// Each layer check: L(x, params) = Σ r ⊙ y with a fixed random r, so dL/dy = r; the layer's
+// backward must reproduce central differences of L (double precision, tolerance 1e-6 relative).
+TEST_CASE("nn layer backward: linear and embedding match finite differences") {
+  Rng rng(1);
+  const int N = 3, K = 5, O = 4, V = 6, d = 5;
+  Vec x = randn(N * K, rng), W = randn(O * K, rng), r = randn(N * O, rng);
+  auto f = [&] { Vec y(N * O); linear_forward(x.data(), N, K, W.data(), O, y.data()); return dotv(y, r); };
+  Vec dx(N * K), dW(O * K, 0.0);
+  linear_backward(r.data(), x.data(), N, K, W.data(), O, dx.data(), dW.data());
+  check_grad(f, x, dx, "linear dx");
+  check_grad(f, W, dW, "linear dW");
+  Vec dx2(N * K, 1.0);  // accumulate mode adds to what is there
+  linear_backward(r.data(), x.data(), N, K, W.data(), O, dx2.data(), static_cast<double*>(nullptr), true);
+  for (int i = 0; i < N * K; ++i) CHECK(dx2[i] == doctest::Approx(dx[i] + 1.0).epsilon(1e-12));
+
+  Vec E = randn(V * d, rng), re = randn(4 * d, rng);
+  const int toks[4] = {2, 0, 2, 5};  // a repeated token accumulates
+  auto fe = [&] { Vec y(4 * d); embedding_forward(E.data(), d, toks, 4, y.data()); return dotv(y, re); };
+  Vec dE(V * d, 0.0);
+  embedding_backward(re.data(), d, toks, 4, dE.data());
+  check_grad(fe, E, dE, "embedding dE");
+}
+
+TEST_CASE("nn layer backward: RMSNorm matches finite differences") {
+  Rng rng(2);
+  const int N = 3, d = 7;
+  Vec x = randn(N * d, rng), w = randn(d, rng), r = randn(N * d, rng);
+  auto f = [&] { Vec y(N * d), rs(N); rmsnorm_forward(x.data(), N, d, w.data(), 1e-5, y.data(), rs.data()); return dotv(y, r); };
+  Vec y(N * d), rs(N), dx(N * d, 0.0), dw(d, 0.0);
+  rmsnorm_forward(x.data(), N, d, w.data(), 1e-5, y.data(), rs.data());
+  rmsnorm_backward(r.data(), x.data(), N, d, w.data(), rs.data(), dx.data(), dw.data());
+  check_grad(f, x, dx, "rmsnorm dx");
+  check_grad(f, w, dw, "rmsnorm dw");
+}
+
+TEST_CASE("nn layer backward: RoPE (both pairings) matches finite differences") {
+  for (auto style : {lm::RopeStyle::half, lm::RopeStyle::interleaved}) {
+    Rng rng(3);
+    const int N = 4, H = 2, hd = 6;
+    const int pos[N] = {0, 3, 7, 11};
+    Vec cs, sn;
+    rope_tables(pos, N, hd, 50.0, cs, sn);
+    Vec x = randn(N * H * hd, rng), r = randn(x.size(), rng);
+    auto f = [&] { Vec y = x; rope_forward(y.data(), N, H, hd, style, cs.data(), sn.data()); return dotv(y, r); };
+    Vec dx = r;
+    rope_backward(dx.data(), N, H, hd, style, cs.data(), sn.data());
+    check_grad(f, x, dx, style == lm::RopeStyle::half ? "rope half" : "rope interleaved");
+  }
+}
+
+TEST_CASE("nn layer backward: grouped-query causal attention matches finite differences") {
+  Rng rng(4);
+  const AttnShape s{2, 5, 4, 2, 3};  // 2 sequences of 5, 4 query heads on 2 KV heads
+  const int N = s.B * s.S, dq = s.n_heads * s.head_dim, dkv = s.n_kv_heads * s.head_dim;
+  Vec q = randn(N * dq, rng), k = randn(N * dkv, rng), v = randn(N * dkv, rng), r = randn(N * dq, rng);
+  auto f = [&] {
+    Vec o(N * dq), mx(N * s.n_heads), iv(mx.size());
+    attention_forward(q.data(), k.data(), v.data(), s, o.data(), mx.data(), iv.data());
+    return dotv(o, r);
+  };
+  Vec o(N * dq), mx(N * s.n_heads), iv(mx.size()), gq(q.size()), gk(k.size()), gv(v.size());
+  attention_forward(q.data(), k.data(), v.data(), s, o.data(), mx.data(), iv.data());
+  attention_backward(r.data(), q.data(), k.data(), v.data(), mx.data(), iv.data(), s, gq.data(), gk.data(), gv.data());
+  check_grad(f, q, gq, "attention dq");
+  check_grad(f, k, gk, "attention dk");
+  check_grad(f, v, gv, "attention dv");
+  // Causality: the first row of a sequence attends only itself, so its output is its own v.
+  for (int h = 0; h < s.n_heads; ++h)
+    for (int e = 0; e < s.head_dim; ++e) CHECK(o[h * s.head_dim + e] == v[(h / 2) * s.head_dim + e]);
+}
+
+TEST_CASE("nn layer backward: SwiGLU and cross-entropy match finite differences") {
+  Rng rng(5);
+  const int n = 9;
+  Vec g = randn(n, rng, 2.0), u = randn(n, rng), r = randn(n, rng);
+  auto f = [&] { Vec h(n); swiglu_forward(g.data(), u.data(), n, h.data()); return dotv(h, r); };
+  Vec dg(n), du(n);
+  swiglu_backward(r.data(), g.data(), u.data(), n, dg.data(), du.data());
+  check_grad(f, g, dg, "swiglu dg");
+  check_grad(f, u, du, "swiglu du");
+
+  const int N = 4, V = 5;
+  Vec logits = randn(N * V, rng, 3.0);
+  const int tg[N] = {1, -1, 4, 0};  // row 1 ignored
+  auto fl = [&] { return cross_entropy(logits.data(), N, V, tg, static_cast<double*>(nullptr), 0.0); };
+  Vec dl(N * V);
+  const double loss = cross_entropy(logits.data(), N, V, tg, dl.data(), 1.0);
+  check_grad(fl, logits, dl, "cross-entropy dlogits");
+  // Closed form of one row: log Σ exp − logit[target].
+  double z = 0;
+  for (int i = 0; i < V; ++i) z += std::exp(logits[i]);
+  double manual = std::log(z) - logits[1];
+  for (int n2 : {2, 3}) {
+    double zz = 0;
+    for (int i = 0; i < V; ++i) zz += std::exp(logits[n2 * V + i]);
+    manual += std::log(zz) - logits[n2 * V + tg[n2]];
+  }
+  CHECK(loss == doctest::Approx(manual).epsilon(1e-12));
+}
+
+// The whole model: dL/dθ for every tensor (all entries) of a 2-layer GQA model, both RoPE
+// pairings, tied and untied heads, against central differences of the summed loss.
+TEST_CASE("nn whole-model loss gradient matches finite differences") {
+  for (int variant = 0; variant < 3; ++variant) {
+    const auto style = variant == 1 ? lm::RopeStyle::interleaved : lm::RopeStyle::half;
+    const bool tied = variant == 2;
+    const lm::Model m = tiny_model(style, tied);
+    auto P = params_from_model<double>(m);
+    const int B = 2, S = 5;
+    Rng rng(11);
+    std::vector<int> tok(B * S), tgt(B * S);
+    for (auto& t : tok) t = int(rng.below(m.config.vocab_size));
+    for (auto& t : tgt) t = int(rng.below(m.config.vocab_size));
+    tgt[3] = -1;
+    TrainCache<double> cache;
+    P.store.zero_grad();
+    llama_loss(P, tok, tgt, B, S, 1.0, cache);
+    auto f = [&] { TrainCache<double> c2; return llama_loss(P, tok, tgt, B, S, 0.0, c2); };
+    for (auto& p : P.store.params) {
+      INFO("variant " << variant << " tensor " << p.name);
+      check_grad(f, p.value, p.grad, p.name.c_str(), 2e-6);
+    }
+  }
+}
+
+// One forward: for a causal batch the training forward does the engine's arithmetic, so every
+// logit is bitwise equal to lm::forward's (each sequence run alone through the engine).
+TEST_CASE("nn training forward logits equal lm::forward bitwise") {
+  for (int variant = 0; variant < 3; ++variant) {
+    const auto style = variant == 1 ? lm::RopeStyle::interleaved : lm::RopeStyle::half;
+    lm::Model m = tiny_model(style, variant == 2, 9, 0.1);
+    auto P = params_from_model<float>(m);
+    const int B = 3, S = 11;
+    Rng rng(12);
+    std::vector<int> tok(B * S), tgt(B * S, 0);
+    for (auto& t : tok) t = int(rng.below(m.config.vocab_size));
+    TrainCache<float> cache;
+    std::vector<float> logits;
+    llama_loss(P, tok, tgt, B, S, 0.0, cache, &logits);
+    int mismatches = 0;
+    for (int b = 0; b < B; ++b) {
+      lm::KvCache kv(m.config);
+      const std::vector<int> seq(tok.begin() + b * S, tok.begin() + (b + 1) * S);
+      const auto res = lm::forward(m, kv, lm::Batch::causal(seq, 0));
+      for (int t = 0; t < S; ++t)
+        for (int v = 0; v < m.config.vocab_size; ++v)
+          mismatches += res.logits.row(t)[v] != logits[(std::size_t(b) * S + t) * m.config.vocab_size + v];
+    }
+    INFO("variant " << variant);
+    CHECK(mismatches == 0);
+  }
+}
+
+TEST_CASE("nn AdamW step equals the hand-computed torch.optim.AdamW update") {
+  ParamStore<float> st;
+  st.add("w", {2}, true);
+  st.add("norm", {1}, false);
+  st.params[0].value = {1.0f, -2.0f};
+  st.params[1].value = {0.5f};
+  AdamWOptions o;
+  o.beta1 = 0.9; o.beta2 = 0.99; o.eps = 1e-8; o.weight_decay = 0.1;
+  AdamW opt(st, o);
+  const double lr = 0.01;
+  // Two steps with gradients g1, g2; expected values computed in double from the formula.
+  const double g1[3] = {0.5, -1.0, 2.0}, g2[3] = {-0.25, 0.5, 1.0};
+  double w[3] = {1.0, -2.0, 0.5}, m[3] = {0, 0, 0}, v[3] = {0, 0, 0};
+  const bool decay[3] = {true, true, false};
+  for (int t = 1; t <= 2; ++t) {
+    const double* g = t == 1 ? g1 : g2;
+    st.params[0].grad = {float(g[0]), float(g[1])};
+    st.params[1].grad = {float(g[2])};
+    opt.step(st, lr);
+    for (int i = 0; i < 3; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.99 * v[i] + 0.01 * g[i] * g[i];
+      if (decay[i]) w[i] *= 1 - lr * 0.1;
+      w[i] -= lr / (1 - std::pow(0.9, t)) * m[i] / (std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.99, t)) + 1e-8);
+    }
+  }
+  CHECK(st.params[0].value[0] == doctest::Approx(w[0]).epsilon(1e-6));
+  CHECK(st.params[0].value[1] == doctest::Approx(w[1]).epsilon(1e-6));
+  CHECK(st.params[1].value[0] == doctest::Approx(w[2]).epsilon(1e-6));
+  CHECK(opt.steps() == 2);
+}
+
+TEST_CASE("nn global-norm clipping and warmup-cosine schedule closed forms") {
+  ParamStore<float> st;
+  st.add("a", {2}, true);
+  st.add("b", {1}, true);
+  st.params[0].grad = {3.0f, 0.0f};
+  st.params[1].grad = {4.0f};
+  CHECK(st.grad_norm() == doctest::Approx(5.0));
+  CHECK(st.clip_grad_norm(1.0) == doctest::Approx(5.0));
+  CHECK(st.grad_norm() == doctest::Approx(1.0).epsilon(1e-5));
+  CHECK(st.clip_grad_norm(10.0) == doctest::Approx(1.0).epsilon(1e-5));  // below the limit: unchanged
+  CHECK(st.grad_norm() == doctest::Approx(1.0).epsilon(1e-5));
+
+  WarmupCosine s{1e-3, 1e-4, 10, 110};
+  CHECK(s(0) == doctest::Approx(1e-4));       // (0+1)/10 of the peak
+  CHECK(s(9) == doctest::Approx(1e-3));       // end of warmup
+  CHECK(s(10) == doctest::Approx(1e-3));      // cosine starts at the peak
+  CHECK(s(60) == doctest::Approx(5.5e-4));    // half way: (max+min)/2
+  CHECK(s(110) == doctest::Approx(1e-4));     // the floor
+  CHECK(s(500) == doctest::Approx(1e-4));
+}
+
+// Memorising one fixed batch is the standard sanity check of a trainer: a correct gradient and
+// optimizer drive the loss from ~log(vocab) = 3.1 to near zero in a few hundred steps.
+TEST_CASE("nn overfitting one small batch drives the loss near zero") {
+  lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 5, 0.02);
+  auto P = params_from_model<float>(m);
+  const int B = 2, S = 12, N = B * S;
+  Rng rng(6);
+  std::vector<int> tok(N), tgt(N);
+  for (auto& t : tok) t = int(rng.below(m.config.vocab_size));
+  for (auto& t : tgt) t = int(rng.below(m.config.vocab_size));
+  AdamW opt(P.store, AdamWOptions{0.9, 0.95, 1e-8, 0.0});
+  TrainCache<float> cache;
+  double first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    P.store.zero_grad();
+    const double loss = llama_loss(P, tok, tgt, B, S, 1.0 / N, cache) / N;
+    if (step == 0) first = loss;
+    last = loss;
+    P.store.clip_grad_norm(1.0);
+    opt.step(P.store, 1e-2);
+  }
+  CHECK(first == doctest::Approx(std::log(23.0)).epsilon(0.05));
+  CHECK(last < 0.05);
+}
+
+// ---- corpus, data order, trainer ------------------------------------------------------------
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "nn/corpus.hpp"
+#include "nn/trainer.hpp"
+#include "util/error.hpp"
+#include "util/threads.hpp"
+
+namespace {
+
+std::filesystem::path scratch(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("icmlkit_test_nn_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir / name;
+}
+
+void write_file(const std::filesystem::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+std::vector<int> random_stream(int n, int vocab, std::uint64_t seed) {
+  // A learnable stream: mostly a repeating pattern with some noise.
+  Rng rng(seed);
+  std::vector<int> s(n);
+  for (int i = 0; i < n; ++i) s[i] = rng.uniform() < 0.8 ? (i * 7) % vocab : int(rng.below(vocab));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("nn corpus: TSV chapters grouped by key, every k-th document held out") {
+  const auto p = scratch("c.tsv");
+  // 5 chapters (keys up to ':'), 2 verses each; every 2nd chapter is validation.
+  std::string s;
+  for (int ch = 1; ch <= 5; ++ch)
+    for (int v = 1; v <= 2; ++v) s += fmt::format("Ge{}:{}\tverse {} of {}\n", ch, v, v, ch);
+  write_file(p, s);
+  CorpusOptions o;
+  o.column = 2;
+  o.doc_column = 1;
+  o.val_every = 2;
+  const Documents d = read_corpus(p.string(), o);
+  REQUIRE(d.train.size() == 3);
+  REQUIRE(d.val.size() == 2);
+  CHECK(d.train[0] == "verse 1 of 1\nverse 2 of 1");
+  CHECK(d.val[0] == "verse 1 of 2\nverse 2 of 2");
+  CHECK(d.train[2] == "verse 1 of 5\nverse 2 of 5");
+  // Plain text: blank-line separated documents; JSONL: a text field.
+  write_file(p, "a b\nc\n\n\nd e\n");
+  o.format = "text";
+  o.val_every = 0;
+  const Documents t = read_corpus(p.string(), o);
+  REQUIRE(t.train.size() == 2);
+  CHECK(t.train[0] == "a b\nc");
+  write_file(p, "{\"text\": \"x\"}\n{\"text\": \"y\", \"id\": 3}\n");
+  o.format = "jsonl";
+  CHECK(read_corpus(p.string(), o).train.size() == 2);
+  write_file(p, "{\"txt\": \"x\"}\n");
+  CHECK_THROWS_AS(read_corpus(p.string(), o), InputError);
+  write_file(p, "\n\n");
+  o.format = "text";
+  CHECK_THROWS_AS(read_corpus(p.string(), o), InputError);
+}
+
+TEST_CASE("nn data order: each epoch is a seeded permutation, resumable from (epoch, pos)") {
+  DataOrder a(42, 7), b(42, 7);
+  std::vector<int> seen(7, 0);
+  for (int i = 0; i < 7; ++i) ++seen[a.next()];
+  for (int c : seen) CHECK(c == 1);  // a permutation of 0..6
+  for (int i = 0; i < 7; ++i) b.next();
+  std::vector<std::int64_t> rest_a, rest_b;
+  for (int i = 0; i < 10; ++i) rest_a.push_back(a.next());
+  DataOrder c(42, 7);
+  c.set_position(b.epoch(), b.pos());
+  for (int i = 0; i < 10; ++i) rest_b.push_back(c.next());
+  CHECK(rest_a == rest_b);
+}
+
+namespace {
+TrainOptions small_options(std::int64_t steps) {
+  TrainOptions o;
+  o.seq_len = 8;
+  o.batch = 2;
+  o.accum = 2;
+  o.steps = steps;
+  o.lr = 3e-3;
+  o.min_lr = 3e-4;
+  o.warmup = 2;
+  o.clip = 0.5;
+  o.seed = 9;
+  return o;
+}
+bool same_weights(LlamaParams<float>& a, LlamaParams<float>& b) {
+  for (std::size_t i = 0; i < a.store.params.size(); ++i)
+    if (a.store.params[i].value != b.store.params[i].value) return false;
+  return true;
+}
+}  // namespace
+
+// Resume: N steps straight equal N/2 steps, checkpoint, a fresh trainer loading it, N/2 steps —
+// bit for bit (f32 checkpoint, optimizer moments, step counter and data position restored).
+TEST_CASE("nn trainer: N steps straight == N/2 + resume + N/2, bitwise, and thread-invariant") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.02);
+  const auto stream = random_stream(300, m.config.vocab_size, 1);
+  const int N = 8;
+  Trainer a(m, stream, small_options(N));
+  std::vector<double> losses;
+  for (int i = 0; i < N; ++i) losses.push_back(a.step().loss);
+  CHECK(losses.back() < losses.front());
+
+  Trainer b(m, stream, small_options(N));
+  for (int i = 0; i < N / 2; ++i) b.step();
+  const auto ck = scratch("resume.h5");
+  io::Provenance prov;
+  b.save(ck.string(), prov, nlohmann::json{{"best_val", 1.5}});
+  Trainer c(m, stream, small_options(N));
+  const auto extra = c.load(ck.string());
+  CHECK(extra["best_val"] == 1.5);
+  CHECK(c.steps_done() == N / 2);
+  for (int i = 0; i < N / 2; ++i) c.step();
+  CHECK(same_weights(a.params(), c.params()));
+  CHECK(c.tokens_seen() == a.tokens_seen());
+
+  // The same run on one thread gives the same bits.
+  const int keep = threads();
+  set_threads(1);
+  Trainer d(m, stream, small_options(N));
+  for (int i = 0; i < N; ++i) d.step();
+  set_threads(keep);
+  CHECK(same_weights(a.params(), d.params()));
+
+  // Resume refuses a changed option, naming it.
+  TrainOptions other = small_options(N);
+  other.lr = 1e-2;
+  Trainer e(m, stream, other);
+  CHECK_THROWS_WITH_AS(e.load(ck.string()), doctest::Contains("option lr"), InputError);
+  std::filesystem::remove_all(ck.parent_path());
+}
+
+TEST_CASE("nn trainer: a non-finite loss stops with an error and leaves the weights untouched") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.02);
+  const auto stream = random_stream(300, m.config.vocab_size, 2);
+  TrainOptions o = small_options(50);
+  o.lr = 1e30;  // explodes the weights within a few steps
+  o.warmup = 0;
+  o.clip = 0;
+  Trainer t(m, stream, o);
+  bool threw = false;
+  for (int i = 0; i < 20 && !threw; ++i) {
+    const auto before = t.params().store.params[1].value;
+    try {
+      t.step();
+    } catch (const RuntimeError& e) {
+      threw = true;
+      CHECK(std::string(e.what()).find("non-finite training") != std::string::npos);
+      CHECK(t.params().store.params[1].value == before);
+    }
+  }
+  CHECK(threw);
+  CHECK_THROWS_AS(Trainer(m, stream, [] { auto o2 = small_options(5); o2.seq_len = 17; return o2; }()), InputError);
+  CHECK_THROWS_AS(Trainer(m, std::vector<int>(5, 1), small_options(5)), InputError);
+}
+
+TEST_CASE("nn evaluate: mean loss over all windows including the short last one") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.3);
+  auto P = params_from_model<float>(m);
+  const auto stream = random_stream(30, m.config.vocab_size, 3);  // 29 targets: 3 windows of 8 + 5
+  const EvalResult r = evaluate(P, stream, 8, 2);
+  CHECK(r.tokens == 29);
+  // Independent: the engine on each window, log-softmax in double.
+  double sum = 0;
+  for (int w = 0; w * 8 < 29; ++w) {
+    const int len = std::min(8, 29 - w * 8);
+    lm::KvCache kv(m.config);
+    const std::vector<int> seq(stream.begin() + w * 8, stream.begin() + w * 8 + len);
+    const auto res = lm::forward(m, kv, lm::Batch::causal(seq, 0));
+    for (int t = 0; t < len; ++t) {
+      double z = 0;
+      for (int v = 0; v < m.config.vocab_size; ++v) z += std::exp(double(res.logits.row(t)[v]));
+      sum += std::log(z) - res.logits.row(t)[stream[w * 8 + t + 1]];
+    }
+  }
+  CHECK(r.loss == doctest::Approx(sum / 29).epsilon(1e-6));
+  CHECK(r.perplexity() == doctest::Approx(std::exp(sum / 29)).epsilon(1e-6));
+}
+
+// Gradient accumulation: accum micro-batches of b windows take the same step as one batch of
+// accum x b windows (same windows in the same order; only float summation order differs, so
+// the tolerance is float rounding, 1e-5 after one AdamW step of lr 3e-3).
+TEST_CASE("nn trainer: gradient accumulation equals the larger batch") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.02);
+  const auto stream = random_stream(300, m.config.vocab_size, 5);
+  TrainOptions big = small_options(4);
+  big.batch = 4;
+  big.accum = 1;
+  TrainOptions acc = small_options(4);
+  acc.batch = 1;
+  acc.accum = 4;
+  Trainer a(m, stream, big), b(m, stream, acc);
+  for (int i = 0; i < 2; ++i) {
+    const auto sa = a.step(), sb = b.step();
+    CHECK(sa.loss == doctest::Approx(sb.loss).epsilon(1e-6));
+    CHECK(sa.grad_norm == doctest::Approx(sb.grad_norm).epsilon(1e-5));
+    CHECK(sa.tokens == sb.tokens);
+  }
+  double worst = 0;
+  for (std::size_t i = 0; i < a.params().store.params.size(); ++i)
+    for (std::size_t j = 0; j < a.params().store.params[i].numel(); ++j)
+      worst = std::max(worst, double(std::abs(a.params().store.params[i].value[j] - b.params().store.params[i].value[j])));
+  CHECK(worst < 1e-5);
+}

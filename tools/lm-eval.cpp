@@ -1,0 +1,92 @@
+// lm-eval: loss and perplexity of a checkpoint on a text file or a corpus split.
+#include <fmt/core.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "cli/run_tool.hpp"
+#include "io/json.hpp"
+#include "io/sha256.hpp"
+#include "io/table.hpp"
+#include "lm/model.hpp"
+#include "lm/tokenizer.hpp"
+#include "nn/corpus.hpp"
+#include "nn/corpus_flags.hpp"
+#include "nn/llama_train.hpp"
+#include "nn/trainer.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+
+using namespace icmlkit;
+
+int main(int argc, char** argv) {
+  std::string model_path, text_path, output = "-", split = "all";
+  nn::CorpusOptions copt;
+  copt.val_every = 0;
+  int seq_len = 0, batch = 4;
+  std::int64_t max_tokens = 0;
+  CLI::App* app_ptr = nullptr;
+  cli::ToolInfo info{
+      "lm-eval",
+      "Mean cross-entropy (nats per token) and perplexity exp(loss) of a checkpoint on a text: documents are\n"
+      "read and tokenized as lm-train does (BOS before each document), joined and cut into non-overlapping\n"
+      "windows of --seq-len tokens (the last one shorter); every token after the first is predicted once.\n"
+      "--split val with --val-every 20 evaluates exactly lm-train's held-out documents.  JSON result:\n"
+      "loss, perplexity, bits_per_token, tokens (predicted tokens counted), windows, split, meta.",
+      "  lm-eval kjv.h5 ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val\n"
+      "  lm-eval kjv.h5 psalm23.txt --seq-len 256 -o eval.json\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app_ptr = &app;
+        app.add_option("model", model_path, "Checkpoint (.h5) with a tokenizer")->required();
+        app.add_option("text", text_path, "Text file, TSV or JSONL (- for stdin)")->required();
+        app.add_option("-o,--output", output, "Result JSON (- = stdout)")->capture_default_str();
+        nn::add_corpus_flags(app, copt);
+        app.add_option("--split", split, "all, train or val (documents as lm-train splits them with --val-every)")
+            ->capture_default_str()->check(CLI::IsMember({"all", "train", "val"}));
+        app.add_option("--seq-len", seq_len, "Window length (default the model's n_ctx)")->check(cli::int_range(1, 1 << 20));
+        app.add_option("--batch", batch, "Windows per forward")->capture_default_str()->check(cli::int_range(1, 1 << 16));
+        app.add_option("--max-tokens", max_tokens, "Stop after about this many tokens (0 = all)")->check(cli::non_negative());
+      },
+      [&](cli::Context& ctx) {
+        io::require_json_path(output);
+        if (split != "all" && copt.val_every == 0) throw UsageError("--split train/val needs --val-every N", "--split");
+        const lm::Model model = lm::load_checkpoint(model_path);
+        ctx.prov.add_input(model_path, io::sha256_hex(io::read_file(model_path)));
+        if (model.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", model_path);
+        const auto& c = model.config;
+        if (seq_len == 0) seq_len = c.n_ctx;
+        if (seq_len > c.n_ctx)
+          throw InputError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", seq_len, c.n_ctx), "--seq-len");
+        nn::Documents docs = nn::read_corpus(text_path, copt);
+        ctx.prov.add_input(text_path, docs.sha256);
+        std::vector<std::string> chosen;
+        if (split != "val") chosen = docs.train;
+        if (split != "train") chosen.insert(chosen.end(), docs.val.begin(), docs.val.end());
+        if (split == "all" && copt.val_every > 0) {  // keep file order for "all"
+          chosen.clear();
+          nn::CorpusOptions all = copt;
+          all.val_every = 0;
+          chosen = nn::read_corpus(text_path, all).train;
+        }
+        if (chosen.empty()) throw InputError(fmt::format("no documents in split '{}'", split), text_path);
+        const lm::Tokenizer tok(model.tokenizer_model, model_path + ":/tokenizer/model");
+        const auto stream = nn::tokenize_documents(tok, chosen, c.add_bos ? c.bos_id : -1, text_path);
+        if (stream.size() < 2) throw InputError("text has fewer than 2 tokens", text_path);
+        auto params = nn::params_from_model<float>(model);
+        const auto r = nn::evaluate(params, stream, seq_len, batch, max_tokens);
+        nlohmann::json out{{"loss", r.loss},
+                           {"perplexity", r.perplexity()},
+                           {"bits_per_token", r.loss / std::log(2.0)},
+                           {"tokens", r.tokens},
+                           {"windows", (r.tokens + seq_len - 1) / seq_len},
+                           {"documents", chosen.size()},
+                           {"split", split},
+                           {"seq_len", seq_len},
+                           {"meta", ctx.prov.to_json()}};
+        io::write_json(output, out);
+        log::info("loss {:.4f} nats/token, perplexity {:.3f} over {} tokens", r.loss, r.perplexity(), r.tokens);
+      });
+}

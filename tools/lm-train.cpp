@@ -1,0 +1,374 @@
+// lm-train: train a Llama-style language model (model contract v1) on a text corpus on the CPU.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "cli/run_tool.hpp"
+#include "io/atomic_file.hpp"
+#include "io/json.hpp"
+#include "io/sha256.hpp"
+#include "lm/model.hpp"
+#include "lm/presets.hpp"
+#include "io/table.hpp"
+#include "lm/tokenizer.hpp"
+#include "nn/corpus.hpp"
+#include "nn/corpus_flags.hpp"
+#include "nn/trainer.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/progress.hpp"
+
+using namespace icmlkit;
+
+namespace {
+
+/// Tokenizer training sentences: each document cut into pieces of at most 4 lines (newlines kept).
+std::vector<std::string> tokenizer_sentences(const std::vector<std::string>& docs) {
+  std::vector<std::string> out;
+  for (const auto& d : docs) {
+    std::string cur;
+    int lines = 0;
+    std::size_t start = 0;
+    while (start <= d.size()) {
+      std::size_t end = d.find('\n', start);
+      if (end == std::string::npos) end = d.size();
+      if (lines > 0) cur += '\n';
+      cur.append(d, start, end - start);
+      if (++lines == 4) { out.push_back(cur); cur.clear(); lines = 0; }
+      start = end + 1;
+    }
+    if (lines > 0) out.push_back(cur);
+  }
+  return out;
+}
+
+/// Reads a model shape from JSON (keys as the checkpoint attributes) into c; a key whose flag
+/// (d_model -> --d-model) was given on the command line keeps the flag's value.
+void apply_config_json(const nlohmann::json& j, lm::ModelConfig& c, const std::string& path,
+                       const std::function<bool(const std::string&)>& flag_given) {
+  if (!j.is_object()) throw InputError("model config must be a JSON object", path);
+  auto has = [&](std::string k) {
+    if (!j.contains(k)) return false;
+    std::replace(k.begin(), k.end(), '_', '-');
+    return !flag_given("--" + k);
+  };
+  auto geti = [&](const char* k, int& f) {
+    if (!has(k)) return;
+    if (!j[k].is_number_integer()) throw InputError(fmt::format("'{}' must be an integer", k), path);
+    f = j[k].get<int>();
+  };
+  geti("vocab_size", c.vocab_size);
+  geti("d_model", c.d_model);
+  geti("n_layers", c.n_layers);
+  geti("n_heads", c.n_heads);
+  geti("n_kv_heads", c.n_kv_heads);
+  geti("d_ff", c.d_ff);
+  geti("n_ctx", c.n_ctx);
+  if (has("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
+  if (has("rms_eps")) c.rms_eps = j["rms_eps"].get<double>();
+  if (has("tied")) c.tied = j["tied"].is_boolean() ? j["tied"].get<bool>() : j["tied"].get<int>() != 0;
+  if (has("rope_style")) {
+    const std::string s = j["rope_style"].get<std::string>();
+    if (s != "half" && s != "interleaved") throw InputError("rope_style must be half or interleaved", path);
+    c.rope_style = s == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
+  }
+}
+
+std::string best_path_for(const std::string& out) {
+  std::filesystem::path p(out);
+  return (p.parent_path() / (p.stem().string() + ".best.h5")).string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
+  std::string rope = "half", export_path, export_dtype = "bf16";
+  nn::CorpusOptions copt;
+  nn::TrainOptions t;
+  lm::ModelConfig c = lm::default_shape();
+  bool tied = false, resume = false;
+  double init_std = 0.02;
+  std::int64_t tokens_budget = 0, eval_every = 100, eval_tokens = 0, ckpt_every = 0, log_every = 10, stop_at = 0;
+  t.steps = 0;
+  t.warmup = -1;
+  t.min_lr = -1;
+  CLI::App* app_ptr = nullptr;
+  cli::ToolInfo info{
+      "lm-train",
+      "Train a Llama-style decoder (model contract v1) on a text corpus on the CPU: AdamW with decoupled weight\n"
+      "decay, global-norm clipping, linear warmup + cosine decay, gradient accumulation, seeded data order.\n"
+      "Documents (blank-line separated paragraphs, TSV rows grouped by --doc-column, JSONL records) are\n"
+      "tokenized with BOS before each, joined in order and packed into windows of --seq-len tokens; every\n"
+      "--val-every-th document is held out for validation.  The model comes from --init (an lm-init or\n"
+      "lm-train checkpoint), --config (JSON with the checkpoint's attribute names) or --preset and shape\n"
+      "flags, with a tokenizer from --tokenizer or trained here on the training documents (--vocab-size).\n"
+      "-o is an f32 checkpoint that every lm tool reads, with the training state under /train (optimizer\n"
+      "moments, step, data position), written atomically every --checkpoint-every steps and at the end;\n"
+      "--resume continues from it bit-identically.  The lowest validation loss is kept in --best.  A NaN or\n"
+      "inf loss stops the run (exit 1) and leaves the last good checkpoint.  The log is JSON Lines: a meta\n"
+      "line, then step, tokens, train_loss, val_loss (when evaluated), lr, grad_norm, tokens_per_s, then a\n"
+      "summary line.",
+      "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
+      "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
+      "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app_ptr = &app;
+        app.add_option("corpus", corpus_path, "Training text: .txt, .tsv or .jsonl (- for stdin)")->required();
+        app.add_option("-o,--output", output, "Checkpoint to write (.h5), also the one --resume reads")->required();
+        nn::add_corpus_flags(app, copt);
+        // model
+        app.add_option("--init", init_path, "Start from this checkpoint (shape and tokenizer from it)");
+        app.add_option("--config", config_path, "Model shape as JSON (vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ff, n_ctx, ...)");
+        app.add_option("--preset", preset, "tiny | 7m (as lm-init)")->check(CLI::IsMember({"tiny", "7m"}));
+        app.add_option("--tokenizer", tokenizer_path, "SentencePiece model to embed");
+        app.add_option("--vocab-size", c.vocab_size, "Train a BPE tokenizer of this size on the training documents")->check(cli::int_range(260, 1 << 20));
+        lm::add_shape_flags(app, c);
+        app.add_option("--rope-style", rope, "half or interleaved")->check(CLI::IsMember({"half", "interleaved"}));
+        app.add_flag("--tied", tied, "LM head shares the token embedding");
+        app.add_option("--init-std", init_std, "Std of random initial matrices")->capture_default_str()->check(cli::positive());
+        // optimisation
+        app.add_option("--seq-len", t.seq_len, "Tokens per training window (default n_ctx)")->check(cli::int_range(1, 1 << 20));
+        app.add_option("--batch", t.batch, "Windows per micro-batch")->capture_default_str()->check(cli::int_range(1, 1 << 16));
+        app.add_option("--accum", t.accum, "Micro-batches per optimizer step")->capture_default_str()->check(cli::int_range(1, 1 << 16));
+        app.add_option("--steps", t.steps, "Optimizer steps")->check(cli::int_range(1, std::int64_t(1) << 40));
+        app.add_option("--tokens", tokens_budget, "Training tokens (sets --steps)")->check(cli::positive());
+        app.add_option("--lr", t.lr, "Peak learning rate")->capture_default_str()->check(cli::positive());
+        app.add_option("--min-lr", t.min_lr, "Final learning rate of the cosine (default lr/10)")->check(cli::non_negative());
+        app.add_option("--warmup", t.warmup, "Warmup steps (default 5% of the steps)")->check(cli::non_negative());
+        app.add_option("--weight-decay", t.adam.weight_decay, "Decoupled weight decay (matrices only)")->capture_default_str()->check(cli::non_negative());
+        app.add_option("--beta1", t.adam.beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 0.999999));
+        app.add_option("--beta2", t.adam.beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 0.999999));
+        app.add_option("--adam-eps", t.adam.eps, "AdamW epsilon")->capture_default_str()->check(cli::positive());
+        app.add_option("--clip", t.clip, "Global gradient-norm limit (0 = off)")->capture_default_str()->check(cli::non_negative());
+        // evaluation, checkpoints, log
+        app.add_option("--eval-every", eval_every, "Validation every N steps (0 = only at the end)")->capture_default_str()->check(cli::non_negative());
+        app.add_option("--eval-tokens", eval_tokens, "Validation tokens per evaluation (0 = all)")->capture_default_str()->check(cli::non_negative());
+        app.add_option("--checkpoint-every", ckpt_every, "Write -o every N steps (default: --eval-every)")->check(cli::non_negative());
+        app.add_option("--best", best_path, "Best-validation checkpoint (default <output>.best.h5)");
+        app.add_option("--log", log_path, "JSON Lines log (- = stdout); lines are flushed as they come")->capture_default_str();
+        app.add_option("--log-every", log_every, "Log every N steps")->capture_default_str()->check(cli::int_range(1, 1 << 30));
+        app.add_flag("--resume", resume, "Continue the run saved in -o (model and tokenizer from it; the same training options)");
+        app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
+        app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
+        app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->check(cli::non_negative());
+      },
+      [&](cli::Context& ctx) {
+        CLI::App* app = app_ptr;
+        if (std::filesystem::path(output).extension() != ".h5") throw UsageError("-o must end in .h5", "-o");
+        if (!init_path.empty() && (!config_path.empty() || !preset.empty() || app->count("--vocab-size") || !tokenizer_path.empty()))
+          throw UsageError("--init takes the shape and tokenizer from the checkpoint; drop --config/--preset/--vocab-size/--tokenizer", "--init");
+        for (const char* f : {"--d-model", "--n-layers", "--n-heads", "--n-kv-heads", "--d-ff", "--n-ctx", "--tied", "--rope-style"})
+          if (!init_path.empty() && app->count(f)) throw UsageError(fmt::format("{} conflicts with --init", f), f);
+        if (!tokenizer_path.empty() && app->count("--vocab-size"))
+          throw UsageError("give --tokenizer or --vocab-size, not both", "--vocab-size");
+        if (!resume && init_path.empty() && tokenizer_path.empty() && !app->count("--vocab-size"))
+          throw UsageError("give --init, --tokenizer or --vocab-size", "--vocab-size");
+        if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
+        if (t.steps == 0 && tokens_budget == 0) throw UsageError("give --steps or --tokens", "--steps");
+        if (best_path.empty()) best_path = best_path_for(output);
+        if (ckpt_every == 0) ckpt_every = eval_every;
+        // Unwritable outputs fail now, before any work (AtomicFile checks the directory).
+        { io::AtomicFile probe(output); io::AtomicFile probe2(best_path); }
+        if (!export_path.empty()) {
+          if (std::filesystem::path(export_path).extension() != ".h5") throw UsageError("--export must end in .h5", "--export");
+          io::AtomicFile probe3(export_path);
+        }
+        std::unique_ptr<std::ofstream> log_file;
+        if (!io::is_stdout(log_path)) {
+          if (std::filesystem::path(log_path).extension() != ".jsonl") throw UsageError("--log must end in .jsonl", "--log");
+          log_file = std::make_unique<std::ofstream>(log_path, resume ? std::ios::app : std::ios::trunc);
+          if (!*log_file) throw RuntimeError("cannot write log", log_path);
+        }
+        std::ostream& logs = log_file ? *log_file : std::cout;
+        auto emit = [&](const nlohmann::json& j) { logs << j.dump() << '\n' << std::flush; };
+
+        // ---- data ----
+        const nn::Documents docs = nn::read_corpus(corpus_path, copt);
+        ctx.prov.add_input(corpus_path, docs.sha256);
+        if (docs.train.empty()) throw InputError("no training documents", corpus_path);
+
+        // ---- model ----
+        lm::Model init;
+        if (resume) {  // shape and tokenizer from the run's own checkpoint
+          if (!std::filesystem::exists(output)) throw InputError("nothing to resume: the checkpoint does not exist", output);
+          init = lm::load_checkpoint(output);
+        } else if (!init_path.empty()) {
+          init = lm::load_checkpoint(init_path);
+          ctx.prov.add_input(init_path, io::sha256_hex(io::read_file(init_path)));
+          if (init.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", init_path);
+        } else {
+          if (!preset.empty()) lm::apply_preset(preset, c, [&](const char* flag) { return std::string(flag) == "--vocab-size" || app->count(flag) > 0; });
+          if (!config_path.empty()) {
+            std::string sha;
+            const auto j = io::read_json(config_path, &sha);
+            ctx.prov.add_input(config_path, sha);
+            apply_config_json(j, c, config_path, [&](const std::string& f) { return app->count(f) > 0; });
+          }
+          if (app->count("--rope-style")) c.rope_style = rope == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
+          if (app->count("--tied")) c.tied = tied;
+          std::string tok_bytes;
+          if (!tokenizer_path.empty()) {
+            tok_bytes = io::read_file(tokenizer_path);
+            ctx.prov.add_input(tokenizer_path, io::sha256_hex(tok_bytes));
+          } else {
+            lm::TokenizerTrainOptions to;
+            to.vocab_size = c.vocab_size;
+            to.threads = ctx.common.threads > 0 ? ctx.common.threads : 1;
+            log::debug("training a {}-piece BPE tokenizer on {} documents", c.vocab_size, docs.train.size());
+            try {
+              tok_bytes = lm::train_tokenizer(tokenizer_sentences(docs.train), to);
+            } catch (const InputError& e) {
+              const std::string why = e.what();
+              if (why.find("too high") != std::string::npos)
+                throw InputError(fmt::format("vocabulary of {} pieces is larger than the corpus supports ({})",
+                                             c.vocab_size, why.substr(why.rfind(']') + 2)), "--vocab-size");
+              throw InputError(why, "--vocab-size");
+            }
+          }
+          const lm::Tokenizer tok(tok_bytes, tokenizer_path.empty() ? "trained tokenizer" : tokenizer_path);
+          c.vocab_size = tok.vocab_size();
+          c.bos_id = tok.bos_id() < c.vocab_size ? tok.bos_id() : -1;
+          c.eos_id = tok.eos_id() < c.vocab_size ? tok.eos_id() : -1;
+          c.add_bos = c.bos_id >= 0;
+          try {
+            c.validate("model config");
+          } catch (const InputError& e) {
+            throw UsageError(e.what());
+          }
+          init = lm::random_model(c, ctx.common.seed, init_std);
+          init.tokenizer_model = tok_bytes;
+        }
+        const lm::ModelConfig& mc = init.config;
+        if (!app->count("--seq-len")) t.seq_len = mc.n_ctx;
+        if (t.seq_len > mc.n_ctx)
+          throw InputError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", t.seq_len, mc.n_ctx), "--seq-len");
+        const lm::Tokenizer tok(init.tokenizer_model, "model tokenizer");
+        std::vector<int> train_stream = nn::tokenize_documents(tok, docs.train, mc.add_bos ? mc.bos_id : -1, corpus_path);
+        const std::vector<int> val_stream = nn::tokenize_documents(tok, docs.val, mc.add_bos ? mc.bos_id : -1, corpus_path);
+        const std::int64_t step_tokens = std::int64_t(t.batch) * t.seq_len * t.accum;
+        if (tokens_budget > 0) t.steps = std::max<std::int64_t>(1, (tokens_budget + step_tokens - 1) / step_tokens);
+        if (t.warmup < 0) t.warmup = t.steps / 20;
+        if (t.min_lr < 0) t.min_lr = t.lr / 10;
+        t.seed = ctx.common.seed;
+        const std::int64_t train_tokens = static_cast<std::int64_t>(train_stream.size());
+        nn::Trainer trainer(init, std::move(train_stream), t);
+        if (val_stream.size() < 2 && copt.val_every > 0)
+          log::warn("no validation documents (fewer than --val-every {} documents); no validation loss", copt.val_every);
+
+        double best_val = std::numeric_limits<double>::infinity();
+        std::int64_t last_ckpt_step = -1;
+        if (resume) {
+          const auto extra = trainer.load(output);
+          if (extra.contains("best_val") && extra["best_val"].is_number()) best_val = extra["best_val"].get<double>();
+          last_ckpt_step = trainer.steps_done();
+          log::info("resumed at step {} ({} tokens)", trainer.steps_done(), trainer.tokens_seen());
+        }
+        const std::int64_t n_params = mc.n_params();
+        ctx.prov.extra["n_params"] = n_params;
+        ctx.prov.extra["train_tokens"] = train_tokens;
+        ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
+        ctx.prov.extra["options"] = t.to_json();
+        emit(nlohmann::json{{"meta", ctx.prov.to_json()}});
+        log::info("{} weights; {} training tokens ({} windows of {}), {} validation tokens; {} steps of {} tokens",
+                  n_params, train_tokens, trainer.windows(), t.seq_len, val_stream.size(), t.steps, step_tokens);
+
+        auto save_extra = [&] { return nlohmann::json{{"best_val", std::isfinite(best_val) ? nlohmann::json(best_val) : nlohmann::json()}}; };
+        auto checkpoint = [&] {
+          trainer.save(output, ctx.prov, save_extra());
+          last_ckpt_step = trainer.steps_done();
+        };
+        auto validate = [&](nlohmann::json& line) {
+          if (val_stream.size() < 2) return;
+          const auto r = nn::evaluate(trainer.params(), val_stream, t.seq_len, t.batch, eval_tokens);
+          line["val_loss"] = r.loss;
+          line["val_tokens"] = r.tokens;
+          if (!std::isfinite(r.loss))
+            throw RuntimeError(fmt::format("non-finite validation loss at step {}", trainer.steps_done()));
+          if (r.loss < best_val) {
+            best_val = r.loss;
+            trainer.save(best_path, ctx.prov, save_extra());
+            line["best"] = true;
+          }
+        };
+
+        const std::int64_t end = stop_at > 0 ? std::min(stop_at, t.steps) : t.steps;
+        Progress bar(static_cast<std::size_t>(std::max<std::int64_t>(0, end - trainer.steps_done())), "steps");
+        const auto t_start = std::chrono::steady_clock::now();
+        double train_seconds = 0, window_seconds = 0, window_loss = 0;
+        std::int64_t window_tokens = 0, window_steps = 0, start_tokens = trainer.tokens_seen();
+        nn::StepStats st;
+        nlohmann::json last_val;
+        while (trainer.steps_done() < end) {
+          const auto t0 = std::chrono::steady_clock::now();
+          try {
+            st = trainer.step();
+          } catch (const RuntimeError& e) {
+            bar.finish();
+            throw RuntimeError(std::string(e.what()) + (last_ckpt_step >= 0
+                                   ? fmt::format("; the last good checkpoint is step {}", last_ckpt_step)
+                                   : std::string("; no checkpoint was written")), output);
+          }
+          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          train_seconds += dt;
+          window_seconds += dt;
+          window_tokens += step_tokens;
+          window_loss += st.loss;
+          ++window_steps;
+          bar.tick();
+          const bool do_eval = (eval_every > 0 && st.step % eval_every == 0) || st.step == t.steps;
+          const bool do_log = st.step % log_every == 0 || do_eval || st.step == end;
+          if (do_log) {
+            nlohmann::json line{{"step", st.step},
+                                {"tokens", st.tokens},
+                                {"train_loss", window_loss / double(window_steps)},
+                                {"lr", st.lr},
+                                {"grad_norm", st.grad_norm},
+                                {"tokens_per_s", window_tokens / std::max(window_seconds, 1e-9)}};
+            if (do_eval) {
+              validate(line);
+              if (line.contains("val_loss")) last_val = line["val_loss"];
+            }
+            emit(line);
+            window_seconds = 0;
+            window_tokens = 0;
+            window_loss = 0;
+            window_steps = 0;
+          }
+          if ((ckpt_every > 0 && st.step % ckpt_every == 0) || st.step == end) checkpoint();
+        }
+        bar.finish();
+        if (last_ckpt_step != trainer.steps_done()) checkpoint();
+        if (!export_path.empty() && trainer.steps_done() >= t.steps) {
+          const bool have_best = std::isfinite(best_val) && std::filesystem::exists(best_path);
+          lm::Model shipped = have_best ? lm::load_checkpoint(best_path) : trainer.model();
+          io::Provenance prov = ctx.prov;
+          prov.extra["exported_from"] = have_best ? "best validation checkpoint" : "final weights";
+          if (have_best) prov.extra["val_loss"] = best_val;
+          lm::save_checkpoint(export_path, shipped, io::h5::parse_float_storage(export_dtype, "--export-dtype"), prov);
+        }
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+        nlohmann::json summary{{"steps", trainer.steps_done()},
+                               {"tokens", trainer.tokens_seen()},
+                               {"train_loss", st.step > 0 ? nlohmann::json(st.loss) : nlohmann::json()},
+                               {"val_loss", last_val},
+                               {"best_val_loss", std::isfinite(best_val) ? nlohmann::json(best_val) : nlohmann::json()},
+                               {"n_params", n_params},
+                               {"seconds", wall},
+                               {"tokens_per_s", (trainer.tokens_seen() - start_tokens) / std::max(train_seconds, 1e-9)},
+                               {"output", output},
+                               {"finished", trainer.steps_done() >= t.steps}};
+        if (last_val.is_number()) summary["val_perplexity"] = std::exp(last_val.get<double>());
+        emit(nlohmann::json{{"summary", summary}});
+        log::info("step {}: train loss {:.4f}, {} -> {}", trainer.steps_done(), st.loss,
+                  last_val.is_number() ? fmt::format("val loss {:.4f}", last_val.get<double>()) : std::string("no validation"), output);
+      });
+}
