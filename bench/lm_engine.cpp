@@ -72,7 +72,8 @@ nlohmann::json bench_model(const std::string& name, const ModelConfig& cfg, int 
     if (logits) *logits = std::move(r.logits);
     return t;
   };
-  const int reps = quick ? 3 : 9;
+  const int reps = quick ? 7 : 15;
+  for (int k : {1, 16}) pass(k, nullptr);  // warm caches and the thread pool before timing
   auto med = [&](int k) {
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) t.push_back(pass(k, nullptr));

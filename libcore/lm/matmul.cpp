@@ -124,11 +124,16 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float* x, int ldx,
 template <int CT, class WT>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(const float* x, int R, int ldx, int K, const WT* W,
                                                     int o, float* y, int ldy) {
+  // 3-row tiles; a remainder of one row after at least one tile becomes two 2-row tiles
+  // (a lone row keeps only CT accumulators busy).  The arithmetic per (r, o) is unchanged.
+  int full = R / RTILE, rem = R % RTILE;
+  if (rem == 1 && full >= 1) { --full; rem = 4; }
   int r = 0;
-  for (; r + RTILE <= R; r += RTILE)
+  for (int i = 0; i < full; ++i, r += RTILE)
     tile_avx2<RTILE, CT>(x + std::size_t(r) * ldx, ldx, K, W, o, y + std::size_t(r) * ldy, ldy);
-  if (R - r == 2) tile_avx2<2, CT>(x + std::size_t(r) * ldx, ldx, K, W, o, y + std::size_t(r) * ldy, ldy);
-  else if (R - r == 1) tile_avx2<1, CT>(x + std::size_t(r) * ldx, ldx, K, W, o, y + std::size_t(r) * ldy, ldy);
+  for (; rem >= 2; rem -= 2, r += 2)
+    tile_avx2<2, CT>(x + std::size_t(r) * ldx, ldx, K, W, o, y + std::size_t(r) * ldy, ldy);
+  if (rem == 1) tile_avx2<1, CT>(x + std::size_t(r) * ldx, ldx, K, W, o, y + std::size_t(r) * ldy, ldy);
 }
 
 template <class WT>
