@@ -5,7 +5,7 @@ Our GGUF export of a model must give llama.cpp the same greedy tokens as lm-gene
 decode speeds are measured on the same file and threads in one run.  Prints JSON; exit 1 when
 the greedy tokens differ, 77 when llama_cpp is absent.
 
-usage: llama_cpp.py BIN_DIR MODEL.gguf [N_NEW] [THREADS]
+usage: llamacpp_peer.py BIN_DIR MODEL.gguf [N_NEW] [THREADS]
 """
 import json
 import subprocess
@@ -22,10 +22,10 @@ except ImportError as e:
 bin_dir, model = Path(sys.argv[1]), sys.argv[2]
 n_new = int(sys.argv[3]) if len(sys.argv) > 3 else 64
 threads = int(sys.argv[4]) if len(sys.argv) > 4 else 2
-prompt = [1, 450, 3186, 1063, 278] if "--ids" not in sys.argv else None
 
+# f32 KV cache (llama.cpp's default is f16, which alone flips near-tied greedy tokens).
 llm = llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=512, n_batch=512,
-                      verbose=False, logits_all=False)
+                      verbose=False, logits_all=True, type_k=0, type_v=0)
 vocab = llm.n_vocab()
 prompt = [1] + [(i * 37 + 11) % (vocab - 3) + 3 for i in range(7)]
 # llama.cpp greedy: evaluate the prompt, then argmax step by step (no sampler randomness).
