@@ -29,10 +29,11 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("input", input, "Model file or Hugging Face directory")->required();
-        app.add_option("-o,--output", output, "Output: *.h5, *.gguf, or a directory")->required();
+        app.add_option("-o,--output", output, "Output: *.h5 (native), *.gguf, anything else = a Hugging Face directory")->required();
         app.add_option("--dtype", dtype, "Storage of matrices: f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
       },
       [&](cli::Context& ctx) {
+        if (output == "-") throw UsageError("a model cannot go to stdout: give *.h5, *.gguf or a directory", "-o");
         const lm::ModelFormat out_fmt = lm::output_format(output);
         if (out_fmt == lm::ModelFormat::gguf && dtype == "bf16") throw UsageError("GGUF export writes f32 or f16", "--dtype bf16");
         ctx.prov.add_input(input, lm::model_sha256(input));

@@ -10,6 +10,7 @@
 #include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "lm/model.hpp"
+#include "lm/model_io.hpp"
 #include "lm/tokenizer.hpp"
 #include "nn/corpus.hpp"
 #include "nn/corpus_flags.hpp"
@@ -53,8 +54,8 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         io::require_json_path(output);
         if (split != "all" && copt.val_every == 0) throw UsageError("--split train/val needs --val-every N", "--split");
-        const lm::Model model = lm::load_checkpoint(model_path);
-        ctx.prov.add_input(model_path, io::sha256_hex(io::read_file(model_path)));
+        const lm::Model model = lm::load_any(model_path);
+        ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         if (model.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", model_path);
         const auto& c = model.config;
         if (seq_len == 0) seq_len = c.n_ctx;

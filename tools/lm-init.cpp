@@ -1,7 +1,9 @@
 // lm-init: write a randomly initialised Llama-style checkpoint (native HDF5, model contract v1).
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <fstream>
+#include <unistd.h>
 #include <sstream>
 
 #include "cli/run_tool.hpp"
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
+        if (std::filesystem::path(output).extension() != ".h5")
+          throw UsageError("lm-init writes the native HDF5 checkpoint: give a path ending in .h5 (lm-convert makes GGUF or Hugging Face)", "-o " + output);
         // A preset fills every size field the command line did not set explicitly.
         if (!preset.empty()) lm::apply_preset(preset, c, [&](const char* flag) { return app->count(flag) > 0; });
         std::string tok_bytes;
@@ -74,6 +78,11 @@ int main(int argc, char** argv) {
         } catch (const InputError& e) {
           throw UsageError(e.what());
         }
+        const double need = c.n_params_approx() * 4.0;  // float32 in memory
+        const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+        if (ram > 0 && need > ram)
+          throw UsageError(fmt::format("{:.3g} weights need {:.1f} GB in memory, more than this machine's {:.1f} GB",
+                                       c.n_params_approx(), need / 1e9, ram / 1e9));
         lm::Model m = lm::random_model(c, ctx.common.seed, init_std);
         m.tokenizer_model = tok_bytes;
         const auto st = io::h5::parse_float_storage(dtype, "--dtype");

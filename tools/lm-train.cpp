@@ -16,6 +16,7 @@
 #include "lm/model.hpp"
 #include "lm/presets.hpp"
 #include "io/table.hpp"
+#include "lm/model_io.hpp"
 #include "lm/tokenizer.hpp"
 #include "nn/corpus.hpp"
 #include "nn/corpus_flags.hpp"
@@ -182,14 +183,19 @@ int main(int argc, char** argv) {
           if (std::filesystem::path(export_path).extension() != ".h5") throw UsageError("--export must end in .h5", "--export");
           io::AtomicFile probe3(export_path);
         }
+        // The log is opened at its first line, so a run that fails while reading its inputs
+        // leaves an existing log untouched.
+        if (!io::is_stdout(log_path) && std::filesystem::path(log_path).extension() != ".jsonl")
+          throw UsageError("--log must end in .jsonl", "--log");
         std::unique_ptr<std::ofstream> log_file;
-        if (!io::is_stdout(log_path)) {
-          if (std::filesystem::path(log_path).extension() != ".jsonl") throw UsageError("--log must end in .jsonl", "--log");
-          log_file = std::make_unique<std::ofstream>(log_path, resume ? std::ios::app : std::ios::trunc);
-          if (!*log_file) throw RuntimeError("cannot write log", log_path);
-        }
-        std::ostream& logs = log_file ? *log_file : std::cout;
-        auto emit = [&](const nlohmann::json& j) { logs << j.dump() << '\n' << std::flush; };
+        auto emit = [&](const nlohmann::json& j) {
+          if (!io::is_stdout(log_path) && !log_file) {
+            log_file = std::make_unique<std::ofstream>(log_path, resume ? std::ios::app : std::ios::trunc);
+            if (!*log_file) throw RuntimeError("cannot write log", log_path);
+          }
+          std::ostream& logs = log_file ? *log_file : std::cout;
+          logs << j.dump() << '\n' << std::flush;
+        };
 
         // ---- data ----
         const nn::Documents docs = nn::read_corpus(corpus_path, copt);
@@ -202,8 +208,8 @@ int main(int argc, char** argv) {
           if (!std::filesystem::exists(output)) throw InputError("nothing to resume: the checkpoint does not exist", output);
           init = lm::load_checkpoint(output);
         } else if (!init_path.empty()) {
-          init = lm::load_checkpoint(init_path);
-          ctx.prov.add_input(init_path, io::sha256_hex(io::read_file(init_path)));
+          init = lm::load_any(init_path);
+          ctx.prov.add_input(init_path, lm::model_sha256(init_path));
           if (init.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", init_path);
         } else {
           if (!preset.empty()) lm::apply_preset(preset, c, [&](const char* flag) { return std::string(flag) == "--vocab-size" || app->count(flag) > 0; });

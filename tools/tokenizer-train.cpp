@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
           if (!cur.empty()) sentences.push_back(cur);
         }
         if (sentences.empty()) throw InputError("no text to train on", inputs.front());
+        if (!(coverage >= 0.9 && coverage <= 1.0)) throw UsageError("must be in [0.9, 1]", "--character-coverage");
         lm::TokenizerTrainOptions opt;
         opt.vocab_size = vocab;
         opt.model_type = model_type;

@@ -315,6 +315,8 @@ void save_model(const std::string& dir, const Model& m, io::h5::FloatStorage sto
   const ModelConfig& c = m.config;
   c.validate("model config");
   std::error_code ec;
+  if (fs::exists(fs::path(dir) / "model.safetensors.index.json"))
+    throw RuntimeError("the output directory holds a sharded model (model.safetensors.index.json): choose an empty directory", dir);
   fs::create_directories(dir, ec);
   if (ec) throw RuntimeError("cannot create directory", dir);
   struct T { std::string name; const float* data; std::vector<std::uint64_t> shape; bool narrow; };
