@@ -10,6 +10,7 @@
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
+#include "io/table.hpp"
 #include "lm/forward.hpp"
 #include "lm/model_io.hpp"
 #include "lm/sampler.hpp"
@@ -120,14 +121,7 @@ int main(int argc, char** argv) {
           if (!prompt_file.empty() || !prompt_given) {
             const std::string src = prompt_file.empty() ? "-" : prompt_file;
             where = src == "-" ? "stdin" : src;
-            std::ostringstream ss;
-            if (src == "-") ss << std::cin.rdbuf();
-            else {
-              std::ifstream in(src, std::ios::binary);
-              if (!in) throw InputError("cannot read file", src);
-              ss << in.rdbuf();
-            }
-            text = ss.str();
+            text = io::read_file(src);
             ctx.prov.add_input(src, io::sha256_hex(text));
           }
           ids = tok->encode(text, where);

@@ -9,27 +9,13 @@
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
+#include "io/table.hpp"
 #include "lm/tokenizer.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 
 using namespace icmlkit;
 
-namespace {
-
-std::string read_all(const std::string& path) {
-  std::ostringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read file", path);
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> inputs;
@@ -62,7 +48,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> sentences;
         long lines = 0;
         for (const auto& path : inputs) {
-          const std::string text = read_all(path);
+          const std::string text = io::read_file(path);
           ctx.prov.add_input(path, io::sha256_hex(text));
           if (!lm::valid_utf8(text)) throw InputError("text is not valid UTF-8", path);
           std::istringstream in(text);

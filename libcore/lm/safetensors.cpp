@@ -12,7 +12,9 @@
 #include <sstream>
 
 #include "io/atomic_file.hpp"
+#include "io/json.hpp"
 #include "io/mapped_file.hpp"
+#include "io/table.hpp"
 #include "lm/gguf.hpp"
 #include "lm/tokenizer.hpp"
 #include "num/half.hpp"
@@ -129,16 +131,6 @@ std::vector<float> to_floats(const std::uint8_t* data, const Entry& e) {
 
 namespace {
 
-json read_json_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw InputError("cannot read file", p.string());
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw InputError(std::string("not valid JSON: ") + e.what(), p.string());
-  }
-}
-
 int cfg_int(const json& c, const char* key, const std::string& where, bool required, int fallback) {
   if (!c.contains(key) || c[key].is_null()) {
     if (required) throw InputError(std::string("config.json lacks '") + key + "'", where);
@@ -164,7 +156,7 @@ class Shards {
     if (!single.empty()) { add(single); return; }
     const fs::path index = dir / "model.safetensors.index.json";
     if (fs::exists(index)) {
-      const json j = read_json_file(index);
+      const json j = io::read_json(index.string());
       if (!j.contains("weight_map") || !j["weight_map"].is_object())
         throw InputError("index has no weight_map object", index.string());
       for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
@@ -251,7 +243,7 @@ Model load_model(const std::string& path) {
   }
   const fs::path cfg_path = dir / "config.json";
   const std::string cw = cfg_path.string();
-  const json cfg = read_json_file(cfg_path);
+  const json cfg = io::read_json(cfg_path.string());
   if (!cfg.is_object()) throw InputError("config.json is not an object", cw);
   const std::string mt = cfg.value("model_type", std::string());
   if (mt != "llama") throw InputError("model_type '" + mt + "' is not supported (llama is)", cw);
@@ -300,10 +292,7 @@ Model load_model(const std::string& path) {
   m.stored = dt == "F16" ? io::h5::FloatStorage::f16 : dt == "BF16" ? io::h5::FloatStorage::bf16 : io::h5::FloatStorage::f32;
   const fs::path tk = dir / "tokenizer.model";
   if (fs::exists(tk)) {
-    std::ifstream in(tk, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    m.tokenizer_model = ss.str();
+    m.tokenizer_model = io::read_file(tk.string());
     const Tokenizer tok(m.tokenizer_model, tk.string());
     if (tok.vocab_size() != c.vocab_size)
       throw InputError(fmt::format("tokenizer has {} pieces but vocab_size is {}", tok.vocab_size(), c.vocab_size), tk.string());
