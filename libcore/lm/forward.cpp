@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -55,6 +56,9 @@ void matmul_w(const float* x, int R, int K, int ldx, const Matrix& W, int O, flo
 void check_batch(const ModelConfig& c, const KvCache& cache, const Batch& b, const ForwardOptions& opt) {
   const int R = b.size();
   if (R == 0) throw InputError("empty forward batch");
+  for (const auto* skip : {&opt.skip_attn, &opt.skip_mlp})
+    if (!skip->empty() && static_cast<int>(skip->size()) != c.n_layers)
+      throw InputError("layer skip list needs n_layers entries");
   for (int r = 0; r < R; ++r) {
     const auto& row = b.rows[r];
     const std::string where = "batch row " + std::to_string(r);
@@ -150,84 +154,100 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
   for (int r : opt.attn_rows) record[r] = 1;
   const int nthreads = threads();
 
+  const int nviews = static_cast<int>(b.views.size());
+  if (opt.time_attention) res.attn_cpu_s.assign(nviews, 0.0);
+  using Clock = std::chrono::steady_clock;
+
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = model.layers[l];
-    rms_norm(x.data(), R, d, L.attn_norm.data(), c.rms_eps, xn.data());
-    matmul_w(xn.data(), R, d, d, L.wq, dq, q.data(), dq);
-    matmul_w(xn.data(), R, d, d, L.wk, dkv, k.data(), dkv);
-    matmul_w(xn.data(), R, d, d, L.wv, dkv, v.data(), dkv);
-    const int half = hd / 2;
-    for (int r = 0; r < R; ++r) {
-      const float* rc = cs.data() + std::size_t(r) * half;
-      const float* rs = sn.data() + std::size_t(r) * half;
-      for (int h = 0; h < nh; ++h) apply_rope(q.data() + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
-      for (int h = 0; h < nkv; ++h) {
-        float* kr = k.data() + std::size_t(r) * dkv + h * hd;
-        apply_rope(kr, hd, c.rope_style, rc, rs);
-        std::copy_n(kr, hd, cache.pending_key(l, h, r));
-        std::copy_n(v.data() + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(l, h, r));
+    if (opt.skip_attn.empty() || !opt.skip_attn[l]) {
+      rms_norm(x.data(), R, d, L.attn_norm.data(), c.rms_eps, xn.data());
+      matmul_w(xn.data(), R, d, d, L.wq, dq, q.data(), dq);
+      matmul_w(xn.data(), R, d, d, L.wk, dkv, k.data(), dkv);
+      matmul_w(xn.data(), R, d, d, L.wv, dkv, v.data(), dkv);
+      const int half = hd / 2;
+      for (int r = 0; r < R; ++r) {
+        const float* rc = cs.data() + std::size_t(r) * half;
+        const float* rs = sn.data() + std::size_t(r) * half;
+        for (int h = 0; h < nh; ++h) apply_rope(q.data() + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
+        for (int h = 0; h < nkv; ++h) {
+          float* kr = k.data() + std::size_t(r) * dkv + h * hd;
+          apply_rope(kr, hd, c.rope_style, rc, rs);
+          std::copy_n(kr, hd, cache.pending_key(l, h, r));
+          std::copy_n(v.data() + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(l, h, r));
+        }
       }
-    }
 
-    // Attention, one (row, query head) per task: gather the view's slots, then new rows.
-    std::vector<AttentionRecord> recs;
-    const std::int64_t attn_work = std::int64_t(R) * nh * hd * (cache.size(l, 0) + R);
+      // Attention, one (row, query head) per task: gather the view's slots, then new rows.
+      std::vector<AttentionRecord> recs;
+      const std::int64_t attn_work = std::int64_t(R) * nh * hd * (cache.size(l, 0) + R);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
-    {
-      std::vector<float> sc;
-      std::vector<AttentionRecord> mine;
+      {
+        std::vector<float> sc;
+        std::vector<AttentionRecord> mine;
+        std::vector<double> busy(opt.time_attention ? nviews : 0, 0.0);
 #pragma omp for schedule(dynamic, 1)
-      for (int task = 0; task < R * nh; ++task) {
-        const int r = task / nh, h = task % nh, g = h / group;
-        const BatchRow& row = b.rows[r];
-        const View& view = b.views[row.view];
-        const int lhi = cache.lh(l, g);
-        const int nslots = view.count(lhi, cache.size(l, g));
-        const auto& nb = inbatch[r];
-        const int nkeys = nslots + static_cast<int>(nb.size());
-        sc.resize(nkeys);
-        const float* qr = q.data() + std::size_t(r) * dq + h * hd;
-        for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(l, g, view.slot(lhi, j)), hd) * scale;
-        for (std::size_t j = 0; j < nb.size(); ++j)
-          sc[nslots + j] = dot8(qr, cache.pending_key(l, g, nb[j]), hd) * scale;
-        AttentionRecord* rec = nullptr;
-        if (record[r]) {
-          mine.push_back(AttentionRecord{r, l, h, {}, sc, {}, {}});
-          rec = &mine.back();
+        for (int task = 0; task < R * nh; ++task) {
+          const auto t0 = opt.time_attention ? Clock::now() : Clock::time_point();
+          const int r = task / nh, h = task % nh, g = h / group;
+          const BatchRow& row = b.rows[r];
+          const View& view = b.views[row.view];
+          const int lhi = cache.lh(l, g);
+          const int nslots = view.count(lhi, cache.size(l, g));
+          const auto& nb = inbatch[r];
+          const int nkeys = nslots + static_cast<int>(nb.size());
+          sc.resize(nkeys);
+          const float* qr = q.data() + std::size_t(r) * dq + h * hd;
+          for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(l, g, view.slot(lhi, j)), hd) * scale;
+          for (std::size_t j = 0; j < nb.size(); ++j)
+            sc[nslots + j] = dot8(qr, cache.pending_key(l, g, nb[j]), hd) * scale;
+          AttentionRecord* rec = nullptr;
+          if (record[r]) {
+            mine.push_back(AttentionRecord{r, l, h, {}, sc, {}, {}});
+            rec = &mine.back();
+          }
+          float mx = sc[0];
+          for (int j = 1; j < nkeys; ++j) mx = std::max(mx, sc[j]);
+          double sum = 0.0;
+          for (int j = 0; j < nkeys; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+          const float inv = static_cast<float>(1.0 / sum);
+          float* out = att.data() + std::size_t(r) * dq + h * hd;
+          std::fill_n(out, hd, 0.0f);
+          for (int j = 0; j < nkeys; ++j) {
+            const float p = sc[j] * inv;
+            sc[j] = p;
+            const float* vv = j < nslots ? cache.value(l, g, view.slot(lhi, j)) : cache.pending_value(l, g, nb[j - nslots]);
+            for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
+          }
+          if (rec) {
+            rec->probs.assign(sc.begin(), sc.end());
+            rec->output.assign(out, out + hd);
+            rec->keys.resize(nkeys);
+            for (int j = 0; j < nslots; ++j) rec->keys[j] = view.slot(lhi, j);
+            for (std::size_t j = 0; j < nb.size(); ++j) rec->keys[nslots + j] = -(nb[j] + 1);
+          }
+          if (opt.time_attention) busy[row.view] += std::chrono::duration<double>(Clock::now() - t0).count();
         }
-        float mx = sc[0];
-        for (int j = 1; j < nkeys; ++j) mx = std::max(mx, sc[j]);
-        double sum = 0.0;
-        for (int j = 0; j < nkeys; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
-        const float inv = static_cast<float>(1.0 / sum);
-        float* out = att.data() + std::size_t(r) * dq + h * hd;
-        std::fill_n(out, hd, 0.0f);
-        for (int j = 0; j < nkeys; ++j) {
-          const float p = sc[j] * inv;
-          sc[j] = p;
-          const float* vv = j < nslots ? cache.value(l, g, view.slot(lhi, j)) : cache.pending_value(l, g, nb[j - nslots]);
-          for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
-        }
-        if (rec) {
-          rec->probs.assign(sc.begin(), sc.end());
-          rec->output.assign(out, out + hd);
-          rec->keys.resize(nkeys);
-          for (int j = 0; j < nslots; ++j) rec->keys[j] = view.slot(lhi, j);
-          for (std::size_t j = 0; j < nb.size(); ++j) rec->keys[nslots + j] = -(nb[j] + 1);
-        }
-      }
-      if (!mine.empty()) {
+        if (!mine.empty() || opt.time_attention) {
 #pragma omp critical
-        for (auto& m : mine) recs.push_back(std::move(m));
+          {
+            for (auto& m : mine) recs.push_back(std::move(m));
+            for (int v = 0; v < static_cast<int>(busy.size()); ++v) res.attn_cpu_s[v] += busy[v];
+          }
+        }
       }
-    }
-    std::sort(recs.begin(), recs.end(), [](const AttentionRecord& a, const AttentionRecord& b2) {
-      return a.row != b2.row ? a.row < b2.row : a.head < b2.head;
-    });
-    for (auto& rr : recs) res.attention.push_back(std::move(rr));
+      std::sort(recs.begin(), recs.end(), [](const AttentionRecord& a, const AttentionRecord& b2) {
+        return a.row != b2.row ? a.row < b2.row : a.head < b2.head;
+      });
+      for (auto& rr : recs) res.attention.push_back(std::move(rr));
 
-    matmul_w(att.data(), R, dq, dq, L.wo, d, tmp.data(), d);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+      matmul_w(att.data(), R, dq, dq, L.wo, d, tmp.data(), d);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    }
+    if (!opt.skip_mlp.empty() && opt.skip_mlp[l]) {
+      if (opt.hidden) res.hidden[l + 1].data = x;
+      continue;
+    }
     rms_norm(x.data(), R, d, L.ffn_norm.data(), c.rms_eps, xn.data());
     matmul_w(xn.data(), R, d, d, L.w_gate, c.d_ff, gate.data(), c.d_ff);
     matmul_w(xn.data(), R, d, d, L.w_up, c.d_ff, up.data(), c.d_ff);

@@ -47,6 +47,12 @@ struct ForwardOptions {
   bool hidden = false;
   /// Rows whose per-layer, per-head attention is recorded (scores, probabilities, output).
   std::vector<int> attn_rows;
+  /// Per layer (size n_layers or empty): skip that block's attention / MLP sublayer for every
+  /// row (the residual passes through; self-speculative drafting).  A skipped attention leaves
+  /// the rows' pending K/V of that layer unspecified, so such rows must not be committed.
+  std::vector<char> skip_attn, skip_mlp;
+  /// Measure the CPU seconds spent in attention per view (ForwardResult::attn_cpu_s).
+  bool time_attention = false;
 };
 
 /// Attention of one query row, one layer, one query head.
@@ -65,6 +71,9 @@ struct ForwardResult {
   Matrix logits;                    ///< [logits_rows.size(), vocab_size]
   std::vector<Matrix> hidden;       ///< [n_layers + 1] of [R, d_model] when requested
   std::vector<AttentionRecord> attention;  ///< for ForwardOptions::attn_rows
+  /// With time_attention: CPU seconds of attention (scores, softmax, weighted sum) summed over
+  /// threads and layers, per view index of the batch [views.size()].
+  std::vector<double> attn_cpu_s;
 };
 
 /// Runs the decoder on `batch`, attending `cache` through each row's view, and writes every

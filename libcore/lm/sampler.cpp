@@ -71,4 +71,49 @@ int Sampler::sample(const float* logits, int vocab) {
   return order_[keep - 1];
 }
 
+double TokenDist::prob(int id) const {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == id) return p[i];
+  return 0.0;
+}
+
+void Sampler::distribution(const float* logits, int vocab, TokenDist& out) const {
+  if (cfg_.temperature == 0.0) {
+    out.ids.assign(1, argmax(logits, vocab));
+    out.p.assign(1, 1.0);
+    return;
+  }
+  const int k = cfg_.top_k > 0 ? std::min(cfg_.top_k, vocab) : vocab;
+  out.ids = top_ids(logits, vocab, k);
+  out.p.resize(k);
+  const double mx = logits[out.ids[0]];
+  double sum = 0.0;
+  for (int i = 0; i < k; ++i) { out.p[i] = std::exp((double(logits[out.ids[i]]) - mx) / cfg_.temperature); sum += out.p[i]; }
+  int keep = k;
+  if (cfg_.top_p < 1.0) {
+    double cum = 0.0;
+    for (int i = 0; i < k; ++i) {
+      cum += out.p[i] / sum;
+      if (cum >= cfg_.top_p) { keep = i + 1; break; }
+    }
+  }
+  out.ids.resize(keep);
+  out.p.resize(keep);
+  double total = 0.0;
+  for (double v : out.p) total += v;
+  for (double& v : out.p) v /= total;
+}
+
+int Sampler::draw(const TokenDist& dist) {
+  double u = rng_.uniform();
+  for (std::size_t i = 0; i < dist.ids.size(); ++i) {
+    u -= dist.p[i];
+    if (u < 0.0) return dist.ids[i];
+  }
+  // Rounding left u >= 0: the last id with positive mass.
+  for (std::size_t i = dist.ids.size(); i-- > 0;)
+    if (dist.p[i] > 0.0) return dist.ids[i];
+  return dist.ids.front();
+}
+
 }  // namespace icmlkit::lm

@@ -18,6 +18,15 @@ struct SamplerConfig {
   void validate() const;
 };
 
+/// A next-token distribution after temperature / top-k / top-p: the kept ids in descending
+/// logit order (ties: lower id first) and their probabilities, summing to 1.
+struct TokenDist {
+  std::vector<int> ids;
+  std::vector<double> p;
+  /// Probability of `id` (0 when not kept).
+  double prob(int id) const;
+};
+
 /// Draws token ids from logits with a private seeded generator (same seed, same logits ->
 /// same ids on every machine).
 class Sampler {
@@ -26,6 +35,12 @@ class Sampler {
   /// A token id from logits [vocab].  Ties are broken toward the lowest id.
   int sample(const float* logits, int vocab);
   const SamplerConfig& config() const noexcept { return cfg_; }
+  /// The distribution sample() draws from: greedy is a point mass at the argmax.
+  void distribution(const float* logits, int vocab, TokenDist& out) const;
+  /// A uniform number in [0, 1) from this sampler's generator (speculative acceptance tests).
+  double uniform() { return rng_.uniform(); }
+  /// Draws an id from `dist` with this sampler's generator (inverse CDF, one uniform).
+  int draw(const TokenDist& dist);
 
  private:
   SamplerConfig cfg_;

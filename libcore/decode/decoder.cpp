@@ -1,0 +1,432 @@
+#include "decode/decoder.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "decode/ngram.hpp"
+#include "lm/forward.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::decode {
+
+Method parse_method(const std::string& name) {
+  if (name == "ar") return Method::ar;
+  if (name == "prompt-lookup") return Method::prompt_lookup;
+  if (name == "lookahead") return Method::lookahead;
+  if (name == "self-spec") return Method::self_spec;
+  if (name == "fafo") return Method::fafo;
+  throw UsageError("unknown method '" + name + "' (ar, prompt-lookup, lookahead, self-spec, fafo)", "--method");
+}
+
+const char* method_name(Method m) noexcept {
+  switch (m) {
+    case Method::ar: return "ar";
+    case Method::prompt_lookup: return "prompt-lookup";
+    case Method::lookahead: return "lookahead";
+    case Method::self_spec: return "self-spec";
+    case Method::fafo: return "fafo";
+  }
+  return "?";
+}
+
+int SkipSet::count() const {
+  int n = 0;
+  for (char c : attn) n += c != 0;
+  for (char c : mlp) n += c != 0;
+  return n;
+}
+
+std::string SkipSet::to_json(const std::string& meta_json) const {
+  nlohmann::json j;
+  j["attn"] = nlohmann::json::array();
+  j["mlp"] = nlohmann::json::array();
+  for (std::size_t l = 0; l < attn.size(); ++l)
+    if (attn[l]) j["attn"].push_back(l);
+  for (std::size_t l = 0; l < mlp.size(); ++l)
+    if (mlp[l]) j["mlp"].push_back(l);
+  j["n_layers"] = attn.size();
+  j["meta"] = nlohmann::json::parse(meta_json);
+  return j.dump(2) + "\n";
+}
+
+SkipSet SkipSet::from_json(const std::string& text, int n_layers, const std::string& where) {
+  SkipSet s;
+  s.attn.assign(n_layers, 0);
+  s.mlp.assign(n_layers, 0);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception&) {
+    throw InputError("skip-set file is not JSON", where);
+  }
+  if (!j.is_object() || !j.contains("attn") || !j.contains("mlp") || !j["attn"].is_array() || !j["mlp"].is_array())
+    throw InputError("skip-set file needs arrays \"attn\" and \"mlp\"", where);
+  if (j.contains("n_layers") && j["n_layers"] != n_layers)
+    throw InputError("skip set is for " + j["n_layers"].dump() + " layers, the model has " + std::to_string(n_layers), where);
+  for (const char* key : {"attn", "mlp"})
+    for (const auto& v : j[key]) {
+      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() >= n_layers)
+        throw InputError(std::string("skip-set \"") + key + "\" holds " + v.dump() + ", not a layer in [0, " +
+                         std::to_string(n_layers) + ")", where);
+      (key[0] == 'a' ? s.attn : s.mlp)[v.get<int>()] = 1;
+    }
+  return s;
+}
+
+void DecodeConfig::validate(const lm::ModelConfig& mc) const {
+  if (max_new_tokens < 1) throw UsageError("max new tokens must be >= 1", "--max-new-tokens");
+  sampler.validate();
+  if (method == Method::lookahead || method == Method::fafo) {
+    if (window < 1 || window > 256) throw UsageError("window W must be in [1, 256]", "--window");
+    if (ngram < 2 || ngram > 32) throw UsageError("n-gram size N must be in [2, 32]", "--ngram");
+    if (guesses < 0 || guesses > 256) throw UsageError("guess set size G must be in [0, 256]", "--guesses");
+  }
+  if (method == Method::prompt_lookup) {
+    if (pld_min_ngram < 1 || pld_max_ngram < pld_min_ngram) throw UsageError("need 1 <= min n-gram <= max n-gram", "--pld-ngram");
+    if (pld_draft < 1) throw UsageError("draft length must be >= 1", "--draft");
+  }
+  if (method == Method::self_spec) {
+    if (draft_max < 1) throw UsageError("draft length must be >= 1", "--draft");
+    if (!(draft_stop >= 0.0 && draft_stop <= 1.0)) throw UsageError("draft stop threshold must be in [0, 1]", "--draft-stop");
+    if (static_cast<int>(skip.attn.size()) != mc.n_layers || static_cast<int>(skip.mlp.size()) != mc.n_layers)
+      throw UsageError("self-spec needs a skip set for the model's " + std::to_string(mc.n_layers) + " layers", "--skip-set");
+  }
+  if (method == Method::fafo) kv::Compressor(mc, kv);  // validates the policy settings
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int argmax(const float* x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+/// One sequence being decoded.
+class Decoder {
+ public:
+  Decoder(const lm::Model& model, const DecodeConfig& cfg)
+      : model_(model), mc_(model.config), cfg_(cfg), cache_(mc_), sampler_(cfg.sampler), pool_(std::max(1, cfg.guesses)) {
+    if (cfg_.method == Method::fafo) comp_ = std::make_unique<kv::Compressor>(mc_, cfg_.kv);
+  }
+
+  DecodeResult run(const std::vector<int>& prompt) {
+    if (prompt.empty()) throw InputError("empty prompt");
+    if (static_cast<int>(prompt.size()) >= mc_.n_ctx)
+      throw InputError("prompt of " + std::to_string(prompt.size()) + " tokens leaves no room in the context of " +
+                       std::to_string(mc_.n_ctx));
+    for (int t : prompt)
+      if (t < 0 || t >= mc_.vocab_size) throw InputError("prompt token id " + std::to_string(t) + " outside the vocabulary");
+    ctx_ = prompt;
+    prefill(prompt);
+    if (cfg_.method == Method::lookahead || cfg_.method == Method::fafo) {
+      Rng rng(derive_seed(cfg_.sampler.seed, 0x6c6f6f6b));
+      window_ = std::make_unique<LookaheadWindow>(cfg_.window, cfg_.ngram, prompt, rng);
+    }
+    const auto t0 = Clock::now();
+    while (!done_) {
+      if (n_past_ >= mc_.n_ctx) {
+        res_.context_full = true;
+        break;
+      }
+      step();
+    }
+    res_.decode_s = since(t0);
+    return std::move(res_);
+  }
+
+ private:
+  /// Appends a generated token; returns false once generation is over.
+  bool emit(int token) {
+    if (done_) return false;
+    res_.tokens.push_back(token);
+    ctx_.push_back(token);
+    if (cfg_.stop_at_eos && token == mc_.eos_id) {
+      res_.eos = true;
+      done_ = true;
+    }
+    if (static_cast<int>(res_.tokens.size()) >= cfg_.max_new_tokens) done_ = true;
+    return !done_;
+  }
+
+  void prefill(const std::vector<int>& prompt) {
+    const auto t0 = Clock::now();
+    const int n = static_cast<int>(prompt.size());
+    lm::Batch b = lm::Batch::causal(prompt, 0);
+    lm::ForwardOptions opt;
+    opt.all_logits = false;
+    opt.logits_rows = {n - 1};
+    if (comp_ && comp_->needs_attention()) opt.attn_rows = comp_->prefill_rows(n);
+    lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
+    cache_.commit_all();
+    if (comp_) {
+      std::vector<int> slots(n);
+      for (int i = 0; i < n; ++i) slots[i] = i;
+      comp_->commit(fr.attention, slots, true);
+    }
+    n_past_ = n;
+    res_.prefill_s = since(t0);
+    emit(first_token(fr.logits.row(0)));
+    cur_ = res_.tokens.back();
+  }
+
+  int first_token(const float* logits) {
+    if (cfg_.sampler.temperature == 0.0) return argmax(logits, mc_.vocab_size);
+    return sampler_.sample(logits, mc_.vocab_size);
+  }
+
+  /// Deepest candidate depth worth verifying: positions stay in the context and no more tokens
+  /// are drafted than remain to generate.
+  int max_depth() const {
+    const int remaining = cfg_.max_new_tokens - static_cast<int>(res_.tokens.size());
+    return std::max(0, std::min(mc_.n_ctx - 1 - n_past_, remaining - 1));
+  }
+
+  std::vector<int> self_spec_draft(StepRecord& rec) {
+    std::vector<int> draft;
+    const int depth = std::min(cfg_.draft_max, max_depth());
+    lm::ForwardOptions opt;
+    opt.all_logits = false;
+    opt.logits_rows = {0};
+    opt.skip_attn = cfg_.skip.attn;
+    opt.skip_mlp = cfg_.skip.mlp;
+    opt.time_attention = cfg_.time_attention;
+    int tok = cur_;
+    for (int k = 0; k < depth; ++k) {
+      lm::Batch b;
+      b.add(tok, n_past_ + k);
+      lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
+      ++res_.forward_passes;
+      ++rec.draft_rows;
+      if (!fr.attn_cpu_s.empty()) rec.draft_attn_cpu_s += fr.attn_cpu_s[0];
+      cache_.commit({0});  // the draft's own K/V, rolled back below
+      const float* lg = fr.logits.row(0);
+      const int x = argmax(lg, mc_.vocab_size);
+      double mx = lg[x], sum = 0.0;
+      for (int i = 0; i < mc_.vocab_size; ++i) sum += std::exp(double(lg[i]) - mx);
+      draft.push_back(x);
+      tok = x;
+      if (1.0 / sum < cfg_.draft_stop) break;
+    }
+    cache_.truncate(n_past_);
+    return draft;
+  }
+
+  void step() {
+    const auto t0 = Clock::now();
+    StepRecord rec;
+    rec.step = static_cast<int>(res_.steps.size());
+    rec.n_past = n_past_;
+
+    // Candidate continuations of cur_.
+    CandidateTrie trie;
+    const int depth = max_depth();
+    switch (cfg_.method) {
+      case Method::ar: break;
+      case Method::prompt_lookup: {
+        auto d = prompt_lookup(ctx_, cfg_.pld_max_ngram, cfg_.pld_min_ngram, cfg_.pld_draft);
+        if (!d.empty()) ++rec.candidates;
+        trie.add(d, depth);
+        break;
+      }
+      case Method::self_spec: {
+        auto d = self_spec_draft(rec);
+        if (!d.empty()) ++rec.candidates;
+        trie.add(d, depth);
+        break;
+      }
+      case Method::lookahead:
+      case Method::fafo: {
+        auto grams = pool_.lookup(cur_);
+        const int g = std::min<int>(cfg_.guesses, static_cast<int>(grams.size()));
+        for (int i = 0; i < g; ++i) trie.add(std::vector<int>(grams[i].begin() + 1, grams[i].end()), depth);
+        rec.candidates = g;
+        break;
+      }
+    }
+
+    // Rows: 0 = input, 1..T-1 = trie nodes, then the window's rows.
+    lm::Batch b;
+    b.add(cur_, n_past_);
+    for (int i = 1; i < trie.size(); ++i) {
+      const auto& nd = trie.nodes[i];
+      std::vector<int> anc;
+      for (int p = nd.parent; p >= 0; p = trie.nodes[p].parent) anc.push_back(p);
+      b.add(nd.token, n_past_ + nd.depth, 0, std::move(anc));
+    }
+    rec.verify_rows = trie.size() - 1;
+    lm::ForwardOptions opt;
+    opt.all_logits = false;
+    opt.time_attention = cfg_.time_attention;
+    for (int i = 0; i < trie.size(); ++i) opt.logits_rows.push_back(i);
+    if (comp_ && comp_->config().policy != kv::Policy::streaming && comp_->config().policy != kv::Policy::snapkv)
+      opt.attn_rows = opt.logits_rows;
+
+    std::vector<int> last_level_rows;
+    int draft_view = -1;
+    const bool use_window = window_ && n_past_ + (cfg_.ngram - 2) + (cfg_.window - 1) < mc_.n_ctx;
+    if (use_window) {
+      window_->set_input(cur_);
+      draft_view = b.add_view(comp_ ? comp_->view() : lm::View::full());
+      const int W = window_->window(), NL = window_->levels();
+      std::vector<std::vector<int>> row_of(NL, std::vector<int>(W, -1));
+      row_of[0][0] = 0;
+      for (int l = 0; l < NL; ++l)
+        for (int i = (l == 0 ? 1 : 0); i < W; ++i) {
+          std::vector<int> att;
+          for (int j = 0; j <= (l == 0 ? i - 1 : i); ++j) att.push_back(row_of[0][j]);
+          for (int m = 1; m < l; ++m) att.push_back(row_of[m][i]);
+          row_of[l][i] = b.add(window_->token(l, i), n_past_ + l + i, draft_view, std::move(att));
+        }
+      rec.draft_rows = W * NL - 1;
+      last_level_rows = row_of[NL - 1];
+      for (int r : last_level_rows)
+        if (r != 0) opt.logits_rows.push_back(r);
+    }
+    rec.rows = b.size();
+
+    lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
+    ++res_.forward_passes;
+    if (!fr.attn_cpu_s.empty()) {
+      rec.verify_attn_cpu_s = fr.attn_cpu_s[0];
+      if (draft_view >= 0) rec.draft_attn_cpu_s += fr.attn_cpu_s[draft_view];
+    }
+    std::vector<int> logit_index(b.size(), -1);
+    for (std::size_t i = 0; i < fr.logits_rows.size(); ++i) logit_index[fr.logits_rows[i]] = static_cast<int>(i);
+
+    // Acceptance along the trie.
+    std::vector<int> commit_rows{0};
+    int node = 0;
+    lm::TokenDist dist;
+    while (true) {
+      sampler_.distribution(fr.logits.row(logit_index[node]), mc_.vocab_size, dist);
+      int next_node = -1;
+      for (int c : trie.nodes[node].children) {
+        const int x = trie.nodes[c].token;
+        const double px = dist.prob(x);
+        // Accept x with probability p'(x) (a point mass under greedy needs no draw).
+        const bool accept = px >= 1.0 - 1e-12 || (px > 0.0 && sampler_.uniform() < px);
+        if (accept) {
+          next_node = c;
+          break;
+        }
+        // Residual: drop x and renormalise.
+        double total = 0.0;
+        for (std::size_t k = 0; k < dist.ids.size(); ++k) {
+          if (dist.ids[k] == x) dist.p[k] = 0.0;
+          total += dist.p[k];
+        }
+        for (double& p : dist.p) p /= total;
+      }
+      if (next_node < 0) {
+        emit(sampler_.config().temperature == 0.0 ? dist.ids[0] : sampler_.draw(dist));
+        break;
+      }
+      commit_rows.push_back(next_node);
+      node = next_node;
+      if (!emit(trie.nodes[node].token)) break;
+    }
+    rec.accepted = static_cast<int>(commit_rows.size());
+    cur_ = res_.tokens.back();  // the bonus token: the next step's input
+
+    cache_.commit(commit_rows);
+    if (comp_) {
+      std::vector<int> slot(b.size(), -1);
+      for (std::size_t i = 0; i < commit_rows.size(); ++i) slot[commit_rows[i]] = n_past_ + static_cast<int>(i);
+      comp_->commit(fr.attention, slot, false);
+    }
+    n_past_ += static_cast<int>(commit_rows.size());
+
+    if (use_window) {
+      std::vector<int> out(last_level_rows.size());
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = argmax(fr.logits.row(logit_index[last_level_rows[i]]), mc_.vocab_size);
+      window_->advance(out, pool_);
+    }
+    rec.wall_s = since(t0);
+    res_.steps.push_back(rec);
+  }
+
+  const lm::Model& model_;
+  const lm::ModelConfig& mc_;
+  const DecodeConfig& cfg_;
+  lm::KvCache cache_;
+  lm::Sampler sampler_;
+  NgramPool pool_;
+  std::unique_ptr<LookaheadWindow> window_;
+  std::unique_ptr<kv::Compressor> comp_;
+  std::vector<int> ctx_;
+  DecodeResult res_;
+  int cur_ = 0, n_past_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace
+
+DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config) {
+  config.validate(model.config);
+  Decoder d(model, config);
+  return d.run(prompt);
+}
+
+SkipSet search_skip_set(const lm::Model& model, const std::vector<std::vector<int>>& prompts, int new_tokens,
+                        const DecodeConfig& base, int max_skips, std::vector<double>* trace) {
+  const int L = model.config.n_layers;
+  DecodeConfig cfg = base;
+  cfg.method = Method::self_spec;
+  cfg.sampler.temperature = 0.0;
+  cfg.max_new_tokens = new_tokens;
+  cfg.time_attention = false;
+  cfg.skip.attn.assign(L, 0);
+  cfg.skip.mlp.assign(L, 0);
+  auto speed = [&](const SkipSet& s) {
+    cfg.skip = s;
+    double tokens = 0.0, cost = 0.0;
+    const double frac = 1.0 - double(s.count()) / (2.0 * L);
+    for (const auto& p : prompts) {
+      DecodeResult r = generate(model, p, cfg);
+      int drafts = 0, accepted = 0;
+      for (const auto& st : r.steps) {
+        drafts += st.draft_rows;
+        accepted += st.accepted;
+      }
+      tokens += accepted;
+      cost += double(r.steps.size()) + drafts * frac;
+    }
+    return cost > 0.0 ? tokens / cost : 0.0;
+  };
+  SkipSet best = cfg.skip;
+  double best_speed = speed(best);
+  if (trace) trace->assign(1, best_speed);
+  for (int round = 0; round < max_skips; ++round) {
+    SkipSet round_best;
+    double round_speed = best_speed;
+    for (int kind = 0; kind < 2; ++kind)
+      for (int l = 0; l < L; ++l) {
+        SkipSet s = best;
+        auto& v = kind == 0 ? s.attn : s.mlp;
+        if (v[l]) continue;
+        v[l] = 1;
+        const double sp = speed(s);
+        if (sp > round_speed) {
+          round_speed = sp;
+          round_best = s;
+        }
+      }
+    if (round_best.attn.empty()) break;
+    best = round_best;
+    best_speed = round_speed;
+    if (trace) trace->push_back(best_speed);
+  }
+  return best;
+}
+
+}  // namespace icmlkit::decode

@@ -1,0 +1,22 @@
+// Prompt input shared by the generating tools: token-id lists and text encoding with BOS.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lm/config.hpp"
+#include "lm/tokenizer.hpp"
+
+namespace icmlkit::lm {
+
+/// Parses "1,450,3186" (whitespace after an id allowed).  Throws UsageError naming `where`
+/// for an empty list or an item that is not an integer.  Ids are not range-checked.
+std::vector<int> parse_token_ids(const std::string& text, const std::string& where);
+
+/// Encodes prompt text with the model's tokenizer and prepends bos_id when config.add_bos.
+/// Throws InputError when `tok` is null (the model has no tokenizer; names `model_path`), for
+/// invalid UTF-8, or when the result is empty.
+std::vector<int> encode_prompt(const Tokenizer* tok, const ModelConfig& config, const std::string& text,
+                               const std::string& where, const std::string& model_path);
+
+}  // namespace icmlkit::lm

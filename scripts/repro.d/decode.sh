@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 6 (FAFO): method x KV policy x budget on the shipped KJV demo model, prompts of 64 / 256
+# / 512 tokens from held-out chapters, 128 new tokens, greedy; every run is compared with AR on
+# the same prompt (speedup, identical_to_ar).  Plus c(k) of the engine, which explains the CPU
+# figures.  Gets the bin directory as $1.  About 10 minutes on 2 cores.
+set -euo pipefail
+bin=${1:-build/bin}
+model=data/models/kjv7m.h5
+kjv=data/corpus/kjv.tsv.gz
+if [ ! -f "$model" ]; then echo "repro decode: $model is absent; skipped"; exit 0; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Held-out chapters (lm-train --val-every 20 holds out documents 20, 40, ...): Genesis 20, 40.
+zcat "$kjv" | awk -F'\t' '$1 ~ /^Gen 20:/ || $1 ~ /^Gen 40:/ || $1 ~ /^Gen 41:/ {print $2}' > "$tmp/prompt.txt"
+head -n 6 <(zcat "$kjv" | awk -F'\t' '$1 ~ /^Exo 20:/ {print $2}') > "$tmp/calib.txt"
+"$bin/fafo-generate" "$model" --calibration "$tmp/calib.txt" --search-skip-set "$tmp/skip.json" --calibration-tokens 48 -q
+W=(--window 5 --ngram 4 --guesses 5)
+configs=(
+  "ar|--method ar"
+  "prompt-lookup|--method prompt-lookup"
+  "self-spec|--method self-spec --skip-set $tmp/skip.json"
+  "lookahead W5 N4 G5|--method lookahead ${W[*]}"
+  "fafo streaming 32|--method fafo ${W[*]} --kv-policy streaming --kv-budget 32"
+  "fafo streaming 128|--method fafo ${W[*]} --kv-policy streaming --kv-budget 128"
+  "fafo h2o 32|--method fafo ${W[*]} --kv-policy h2o --kv-budget 32"
+  "fafo h2o 128|--method fafo ${W[*]} --kv-policy h2o --kv-budget 128"
+  "fafo tova 32|--method fafo ${W[*]} --kv-policy tova --kv-budget 32"
+  "fafo snapkv 64|--method fafo ${W[*]} --kv-policy snapkv --kv-budget 64"
+)
+printf '%-7s %-22s %9s %9s %9s %9s %8s %10s %6s\n' prompt method acc/step tok/s step_ms draft_ms speedup identical rep3
+for n in 64 256 512; do
+  for c in "${configs[@]}"; do
+    name=${c%%|*}
+    args=${c#*|}
+    # shellcheck disable=SC2086
+    "$bin/fafo-generate" "$model" --prompt-file "$tmp/prompt.txt" --prompt-tokens $n -n 128 --ignore-eos $args \
+      --compare ar -o "$tmp/r.jsonl" --no-text -q
+    jq -r --arg n "$n" --arg m "$name" 'select(.summary) | .summary |
+      [$n, $m, (.mean_accepted_per_step*100|round/100), (.decode_tokens_per_s|round),
+       (.mean_step_seconds*1e5|round/100), (.time_split_cpu_s.drafting_attention / .decode_steps * 1e5 | round/100),
+       (.speedup*100|round/100), .identical_to_ar, (.repeated_trigram_rate*100|round/100)] | @tsv' "$tmp/r.jsonl" |
+      awk -F'\t' '{printf "%-7s %-22s %9s %9s %9s %9s %8s %10s %6s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
+  done
+done
+echo "(acc/step: mean accepted tokens per decode step; step_ms: wall time per step; draft_ms: attention CPU"
+echo " time of the drafting rows per step; speedup: decode tokens/s over AR's in the same run; rep3: share of"
+echo " generated tokens completing a trigram seen before)"
+if [ -x "$bin/bench-lm-engine" ]; then
+  echo "c(k) of the engine (k-row forward pass time over a 1-row one; the demo model's shape, random weights):"
+  "$bin/bench-lm-engine" --threads 2 --quick | jq -c 'select(.model | test("7m")) | .c_k' || true
+fi
+echo "command: $bin/fafo-generate $model --prompt-file prompt.txt --prompt-tokens N -n 128 --ignore-eos --method fafo ${W[*]} --kv-policy h2o --kv-budget 32 --compare ar -o r.jsonl"

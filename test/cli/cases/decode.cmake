@@ -1,0 +1,44 @@
+# ---- fafo-generate: FAFO and its baselines ------------------------------------------------------
+set(FAFO $<TARGET_FILE:fafo-generate>)
+set(FAFO_LMGEN $<TARGET_FILE:lm-generate>)
+# A tiny random decoder with a tokenizer trained on the shipped Genesis excerpt (n_ctx 128).
+set(FAFO_MODEL "$<TARGET_FILE:tokenizer-train> ${FX}/genesis.txt --chunk-lines 3 --vocab-size 400 -o t.model -q && $<TARGET_FILE:lm-init> --tokenizer t.model --preset tiny --n-ctx 128 -o m.h5 -q")
+
+cli_case(fafo/greedy-identical-to-ar-jsonl
+  --rc 0 --file-jq all.json "(.[0].meta.tool == \"fafo-generate\") and (.[-1].summary.identical_to_ar == true) and (.[-1].summary.generated_tokens == 40)"
+  --file-jq all.json "(.[-1].summary.decode_steps == (length - 2)) and ([.[1:-1][] | .accepted] | add) == 39 and (.[-1].summary.kv_policy == \"h2o\")"
+  --file-jq all.json "(.[-1].summary.speedup > 0) and (.[-1].summary.compare.generated_tokens == 40) and ([.[1:-1][] | .draft_rows == 4 * 2 - 1] | all)"
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt-file ${FX}/genesis.txt --prompt-tokens 50 -n 40 --ignore-eos --method fafo --window 4 --ngram 3 --guesses 4 --kv-policy h2o --kv-budget 8 --compare ar -o run.jsonl -q > /dev/null && jq -s . run.jsonl > all.json")
+cli_case(fafo/every-method-prints-lm-generate-text
+  --rc 0
+  -- bash -c "${FAFO_MODEL} && ${FAFO_LMGEN} m.h5 --prompt 'And God said' -n 60 --ignore-eos --no-stream > ar.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method prompt-lookup > a.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method lookahead > b.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --kv-policy tova --kv-budget 2 > c.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --kv-policy snapkv --kv-budget 3 --kv-window 1 > d.txt && cmp ar.txt a.txt && cmp ar.txt b.txt && cmp ar.txt c.txt && cmp ar.txt d.txt && test -s ar.txt")
+cli_case(fafo/self-spec-search-and-decode
+  --rc 0 --file-jq skip.json "(.n_layers == 2) and ((.attn + .mlp) | length) >= 1 and (.meta.objective_trace | length) >= 2"
+  -- bash -c "${FAFO_MODEL} && head -n 4 ${FX}/genesis.txt > calib.txt && ${FAFO} m.h5 --calibration calib.txt --search-skip-set skip.json --calibration-tokens 16 -q && ${FAFO} m.h5 --prompt 'And God said' -n 30 --ignore-eos --method self-spec --skip-set skip.json --compare ar -o r.jsonl -q > /dev/null && test $(jq -s '.[-1].summary.identical_to_ar' r.jsonl) = true")
+cli_case(fafo/sampling-seeded
+  --rc 0
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 3 --method lookahead > a.txt && ${FAFO} m.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 3 --method lookahead > b.txt && ${FAFO} m.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 4 --method lookahead > c.txt && cmp a.txt b.txt && ! cmp -s a.txt c.txt")
+
+# ---- bad input ----------------------------------------------------------------------------------
+cli_case(fafo/window-zero --rc 2 --stderr "window W must be in" --tool fafo-generate --no-file r.jsonl
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method lookahead --window 0 -o r.jsonl")
+cli_case(fafo/ngram-one --rc 2 --stderr "n-gram size N must be in" --tool fafo-generate
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method fafo --ngram 1")
+cli_case(fafo/budget-zero --rc 2 --stderr "KV budget must be >= 1" --tool fafo-generate
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method fafo --kv-budget 0")
+cli_case(fafo/guesses-too-many --rc 2 --stderr "guess set size G" --tool fafo-generate
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method lookahead --guesses 1000")
+cli_case(fafo/prompt-fills-context --rc 1 --stderr "the context holds 127" --tool fafo-generate --no-file r.jsonl
+  -- bash -c "${FAFO_MODEL} && cat ${FX}/genesis.txt ${FX}/genesis.txt > long.txt && ${FAFO} m.h5 --prompt-file long.txt -o r.jsonl")
+cli_case(fafo/prompt-tokens-too-many --rc 1 --stderr "fewer than --prompt-tokens 500" --tool fafo-generate
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt 'And God' --prompt-tokens 500")
+cli_case(fafo/self-spec-needs-skip-set --rc 2 --stderr "needs --skip-set" --tool fafo-generate
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method self-spec")
+cli_case(fafo/skip-set-bad-layer --rc 1 --stderr "not a layer in .0, 2." --tool fafo-generate
+  -- bash -c "${FAFO_MODEL} && echo '{\"attn\": [5], \"mlp\": []}' > s.json && ${FAFO} m.h5 --prompt x --method self-spec --skip-set s.json")
+cli_case(fafo/skip-set-not-json --rc 1 --stderr "not JSON" --tool fafo-generate
+  -- bash -c "${FAFO_MODEL} && echo nope > s.json && ${FAFO} m.h5 --prompt x --method self-spec --skip-set s.json")
+cli_case(fafo/bad-output-extension --rc 2 --stderr "ending in .jsonl" --no-file r.json -- ${FAFO} x.h5 --prompt x -o r.json)
+cli_case(fafo/unknown-method --rc 2 -- ${FAFO} x.h5 --prompt x --method medusa)
+cli_case(fafo/missing-model --rc 1 --stderr "cannot read file" -- ${FAFO} nope.h5 --prompt x)
+cli_case(fafo/search-needs-calibration --rc 2 --stderr "needs --calibration" -- ${FAFO} x.h5 --search-skip-set s.json)

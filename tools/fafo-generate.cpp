@@ -1,0 +1,279 @@
+// fafo-generate: lossless multi-token decoding (FAFO and its baselines) on the CPU engine.
+#include <fmt/core.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <array>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "cli/run_tool.hpp"
+#include "decode/decoder.hpp"
+#include "io/atomic_file.hpp"
+#include "io/sha256.hpp"
+#include "io/table.hpp"
+#include "lm/model_io.hpp"
+#include "lm/prompt.hpp"
+#include "lm/tokenizer.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/threads.hpp"
+#include "util/timer.hpp"
+
+using namespace icmlkit;
+
+namespace {
+
+nlohmann::json summarise(const decode::DecodeResult& r) {
+  std::map<int, int> hist;
+  double draft_attn = 0.0, verify_attn = 0.0, step_wall = 0.0;
+  int decode_tokens = 0, rows = 0;
+  for (const auto& s : r.steps) {
+    ++hist[s.accepted];
+    decode_tokens += s.accepted;
+    draft_attn += s.draft_attn_cpu_s;
+    verify_attn += s.verify_attn_cpu_s;
+    step_wall += s.wall_s;
+    rows += s.rows;
+  }
+  nlohmann::json h = nlohmann::json::object();
+  for (auto [k, v] : hist) h[std::to_string(k)] = v;
+  const double n_steps = static_cast<double>(r.steps.size());
+  return {{"generated_tokens", r.tokens.size()},
+          {"decode_steps", r.steps.size()},
+          {"forward_passes", r.forward_passes},
+          {"mean_accepted_per_step", n_steps > 0 ? decode_tokens / n_steps : 0.0},
+          {"accepted_histogram", h},
+          {"mean_rows_per_step", n_steps > 0 ? rows / n_steps : 0.0},
+          {"prefill_seconds", r.prefill_s},
+          {"decode_seconds", r.decode_s},
+          {"decode_tokens_per_s", r.decode_s > 0 ? decode_tokens / r.decode_s : 0.0},
+          {"mean_step_seconds", n_steps > 0 ? step_wall / n_steps : 0.0},
+          {"time_split_cpu_s", {{"drafting_attention", draft_attn}, {"verification_attention", verify_attn}}},
+          {"stop_reason", r.eos ? "eos" : r.context_full ? "n_ctx" : "max_new_tokens"}};
+}
+
+/// Share of generated tokens that complete a trigram already seen earlier in prompt + output
+/// (how much of the continuation n-gram drafting can predict).
+double repeated_trigram_rate(const std::vector<int>& prompt, const std::vector<int>& gen) {
+  std::vector<int> all = prompt;
+  all.insert(all.end(), gen.begin(), gen.end());
+  std::set<std::array<int, 3>> seen;
+  int repeated = 0;
+  const std::size_t start = prompt.size();
+  for (std::size_t i = 2; i < all.size(); ++i) {
+    const std::array<int, 3> t{all[i - 2], all[i - 1], all[i]};
+    if (i >= start && seen.count(t)) ++repeated;
+    seen.insert(t);
+  }
+  return gen.empty() ? 0.0 : double(repeated) / gen.size();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file;
+  std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max";
+  int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
+  decode::DecodeConfig dc;
+  bool ignore_eos = false, quiet_text = false;
+  CLI::App* app_ptr = nullptr;
+  cli::ToolInfo info{
+      "fafo-generate",
+      "Lossless multi-token decoding on the CPU engine: FAFO (lookahead rows draft n-grams while\n"
+      "attending a token-dropped view of the KV cache, verification rows check them against the full\n"
+      "cache in the same forward pass) and its baselines in one harness (--method ar, prompt-lookup,\n"
+      "lookahead, self-spec, fafo).  Only tokens the full-cache rows accept are committed, so greedy\n"
+      "output is token-for-token the model's own AR output; sampling uses speculative acceptance,\n"
+      "which keeps the model's distribution exactly.  Text goes to stdout; -o run.jsonl writes a meta\n"
+      "line, one record per decode step and a summary (tokens, forward passes, mean accepted tokens per\n"
+      "step and its histogram, decode tokens/s, attention CPU time of drafting and verification rows);\n"
+      "--compare ar also decodes with AR and adds the speedup and identical_to_ar.\n"
+      "--search-skip-set FILE searches a self-spec skip set on --calibration prompts and writes it.",
+      "  fafo-generate kjv7m.h5 --prompt 'In the beginning' -n 128 --method fafo --kv-policy h2o --kv-budget 64 --compare ar -o run.jsonl\n"
+      "  fafo-generate kjv7m.h5 --prompt-file gen1.txt --prompt-tokens 256 --method lookahead --window 7 --ngram 5 --guesses 7\n"
+      "  fafo-generate kjv7m.h5 --calibration calib.txt --search-skip-set skip.json && fafo-generate kjv7m.h5 --prompt 'And God said' --method self-spec --skip-set skip.json\n"};
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app_ptr = &app;
+        app.add_option("model", model_path, "Model (.h5, .gguf, or a Hugging Face directory)")->required();
+        app.add_option("--prompt", prompt, "Prompt text");
+        app.add_option("--prompt-file", prompt_file, "File holding the prompt text (- for stdin)");
+        app.add_option("--prompt-ids", prompt_ids, "Prompt as comma-separated token ids");
+        app.add_option("--prompt-tokens", prompt_tokens, "Keep only the first N prompt tokens (0 = all)")->check(cli::int_range(0, 1 << 24));
+        app.add_option("--method", method, "ar | prompt-lookup | lookahead | self-spec | fafo")->capture_default_str()
+            ->check(CLI::IsMember({"ar", "prompt-lookup", "lookahead", "self-spec", "fafo"}));
+        app.add_option("-n,--max-new-tokens", dc.max_new_tokens, "Tokens to generate at most")->capture_default_str()->check(cli::int_range(1, 1 << 24));
+        app.add_option("--temperature", dc.sampler.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
+        app.add_option("--top-k", dc.sampler.top_k, "Sample among the k most likely (0 = all)")->capture_default_str()->check(cli::int_range(0, 1 << 24));
+        app.add_option("--top-p", dc.sampler.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+        app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
+        app.add_option("--window", dc.window, "Lookahead/FAFO: Jacobi window W (columns)")->capture_default_str();
+        app.add_option("--ngram", dc.ngram, "Lookahead/FAFO: n-gram size N (N-1 window levels)")->capture_default_str();
+        app.add_option("--guesses", dc.guesses, "Lookahead/FAFO: candidate n-grams G verified per step (also the pool's per-key size)")->capture_default_str();
+        app.add_option("--pld-max-ngram", dc.pld_max_ngram, "Prompt lookup: longest suffix matched")->capture_default_str();
+        app.add_option("--pld-min-ngram", dc.pld_min_ngram, "Prompt lookup: shortest suffix matched")->capture_default_str();
+        app.add_option("--draft", dc.pld_draft, "Prompt lookup: tokens proposed; self-spec: most tokens drafted (default 8)")->capture_default_str();
+        app.add_option("--skip-set", skip_file, "Self-spec: skip set (JSON written by --search-skip-set)");
+        app.add_option("--draft-stop", dc.draft_stop, "Self-spec: stop drafting when the draft's top probability is below this")->capture_default_str();
+        app.add_option("--kv-policy", kv_policy, "FAFO: streaming | h2o | tova | snapkv")->capture_default_str()
+            ->check(CLI::IsMember({"streaming", "h2o", "tova", "snapkv"}));
+        app.add_option("--kv-budget", dc.kv.budget, "FAFO: cache slots the drafting rows see per layer and KV head")->capture_default_str();
+        app.add_option("--kv-sinks", dc.kv.sinks, "streaming: attention-sink slots kept (-1 = min(4, budget - 1))")->capture_default_str();
+        app.add_option("--kv-recent", dc.kv.recent, "h2o: recent slots kept (-1 = budget/2)")->capture_default_str();
+        app.add_option("--kv-window", dc.kv.window, "snapkv: observation window")->capture_default_str();
+        app.add_option("--kv-kernel", dc.kv.kernel, "snapkv: pooling kernel (odd)")->capture_default_str();
+        app.add_option("--kv-pool", kv_pool, "snapkv: max | avg pooling")->capture_default_str()->check(CLI::IsMember({"max", "avg"}));
+        app.add_option("--compare", compare, "Also decode with this method (ar) and report speedup and identical_to_ar")
+            ->check(CLI::IsMember({"ar"}));
+        app.add_option("-o,--output", output, "Per-step records and summary (.jsonl)");
+        app.add_flag("--no-text", quiet_text, "Do not print the generated text");
+        app.add_option("--search-skip-set", search_out, "Search a self-spec skip set on --calibration prompts, write it here (.json), exit");
+        app.add_option("--calibration", calibration, "Calibration prompts, one per line (for --search-skip-set)");
+        app.add_option("--calibration-tokens", calib_tokens, "Tokens generated per calibration prompt")->capture_default_str()->check(cli::int_range(1, 4096));
+        app.add_option("--max-skips", max_skips, "Most sublayers the search may skip")->capture_default_str()->check(cli::int_range(1, 4096));
+      },
+      [&](cli::Context& ctx) {
+        CLI::App* app = app_ptr;
+        const bool searching = !search_out.empty();
+        const int sources = int(app->count("--prompt") > 0) + int(!prompt_file.empty()) + int(!prompt_ids.empty());
+        if (sources > 1) throw UsageError("give one of --prompt, --prompt-file, --prompt-ids");
+        if (!output.empty() && std::filesystem::path(output).extension() != ".jsonl")
+          throw UsageError("the run record is JSON Lines: give a path ending in .jsonl", "-o " + output);
+        if (searching && calibration.empty()) throw UsageError("--search-skip-set needs --calibration prompts");
+        if (searching && std::filesystem::path(search_out).extension() != ".json")
+          throw UsageError("the skip set is JSON: give a path ending in .json", "--search-skip-set " + search_out);
+        if (dc.sampler.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
+        dc.method = decode::parse_method(method);
+        if (app->count("--draft") == 0 && dc.method == decode::Method::self_spec) dc.pld_draft = 8;
+        dc.draft_max = dc.pld_draft;
+        dc.stop_at_eos = !ignore_eos;
+        dc.sampler.seed = ctx.common.seed;
+        dc.kv.policy = kv::parse_policy(kv_policy);
+        dc.kv.max_pool = kv_pool == "max";
+        if (dc.method == decode::Method::self_spec && skip_file.empty() && !searching)
+          throw UsageError("self-spec needs --skip-set (make one with --search-skip-set)", "--method self-spec");
+
+        ctx.prov.add_input(model_path, lm::model_sha256(model_path));
+        lm::Model model = lm::load_any(model_path);
+        if (model.stored == io::h5::FloatStorage::f16) lm::hold_half(model);
+        const auto& c = model.config;
+        std::unique_ptr<lm::Tokenizer> tok;
+        if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(model.tokenizer_model, model_path + ":/tokenizer/model");
+        auto encode = [&](const std::string& text, const std::string& where) {
+          return lm::encode_prompt(tok.get(), c, text, where, model_path);
+        };
+
+        if (searching) {
+          const std::string text = io::read_file(calibration);
+          ctx.prov.add_input(calibration, io::sha256_hex(text));
+          std::vector<std::vector<int>> prompts;
+          std::stringstream ss(text);
+          std::string line;
+          while (std::getline(ss, line))
+            if (!line.empty()) {
+              auto ids = encode(line, calibration);
+              if (static_cast<int>(ids.size()) + calib_tokens >= c.n_ctx)
+                throw InputError("calibration prompt too long for the context", calibration);
+              prompts.push_back(std::move(ids));
+            }
+          if (prompts.empty()) throw InputError("no calibration prompts (one per non-empty line)", calibration);
+          std::vector<double> trace;
+          dc.skip.attn.assign(c.n_layers, 0);
+          dc.skip.mlp.assign(c.n_layers, 0);
+          decode::SkipSet s = decode::search_skip_set(model, prompts, calib_tokens, dc, max_skips, &trace);
+          nlohmann::json meta = ctx.prov.to_json();
+          meta["objective_trace"] = trace;
+          meta["objective"] = "accepted tokens per verifying-pass-equivalent (draft pass cost = unskipped share)";
+          io::write_text(search_out, s.to_json(meta.dump()));
+          log::info("skip set: {} of {} sublayers skipped, modelled speed {:.3f} -> {:.3f}", s.count(), 2 * c.n_layers,
+                    trace.front(), trace.back());
+          return;
+        }
+
+        std::vector<int> ids;
+        if (!prompt_ids.empty()) {
+          ids = lm::parse_token_ids(prompt_ids, "--prompt-ids");
+        } else {
+          std::string text = prompt, where = "--prompt";
+          if (!prompt_file.empty() || sources == 0) {
+            const std::string src = prompt_file.empty() ? "-" : prompt_file;
+            where = src == "-" ? "stdin" : src;
+            text = io::read_file(src);
+            ctx.prov.add_input(src, io::sha256_hex(text));
+          }
+          ids = encode(text, where);
+        }
+        if (prompt_tokens > 0 && static_cast<int>(ids.size()) > prompt_tokens) ids.resize(prompt_tokens);
+        if (prompt_tokens > 0 && static_cast<int>(ids.size()) < prompt_tokens)
+          throw InputError(fmt::format("prompt has {} tokens, fewer than --prompt-tokens {}", ids.size(), prompt_tokens));
+        if (static_cast<int>(ids.size()) >= c.n_ctx)
+          throw InputError(fmt::format("prompt has {} tokens, the context holds {} (n_ctx) with room for one more", ids.size(), c.n_ctx - 1));
+        if (!skip_file.empty()) {
+          dc.skip = decode::SkipSet::from_json(io::read_file(skip_file), c.n_layers, skip_file);
+          ctx.prov.add_input(skip_file, io::sha256_hex(io::read_file(skip_file)));
+        }
+        dc.validate(c);
+
+        std::unique_ptr<io::AtomicFile> out_file;
+        std::ofstream out;
+        if (!output.empty()) {
+          out_file = std::make_unique<io::AtomicFile>(output);
+          out.open(out_file->temp_path(), std::ios::binary);
+          if (!out) throw RuntimeError("cannot write file", output);
+          ctx.prov.extra["decode"] = {{"method", method}, {"temperature", dc.sampler.temperature}, {"top_k", dc.sampler.top_k},
+                                      {"top_p", dc.sampler.top_p}, {"window", dc.window}, {"ngram", dc.ngram},
+                                      {"guesses", dc.guesses}, {"kv_policy", kv_policy}, {"kv_budget", dc.kv.budget},
+                                      {"max_new_tokens", dc.max_new_tokens}};
+          out << nlohmann::json{{"meta", ctx.prov.to_json()}}.dump() << "\n";
+        }
+
+        decode::DecodeResult r = decode::generate(model, ids, dc);
+        nlohmann::json summary = summarise(r);
+        summary["method"] = method;
+        summary["prompt_tokens"] = ids.size();
+        summary["repeated_trigram_rate"] = repeated_trigram_rate(ids, r.tokens);
+        summary["threads"] = threads();
+        if (dc.method == decode::Method::fafo) {
+          summary["kv_policy"] = kv_policy;
+          summary["kv_budget"] = dc.kv.budget;
+        }
+        if (!compare.empty()) {
+          decode::DecodeConfig ar = dc;
+          ar.method = decode::Method::ar;
+          decode::DecodeResult base = decode::generate(model, ids, ar);
+          const nlohmann::json bs = summarise(base);
+          summary["compare"] = {{"method", compare}, {"decode_tokens_per_s", bs["decode_tokens_per_s"]},
+                                {"decode_seconds", base.decode_s}, {"generated_tokens", base.tokens.size()}};
+          summary["speedup"] = r.decode_s > 0 && base.decode_s > 0
+                                   ? summary["decode_tokens_per_s"].get<double>() / bs["decode_tokens_per_s"].get<double>()
+                                   : 0.0;
+          if (dc.sampler.temperature == 0.0) summary["identical_to_ar"] = r.tokens == base.tokens;
+          else summary["identical_to_ar"] = nullptr;  // sampling: equal in distribution, not per seed
+        }
+        if (!quiet_text) {
+          if (tok) std::cout << tok->decode(r.tokens) << "\n";
+          else {
+            for (std::size_t i = 0; i < r.tokens.size(); ++i) std::cout << (i ? " " : "") << r.tokens[i];
+            std::cout << "\n";
+          }
+          std::cout << std::flush;
+        }
+        log::debug("{}", summary.dump());
+        if (out.is_open()) {
+          for (const auto& s : r.steps)
+            out << nlohmann::json{{"step", s.step}, {"n_past", s.n_past}, {"rows", s.rows}, {"draft_rows", s.draft_rows},
+                                  {"verify_rows", s.verify_rows}, {"candidates", s.candidates}, {"accepted", s.accepted},
+                                  {"wall_s", s.wall_s}, {"draft_attn_cpu_s", s.draft_attn_cpu_s},
+                                  {"verify_attn_cpu_s", s.verify_attn_cpu_s}}.dump()
+                << "\n";
+          out << nlohmann::json{{"summary", summary}}.dump() << "\n";
+          out.close();
+          if (!out) throw RuntimeError("cannot write file", output);
+          out_file->commit();
+        }
+      });
+}
