@@ -202,10 +202,12 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
           for (std::size_t j = 0; j < nb.size(); ++j)
             sc[nslots + j] = dot8(qr, cache.pending_key(l, g, nb[j]), hd) * scale;
           AttentionRecord* rec = nullptr;
+          const auto t_rec = opt.time_attention ? Clock::now() : Clock::time_point();
           if (record[r]) {
             mine.push_back(AttentionRecord{r, l, h, {}, sc, {}, {}});
             rec = &mine.back();
           }
+          const auto t_rec_end = opt.time_attention ? Clock::now() : Clock::time_point();
           float mx = sc[0];
           for (int j = 1; j < nkeys; ++j) mx = std::max(mx, sc[j]);
           double sum = 0.0;
@@ -219,6 +221,9 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
             const float* vv = j < nslots ? cache.value(l, g, view.slot(lhi, j)) : cache.pending_value(l, g, nb[j - nslots]);
             for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
           }
+          // Attention time excludes the copies made for attention records.
+          if (opt.time_attention)
+            busy[row.view] += std::chrono::duration<double>((Clock::now() - t0) - (t_rec_end - t_rec)).count();
           if (rec) {
             rec->probs.assign(sc.begin(), sc.end());
             rec->output.assign(out, out + hd);
@@ -226,7 +231,6 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
             for (int j = 0; j < nslots; ++j) rec->keys[j] = view.slot(lhi, j);
             for (std::size_t j = 0; j < nb.size(); ++j) rec->keys[nslots + j] = -(nb[j] + 1);
           }
-          if (opt.time_attention) busy[row.view] += std::chrono::duration<double>(Clock::now() - t0).count();
         }
         if (!mine.empty() || opt.time_attention) {
 #pragma omp critical
