@@ -46,8 +46,8 @@ cli_case(fafo/search-needs-calibration --rc 2 --stderr "needs --calibration" -- 
 # ---- the shipped demo model: every method and policy reproduces AR exactly ----------------------
 set(DEMO_MODEL ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)
 set(DEMO_PROMPT "zcat ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz | awk -F'\\t' '$1 ~ /^Ge20:/ {print $2}' > p.txt")
-set(DEMO_RUN "${FAFO} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 200 -n 48 --ignore-eos --window 5 --ngram 4 --guesses 5 --compare ar --no-text -q")
+set(DEMO_RUN "${FAFO} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 160 -n 32 --ignore-eos --window 5 --ngram 4 --guesses 5 --compare ar --no-text -q")
 cli_case(fafo/demo-model-lossless --needs ${DEMO_MODEL}
-  --rc 0 --file-jq all.json "([.[] | .identical_to_ar] | all) and (length == 6) and ([.[] | .generated_tokens == 48] | all)"
+  --rc 0 --file-jq all.json "([.[] | .identical_to_ar] | all) and (length == 6) and ([.[] | .generated_tokens == 32] | all)"
   --file-jq all.json "([.[] | select(.method != \"ar\") | .mean_accepted_per_step > 1.1] | all)"
   -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method prompt-lookup -o a.jsonl && ${DEMO_RUN} --method lookahead -o b.jsonl && ${DEMO_RUN} --method fafo --kv-policy streaming --kv-budget 16 -o c.jsonl && ${DEMO_RUN} --method fafo --kv-policy h2o --kv-budget 16 -o d.jsonl && ${DEMO_RUN} --method fafo --kv-policy tova --kv-budget 16 -o e.jsonl && ${DEMO_RUN} --method fafo --kv-policy snapkv --kv-budget 48 -o f.jsonl && cat *.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
