@@ -743,7 +743,9 @@ TEST_CASE("rank: V-order search and parallel draws: thread-independent, exact ma
     const PseudoDraws b1 = draw_pseudo(q, 250000, 12, 1), b2 = draw_pseudo(q, 250000, 12, 2);
     CHECK(b1.rho == b2.rho);
     CHECK(b1.log_q == b2.log_q);
-    CHECK((b1.marginals - b2.marginals).cwiseAbs().maxCoeff() < 1e-12);
+    // The marginals differ only by summation order over threads: 250,000 terms <= 1 each, so
+    // rounding is below 250,000 x 2^-53 ~ 3e-11 of the mean.
+    CHECK((b1.marginals - b2.marginals).cwiseAbs().maxCoeff() < 1e-10);
   }
   for (int s = 0; s < 50; ++s) {
     const Perm p(d1.rho.begin() + s * n, d1.rho.begin() + (s + 1) * n);
