@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("input", input, "Rank CSV (no header) or, with --pairwise, preference CSV; - = stdin");
-        app.add_option("--log-z", log_z_query, "Only print log Z_n(alpha) for --metric as JSON, given N:ALPHA (no input)");
+        app.add_option("--log-z", log_z_query, "Only print log Z_n(alpha) for --metric as JSON, given N:ALPHA (no input): exact where an\n"
+                                               "exact method covers n (\"exact\": true), else an importance-sampling estimate with its se and ESS");
         app.add_flag("--pairwise", pairwise, "Input is pairwise preferences (assessor,bottom_item,top_item)");
         app.add_option("--items", items, "Number of items for --pairwise (default: the largest item seen)")->check(cli::int_range(2, 1000));
         app.add_flag("--header", header, "Rank CSV has a header row to skip");
@@ -85,14 +86,26 @@ int main(int argc, char** argv) {
           const int qn = static_cast<int>(*nn);
           nlohmann::json out{{"n", qn}, {"alpha", *aa}, {"metric", metric}};
           if (rank::log_z_exact(qn, o.metric)) {
+            if (o.metric == rank::Metric::spearman && qn > 18)
+              log::info("exact Spearman log Z by the dynamic programme over all 2^{} item subsets: {:.1e} steps", qn,
+                        std::ldexp(static_cast<double>(qn), qn));
             out["log_z"] = rank::log_z(qn, *aa, o.metric);
             out["method"] = rank::PartitionFunction(qn, o.metric).method();
+            out["exact"] = true;
           } else {
+            // No exact method at this n: an importance-sampling estimate (as BayesMallows beyond its
+            // exact tables), refused with a hint when out of reach, with a progress line when slow.
             Rng rng(ctx.common.seed);
-            const auto e = rank::log_z_importance(qn, *aa, o.metric, o.is_samples, rng);
+            const auto e = rank::log_z_importance(qn, *aa, o.metric, o.is_samples, rng, ctx.common.threads);
             out["log_z"] = e.value;
             out["se"] = e.se;
+            out["ess"] = e.ess;
+            out["samples"] = o.is_samples;
             out["method"] = "importance sampling";
+            out["exact"] = false;
+            if (e.ess < 100)
+              log::warn("log Z is an importance-sampling estimate with an effective sample size of {:.1f} of {}: its "
+                        "standard error is unreliable; raise --is-samples", e.ess, o.is_samples);
           }
           out["meta"] = ctx.prov.to_json();
           io::write_json(output, out);

@@ -27,8 +27,7 @@ double elbo(const rank::RankMatrix& R, rank::Metric m, const rank::Perm& order, 
             std::uint64_t seed) {
   const int n = static_cast<int>(R.cols());
   const rank::PseudoMallows q(rank::itemwise_log_weights(R, alpha, m), order);
-  Rng rng(seed);
-  return -rank::neg_elbo(q, samples, rng).value - lambda * alpha - static_cast<double>(R.rows()) * rank::log_z(n, alpha, m);
+  return -rank::neg_elbo(q, samples, seed).value - lambda * alpha - static_cast<double>(R.rows()) * rank::log_z(n, alpha, m);
 }
 
 // Golden-section search of the ELBO over log alpha in [log 0.01, log 200].
@@ -59,7 +58,7 @@ double estimate_alpha(const rank::RankMatrix& R, rank::Metric m, const rank::Per
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string input, output = "-", metric = "footrule", missing = "fail", order_policy = "search", alpha_text = "estimate";
+  std::string input, output = "-", metric = "footrule", missing = "fail", order_policy = "v", alpha_text = "estimate";
   bool header = false, exact = false;
   int draws_n = 10000, kl_samples = 2000, search_iters = 200, search_starts = 10, random_orders = 0;
   double lambda = 0.001;
@@ -85,8 +84,13 @@ int main(int argc, char** argv) {
         app.add_option("--metric", metric, "footrule or spearman")->capture_default_str()->check(CLI::IsMember({"footrule", "spearman", "kendall", "cayley", "hamming", "ulam"}));
         app.add_option("--alpha", alpha_text, "A fixed alpha > 0, or 'estimate' (maximise the ELBO over alpha)")->capture_default_str();
         app.add_option("--lambda", lambda, "Rate of the exponential prior on alpha (estimate)")->capture_default_str()->check(cli::positive());
-        app.add_option("--order", order_policy, "Variational order: search (local search minimising the estimated KL from the best candidate), mean-rank (top first), ends-inward, middle-out, variance, identity, random")
-            ->capture_default_str()->check(CLI::IsMember({"search", "mean-rank", "ends-inward", "middle-out", "variance", "identity", "random"}));
+        app.add_option("--order", order_policy,
+                       "Variational order: v (the paper's conjectured optimal form: items from the middle of the data\n"
+                       "consensus outwards, its top and bottom items last; the order within each equidistant pair chosen by\n"
+                       "the estimated KL), v-random (the same form, each pair's order a coin flip, as the authors' code),\n"
+                       "search (swap local search minimising the estimated KL from the best candidate), mean-rank (top first),\n"
+                       "ends-inward, middle-out, variance, identity, random")
+            ->capture_default_str()->check(CLI::IsMember({"v", "v-random", "search", "mean-rank", "ends-inward", "middle-out", "variance", "identity", "random"}));
         app.add_option("--search-starts", search_starts, "Order search: random orders tried as starting points")->capture_default_str()->check(cli::int_range(0, 100000));
         app.add_option("--search-iters", search_iters, "Order search: swap proposals")->capture_default_str()->check(cli::int_range(0, 10000000));
         app.add_option("--kl-samples", kl_samples, "Draws for each KL / ELBO estimate")->capture_default_str()->check(cli::int_range(10, 100000000));
@@ -133,6 +137,10 @@ int main(int argc, char** argv) {
           return o;
         };
         auto named_order = [&](const std::string& name) {
+          if (name == "v" || name == "v-random") {
+            Rng r(derive_seed(seed, 8));
+            return rank::v_order(R, r);
+          }
           if (name == "variance") return rank::variance_order(R);
           if (name == "mean-rank") return rank::mean_rank_order(R);
           if (name == "ends-inward") return rank::ends_inward_order(R);
@@ -146,9 +154,9 @@ int main(int argc, char** argv) {
           return o;
         };
         // The order-dependent part of KL(q_V || p), with common random numbers across orders.
+        const int threads = ctx.common.threads;
         auto score = [&](const Eigen::MatrixXd& w, const rank::Perm& o) {
-          Rng r(derive_seed(seed, 2));
-          return rank::neg_elbo(rank::PseudoMallows(w, o), kl_samples, r).value;
+          return rank::neg_elbo(rank::PseudoMallows(w, o), kl_samples, derive_seed(seed, 2), threads).value;
         };
         rank::Perm order = named_order(order_policy == "search" ? "mean-rank" : order_policy);
         if (estimate) alpha = estimate_alpha(R, m, order, lambda, kl_samples, derive_seed(seed, 3));
@@ -158,7 +166,7 @@ int main(int argc, char** argv) {
           // Start from the best of the data-dependent candidates and --search-starts random orders.
           double best = score(lw, order);
           start_name = "mean-rank";
-          for (const char* name : {"ends-inward", "middle-out", "variance"}) {
+          for (const char* name : {"v", "ends-inward", "middle-out", "variance"}) {
             const auto o = named_order(name);
             const double v = score(lw, o);
             if (v < best) { best = v; order = o; start_name = name; }
@@ -170,23 +178,23 @@ int main(int argc, char** argv) {
             if (v < best) { best = v; order = o; start_name = "random"; }
           }
           order = rank::search_order(lw, order, search_iters, kl_samples, derive_seed(seed, 4));
-          if (estimate) {
-            // One refinement of alpha with the searched order.
-            alpha = estimate_alpha(R, m, order, lambda, kl_samples, derive_seed(seed, 3));
-            lw = rank::itemwise_log_weights(R, alpha, m);
-          }
+        } else if (order_policy == "v") {
+          std::vector<char> coins(static_cast<std::size_t>(n / 2));
+          Rng r(derive_seed(seed, 8));
+          for (auto& c : coins) c = r.uniform() < 0.5;
+          order = rank::v_order_search(lw, R, coins, kl_samples, derive_seed(seed, 2), nullptr, threads);
+        }
+        if ((order_policy == "search" || order_policy == "v") && estimate) {
+          // One refinement of alpha with the searched order.
+          alpha = estimate_alpha(R, m, order, lambda, kl_samples, derive_seed(seed, 3));
+          lw = rank::itemwise_log_weights(R, alpha, m);
         }
         const rank::PseudoMallows q(lw, order);
-        Rng rng(derive_seed(seed, 1));
-        std::vector<int> draws;
-        draws.reserve(static_cast<std::size_t>(draws_n) * static_cast<std::size_t>(n));
-        for (int s = 0; s < draws_n; ++s) {
-          const rank::Perm r = q.sample(rng);
-          draws.insert(draws.end(), r.begin(), r.end());
-        }
-        const Eigen::MatrixXd marg = rank::marginals_from_draws(draws, n);
-        Rng krng(derive_seed(seed, 2));
-        const auto ne = rank::neg_elbo(q, kl_samples, krng);
+        rank::PseudoDraws pd = rank::draw_pseudo(q, draws_n, derive_seed(seed, 1), threads);
+        const std::vector<int>& draws = pd.rho;
+        // Rao-Blackwellised marginals: the mean over draws of every factor's conditional probabilities.
+        const Eigen::MatrixXd& marg = pd.marginals;
+        const auto ne = rank::neg_elbo(q, kl_samples, derive_seed(seed, 2), threads);
         const double fit_seconds = sw.seconds();
         const double fit_cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
         nlohmann::json out{{"n_items", n}, {"n_assessors", R.rows()}, {"metric", metric}, {"alpha", alpha},

@@ -11,6 +11,7 @@
 
 #include "rank/partition.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
 #include "util/threads.hpp"
 #include "util/timer.hpp"
 
@@ -42,8 +43,8 @@ using Adjacency = std::vector<std::vector<std::pair<int, bool>>>;
 
 class Chain {
  public:
-  Chain(const MallowsData& data, const McmcOptions& opt, std::uint64_t seed)
-      : d_(data), o_(opt), n_(data.n_items), N_(data.assessors()), rng_(seed), logz_(data.n_items, opt.metric, opt.is_samples, opt.seed) {
+  Chain(const MallowsData& data, const McmcOptions& opt, std::uint64_t seed, PartitionFunction& logz, int index)
+      : d_(data), o_(opt), n_(data.n_items), N_(data.assessors()), index_(index), rng_(seed), logz_(logz) {
     itemwise_ = is_itemwise(o_.metric);
     pairwise_ = !d_.prefs.empty();
     // Starting rho: a uniformly random ranking (dispersed starts for R-hat).
@@ -68,7 +69,13 @@ class Chain {
   ChainDraws run() {
     ChainDraws out;
     long acc_rho = 0, acc_alpha = 0, n_alpha = 0, acc_aug = 0, n_aug = 0;
+    Stopwatch sw;
+    double next_report = progress_after_seconds;
     for (int t = 0; t < o_.iterations; ++t) {
+      if (index_ == 0 && (t & 1023) == 0 && sw.seconds() > next_report) {
+        log::info("chain 1: iteration {}/{} ({:.0f} s, alpha {:.3g})", t, o_.iterations, sw.seconds(), alpha_);
+        next_report = sw.seconds() + progress_every_seconds;
+      }
       acc_rho += update_rho();
       if (!o_.fix_alpha && t % o_.alpha_jump == 0) {
         acc_alpha += update_alpha();
@@ -328,9 +335,9 @@ class Chain {
 
   const MallowsData& d_;
   const McmcOptions& o_;
-  int n_, N_;
+  int n_, N_, index_;
   Rng rng_;
-  PartitionFunction logz_;
+  PartitionFunction& logz_;
   bool itemwise_ = true, pairwise_ = false;
   Perm rho_, order_, prop_;
   double alpha_ = 1, logz_cur_ = 0, theta_ = 0.1;
@@ -409,10 +416,9 @@ McmcResult run_mcmc(const MallowsData& data, const McmcOptions& opt) {
   McmcResult res;
   res.n_items = n;
   res.chains.resize(static_cast<std::size_t>(opt.chains));
-  {
-    PartitionFunction pf(n, opt.metric, opt.is_samples, opt.seed);
-    res.log_z_method = pf.method();
-  }
+  // One log Z for all chains: its grid nodes (importance sampling, subset DP) are computed once.
+  PartitionFunction pf(n, opt.metric, opt.is_samples, opt.seed);
+  res.log_z_method = pf.method();
   Stopwatch sw;
   const std::clock_t cpu0 = std::clock();
   const int threads = std::max(1, std::min(opt.threads > 0 ? opt.threads : icmlkit::threads(), opt.chains));
@@ -420,7 +426,7 @@ McmcResult run_mcmc(const MallowsData& data, const McmcOptions& opt) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int c = 0; c < opt.chains; ++c) {
     try {
-      Chain ch(data, opt, derive_seed(opt.seed, static_cast<std::uint64_t>(c)));
+      Chain ch(data, opt, derive_seed(opt.seed, static_cast<std::uint64_t>(c)), pf, c);
       res.chains[static_cast<std::size_t>(c)] = ch.run();
     } catch (const std::exception& e) {
       errors[static_cast<std::size_t>(c)] = e.what();

@@ -9,8 +9,17 @@
 #include <limits>
 #include <numeric>
 
+#include <omp.h>
+
+#include <atomic>
+#include <mutex>
+
 #include "rank/exact.hpp"
+#include "rank/pseudo.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/threads.hpp"
+#include "util/timer.hpp"
 
 namespace icmlkit::rank {
 
@@ -118,40 +127,58 @@ double log_z(int n, double alpha, Metric m) {
   return 0;
 }
 
-LogZEstimate log_z_importance(int n, double alpha, Metric m, int samples, Rng& rng) {
+void check_importance_reach(int n, int samples) {
+  if (n > importance_max_n)
+    throw UsageError(fmt::format("log Z by importance sampling needs n <= {} (its n x n proposal tables; n = {}); "
+                                 "no exact method covers this metric at this n", importance_max_n, n));
+  const double work = static_cast<double>(samples) * n * n;
+  if (work > importance_max_work)
+    throw UsageError(fmt::format("log Z by importance sampling at n = {} with {} samples is out of reach here "
+                                 "(~{:.1e} steps, limit {:.0e}); lower --is-samples to at most {}",
+                                 n, samples, work, importance_max_work, static_cast<long long>(importance_max_work / (static_cast<double>(n) * n))));
+}
+
+LogZEstimate log_z_importance(int n, double alpha, Metric m, int samples, Rng& rng, int threads) {
+  if (n < 1) throw InputError("log Z needs n >= 1");
+  if (samples < 1) throw UsageError("importance sampling needs at least one sample");
+  check_importance_reach(n, samples);
   const double a = alpha / n;
   const Metric pm = is_itemwise(m) ? m : Metric::footrule;
-  std::vector<double> logw(static_cast<std::size_t>(samples));
-  Perm order(static_cast<std::size_t>(n)), r(static_cast<std::size_t>(n)), id(static_cast<std::size_t>(n));
+  // The proposal: Pseudo-Mallows around the identity with its factor weights precomputed once.
+  Eigen::MatrixXd lw(n, n);
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r) lw(i, r) = -a * item_distance(r, i, pm);
+  Perm id(static_cast<std::size_t>(n));
   std::iota(id.begin(), id.end(), 0);
-  std::vector<int> free_ranks;
-  std::vector<double> p(static_cast<std::size_t>(n));
-  for (int s = 0; s < samples; ++s) {
-    std::iota(order.begin(), order.end(), 0);
-    for (int k = n - 1; k > 0; --k) std::swap(order[static_cast<std::size_t>(k)], order[rng.below(static_cast<std::uint64_t>(k) + 1)]);
-    free_ranks.resize(static_cast<std::size_t>(n));
-    std::iota(free_ranks.begin(), free_ranks.end(), 0);
-    double logq = 0;
-    for (int k = 0; k < n; ++k) {
-      const int item = order[static_cast<std::size_t>(k)];
-      double mx = neg_inf;
-      for (std::size_t t = 0; t < free_ranks.size(); ++t) {
-        p[t] = -a * item_distance(free_ranks[t], item, pm);
-        mx = std::max(mx, p[t]);
+  const PseudoMallows prop(std::move(lw), id);
+  const std::uint64_t seed = rng.bits();
+  constexpr int block = 64;
+  const int blocks = (samples + block - 1) / block;
+  std::vector<double> logw(static_cast<std::size_t>(samples));
+  const int nt = std::max(1, std::min(threads > 0 ? threads : icmlkit::threads(), blocks));
+  std::atomic<int> done{0};
+  Stopwatch sw;
+  double next_report = progress_after_seconds;
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<int> order(static_cast<std::size_t>(n)), r(static_cast<std::size_t>(n)), fr(static_cast<std::size_t>(n));
+    std::vector<double> p(static_cast<std::size_t>(n));
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < blocks; ++b) {
+      Rng br(derive_seed(seed, static_cast<std::uint64_t>(b)));
+      const int hi = std::min(samples, (b + 1) * block);
+      for (int s = b * block; s < hi; ++s) {
+        std::iota(order.begin(), order.end(), 0);
+        for (int k = n - 1; k > 0; --k) std::swap(order[static_cast<std::size_t>(k)], order[br.below(static_cast<std::uint64_t>(k) + 1)]);
+        const double logq = prop.sample_into(br, order.data(), r.data(), fr.data(), p.data());
+        logw[static_cast<std::size_t>(s)] = -a * distance(r.data(), id.data(), n, m) - logq;
       }
-      double tot = 0;
-      for (std::size_t t = 0; t < free_ranks.size(); ++t) tot += (p[t] = std::exp(p[t] - mx));
-      double u = rng.uniform() * tot;
-      std::size_t pick = free_ranks.size() - 1;
-      for (std::size_t t = 0; t < free_ranks.size(); ++t) {
-        u -= p[t];
-        if (u < 0) { pick = t; break; }
+      const int d = done.fetch_add(hi - b * block) + (hi - b * block);
+      if (omp_get_thread_num() == 0 && sw.seconds() > next_report) {
+        log::info("log Z_{}({:.4g}) by importance sampling: {}/{} samples, {:.0f} s", n, alpha, d, samples, sw.seconds());
+        next_report = sw.seconds() + progress_every_seconds;
       }
-      logq += std::log(p[pick] / tot);
-      r[static_cast<std::size_t>(item)] = free_ranks[pick];
-      free_ranks.erase(free_ranks.begin() + static_cast<std::ptrdiff_t>(pick));
     }
-    logw[static_cast<std::size_t>(s)] = -a * distance(r, id, m) - logq;
   }
   const double mx = *std::max_element(logw.begin(), logw.end());
   double s1 = 0, s2 = 0;
@@ -162,7 +189,7 @@ LogZEstimate log_z_importance(int n, double alpha, Metric m, int samples, Rng& r
   }
   const double mean = s1 / samples;
   const double var = std::max(0.0, s2 / samples - mean * mean);
-  return {mx + std::log(mean), std::sqrt(var / samples) / mean};
+  return {mx + std::log(mean), std::sqrt(var / samples) / mean, s1 * s1 / s2};
 }
 
 std::vector<unsigned __int128> footrule_counts(int n) {
@@ -252,7 +279,8 @@ std::vector<double> ulam_log_counts(int n) {
 }
 
 PartitionFunction::PartitionFunction(int n, Metric m, int is_samples, std::uint64_t seed)
-    : n_(n), m_(m), is_samples_(is_samples), seed_(seed) {
+    : n_(n), m_(m), is_samples_(is_samples), seed_(seed), mutex_(std::make_unique<std::mutex>()) {
+  if (!log_z_exact(n, m)) check_importance_reach(n, is_samples);
   grid_ = !log_z_exact(n, m) || (m == Metric::spearman && n > 12);
   if (m == Metric::ulam && log_z_exact(n, m)) ulam_ = ulam_log_counts(n);
 }
@@ -268,8 +296,10 @@ std::string PartitionFunction::method() const {
 }
 
 double PartitionFunction::node(int k) {
+  std::lock_guard<std::mutex> lock(*mutex_);
   auto it = cache_.find(k);
   if (it != cache_.end()) return it->second;
+  Stopwatch sw;
   const double alpha = std::exp(k / 200.0);
   double v;
   if (log_z_exact(n_, m_)) {
@@ -279,6 +309,12 @@ double PartitionFunction::node(int k) {
     v = log_z_importance(n_, alpha, m_, is_samples_, rng).value;
   }
   cache_.emplace(k, v);
+  node_seconds_ += sw.seconds();
+  if (node_seconds_ > next_report_) {
+    log::info("log Z_{} ({}, {}) on the alpha grid: {} nodes, {:.0f} s so far, last alpha {:.3g}", n_, metric_name(m_), method(),
+              cache_.size(), node_seconds_, alpha);
+    next_report_ = node_seconds_ + progress_every_seconds;
+  }
   return v;
 }
 

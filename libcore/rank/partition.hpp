@@ -23,6 +23,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,16 +42,36 @@ bool log_z_exact(int n, Metric m);
 /// Exact log Z_n(alpha), alpha >= 0.  Throws InputError when no exact method covers n.
 double log_z(int n, double alpha, Metric m);
 
-/// An importance-sampling estimate of log Z and its standard error (delta method).
+/// An importance-sampling estimate of log Z, its standard error (delta method) and the effective
+/// sample size (sum w)^2 / sum w^2 (an ESS far below the sample count means the standard error
+/// itself is unreliable).
 struct LogZEstimate {
   double value = 0;
   double se = 0;
+  double ess = 0;
 };
 
-/// log Z_n(alpha) by importance sampling: `samples` draws of the sequential proposal that puts
-/// items, in a random order, on free ranks with probability ∝ exp(-(alpha/n) f(r, i)) (f the
-/// footrule term for non-item-wise metrics), weighted by exp(-(alpha/n) d) / q.
-LogZEstimate log_z_importance(int n, double alpha, Metric m, int samples, Rng& rng);
+/// Largest n for importance sampling (its two n x n double tables: 400 MB at this n).
+inline constexpr int importance_max_n = 5000;
+/// Largest samples * n^2 (proposal steps) one importance-sampling estimate may take (minutes).
+inline constexpr double importance_max_work = 1e11;
+/// Long computations (importance sampling, grids of log Z) print a progress line on stderr once
+/// they have run this long, then every progress_every_seconds.
+inline constexpr double progress_after_seconds = 3.0;
+/// See progress_after_seconds.
+inline constexpr double progress_every_seconds = 10.0;
+
+/// Throws UsageError, saying how to get within reach, when importance sampling of log Z with
+/// `samples` samples at this n exceeds importance_max_n or importance_max_work.
+void check_importance_reach(int n, int samples);
+
+/// log Z_n(alpha) by importance sampling (an estimate, as BayesMallows uses beyond its exact
+/// tables): `samples` draws of the sequential proposal that puts items, in a random order, on
+/// free ranks with probability ∝ exp(-(alpha/n) f(r, i)) (f the footrule term for non-item-wise
+/// metrics), weighted by exp(-(alpha/n) d) / q.  O(n^2) per draw with precomputed weights; OpenMP
+/// over blocks of draws seeded from one draw of `rng` (thread-count independent); a progress
+/// line on stderr after progress_after_seconds.  Throws as check_importance_reach.
+LogZEstimate log_z_importance(int n, double alpha, Metric m, int samples, Rng& rng, int threads = 0);
 
 /// N_n(d): the number of permutations of n at footrule distance d from the identity, d = 0, 2,
 /// ..., floor(n^2/2) (entry k is d = 2k).  Exact integers (unsigned 128-bit) for n <= 34;
@@ -67,7 +89,9 @@ std::vector<double> ulam_log_counts(int n);
 /// log Z_n(alpha) as a function of alpha for one (n, metric), fast enough for an MCMC step:
 /// exact closed forms are evaluated directly; expensive exact methods (Spearman n > 12) and
 /// importance sampling are evaluated on a grid in log alpha (step 1/200) on first need, cached,
-/// and interpolated linearly.
+/// and interpolated linearly.  Thread-safe (one instance is shared by parallel chains); prints a
+/// progress line on stderr once grid nodes have taken progress_after_seconds.  The constructor
+/// throws as check_importance_reach when importance sampling is needed and out of reach.
 class PartitionFunction {
  public:
   /// `is_samples`: importance samples per grid node when no exact method exists.
@@ -86,6 +110,8 @@ class PartitionFunction {
   bool grid_;
   std::vector<double> ulam_;
   std::map<int, double> cache_;
+  std::unique_ptr<std::mutex> mutex_;
+  double node_seconds_ = 0, next_report_ = progress_after_seconds;
 };
 
 }  // namespace icmlkit::rank

@@ -5,7 +5,10 @@
 #include <limits>
 #include <numeric>
 
+#include <omp.h>
+
 #include "util/error.hpp"
+#include "util/threads.hpp"
 
 namespace icmlkit::rank {
 
@@ -13,44 +16,103 @@ PseudoMallows::PseudoMallows(Eigen::MatrixXd logw, Perm order) : logw_(std::move
   if (logw_.rows() != logw_.cols() || logw_.rows() != static_cast<Eigen::Index>(order_.size()))
     throw InputError("Pseudo-Mallows: the weight matrix must be [n, n] for an order of n items");
   if (!is_permutation(order_)) throw InputError("Pseudo-Mallows: the variational order is not a permutation of the items");
+  w_.resize(logw_.rows(), logw_.cols());
+  for (Eigen::Index i = 0; i < logw_.rows(); ++i) w_.row(i) = (logw_.row(i).array() - logw_.row(i).maxCoeff()).exp();
 }
 
-Perm PseudoMallows::sample(Rng& rng, double* logq) const {
+namespace {
+// Below this total the remaining precomputed weights may have lost their relative precision
+// (or all underflowed): redo the step in log space.
+constexpr double tiny_total = 1e-250;
+}  // namespace
+
+double PseudoMallows::sample_into(Rng& rng, int* out, int* fr, double* p, double* marg) const {
+  return sample_into(rng, order_.data(), out, fr, p, marg);
+}
+
+double PseudoMallows::sample_into(Rng& rng, const int* order, int* out, int* fr, double* p, double* marg) const {
   const int n = this->n();
-  Perm r(static_cast<std::size_t>(n));
-  // free ranks kept in a compact array; p holds the factor's unnormalised weights
-  int free_ranks[256];
-  std::vector<int> fr_big;
-  int* fr = free_ranks;
-  if (n > 256) {
-    fr_big.resize(static_cast<std::size_t>(n));
-    fr = fr_big.data();
-  }
-  std::iota(fr, fr + n, 0);
+  for (int t = 0; t < n; ++t) fr[t] = t;
   double lq = 0;
-  std::vector<double> p(static_cast<std::size_t>(n));
   int m = n;
   for (int k = 0; k < n; ++k) {
-    const int item = order_[static_cast<std::size_t>(k)];
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int t = 0; t < m; ++t) mx = std::max(mx, logw_(item, fr[t]));
+    const int item = order[k];
+    const double* wrow = w_.data() + static_cast<std::ptrdiff_t>(item) * n;
     double tot = 0;
-    for (int t = 0; t < m; ++t) tot += (p[static_cast<std::size_t>(t)] = std::exp(logw_(item, fr[t]) - mx));
+    for (int t = 0; t < m; ++t) tot += (p[t] = wrow[fr[t]]);
+    if (!(tot > tiny_total)) {
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int t = 0; t < m; ++t) mx = std::max(mx, logw_(item, fr[t]));
+      tot = 0;
+      for (int t = 0; t < m; ++t) tot += (p[t] = std::exp(logw_(item, fr[t]) - mx));
+    }
     double u = rng.uniform() * tot;
     int pick = m - 1;
     for (int t = 0; t < m; ++t) {
-      u -= p[static_cast<std::size_t>(t)];
+      u -= p[t];
       if (u < 0) {
         pick = t;
         break;
       }
     }
-    lq += std::log(p[static_cast<std::size_t>(pick)] / tot);
-    r[static_cast<std::size_t>(item)] = fr[pick];
+    if (p[pick] == 0) {  // rounding at the end of the scan: take the last positive weight
+      while (pick > 0 && p[pick] == 0) --pick;
+    }
+    if (marg) {
+      double* mrow = marg + static_cast<std::ptrdiff_t>(item) * n;
+      const double inv = 1.0 / tot;
+      for (int t = 0; t < m; ++t) mrow[fr[t]] += p[t] * inv;
+    }
+    lq += std::log(p[pick] / tot);
+    out[item] = fr[pick];
     fr[pick] = fr[--m];
   }
+  return lq;
+}
+
+Perm PseudoMallows::sample(Rng& rng, double* logq) const {
+  Perm r(static_cast<std::size_t>(n()));
+  std::vector<int> fr(static_cast<std::size_t>(n()));
+  std::vector<double> p(static_cast<std::size_t>(n()));
+  const double lq = sample_into(rng, r.data(), fr.data(), p.data());
   if (logq) *logq = lq;
   return r;
+}
+
+PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, int threads) {
+  if (count < 1) throw UsageError("Pseudo-Mallows: the number of draws must be >= 1");
+  const int n = q.n();
+  constexpr int block = 256;
+  const int blocks = (count + block - 1) / block;
+  PseudoDraws d;
+  d.rho.resize(static_cast<std::size_t>(count) * static_cast<std::size_t>(n));
+  d.log_q.resize(static_cast<std::size_t>(count));
+  // Below ~1e7 proposal steps (a few ms) a parallel region costs more than it saves, and far more
+  // CPU time when the cores are oversubscribed (threads spin at the barrier).
+  const bool small = static_cast<double>(count) * n * n < 1e7;
+  const int nt = small ? 1 : std::max(1, std::min(threads > 0 ? threads : icmlkit::threads(), blocks));
+  std::vector<std::vector<double>> marg(static_cast<std::size_t>(nt), std::vector<double>(static_cast<std::size_t>(n) * static_cast<std::size_t>(n), 0.0));
+#pragma omp parallel num_threads(nt)
+  {
+    const int tid = omp_get_thread_num();
+    std::vector<int> fr(static_cast<std::size_t>(n));
+    std::vector<double> p(static_cast<std::size_t>(n));
+    double* acc = marg[static_cast<std::size_t>(tid)].data();
+#pragma omp for schedule(static)
+    for (int b = 0; b < blocks; ++b) {
+      Rng rng(derive_seed(seed, static_cast<std::uint64_t>(b)));
+      const int hi = std::min(count, (b + 1) * block);
+      for (int s = b * block; s < hi; ++s)
+        d.log_q[static_cast<std::size_t>(s)] = q.sample_into(rng, d.rho.data() + static_cast<std::ptrdiff_t>(s) * n, fr.data(), p.data(), acc);
+    }
+  }
+  // Row-major accumulators [item][rank] summed in thread order (deterministic for a fixed nt).
+  d.marginals = Eigen::MatrixXd::Zero(n, n);
+  for (const auto& a : marg)
+    for (int i = 0; i < n; ++i)
+      for (int r = 0; r < n; ++r) d.marginals(i, r) += a[static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + static_cast<std::size_t>(r)];
+  d.marginals /= static_cast<double>(count);
+  return d;
 }
 
 double PseudoMallows::log_q(const Perm& r) const {
@@ -78,18 +140,41 @@ double PseudoMallows::log_target(const Perm& r) const {
   return s;
 }
 
+namespace {
+// Mean and its standard error from the sum and the sum of squares of `samples` values.
+KlEstimate mean_and_se(double s1, double s2, int samples) {
+  const double mean = s1 / samples;
+  const double var = std::max(0.0, s2 / samples - mean * mean);
+  return {mean, std::sqrt(var / samples)};
+}
+}  // namespace
+
 KlEstimate neg_elbo(const PseudoMallows& q, int samples, Rng& rng) {
+  const int n = q.n();
+  std::vector<int> r(static_cast<std::size_t>(n)), fr(static_cast<std::size_t>(n));
+  std::vector<double> p(static_cast<std::size_t>(n));
   double s1 = 0, s2 = 0;
   for (int s = 0; s < samples; ++s) {
-    double lq;
-    const Perm r = q.sample(rng, &lq);
+    const double lq = q.sample_into(rng, r.data(), fr.data(), p.data());
     const double v = lq - q.log_target(r);
     s1 += v;
     s2 += v * v;
   }
-  const double mean = s1 / samples;
-  const double var = std::max(0.0, s2 / samples - mean * mean);
-  return {mean, std::sqrt(var / samples)};
+  return mean_and_se(s1, s2, samples);
+}
+
+KlEstimate neg_elbo(const PseudoMallows& q, int samples, std::uint64_t seed, int threads) {
+  const PseudoDraws d = draw_pseudo(q, samples, seed, threads);
+  const int n = q.n();
+  double s1 = 0, s2 = 0;
+  Perm r(static_cast<std::size_t>(n));
+  for (int s = 0; s < samples; ++s) {
+    std::copy_n(d.rho.begin() + static_cast<std::ptrdiff_t>(s) * n, n, r.begin());
+    const double v = d.log_q[static_cast<std::size_t>(s)] - q.log_target(r);
+    s1 += v;
+    s2 += v * v;
+  }
+  return mean_and_se(s1, s2, samples);
 }
 
 namespace {
@@ -134,6 +219,49 @@ Perm middle_out_order(const RankMatrix& ranks) {
 }
 
 Perm variance_order(const RankMatrix& ranks) { return order_by(ranks, true); }
+
+Perm v_order(const RankMatrix& ranks, const std::vector<char>& worse_first) {
+  // c: items by mean observed rank (= column sum for complete data), ties by item index.
+  const Perm by_mean = order_by(ranks, false);
+  const std::size_t n = by_mean.size();
+  Perm o;
+  o.reserve(n);
+  if (n % 2 == 1) o.push_back(by_mean[n / 2]);
+  // Pair k (k = 0 nearest the middle): the items at c-positions lo = (n-1)/2 - k - (n even ? 0 : 1)
+  // and hi = n - 1 - lo, i.e. equally far above and below the middle.
+  const std::size_t pairs = n / 2;
+  for (std::size_t k = 0; k < pairs; ++k) {
+    const std::size_t lo = pairs - 1 - k, hi = n - 1 - lo;
+    const bool flip = k < worse_first.size() && worse_first[k];
+    o.push_back(by_mean[flip ? hi : lo]);
+    o.push_back(by_mean[flip ? lo : hi]);
+  }
+  return o;
+}
+
+Perm v_order(const RankMatrix& ranks, Rng& rng) {
+  std::vector<char> w(static_cast<std::size_t>(ranks.cols()) / 2);
+  for (auto& b : w) b = rng.uniform() < 0.5;
+  return v_order(ranks, w);
+}
+
+Perm v_order_search(const Eigen::MatrixXd& logw, const RankMatrix& ranks, std::vector<char> worse_first, int samples,
+                    std::uint64_t seed, double* best_value, int threads) {
+  const std::size_t pairs = static_cast<std::size_t>(ranks.cols()) / 2;
+  worse_first.resize(pairs, 0);
+  auto score = [&](const std::vector<char>& w) { return neg_elbo(PseudoMallows(logw, v_order(ranks, w)), samples, seed, threads).value; };
+  double bv = score(worse_first);
+  for (std::size_t k = 0; k < pairs; ++k) {
+    worse_first[k] = !worse_first[k];
+    const double v = score(worse_first);
+    if (v < bv)
+      bv = v;
+    else
+      worse_first[k] = !worse_first[k];
+  }
+  if (best_value) *best_value = bv;
+  return v_order(ranks, worse_first);
+}
 
 Perm search_order(const Eigen::MatrixXd& logw, Perm start, int iterations, int samples, std::uint64_t seed, double* best_value) {
   auto score = [&](const Perm& o) {

@@ -19,6 +19,9 @@
 namespace icmlkit::rank {
 
 /// q_V for fixed log weights L(i, r) = -(alpha/n) sum_j f(R_ji, r) ([n items, n ranks]).
+/// The factor weights exp(L(i, r) - max_r L(i, r)) are precomputed once (row per item), so a
+/// draw costs O(n^2) additions and n logarithms, no exponentials and no allocation; a factor
+/// whose remaining weights all underflow falls back to log-space arithmetic for that step.
 class PseudoMallows {
  public:
   /// `logw`: [n, n] log weights; `order`: a permutation of the items (V).  Throws InputError when
@@ -26,6 +29,15 @@ class PseudoMallows {
   PseudoMallows(Eigen::MatrixXd logw, Perm order);
   /// One draw rho ~ q_V; `logq` (optional) receives log q_V(rho) exactly.
   Perm sample(Rng& rng, double* logq = nullptr) const;
+  /// Allocation-free draw: writes the 0-based ranks of items 0..n-1 to `out` [n], uses
+  /// `free_ranks` [n] and `weights` [n] as work space, and returns log q_V(out).  When `marg` is not null
+  /// ([n items x n ranks], row-major) it adds the factor probabilities q(rho_v = r | earlier
+  /// ranks) of every step: their expectation is the marginal q(rho_v = r), so their mean over
+  /// draws is a Rao-Blackwellised (lower-variance) estimate of q's marginals.
+  double sample_into(Rng& rng, int* out, int* free_ranks, double* weights, double* marg = nullptr) const;
+  /// sample_into with another item order `order` [n] (a permutation, not checked) for this draw
+  /// only: the sequential importance-sampling proposal of log Z draws a fresh order per sample.
+  double sample_into(Rng& rng, const int* order, int* out, int* free_ranks, double* weights, double* marg = nullptr) const;
   /// Exact log q_V(r) of a complete ranking.
   double log_q(const Perm& r) const;
   /// log p~(r) = sum_i L(i, r_i) (the unnormalised target).
@@ -37,8 +49,20 @@ class PseudoMallows {
 
  private:
   Eigen::MatrixXd logw_;
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w_;  // exp(L - row max)
   Perm order_;
 };
+
+/// `count` draws from q_V, in parallel (OpenMP over blocks of 256 draws, block b seeded with
+/// derive_seed(seed, b); one thread below 1e7 proposal steps), so the result does not depend on
+/// the number of threads.
+struct PseudoDraws {
+  std::vector<int> rho;        ///< [count, n] row-major 0-based ranks
+  std::vector<double> log_q;   ///< [count] exact log q_V of each draw
+  Eigen::MatrixXd marginals;   ///< [n items, n ranks] Rao-Blackwellised estimate of q's marginals
+};
+/// Draws `count` >= 1 samples with `threads` threads (0 = all cores).
+PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, int threads = 0);
 
 /// Monte Carlo estimate of E_q[log q_V - log p~] (KL(q_V || p) - log Z_p) with its standard error.
 struct KlEstimate {
@@ -47,9 +71,30 @@ struct KlEstimate {
 };
 /// Estimates E_q[log q - log p~] from `samples` draws.
 KlEstimate neg_elbo(const PseudoMallows& q, int samples, Rng& rng);
+/// The same from `samples` draws made in parallel by draw blocks seeded from `seed` (results do
+/// not depend on the thread count; the same seed gives common random numbers across orders).
+KlEstimate neg_elbo(const PseudoMallows& q, int samples, std::uint64_t seed, int threads = 0);
 
-/// Data-dependent candidate orders (the paper conjectures a data-dependent optimum; its exact form
-/// was not available to us, so these are candidates the search compares, not the paper's formula).
+/// The paper's conjectured optimal variational order, the "V order" (read in the authors'
+/// reference code, sylvia-liu-qinghua/Pseudo-Mallows: GenerateVOrdering / generateVOrderings,
+/// the set tested by isV): with c the items' ranks by column sum of the data (ties: lower item
+/// index first), items are factorised from the middle of c outwards: for odd n the middle item
+/// first, then the two items at distance 1 from the middle, then distance 2, ..., and the
+/// consensus top and bottom items last; the items of each pair come in either order.
+/// `worse_first` picks that order per pair: pair k (k = 0 nearest the middle) puts the worse
+/// (higher c) item first when worse_first[k] is nonzero (missing entries count as 0).  Missing
+/// ranks are ignored in the column means.
+Perm v_order(const RankMatrix& ranks, const std::vector<char>& worse_first = {});
+/// The V order with every pair's order a fair coin from `rng`, as the reference code draws it.
+Perm v_order(const RankMatrix& ranks, Rng& rng);
+/// V-order refinement within the conjectured set: starting from `worse_first`, one pass over the
+/// floor(n/2) pairs flipping each when that lowers the estimated E_q[log q - log p~] (`samples`
+/// draws, common random numbers from `seed`).  Returns the best V order found; `best_value`
+/// (optional) receives its estimate.
+Perm v_order_search(const Eigen::MatrixXd& logw, const RankMatrix& ranks, std::vector<char> worse_first, int samples,
+                    std::uint64_t seed, double* best_value = nullptr, int threads = 0);
+
+/// Other data-dependent candidate orders, for comparison with the V order.
 /// `ranks` may contain missing ranks (ignored).
 /// Items sorted by mean observed rank, taken from both ends inwards (best, worst, second best, ...).
 Perm ends_inward_order(const RankMatrix& ranks);

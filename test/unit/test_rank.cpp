@@ -280,13 +280,16 @@ TEST_CASE("rank: log Z from the counts agrees with the weighted recursions beyon
 
 TEST_CASE("rank: importance-sampling log Z is within its error of the exact value") {
   // Truth: exact log Z (n = 10 and 15).  Bound: 5 standard errors + 1e-3 (delta-method se).
+  // The se and ESS bounds only guard against a degenerate proposal: se < 0.1 means a weight
+  // variance below 200 mean^2 at 20,000 draws, i.e. an ESS above ~100 (the se itself is random).
   Rng rng(11);
   for (auto m : {Metric::footrule, Metric::spearman, Metric::ulam, Metric::kendall})
     for (int n : {10, 15}) {
       const auto e = log_z_importance(n, 3.0, m, 20000, rng);
       CAPTURE(n);
       CHECK(std::abs(e.value - log_z(n, 3.0, m)) < 5 * e.se + 1e-3);
-      CHECK(e.se < 0.05);
+      CHECK(e.se < 0.1);
+      CHECK(e.ess > 100);
     }
 }
 
@@ -628,6 +631,130 @@ TEST_CASE("rank: Pseudo-Mallows KL estimate plus log Z equals the exact KL") {
     const auto e = neg_elbo(q, 20000, rng);
     CHECK(std::abs(e.value + sp.log_normaliser() - kl) < 5 * e.se + 1e-9);
   }
+}
+
+// N assessors drawn exactly from the footrule Mallows model with rho0 = identity and scale
+// alpha0 (the subset DP samples p(r) ∝ exp(-(alpha0/n) sum_i |r_i - i|) exactly), as the
+// Pseudo-Mallows authors simulate their data (BayesMallows sample_mallows, rho0 = 1:n).
+RankMatrix mallows_ranks(int N, int n, double alpha0, std::uint64_t seed) {
+  Eigen::MatrixXd lw(n, n);
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r) lw(i, r) = -(alpha0 / n) * std::abs(i - r);
+  const SubsetPosterior mallows(lw);
+  Rng rng(seed);
+  RankMatrix R(N, n);
+  for (int j = 0; j < N; ++j) {
+    const Perm p = mallows.sample(rng);
+    for (int i = 0; i < n; ++i) R(j, i) = p[static_cast<std::size_t>(i)];
+  }
+  return R;
+}
+
+TEST_CASE("rank: the V order goes from the middle of the consensus outwards") {
+  // Truth: the definition read in the authors' code (GenerateVOrdering): c = ranks of the column
+  // sums; the middle item first (odd n), then the pairs at distance 1, 2, ... from the middle.
+  // Columns: item i has every assessor's rank c[i].
+  const std::vector<int> c = {3, 0, 4, 1, 2};  // item 1 is the consensus top, item 2 the bottom
+  RankMatrix R(2, 5);
+  for (int j = 0; j < 2; ++j)
+    for (int i = 0; i < 5; ++i) R(j, i) = c[static_cast<std::size_t>(i)];
+  // c-positions: 0 -> item 1, 1 -> item 3, 2 -> item 4, 3 -> item 0, 4 -> item 2.
+  CHECK(v_order(R) == Perm{4, 3, 0, 1, 2});
+  CHECK(v_order(R, {1, 0}) == Perm{4, 0, 3, 1, 2});
+  CHECK(v_order(R, {0, 1}) == Perm{4, 3, 0, 2, 1});
+  RankMatrix E(1, 4);
+  E << 2, 3, 1, 0;  // c-positions 0..3 -> items 3, 2, 0, 1; even n: the middle pair first
+  CHECK(v_order(E) == Perm{2, 0, 3, 1});
+  Rng rng(3);
+  for (int k = 0; k < 20; ++k) {
+    const Perm o = v_order(R, rng);
+    CHECK(o[0] == 4);
+    CHECK(((o[1] == 3 && o[2] == 0) || (o[1] == 0 && o[2] == 3)));
+  }
+}
+
+TEST_CASE("rank: V order attains the least exact KL over all orders on Mallows data (the paper's conjecture)") {
+  // Truth: exact KL(q_V || p) = sum over all 720 rankings of q (log q - log p), with p from the
+  // subset DP, for every one of the 720 orders V at n = 6; data drawn exactly from the footrule
+  // Mallows model (N = 20, alpha0 = 2, the posterior at alpha = alpha0), the setting of the
+  // authors' empirical study.  Checked: (1) the best of the 2^3 V orders is the global minimum
+  // over all orders (the conjecture, here exactly; tolerance 1e-9 for rounding in sums of 720
+  // terms); (2) every V order beats the mean KL of a uniformly random order; (3) the reversed
+  // form (ends-inward: top and bottom first) does not, so the check can fail.  Not asserted:
+  // with weak data (N = 10, alpha0 = 1) the V orders sit near the median of all orders.
+  const int n = 6;
+  const auto perms = all_perms(n);
+  for (std::uint64_t seed : {1, 2, 3}) {
+    const RankMatrix R = mallows_ranks(20, n, 2.0, seed);
+    const Eigen::MatrixXd lw = itemwise_log_weights(R, 2.0, Metric::footrule);
+    const SubsetPosterior sp(lw);
+    std::vector<double> lp;
+    for (const auto& p : perms) lp.push_back(sp.log_prob(p));
+    auto kl = [&](const Perm& o) {
+      const PseudoMallows q(lw, o);
+      double s = 0;
+      for (std::size_t k = 0; k < perms.size(); ++k) {
+        const double l = q.log_q(perms[k]);
+        s += std::exp(l) * (l - lp[k]);
+      }
+      return s;
+    };
+    double all_min = 1e300, all_mean = 0;
+    for (const auto& o : perms) {
+      const double v = kl(o);
+      all_min = std::min(all_min, v);
+      all_mean += v / static_cast<double>(perms.size());
+    }
+    double v_min = 1e300;
+    for (int mask = 0; mask < 8; ++mask) {
+      const double v = kl(v_order(R, {static_cast<char>(mask & 1), static_cast<char>((mask >> 1) & 1), static_cast<char>((mask >> 2) & 1)}));
+      v_min = std::min(v_min, v);
+      CHECK(v < all_mean);
+    }
+    CAPTURE(seed);
+    CHECK(v_min <= all_min + 1e-9);
+    CHECK(kl(ends_inward_order(R)) > all_mean);
+  }
+}
+
+TEST_CASE("rank: V-order search and parallel draws: thread-independent, exact marginals") {
+  // Truth: q's exact marginals by summing exp(log q) over all 5040 rankings (n = 7).  The
+  // Rao-Blackwellised estimate from 20,000 draws must lie within 5 sd of the plain frequency
+  // estimate, sqrt(p (1 - p) / S), of them (conditioning never increases the variance, so this
+  // bounds its sd).  Draws with 1 and 2 threads are bit-identical (per-block seeds); each
+  // returned log q equals log_q; the searched V order is no worse than its start (same seed).
+  const int n = 7;
+  const RankMatrix R = mallows_ranks(15, n, 2.0, 4);
+  const Eigen::MatrixXd lw = itemwise_log_weights(R, 2.0, Metric::spearman);
+  double best = 0;
+  const Perm o = v_order_search(lw, R, {}, 2000, 5, &best, 1);
+  CHECK(is_permutation(o));
+  CHECK(best <= neg_elbo(PseudoMallows(lw, v_order(R)), 2000, std::uint64_t{5}, 1).value + 1e-12);
+  const PseudoMallows q(lw, o);
+  Eigen::MatrixXd exact = Eigen::MatrixXd::Zero(n, n);
+  for (const auto& p : all_perms(n)) {
+    const double pr = std::exp(q.log_q(p));
+    for (int i = 0; i < n; ++i) exact(i, p[static_cast<std::size_t>(i)]) += pr;
+  }
+  const int S = 20000;
+  const PseudoDraws d1 = draw_pseudo(q, S, 11, 1);
+  {
+    // 250,000 draws x 49 > 1e7 proposal steps: large enough for draw_pseudo to go parallel.
+    const PseudoDraws b1 = draw_pseudo(q, 250000, 12, 1), b2 = draw_pseudo(q, 250000, 12, 2);
+    CHECK(b1.rho == b2.rho);
+    CHECK(b1.log_q == b2.log_q);
+    // The marginals differ only by summation order over threads: 250,000 terms <= 1 each, so
+    // rounding is below 250,000 x 2^-53 ~ 3e-11 of the mean.
+    CHECK((b1.marginals - b2.marginals).cwiseAbs().maxCoeff() < 1e-10);
+  }
+  for (int s = 0; s < 50; ++s) {
+    const Perm p(d1.rho.begin() + s * n, d1.rho.begin() + (s + 1) * n);
+    CHECK(d1.log_q[static_cast<std::size_t>(s)] == doctest::Approx(q.log_q(p)).epsilon(1e-12));
+  }
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r)
+      CHECK(std::abs(d1.marginals(i, r) - exact(i, r)) < 5 * std::sqrt(exact(i, r) * (1 - exact(i, r)) / S) + 1e-9);
+  CHECK(d1.marginals.rowwise().sum().isOnes(1e-12));
 }
 
 TEST_CASE("rank: order search never worsens its objective; mean-rank order puts top items first") {
