@@ -22,8 +22,9 @@ int main(int argc, char** argv) {
       "bimetric-index",
       "Build a nearest-neighbour index over the items with the cheap proxy metric d only: a Vamana /\n"
       "DiskANN graph (RobustPrune with --alpha, max degree -R, build list -L, two passes alpha = 1 then\n"
-      "alpha, medoid entry) or a cover tree (nesting, covering and separation invariants, checked after\n"
-      "the build for up to 20,000 items).  The index (structure, parameters, and the data it was built\n"
+      "alpha as the paper, or one pass at alpha with --passes 1 as DiskANN's library; medoid entry) or a\n"
+      "cover tree (nesting, covering and separation invariants, checked after the build for up to 20,000\n"
+      "items).  The index (structure, parameters, and the data it was built\n"
       "from) goes to an HDF5 file for bimetric-search; a JSON summary goes to stdout.",
       "  bimetric-index ../shared/data/vectors/digits.csv.gz --no-header --label-last --holdout 200 --proxy pool:2 -R 32 -L 64 -o digits.h5\n"
       "  bimetric-index items.fbin --proxy-file proxy.fbin --metric cosine -R 64 -L 125 --alpha 1.2 -o idx.h5\n"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
           out["R"] = f.vamana.R;
           out["L"] = f.vamana.L;
           out["alpha"] = f.vamana.alpha;
+          out["passes"] = f.vamana.passes;
           out["max_degree"] = mx;
           out["mean_degree"] = static_cast<double>(sum) / static_cast<double>(idx.graph->size());
           out["medoid"] = idx.graph->medoid();

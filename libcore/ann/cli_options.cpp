@@ -23,6 +23,9 @@ void add_shared_flags(CLI::App& app, SharedFlags& f) {
   app.add_option("-L", f.vamana.L, "Vamana: build search list size L")->capture_default_str()->check(cli::int_range(1, 100000));
   app.add_option("--alpha", f.vamana.alpha, "Vamana: RobustPrune slack of the second pass (>= 1; on squared L2 as DiskANN)")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));
+  app.add_option("--passes", f.vamana.passes,
+                 "Vamana: 2 = the paper's two passes (alpha = 1, then --alpha); 1 = one pass at --alpha (as DiskANN's library)")
+      ->capture_default_str()->check(CLI::IsMember({1, 2}));
 }
 
 DataOptions finish_shared_flags(SharedFlags& f, std::uint64_t seed) {
@@ -56,6 +59,7 @@ nlohmann::json build_description(const BimetricData& data, const SharedFlags& f,
     j["R"] = f.vamana.R;
     j["L"] = f.vamana.L;
     j["alpha"] = f.vamana.alpha;
+    j["passes"] = f.vamana.passes;
   }
   return j;
 }

@@ -48,8 +48,11 @@ class CoverTree {
   /// Duplicates share their node's distance (not re-evaluated).
   std::vector<Neighbor> knn(QueryDistance& q, int k, SearchScratch& s) const;
 
-  /// Bi-metric query under D on the tree built with d (our statement of the paper's
-  /// cover-tree procedure): the same best-first search evaluated with D and the radius
+  /// Bi-metric query under D on the tree built with d (our own statement of the paper's
+  /// cover-tree procedure: its pseudo-code was not available to check against, and the
+  /// reference code has no cover tree; man bimetric-search lists the possible departures:
+  /// best-first rather than level-by-level order, no (1 + epsilon) early stop, c a sampled
+  /// maximum of D/d): the same best-first search evaluated with D and the radius
   /// scaled by `c`, an upper bound on D/d between items (so q's descendants lie within
   /// c 2^(level(q)+1) of q under D): skip q when D(query, q) - c 2^(level(q)+1) > D_k.
   /// Duplicates under d are evaluated under D like nodes.  Stops when `quota` D-calls are

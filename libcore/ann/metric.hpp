@@ -38,6 +38,12 @@ struct Vectors {
 /// Internal ("raw") distance between two dim-long vectors: squared L2, -<x,y>, or 1 - <x,y>
 /// (cosine on vectors already normalised).  Hot loop: no allocation, auto-vectorised.
 float raw_distance(Metric m, const float* a, const float* b, std::size_t dim) noexcept;
+/// Raw distances from `q` (dim floats) to rows ids[0..count) of the row-major matrix `base`
+/// (dim columns): out[t] = raw_distance(m, q, base + ids[t] * dim, dim).  The batch form of
+/// the hot loop: one dispatch per call, and every row is prefetched before the first is
+/// read (graph search gathers a node's unvisited neighbours and evaluates them at once).
+void raw_distances(Metric m, const float* q, const float* base, std::size_t dim, const std::uint32_t* ids, std::size_t count,
+                   float* out) noexcept;
 /// Converts a raw distance to the reported one (sqrt for l2, identity otherwise; l2 values
 /// below 0 from rounding are clamped to 0).
 double report_distance(Metric m, float raw) noexcept;
@@ -80,6 +86,11 @@ class QueryDistance {
   float operator()(std::size_t i) noexcept {
     ++calls_;
     return raw_distance(s_->metric(), q_, s_->vectors().row(i), s_->dim());
+  }
+  /// Raw distances to items ids[0..count) into out[0..count); adds `count` to calls().
+  void batch(const std::uint32_t* ids, std::size_t count, float* out) noexcept {
+    calls_ += count;
+    raw_distances(s_->metric(), q_, s_->vectors().data.data(), s_->dim(), ids, count, out);
   }
   /// Number of evaluations so far.
   std::uint64_t calls() const noexcept { return calls_; }

@@ -1,8 +1,10 @@
 #include "ann/vamana.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fmt/core.h>
+#include <mutex>
 #include <omp.h>
 
 #include "ann/h5matrix.hpp"
@@ -21,8 +23,8 @@ void SearchScratch::reset(std::size_t n) {
     std::fill(tag.begin(), tag.end(), 0);
     epoch = 1;
   }
+  beam.clear();
   pool.clear();
-  expanded.clear();
   visited.clear();
 }
 
@@ -33,66 +35,123 @@ bool occludes(float alpha, float d_kept_cand, float d_p_cand) noexcept {
   return d_p_cand >= 0.0f ? alpha * d_kept_cand < d_p_cand : d_kept_cand < d_p_cand;
 }
 
-// Inserts c into the sorted pool of capacity L (with its expanded flag); returns the
-// position or L when it did not enter.
+// Inserts c into the sorted list of capacity L (ordered by distance, then id, as
+// Neighbor); returns the position or L when it did not enter.
 std::size_t pool_insert(SearchScratch& s, const Neighbor& c, std::size_t L) {
-  if (s.pool.size() == L && !(c < s.pool.back())) return L;
-  const auto it = std::upper_bound(s.pool.begin(), s.pool.end(), c);
-  const std::size_t pos = static_cast<std::size_t>(it - s.pool.begin());
-  if (s.pool.size() == L) {
-    s.pool.pop_back();
-    s.expanded.pop_back();
-  }
-  s.pool.insert(s.pool.begin() + static_cast<std::ptrdiff_t>(pos), c);
-  s.expanded.insert(s.expanded.begin() + static_cast<std::ptrdiff_t>(pos), 0);
+  std::vector<BeamEntry>& b = s.beam;
+  const auto before = [](const Neighbor& x, const BeamEntry& y) { return x.dist < y.dist || (x.dist == y.dist && x.id < y.id); };
+  if (b.size() == L && !before(c, b.back())) return L;
+  const auto it = std::upper_bound(b.begin(), b.end(), c, before);
+  const std::size_t pos = static_cast<std::size_t>(it - b.begin());
+  if (b.size() == L) b.pop_back();
+  b.insert(b.begin() + static_cast<std::ptrdiff_t>(pos), BeamEntry{c.id, c.dist, 0});
   return pos;
 }
 
 // DiskANN GreedySearch: expand the closest unexpanded candidate, keep the best L seen.
-void greedy(const VamanaGraph& g, QueryDistance& q, std::size_t L, SearchScratch& s) {
-  s.reset(g.size());
-  const std::uint32_t start = g.medoid();
+// `gather(id, visit)` calls visit(u) for each out-neighbour u of id (the build reads a
+// node's list under that node's lock; a query reads the frozen graph directly).
+template <class Gather>
+void greedy(std::size_t n, std::uint32_t start, QueryDistance& q, std::size_t L, SearchScratch& s, const Gather& gather) {
+  s.reset(n);
   s.tag[start] = s.epoch;
   pool_insert(s, {start, q(start)}, L);
   std::size_t cursor = 0;
-  while (cursor < s.pool.size()) {
-    if (s.expanded[cursor]) {
+  while (cursor < s.beam.size()) {
+    if (s.beam[cursor].expanded) {
       ++cursor;
       continue;
     }
-    s.expanded[cursor] = 1;
-    const Neighbor cur = s.pool[cursor];
+    s.beam[cursor].expanded = 1;
+    const Neighbor cur{s.beam[cursor].id, s.beam[cursor].dist};
     s.visited.push_back(cur);
-    const std::uint32_t* nb = g.neighbors(cur.id);
-    const std::uint32_t deg = g.degree(cur.id);
-    std::size_t best = s.pool.size();
-    for (std::uint32_t m = 0; m < deg; ++m) {
-      const std::uint32_t u = nb[m];
-      if (s.tag[u] == s.epoch) continue;
+    // Gather the unvisited neighbours, then evaluate them as one prefetched batch.
+    s.ids.clear();
+    gather(cur.id, [&s](std::uint32_t u) {
+      if (s.tag[u] == s.epoch) return;
       s.tag[u] = s.epoch;
-      const std::size_t pos = pool_insert(s, {u, q(u)}, L);
+      s.ids.push_back(u);
+    });
+    s.dists.resize(s.ids.size());
+    q.batch(s.ids.data(), s.ids.size(), s.dists.data());
+    std::size_t best = s.beam.size();
+    for (std::size_t t = 0; t < s.ids.size(); ++t) {
+      const std::size_t pos = pool_insert(s, {s.ids[t], s.dists[t]}, L);
       if (pos < best) best = pos;
     }
     if (best < cursor) cursor = best;
   }
 }
 
+void greedy(const VamanaGraph& g, QueryDistance& q, std::size_t L, SearchScratch& s) {
+  greedy(g.size(), g.medoid(), q, L, s, [&g](std::uint32_t id, const auto& visit) {
+    const std::uint32_t* nb = g.neighbors(id);
+    for (std::uint32_t m = 0, deg = g.degree(id); m < deg; ++m) visit(nb[m]);
+  });
+}
+
+}  // namespace
+
+namespace {
+
+// Buffers of one RobustPrune call, kept per thread so the build does not allocate per insert.
+struct PruneScratch {
+  std::vector<std::uint8_t> gone;
+  std::vector<std::uint32_t> ids, pos;
+  std::vector<float> dists;
+};
+
+// RobustPrune (see robust_prune) into `out`.  The distances from each kept p* to the
+// remaining candidates are evaluated as one batch (rows prefetched).
+void prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R, PruneScratch& b,
+           std::vector<std::uint32_t>& out) {
+  std::sort(cand.begin(), cand.end());
+  cand.erase(std::unique(cand.begin(), cand.end(), [](const Neighbor& x, const Neighbor& y) { return x.id == y.id; }), cand.end());
+  out.clear();
+  b.gone.assign(cand.size(), 0);
+  const float* base = d.vectors().data.data();
+  const std::size_t dim = d.dim();
+  for (std::size_t i = 0; i < cand.size(); ++i) {
+    if (b.gone[i] || cand[i].id == p) continue;
+    out.push_back(cand[i].id);
+    if (out.size() >= static_cast<std::size_t>(R)) break;
+    b.ids.clear();
+    b.pos.clear();
+    for (std::size_t j = i + 1; j < cand.size(); ++j) {
+      if (b.gone[j] || cand[j].id == p) continue;
+      b.ids.push_back(cand[j].id);
+      b.pos.push_back(static_cast<std::uint32_t>(j));
+    }
+    b.dists.resize(b.ids.size());
+    raw_distances(d.metric(), d.vectors().row(cand[i].id), base, dim, b.ids.data(), b.ids.size(), b.dists.data());
+    for (std::size_t t = 0; t < b.ids.size(); ++t)
+      if (occludes(alpha, b.dists[t], cand[b.pos[t]].dist)) b.gone[b.pos[t]] = 1;
+  }
+}
+
+// Appends (u, d(p, u)) for the `count` items `ids` to `cand` (one batch).
+void add_candidates(const Space& d, std::uint32_t p, const std::uint32_t* ids, std::size_t count, std::vector<Neighbor>& cand,
+                    std::vector<float>& buf) {
+  buf.resize(count);
+  raw_distances(d.metric(), d.vectors().row(p), d.vectors().data.data(), d.dim(), ids, count, buf.data());
+  for (std::size_t t = 0; t < count; ++t) cand.push_back({ids[t], buf[t]});
+}
+
+// Everything one build thread reuses from insert to insert.
+struct BuildScratch {
+  SearchScratch search;
+  PruneScratch prune;
+  std::vector<Neighbor> cand;
+  std::vector<std::uint32_t> kept, list, out;
+  std::vector<float> buf;
+};
+
 }  // namespace
 
 std::vector<std::uint32_t> VamanaGraph::robust_prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R) {
-  std::sort(cand.begin(), cand.end());
-  cand.erase(std::unique(cand.begin(), cand.end(), [](const Neighbor& a, const Neighbor& b) { return a.id == b.id; }), cand.end());
+  PruneScratch b;
   std::vector<std::uint32_t> out;
-  out.reserve(static_cast<std::size_t>(R));
-  std::vector<std::uint8_t> gone(cand.size(), 0);
-  for (std::size_t i = 0; i < cand.size() && out.size() < static_cast<std::size_t>(R); ++i) {
-    if (gone[i] || cand[i].id == p) continue;
-    out.push_back(cand[i].id);
-    for (std::size_t j = i + 1; j < cand.size(); ++j) {
-      if (gone[j] || cand[j].id == p) continue;
-      if (occludes(alpha, d.item_distance(cand[i].id, cand[j].id), cand[j].dist)) gone[j] = 1;
-    }
-  }
+  prune(d, p, cand, alpha, R, b, out);
   return out;
 }
 
@@ -100,7 +159,9 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
   if (p.R < 1) throw UsageError("must be >= 1", "-R");
   if (p.L < 1) throw UsageError("must be >= 1", "-L");
   if (!(p.alpha >= 1.0f)) throw UsageError("must be >= 1", "--alpha");
+  if (p.passes != 1 && p.passes != 2) throw UsageError("must be 1 or 2", "--passes");
   const std::size_t n = d.size();
+  const auto R = static_cast<std::size_t>(p.R);
   VamanaGraph g;
   g.R_ = p.R;
   g.stride_ = static_cast<std::size_t>(std::ceil(1.3 * p.R));
@@ -120,111 +181,111 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
       if (i == 0 || v < best) best = v, g.medoid_ = static_cast<std::uint32_t>(i);
     }
   }
-  // Batched insertion (prefix doubling, as ParlayANN): the points of a batch search the
-  // frozen graph and prune in parallel; their lists and the back edges, grouped by target
-  // and sorted, are then applied in a fixed order.  No locks, and the graph depends on the
-  // seed only, not on the thread count.
+  // Parallel insertion as DiskANN's: one OpenMP loop per pass over a seeded random order;
+  // each point searches the live graph, prunes, sets its list, then adds itself to each kept
+  // neighbour's list (up to the 1.3 R slack, else that list is pruned to R outside the lock).
+  // Writers take the node's lock (striped, at most one held at a time); searches read lists
+  // without locks through relaxed atomics, the degree last written with release order, so a
+  // reader sees valid ids (old, new or a mix while a list is rewritten, harmless to a
+  // search).  With one thread the graph depends on the seed only.
   Rng rng(derive_seed(p.seed, 0x7a3a));
   std::vector<std::uint32_t> order(n);
-  const std::size_t max_batch = std::max<std::size_t>(1, n / 50);
-  std::vector<std::vector<std::uint32_t>> lists;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> back;  // (target j, new in-neighbour)
-  std::vector<std::size_t> group;                              // starts of the groups of `back`
-  for (const float a : {1.0f, p.alpha}) {
+  std::vector<BuildScratch> scratch(static_cast<std::size_t>(std::max(1, omp_get_max_threads())));
+  std::vector<std::mutex> locks(std::min<std::size_t>(std::max<std::size_t>(n, 1), 4096));
+  const auto lock_of = [&](std::uint32_t j) -> std::mutex& { return locks[j % locks.size()]; };
+  const std::size_t L = static_cast<std::size_t>(std::max(p.L, p.R));
+  using AU32 = std::atomic_ref<std::uint32_t>;
+  const auto load_degree = [&](std::uint32_t j) { return AU32(g.degree_[j]).load(std::memory_order_acquire); };
+  const auto load_id = [&](std::size_t slot) { return AU32(g.nbrs_[slot]).load(std::memory_order_relaxed); };
+  // Replaces node j's list; the caller holds j's lock.
+  const auto store_list = [&](std::uint32_t j, const std::vector<std::uint32_t>& list) {
+    for (std::size_t m = 0; m < list.size(); ++m) AU32(g.nbrs_[j * cap + m]).store(list[m], std::memory_order_relaxed);
+    AU32(g.degree_[j]).store(static_cast<std::uint32_t>(list.size()), std::memory_order_release);
+  };
+  // Copies node j's list into `out` (lock-free read).
+  const auto read_list = [&](std::uint32_t j, std::vector<std::uint32_t>& out) {
+    const std::uint32_t deg = load_degree(j);
+    out.resize(deg);
+    for (std::uint32_t m = 0; m < deg; ++m) out[m] = load_id(j * cap + m);
+  };
+  std::vector<float> pass_alpha{1.0f, p.alpha};
+  if (p.passes == 1) pass_alpha.erase(pass_alpha.begin());
+  for (const float a : pass_alpha) {
     for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
     for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-    for (std::size_t done = 0, batch = 1; done < n; done += batch, batch = std::min(2 * batch, max_batch)) {
-      batch = std::min(batch, n - done);
-      lists.assign(batch, {});
-      // Small batches run on one thread: a parallel region costs more than their work.
-#pragma omp parallel if (batch >= 16)
-      {
-        SearchScratch s;
-        std::vector<Neighbor> cand;
-#pragma omp for schedule(dynamic, 1)
-        for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(batch); ++t) {
-          const std::uint32_t pt = order[done + static_cast<std::size_t>(t)];
-          QueryDistance q(d, d.vectors().row(pt));
-          greedy(g, q, static_cast<std::size_t>(std::max(p.L, p.R)), s);
-          cand.assign(s.visited.begin(), s.visited.end());
-          const std::uint32_t* nb = g.neighbors(pt);
-          for (std::uint32_t j = 0; j < g.degree_[pt]; ++j) cand.push_back({nb[j], d.item_distance(pt, nb[j])});
-          lists[static_cast<std::size_t>(t)] = robust_prune(d, pt, cand, a, p.R);
-        }
-      }
-      back.clear();
-      for (std::size_t t = 0; t < batch; ++t) {
-        const std::uint32_t pt = order[done + t];
-        std::copy(lists[t].begin(), lists[t].end(), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(pt * cap));
-        g.degree_[pt] = static_cast<std::uint32_t>(lists[t].size());
-        for (const std::uint32_t j : lists[t]) back.push_back({j, pt});
-      }
-      std::sort(back.begin(), back.end());
-      group.clear();
-      for (std::size_t i = 0; i < back.size(); ++i)
-        if (i == 0 || back[i].first != back[i - 1].first) group.push_back(i);
-      group.push_back(back.size());
-      const auto ngroups = static_cast<std::ptrdiff_t>(group.size()) - 1;
-#pragma omp parallel if (ngroups >= 256)
-      {
-        std::vector<Neighbor> cj;
-#pragma omp for schedule(dynamic, 16)
-        for (std::ptrdiff_t gi = 0; gi < ngroups; ++gi) {
-          const std::uint32_t j = back[group[static_cast<std::size_t>(gi)]].first;
-          std::uint32_t* nb = g.nbrs_.data() + j * cap;
-          std::uint32_t deg = g.degree_[j];
-          cj.clear();
-          bool full = false;
-          for (std::size_t e = group[static_cast<std::size_t>(gi)]; e < group[static_cast<std::size_t>(gi) + 1]; ++e) {
-            const std::uint32_t pt = back[e].second;
-            if (std::find(nb, nb + deg, pt) != nb + deg) continue;
-            if (!full && deg < cap) {
-              nb[deg++] = pt;
-            } else {
-              full = true;
-              cj.push_back({pt, d.item_distance(j, pt)});
-            }
-          }
-          g.degree_[j] = deg;
-          if (full) {  // over the slack: prune the union down to R
-            for (std::uint32_t m = 0; m < deg; ++m) cj.push_back({nb[m], d.item_distance(j, nb[m])});
-            const std::vector<std::uint32_t> kj = robust_prune(d, j, cj, a, p.R);
-            std::copy(kj.begin(), kj.end(), nb);
-            g.degree_[j] = static_cast<std::uint32_t>(kj.size());
-          }
-        }
-      }
-    }
-    // End of pass: lists that grew past R (slack) are pruned to R.
-#pragma omp parallel if (n >= 1024)
+#pragma omp parallel if (n >= 256)
     {
-      std::vector<Neighbor> cand;
+      BuildScratch& bs = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 64)
+      for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(n); ++t) {
+        const std::uint32_t pt = order[static_cast<std::size_t>(t)];
+        QueryDistance q(d, d.vectors().row(pt));
+        greedy(n, g.medoid_, q, L, bs.search, [&](std::uint32_t id, const auto& visit) {
+          for (std::uint32_t m = 0, deg = load_degree(id); m < deg; ++m) visit(load_id(id * cap + m));
+        });
+        bs.cand.assign(bs.search.visited.begin(), bs.search.visited.end());
+        read_list(pt, bs.list);
+        add_candidates(d, pt, bs.list.data(), bs.list.size(), bs.cand, bs.buf);
+        prune(d, pt, bs.cand, a, p.R, bs.prune, bs.kept);
+        {
+          std::lock_guard<std::mutex> lk(lock_of(pt));
+          store_list(pt, bs.kept);
+        }
+        bs.out.assign(bs.kept.begin(), bs.kept.end());
+        for (const std::uint32_t j : bs.out) {  // back edges j -> pt
+          bool full = false;
+          {
+            std::lock_guard<std::mutex> lk(lock_of(j));
+            const std::uint32_t* nb = g.nbrs_.data() + j * cap;  // plain reads: writers hold the lock
+            const std::uint32_t deg = g.degree_[j];
+            if (std::find(nb, nb + deg, pt) != nb + deg) continue;
+            if (deg < cap) {
+              AU32(g.nbrs_[j * cap + deg]).store(pt, std::memory_order_relaxed);
+              AU32(g.degree_[j]).store(deg + 1, std::memory_order_release);
+              continue;
+            }
+            full = true;
+            bs.list.assign(nb, nb + deg);
+          }
+          if (full) {  // over the slack: prune the list plus pt down to R, outside the lock
+            bs.list.push_back(pt);
+            bs.cand.clear();
+            add_candidates(d, j, bs.list.data(), bs.list.size(), bs.cand, bs.buf);
+            prune(d, j, bs.cand, a, p.R, bs.prune, bs.kept);
+            std::lock_guard<std::mutex> lk(lock_of(j));
+            store_list(j, bs.kept);
+          }
+        }
+      }
+      // End of pass (after the loop's barrier): lists past R (slack) are pruned to R.
 #pragma omp for schedule(dynamic, 256)
       for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(n); ++t) {
         const auto j = static_cast<std::uint32_t>(t);
         if (g.degree_[j] <= static_cast<std::uint32_t>(p.R)) continue;
-        std::uint32_t* nb = g.nbrs_.data() + j * cap;
-        cand.clear();
-        for (std::uint32_t m = 0; m < g.degree_[j]; ++m) cand.push_back({nb[m], d.item_distance(j, nb[m])});
-        const std::vector<std::uint32_t> kj = robust_prune(d, j, cand, a, p.R);
-        std::copy(kj.begin(), kj.end(), nb);
-        g.degree_[j] = static_cast<std::uint32_t>(kj.size());
+        const std::uint32_t* nb = g.nbrs_.data() + j * cap;
+        bs.cand.clear();
+        add_candidates(d, j, nb, g.degree_[j], bs.cand, bs.buf);
+        prune(d, j, bs.cand, a, p.R, bs.prune, bs.kept);
+        std::copy(bs.kept.begin(), bs.kept.end(), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(j * cap));
+        g.degree_[j] = static_cast<std::uint32_t>(bs.kept.size());
       }
     }
   }
   // Compact to R slots per node.
   for (std::size_t i = 0; i < n; ++i)
     std::copy(g.nbrs_.begin() + static_cast<std::ptrdiff_t>(i * cap), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(i * cap + g.degree_[i]),
-              g.nbrs_.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(p.R)));
-  g.nbrs_.resize(n * static_cast<std::size_t>(p.R));
+              g.nbrs_.begin() + static_cast<std::ptrdiff_t>(i * R));
+  g.nbrs_.resize(n * R);
   g.nbrs_.shrink_to_fit();
-  g.stride_ = static_cast<std::size_t>(p.R);
+  g.stride_ = R;
   return g;
 }
 
 std::vector<Neighbor> VamanaGraph::beam_search(QueryDistance& q, int L, SearchScratch& s) const {
   greedy(*this, q, static_cast<std::size_t>(std::max(1, L)), s);
-  return s.pool;
+  std::vector<Neighbor> out(s.beam.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = {s.beam[i].id, s.beam[i].dist};
+  return out;
 }
 
 std::vector<Neighbor> VamanaGraph::quota_search(QueryDistance& D, const std::vector<std::uint32_t>& seeds, std::uint64_t quota, int k,
@@ -274,6 +335,7 @@ void VamanaGraph::save(const io::h5::Handle& file, const std::string& group, con
   io::h5::write_attr(g, "R", std::to_string(p.R));
   io::h5::write_attr(g, "L", std::to_string(p.L));
   io::h5::write_attr(g, "alpha", fmt::format("{}", p.alpha));
+  io::h5::write_attr(g, "passes", std::to_string(p.passes));
   io::h5::write_attr(g, "medoid", std::to_string(medoid_));
 }
 

@@ -25,7 +25,16 @@ struct VamanaParams {
   int R = 64;           ///< -R: maximum out-degree
   int L = 100;          ///< -L: build search list size (>= R recommended)
   float alpha = 1.2f;   ///< --alpha: pruning slack of the second pass (>= 1)
+  int passes = 2;       ///< --passes: 2 = the paper (alpha = 1, then alpha); 1 = one pass at alpha (DiskANN's library)
   std::uint64_t seed = 0;  ///< insertion order of each pass
+};
+
+/// A greedy-search list entry: a candidate, its raw distance, and whether it was expanded
+/// (one 12-byte record, so an insertion into the sorted list is one memmove).
+struct BeamEntry {
+  std::uint32_t id = 0;
+  float dist = 0.0f;
+  std::uint32_t expanded = 0;
 };
 
 /// Per-thread scratch for searches over n items (visited tags, candidate list); reused so
@@ -33,10 +42,12 @@ struct VamanaParams {
 struct SearchScratch {
   std::vector<std::uint32_t> tag;   ///< visit epoch per item
   std::uint32_t epoch = 0;
-  std::vector<Neighbor> pool;       ///< sorted candidate list
-  std::vector<std::uint8_t> expanded;
+  std::vector<BeamEntry> beam;      ///< greedy search: sorted candidate list (capacity L)
+  std::vector<Neighbor> pool;       ///< beam search result; quota search frontier heap
   std::vector<Neighbor> visited;    ///< expanded nodes (build: the prune candidates)
   std::vector<double> dcache;       ///< cover tree: distance per evaluated item
+  std::vector<std::uint32_t> ids;   ///< a node's unvisited neighbours, evaluated as one batch
+  std::vector<float> dists;         ///< their distances
   /// Starts a new search over `n` items.
   void reset(std::size_t n);
 };
@@ -45,13 +56,15 @@ struct SearchScratch {
 /// nbrs[i*R .. i*R + degree[i]).
 class VamanaGraph {
  public:
-  /// Builds the graph on `d` (the only metric it ever sees), two passes over a seeded random
-  /// order, inserted in batches of doubling size (at most n/50) whose searches and prunes run
-  /// on OpenMP threads against the frozen graph and whose edges are then applied in a fixed
-  /// order: the graph depends on the seed, not on the thread count.  As in
-  /// DiskANN, back edges may fill a list up to 1.3 R before it is pruned, and every list
-  /// longer than R is pruned to R at the end of each pass, so the result has degree <= R.  Throws
-  /// UsageError for R < 1, L < 1 or alpha < 1.
+  /// Builds the graph on `d` (the only metric it ever sees): two passes over a seeded random
+  /// order (alpha = 1, then alpha, as the paper; one pass at alpha when p.passes = 1, as
+  /// DiskANN's library), each one OpenMP loop inserting points in parallel as DiskANN does:
+  /// search the live graph, RobustPrune, set the list, add back edges under per-node
+  /// (striped) locks.  Back edges may fill a list up to 1.3 R before it is pruned, and every
+  /// list longer than R is pruned to R at the end of each pass, so the result has degree <= R.
+  /// With one thread the graph depends on the seed only; with more, also on the thread
+  /// schedule (as DiskANN's).  Throws UsageError for R < 1, L < 1, alpha < 1 or passes not
+  /// 1 or 2.
   static VamanaGraph build(const Space& d, const VamanaParams& p);
 
   /// Greedy beam search (DiskANN GreedySearch) from the medoid, list size L: repeatedly

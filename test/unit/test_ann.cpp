@@ -92,6 +92,30 @@ TEST_CASE("ann: metrics against naive double loops and closed forms") {
   CHECK_THROWS_AS(Space(bad, Metric::l2, "mem"), InputError);
 }
 
+TEST_CASE("ann: the batch distance kernel agrees with naive double loops and with single calls") {
+  // Every dimension class of the SIMD kernels: below one vector, exact multiples of 8 and 16,
+  // and ragged tails.  Truth: a double-precision loop; float32 sums of <= 100 terms of size
+  // <= ~10 agree to 1e-4 relative.  Single calls and batches share one kernel: equal bits.
+  for (const std::size_t dim : {1u, 3u, 7u, 8u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 100u}) {
+    const Vectors v = clustered(40, dim, 3, 100 + dim, 1.0);
+    const std::vector<std::uint32_t> rows = {5, 0, 39, 12, 12, 7, 33, 2, 18};
+    for (const Metric m : {Metric::l2, Metric::ip, Metric::cosine}) {
+      std::vector<float> out(rows.size());
+      raw_distances(m, v.row(1), v.data.data(), dim, rows.data(), rows.size(), out.data());
+      for (std::size_t t = 0; t < rows.size(); ++t) {
+        double acc = 0;
+        for (std::size_t k = 0; k < dim; ++k) {
+          const double x = v.row(1)[k], y = v.row(rows[t])[k];
+          acc += m == Metric::l2 ? (x - y) * (x - y) : x * y;
+        }
+        const double want = m == Metric::l2 ? acc : m == Metric::ip ? -acc : 1.0 - acc;
+        CHECK(out[t] == doctest::Approx(want).epsilon(1e-4).scale(1.0));
+        CHECK(out[t] == raw_distance(m, v.row(1), v.row(rows[t]), dim));
+      }
+    }
+  }
+}
+
 TEST_CASE("ann: fbin, fvecs, HDF5 and CSV readers agree with what was written") {
   const Vectors v = clustered(7, 5, 2, 11);
   const auto fbin = scratch("v.fbin");
@@ -222,8 +246,12 @@ TEST_CASE("ann: RobustPrune on a line, by hand") {
   CHECK(VamanaGraph::robust_prune(s, 3, c4, 1.0f, 4) == std::vector<std::uint32_t>{2, 4});
 }
 
-TEST_CASE("ann: Vamana degree <= R and beam search recall against brute force") {
-  // Queries: items moved by up to 0.3 per coordinate (in distribution, as in ANN benchmarks).
+namespace {
+// Builds a Vamana graph (R = 24, L = 48, alpha = 1.2, seed 5, `passes`) on 3,000 clustered
+// points in 16-d, checks degree <= R and no self edges, and returns the mean recall@10 of a
+// beam search with L = 64 over 100 queries (items moved by up to 0.3 per coordinate: in
+// distribution, as in ANN benchmarks) against brute force.
+double vamana_recall(int passes) {
   const Vectors v = clustered(3000, 16, 20, 21);
   Vectors qv = perturbed(v, 0.3, 22);
   qv.n = 100;
@@ -234,6 +262,7 @@ TEST_CASE("ann: Vamana degree <= R and beam search recall against brute force") 
   p.L = 48;
   p.alpha = 1.2f;
   p.seed = 5;
+  p.passes = passes;
   const VamanaGraph g = VamanaGraph::build(s, p);
   for (std::size_t i = 0; i < g.size(); ++i) {
     REQUIRE(g.degree(i) <= 24u);
@@ -250,13 +279,20 @@ TEST_CASE("ann: Vamana degree <= R and beam search recall against brute force") 
     hits += recall_at_k(found, truth.back().dist, 10);
     CHECK(b.calls() < s.size() / 2);  // the graph search looks at a fraction of the items
   }
+  return hits / static_cast<double>(qv.n);
+}
+}  // namespace
+
+TEST_CASE("ann: Vamana degree <= R and beam search recall against brute force") {
   // A Vamana graph at R = 24, L = 64 on 3,000 clustered points reaches recall@10 near 1
   // (DiskANN papers report > 0.95 at such settings); 0.97 leaves margin for the seed.
-  CHECK(hits / static_cast<double>(qv.n) >= 0.97);
+  CHECK(vamana_recall(2) >= 0.97);
 }
 
-TEST_CASE("ann: the Vamana graph depends on the seed, not on the thread count") {
-  // Batched insertion applies edges in a fixed order: 1 and 3 threads give identical graphs.
+TEST_CASE("ann: the Vamana graph depends on the seed with one thread, and stays valid with three") {
+  // One thread: insertion is sequential, so the same seed gives the same graph.  Three
+  // threads (DiskANN's locked parallel insertion, schedule-dependent): degree <= R, no self
+  // edges, and every item is found by a beam search for itself (exact truth: distance 0).
   const Vectors v = clustered(1500, 8, 6, 71);
   const Space s(v, Metric::l2, "mem");
   VamanaParams p;
@@ -266,8 +302,9 @@ TEST_CASE("ann: the Vamana graph depends on the seed, not on the thread count") 
   const int before = threads();
   set_threads(1);
   const VamanaGraph a = VamanaGraph::build(s, p);
-  set_threads(3);
   const VamanaGraph b = VamanaGraph::build(s, p);
+  set_threads(3);
+  const VamanaGraph c = VamanaGraph::build(s, p);
   set_threads(before);
   bool same = a.medoid() == b.medoid();
   for (std::size_t i = 0; i < a.size() && same; ++i) {
@@ -275,6 +312,28 @@ TEST_CASE("ann: the Vamana graph depends on the seed, not on the thread count") 
     for (std::uint32_t m = 0; m < a.degree(i) && same; ++m) same = a.neighbors(i)[m] == b.neighbors(i)[m];
   }
   CHECK(same);
+  SearchScratch sc;
+  std::size_t found = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    REQUIRE(c.degree(i) <= 12u);
+    for (std::uint32_t m = 0; m < c.degree(i); ++m) CHECK(c.neighbors(i)[m] != i);
+    if (i % 10 == 0) {
+      QueryDistance q(s, v.row(i));
+      found += c.beam_search(q, 24, sc).front().dist == 0.0f;
+    }
+  }
+  CHECK(found == 150);
+}
+
+TEST_CASE("ann: one Vamana pass at alpha (DiskANN's library) also reaches high recall") {
+  // Same data and truth as the two-pass test: one pass is a little weaker than two; 0.95 is
+  // the bench's operating point.  passes must be 1 or 2.
+  CHECK(vamana_recall(1) >= 0.95);
+  const Vectors v = clustered(50, 4, 2, 1);
+  const Space s(v, Metric::l2, "mem");
+  VamanaParams p;
+  p.passes = 3;
+  CHECK_THROWS_AS(VamanaGraph::build(s, p), UsageError);
 }
 
 TEST_CASE("ann: Vamana on heavy duplicates terminates with degree <= R") {

@@ -19,10 +19,10 @@ cli_case(bimetric/digits-index-then-search --needs ${DIGITS}
 # Bimetric beats rerank at equal Q on digits over Q = 150..400 (d = 4x4 pooling: 4 coordinates,
 # D = 64-d L2; measured 0.866/0.912/0.964/0.980 vs 0.836/0.884/0.950/0.973).  Below Q = 200 the
 # paper's seed count min(max(100, Q/2), list) spends (almost) the whole quota on seeds, so the two
-# coincide at Q <= 100 by construction.
+# coincide at Q <= 100 by construction.  One thread: the graph depends on the seed only.
 cli_case(bimetric/digits-bimetric-beats-rerank --needs ${DIGITS}
   --rc 0
-  -- bash -c "a=$(${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 32 -L 64 -Q 150,200,300,400 --summary-only -q | jq -c '[.results[].recall_at_k]') && b=$(${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 32 -L 64 -Q 150,200,300,400 --mode rerank --summary-only -q | jq -c '[.results[].recall_at_k]') && echo $a $b && jq -en \"$a as \\$a | $b as \\$b | [range(4)] | all(\\$a[.] > \\$b[.])\"")
+  -- bash -c "a=$(${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 32 -L 64 --threads 1 -Q 150,200,300,400 --summary-only -q | jq -c '[.results[].recall_at_k]') && b=$(${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 32 -L 64 --threads 1 -Q 150,200,300,400 --mode rerank --summary-only -q | jq -c '[.results[].recall_at_k]') && echo $a $b && jq -en \"$a as \\$a | $b as \\$b | [range(4)] | all(\\$a[.] > \\$b[.])\"")
 cli_case(bimetric/digits-cover-tree --needs ${DIGITS}
   --rc 0 --file t.h5 --jq ".invariants | startswith(\"ok\")" --jq ".index_type == \"cover-tree\""
   -- ${BIX} ${DIG} --proxy pool:2 --index-type cover-tree -o t.h5)
@@ -60,3 +60,11 @@ cli_case(bimetric/index-needs-h5 --rc 2 --stderr "ending in .h5" -- ${BIX} ${FX}
 cli_case(bimetric/no-queries --rc 2 --stderr "no queries" -- ${BSR} ${FX}/ann_small.csv)
 cli_case(bimetric/quota-below-k --rc 2 --stderr "Q = 5 is below k = 10" -- ${BSR} ${FX}/ann_small.csv --holdout 2 -Q 5)
 cli_case(bimetric/missing-file --rc 1 --stderr "cannot read file" -- ${BIX} nowhere.fbin -o i.h5)
+# --passes: 1 (one pass at alpha, as DiskANN's library) is recorded in the output; any other
+# value than 1 or 2 is a usage error (exit 2) and writes nothing.
+cli_case(bimetric/index-passes-1 --needs ${DIGITS}
+  --rc 0 --file p1.h5 --jq ".passes == 1 and .max_degree <= 16"
+  -- ${BIX} ${DIG} --proxy same -R 16 -L 32 --passes 1 -o p1.h5)
+cli_case(bimetric/index-passes-3-refused --needs ${DIGITS}
+  --rc 2 --stderr "passes" --no-file p3.h5
+  -- ${BIX} ${DIG} --proxy same --passes 3 -o p3.h5)
