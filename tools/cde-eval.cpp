@@ -4,6 +4,7 @@
 #include "cde/data.hpp"
 #include "cde/model.hpp"
 #include "cde/train.hpp"
+#include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         app.add_option("checkpoint", ckpt, "checkpoint written by cde-train (*.h5)")->required();
         app.add_option("test", test, "test cases, UEA .ts (- = stdin); omit with --spirals");
-        app.add_option("--spirals", spirals, "evaluate on N freshly generated spirals (seeded by --seed)")->check(cli::int_range(1, 10000000));
+        app.add_option("--spirals", spirals, "evaluate on N freshly generated spirals (seeded by --seed)")->transform(cli::count(1, 10000000));
         app.add_option("--spirals-length", spirals_length, "points per spiral")->capture_default_str()->check(cli::int_range(3, 100000));
         app.add_option("--drop-rate", drop_rate, "drop this fraction of interior observations per series (seeded)")->capture_default_str()->check(CLI::Range(0.0, 0.99));
         app.add_option("--solver", solver, "override: dopri5 or rk4");

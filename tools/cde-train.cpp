@@ -11,11 +11,12 @@
 #include "cde/data.hpp"
 #include "cde/model.hpp"
 #include "cde/train.hpp"
+#include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/ts.hpp"
-#include "nn/adam.hpp"
+#include "nn/adamw.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/threads.hpp"
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
         app.add_option("--rtol", a.rtol, "dopri5 relative tolerance")->capture_default_str()->check(cli::positive());
         app.add_option("--atol", a.atol, "dopri5 absolute tolerance")->capture_default_str()->check(cli::positive());
         app.add_option("--step", a.step, "rk4 step (time units)")->capture_default_str()->check(cli::positive());
-        app.add_option("--max-steps", a.max_steps, "solver steps per series before failing")->capture_default_str()->check(cli::int_range(1, 1000000000));
+        app.add_option("--max-steps", a.max_steps, "solver steps per series before failing")->capture_default_str()->transform(cli::count(1, 1000000000));
         app.add_option("--epochs", a.epochs, "training epochs")->capture_default_str()->check(cli::int_range(1, 1000000));
         app.add_option("--batch-size", a.batch, "series per Adam step")->capture_default_str()->check(cli::int_range(1, 1000000));
         app.add_option("--lr", a.lr, "Adam learning rate")->capture_default_str()->check(cli::positive());
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
         cde::Model model(mc);
         Rng rng(derive_seed(ctx.common.seed, 5));
         model.init(rng);
-        nn::Adam opt(model.params(), a.lr, 0.9, 0.999, 1e-8, a.weight_decay);
+        nn::ViewAdamW opt(model.params(), a.lr, nn::AdamWOptions{0.9, 0.999, 1e-8, a.weight_decay});  // torch.optim.Adam's betas
 
         std::optional<io::AtomicFile> log_file;
         std::ofstream log;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
             ->capture_default_str()->check(CLI::IsMember({"all", "train", "val"}));
         app.add_option("--seq-len", seq_len, "Window length (default the model's n_ctx)")->check(cli::int_range(1, 1 << 20));
         app.add_option("--batch", batch, "Windows per forward")->capture_default_str()->check(cli::int_range(1, 1 << 16));
-        app.add_option("--max-tokens", max_tokens, "Stop after about this many tokens (0 = all)")->check(cli::non_negative());
+        app.add_option("--max-tokens", max_tokens, "Stop after about this many tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
       },
       [&](cli::Context& ctx) {
         io::require_json_path(output);

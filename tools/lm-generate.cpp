@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
+#include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
@@ -14,6 +16,7 @@
 #include "lm/forward.hpp"
 #include "lm/model_io.hpp"
 #include "lm/sampler.hpp"
+#include "lm/text_stream.hpp"
 #include "lm/tokenizer.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -60,7 +63,8 @@ int main(int argc, char** argv) {
       "forward, then one decode step per new token (full KV cache).  The prompt is text (--prompt,\n"
       "--prompt-file, or stdin when neither is given), tokenized with the model's own SentencePiece\n"
       "tokenizer with BOS prepended when the model says add_bos, or raw token ids (--prompt-ids, taken\n"
-      "verbatim).  Generated text goes to stdout; -o x.jsonl writes a {\"meta\"} line, one record per\n"
+      "verbatim).  Generated text goes to stdout as it is made, in whole UTF-8 characters (byte-fallback\n"
+      "tokens of an unfinished character wait for the rest; bytes that form none print as U+FFFD); -o x.jsonl writes a {\"meta\"} line, one record per\n"
       "token (step, id, piece, logprob, top_ids, top_logprobs) and a final {\"summary\"} (prompt and\n"
       "generated tokens, prefill and decode tokens/s, time to first token, stop reason).\n"
       "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.",
@@ -75,7 +79,7 @@ int main(int argc, char** argv) {
         app.add_option("--prompt", prompt, "Prompt text");
         app.add_option("--prompt-file", prompt_file, "File holding the prompt text (- for stdin)");
         app.add_option("--prompt-ids", prompt_ids, "Prompt as comma-separated token ids");
-        app.add_option("-n,--max-new-tokens", max_new, "Tokens to generate at most")->capture_default_str()->check(cli::int_range(0, 1 << 24));
+        app.add_option("-n,--max-new-tokens", max_new, "Tokens to generate at most")->capture_default_str()->transform(cli::count(0, 1 << 24));
         app.add_option("--temperature", sc.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
         app.add_option("--top-k", sc.top_k, "Sample among the k most likely (0 = all)")->capture_default_str()->check(cli::int_range(0, 1 << 24));
         app.add_option("--top-p", sc.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
@@ -155,7 +159,8 @@ int main(int argc, char** argv) {
         const double prefill_s = t.seconds();
         double ttft = 0.0;
         std::vector<int> gen;
-        std::string printed;
+        std::optional<lm::TextStream> stream;
+        if (tok && !no_stream) stream.emplace(*tok);
         std::string stop = max_new == 0 ? (requested > 0 ? "n_ctx" : "max_new_tokens") : "";
         Stopwatch decode_timer;
         for (int step = 0; step < max_new; ++step) {
@@ -173,12 +178,9 @@ int main(int argc, char** argv) {
             rec["top_logprobs"] = tl;
             out << rec.dump() << "\n";
           }
-          if (tok && !no_stream) {  // print the newly completed text (whole UTF-8 characters)
-            const std::string text = tok->decode(gen);
-            if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0 && lm::valid_utf8(text)) {
-              std::cout << text.substr(printed.size()) << std::flush;
-              printed = text;
-            }
+          if (stream) {  // print the newly completed text (whole UTF-8 characters)
+            const std::string text = stream->push(id);
+            if (!text.empty()) std::cout << text << std::flush;
           }
           if (id == c.eos_id && !ignore_eos) { stop = "eos"; break; }
           if (step + 1 == max_new) { stop = max_new < requested ? "n_ctx" : "max_new_tokens"; break; }
@@ -189,10 +191,7 @@ int main(int argc, char** argv) {
         }
         const double decode_s = decode_timer.seconds();
         if (tok) {
-          const std::string text = tok->decode(gen);
-          if (no_stream) std::cout << text;
-          else if (text.size() > printed.size()) std::cout << text.substr(std::min(printed.size(), text.size()));
-          std::cout << "\n" << std::flush;
+          std::cout << (stream ? stream->finish() : tok->decode(gen)) << "\n" << std::flush;
         } else {
           for (std::size_t i = 0; i < gen.size(); ++i) std::cout << (i ? " " : "") << gen[i];
           std::cout << "\n";

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
   nn::CorpusOptions copt;
   nn::TrainOptions t;
   lm::ModelConfig c = lm::default_shape();
-  bool tied = false, resume = false;
+  bool tied = false, resume = false, allow_corpus_change = false;
   double init_std = 0.02;
   std::int64_t tokens_budget = 0, eval_every = 100, eval_tokens = 0, ckpt_every = 0, log_every = 10, stop_at = 0;
   t.steps = 0;
@@ -111,8 +112,9 @@ int main(int argc, char** argv) {
       "lm-train checkpoint), --config (JSON with the checkpoint's attribute names) or --preset and shape\n"
       "flags, with a tokenizer from --tokenizer or trained here on the training documents (--vocab-size).\n"
       "-o is an f32 checkpoint that every lm tool reads, with the training state under /train (optimizer\n"
-      "moments, step, data position), written atomically every --checkpoint-every steps and at the end;\n"
-      "--resume continues from it bit-identically.  The lowest validation loss is kept in --best.  A NaN or\n"
+      "moments, step, data position, corpus SHA-256), written atomically every --checkpoint-every steps and\n"
+      "at the end; --resume continues from it bit-identically (a different corpus is refused unless\n"
+      "--allow-corpus-change).  The lowest validation loss is kept in --best.  A NaN or\n"
       "inf loss stops the run (exit 1) and leaves the last good checkpoint.  The log is JSON Lines: a meta\n"
       "line, then step, tokens, train_loss, val_loss (when evaluated), lr, grad_norm, tokens_per_s, then a\n"
       "summary line.",
@@ -140,27 +142,28 @@ int main(int argc, char** argv) {
         app.add_option("--seq-len", t.seq_len, "Tokens per training window (default n_ctx)")->check(cli::int_range(1, 1 << 20));
         app.add_option("--batch", t.batch, "Windows per micro-batch")->capture_default_str()->check(cli::int_range(1, 1 << 16));
         app.add_option("--accum", t.accum, "Micro-batches per optimizer step")->capture_default_str()->check(cli::int_range(1, 1 << 16));
-        app.add_option("--steps", t.steps, "Optimizer steps")->check(cli::int_range(1, std::int64_t(1) << 40));
-        app.add_option("--tokens", tokens_budget, "Training tokens (sets --steps)")->check(cli::positive());
+        app.add_option("--steps", t.steps, "Optimizer steps")->transform(cli::count(1, std::int64_t(1) << 40));
+        app.add_option("--tokens", tokens_budget, "Training tokens (sets --steps)")->transform(cli::count(1, std::int64_t(1) << 50));
         app.add_option("--lr", t.lr, "Peak learning rate")->capture_default_str()->check(cli::positive());
         app.add_option("--min-lr", t.min_lr, "Final learning rate of the cosine (default lr/10)")->check(cli::non_negative());
-        app.add_option("--warmup", t.warmup, "Warmup steps (default 5% of the steps)")->check(cli::non_negative());
+        app.add_option("--warmup", t.warmup, "Warmup steps (default 5% of the steps)")->transform(cli::count(0, std::int64_t(1) << 40));
         app.add_option("--weight-decay", t.adam.weight_decay, "Decoupled weight decay (matrices only)")->capture_default_str()->check(cli::non_negative());
         app.add_option("--beta1", t.adam.beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 0.999999));
         app.add_option("--beta2", t.adam.beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 0.999999));
         app.add_option("--adam-eps", t.adam.eps, "AdamW epsilon")->capture_default_str()->check(cli::positive());
         app.add_option("--clip", t.clip, "Global gradient-norm limit (0 = off)")->capture_default_str()->check(cli::non_negative());
         // evaluation, checkpoints, log
-        app.add_option("--eval-every", eval_every, "Validation every N steps (0 = only at the end)")->capture_default_str()->check(cli::non_negative());
-        app.add_option("--eval-tokens", eval_tokens, "Validation tokens per evaluation (0 = all)")->capture_default_str()->check(cli::non_negative());
-        app.add_option("--checkpoint-every", ckpt_every, "Write -o every N steps (default: --eval-every)")->check(cli::non_negative());
+        app.add_option("--eval-every", eval_every, "Validation every N steps (0 = only at the end)")->capture_default_str()->transform(cli::count(0, std::int64_t(1) << 40));
+        app.add_option("--eval-tokens", eval_tokens, "Validation tokens per evaluation (0 = all)")->capture_default_str()->transform(cli::count(0, std::int64_t(1) << 50));
+        app.add_option("--checkpoint-every", ckpt_every, "Write -o every N steps (default: --eval-every)")->transform(cli::count(0, std::int64_t(1) << 40));
         app.add_option("--best", best_path, "Best-validation checkpoint (default <output>.best.h5)");
         app.add_option("--log", log_path, "JSON Lines log (- = stdout); lines are flushed as they come")->capture_default_str();
-        app.add_option("--log-every", log_every, "Log every N steps")->capture_default_str()->check(cli::int_range(1, 1 << 30));
+        app.add_option("--log-every", log_every, "Log every N steps")->capture_default_str()->transform(cli::count(1, 1 << 30));
         app.add_flag("--resume", resume, "Continue the run saved in -o (model and tokenizer from it; the same training options)");
+        app.add_flag("--allow-corpus-change", allow_corpus_change, "With --resume: continue on a corpus other than the one the checkpoint was trained on (refused by default)");
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
-        app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->check(cli::non_negative());
+        app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->transform(cli::count(0, std::int64_t(1) << 40));
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
@@ -267,6 +270,7 @@ int main(int argc, char** argv) {
         t.seed = ctx.common.seed;
         const std::int64_t train_tokens = static_cast<std::int64_t>(train_stream.size());
         nn::Trainer trainer(init, std::move(train_stream), t);
+        trainer.set_corpus_sha256(docs.sha256);
         if (val_stream.size() < 2 && copt.val_every > 0)
           log::warn("no validation documents (fewer than --val-every {} documents); no validation loss", copt.val_every);
 
@@ -274,6 +278,17 @@ int main(int argc, char** argv) {
         std::int64_t last_ckpt_step = -1;
         if (resume) {
           const auto extra = trainer.load(output);
+          const std::string& was = trainer.checkpoint_corpus_sha256();
+          if (!was.empty() && was != docs.sha256) {
+            if (!allow_corpus_change)
+              throw InputError(fmt::format("resume: the corpus differs from the one the checkpoint was trained on (SHA-256 {} "
+                                           "here, {} in the checkpoint; --allow-corpus-change continues anyway)",
+                                           docs.sha256.substr(0, 12), was.substr(0, 12)),
+                               corpus_path);
+            log::warn("resuming on a different corpus (SHA-256 {}, the checkpoint's is {})", docs.sha256.substr(0, 12), was.substr(0, 12));
+          } else if (was.empty()) {
+            log::warn("the checkpoint does not record its corpus; cannot check that the corpus is the same");
+          }
           if (extra.contains("best_val") && extra["best_val"].is_number()) best_val = extra["best_val"].get<double>();
           last_ckpt_step = trainer.steps_done();
           log::info("resumed at step {} ({} tokens)", trainer.steps_done(), trainer.tokens_seen());

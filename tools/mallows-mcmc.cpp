@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 
+#include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/json.hpp"
 #include "io/table.hpp"
@@ -51,8 +52,8 @@ int main(int argc, char** argv) {
             ->capture_default_str()->check(CLI::IsMember({"footrule", "spearman", "kendall", "cayley", "hamming", "ulam"}));
         app.add_option("--error-model", error_model, "Pairwise data: none (preferences must be acyclic) or bernoulli")
             ->capture_default_str()->check(CLI::IsMember({"none", "bernoulli"}));
-        app.add_option("--iterations", o.iterations, "MCMC iterations per chain, burn-in included")->capture_default_str()->check(cli::int_range(1, 100000000));
-        app.add_option("--burnin", o.burnin, "Burn-in iterations discarded")->capture_default_str()->check(cli::int_range(0, 100000000));
+        app.add_option("--iterations", o.iterations, "MCMC iterations per chain, burn-in included")->capture_default_str()->transform(cli::count(1, 100000000));
+        app.add_option("--burnin", o.burnin, "Burn-in iterations discarded")->capture_default_str()->transform(cli::count(0, 100000000));
         app.add_option("--thin", o.thin, "Keep every thin-th draw")->capture_default_str()->check(cli::int_range(1, 1000000));
         app.add_option("--chains", o.chains, "Independent chains (random starts), run in parallel")->capture_default_str()->check(cli::int_range(1, 1000));
         app.add_option("-L,--leap-size", o.leap_size, "Leap size L of leap-and-shift")->capture_default_str()->check(cli::int_range(1, 1000));
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
         app.add_option("--aug-moves", o.aug_moves, "Augmentation proposals per assessor per iteration")->capture_default_str()->check(cli::int_range(1, 100000));
         app.add_option("--kappa1", o.kappa1, "Bernoulli model: Beta prior shape 1 of theta (truncated to [0, 0.5])")->capture_default_str()->check(cli::positive());
         app.add_option("--kappa2", o.kappa2, "Bernoulli model: Beta prior shape 2 of theta")->capture_default_str()->check(cli::positive());
-        app.add_option("--is-samples", o.is_samples, "Importance samples per log Z grid node (only where no exact method)")->capture_default_str()->check(cli::int_range(100, 100000000));
+        app.add_option("--is-samples", o.is_samples, "Importance samples per log Z grid node (only where no exact method)")->capture_default_str()->transform(cli::count(100, 100000000));
         app.add_flag("--exact", exact, "Also compute the exact rho marginals by the subset DP (fixed alpha, complete data, item-wise metric, n <= 24) and report the max total-variation distance");
         app.add_option("-o,--output", output, "Summary JSON (- = stdout)")->capture_default_str();
         app.add_option("--samples", outs.samples, "Posterior draws, HDF5: /rho [draws, items] (1-based ranks), /alpha, /chain, /marginals");

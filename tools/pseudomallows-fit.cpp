@@ -6,6 +6,7 @@
 #include <ctime>
 #include <numeric>
 
+#include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/json.hpp"
 #include "io/table.hpp"
@@ -92,9 +93,9 @@ int main(int argc, char** argv) {
                        "ends-inward, middle-out, variance, identity, random")
             ->capture_default_str()->check(CLI::IsMember({"v", "v-random", "search", "mean-rank", "ends-inward", "middle-out", "variance", "identity", "random"}));
         app.add_option("--search-starts", search_starts, "Order search: random orders tried as starting points")->capture_default_str()->check(cli::int_range(0, 100000));
-        app.add_option("--search-iters", search_iters, "Order search: swap proposals")->capture_default_str()->check(cli::int_range(0, 10000000));
-        app.add_option("--kl-samples", kl_samples, "Draws for each KL / ELBO estimate")->capture_default_str()->check(cli::int_range(10, 100000000));
-        app.add_option("--draws", draws_n, "Draws from q for marginals, consensus and --samples")->capture_default_str()->check(cli::int_range(1, 100000000));
+        app.add_option("--search-iters", search_iters, "Order search: swap proposals")->capture_default_str()->transform(cli::count(0, 10000000));
+        app.add_option("--kl-samples", kl_samples, "Draws for each KL / ELBO estimate")->capture_default_str()->transform(cli::count(10, 100000000));
+        app.add_option("--draws", draws_n, "Draws from q for marginals, consensus and --samples")->capture_default_str()->transform(cli::count(1, 100000000));
         app.add_option("--random-orders", random_orders, "Also report the KL of this many uniformly random orders")->capture_default_str()->check(cli::int_range(0, 100000));
         app.add_flag("--exact", exact, "Exact log Z_p and marginals by the subset DP (n <= 24): KL(q || p) and the max total-variation distance of the marginals");
         app.add_option("--exact-marginals", exact_marginals, "With --exact: also write the exact marginals, .csv or .h5");

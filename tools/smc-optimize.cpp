@@ -9,6 +9,7 @@
 #include <optional>
 #include <numeric>
 
+#include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
@@ -80,13 +81,13 @@ int main(int argc, char** argv) {
         o_beta = app.add_option("--beta", a.beta, "gmm-reward, ebm-reward: KL weight beta (ebm-reward default 0.25)")->capture_default_str()->check(cli::non_negative());
         o_hidden = app.add_option("--ebm-hidden", a.ebm_hidden, "ebm-reward: hidden width of the MLP energy")->capture_default_str()->check(cli::int_range(1, 4096));
         app.add_option("--ebm-depth", a.ebm_depth, "ebm-reward: hidden layers of the MLP energy")->capture_default_str()->check(cli::int_range(1, 64));
-        o_iters = app.add_option("--ebm-train-iters", a.ebm_train_iters, "ebm-reward: contrastive-divergence steps that train the base EBM")->capture_default_str()->check(cli::int_range(1, 10000000));
+        o_iters = app.add_option("--ebm-train-iters", a.ebm_train_iters, "ebm-reward: contrastive-divergence steps that train the base EBM")->capture_default_str()->transform(cli::count(1, 10000000));
         app.add_option("--grid", a.grid, "ebm-reward: quadrature nodes per axis on [-6, 6]^2 (mean reward, KL, initial particles)")->capture_default_str()->check(cli::int_range(10, 4000));
         app.add_option("--eval-chains", a.eval_chains, "digits-ebm: fresh ULA chains that estimate the final mean reward")->capture_default_str()->check(cli::int_range(1, 1000000));
-        app.add_option("--eval-steps", a.eval_steps, "digits-ebm: steps per evaluation chain (the second half is averaged)")->capture_default_str()->check(cli::int_range(2, 10000000));
+        app.add_option("--eval-steps", a.eval_steps, "digits-ebm: steps per evaluation chain (the second half is averaged)")->capture_default_str()->transform(cli::count(2, 10000000));
         app.add_option("--plot", a.plot, "Draw the trajectories given as arguments (*.jsonl) on one PNG with gnuplot, then exit");
         app.add_option("trajectories", a.plot_inputs, "with --plot: trajectory files (*.jsonl) to draw");
-        app.add_option("--n-ref", a.n_ref, "gmm-reward: exact reference samples")->capture_default_str()->check(cli::int_range(1, 10000000));
+        app.add_option("--n-ref", a.n_ref, "gmm-reward: exact reference samples")->capture_default_str()->transform(cli::count(1, 10000000));
         app.add_option("--data", a.data, "logistic: CSV of features with the 0/1 label last (or --label-col); toy: optional CSV column y");
         app.add_option("--method", a.method, "sosmc, impdiff, pgd, soul, or em (toy only)")
             ->capture_default_str()
@@ -97,8 +98,8 @@ int main(int argc, char** argv) {
         app.add_option("--leapfrog", a.leapfrog, "hmc: leapfrog steps per move (step sqrt(gamma))")
             ->capture_default_str()
             ->check(cli::int_range(1, 100000));
-        o_particles = app.add_option("--particles", a.particles, "N particles (soul: one chain)")->capture_default_str()->check(cli::int_range(1, 10000000));
-        o_steps = app.add_option("--steps", a.steps, "theta updates K")->capture_default_str()->check(cli::int_range(1, 100000000));
+        o_particles = app.add_option("--particles", a.particles, "N particles (soul: one chain)")->capture_default_str()->transform(cli::count(1, 10000000));
+        o_steps = app.add_option("--steps", a.steps, "theta updates K")->capture_default_str()->transform(cli::count(1, 100000000));
         o_lr = app.add_option("--lr", a.lr, "theta learning rate (gradient ascent)")->capture_default_str()->check(cli::positive());
         o_opt = app.add_option("--optimizer", a.optimizer, "theta update: sgd or adam (pgd: always plain steps of size h)")
             ->capture_default_str()

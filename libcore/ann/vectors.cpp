@@ -1,7 +1,5 @@
 #include "ann/vectors.hpp"
 
-#include <zlib.h>
-
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstring>
@@ -11,6 +9,7 @@
 
 #include "ann/h5matrix.hpp"
 #include "io/atomic_file.hpp"
+#include "io/gzip.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "util/error.hpp"
@@ -22,21 +21,11 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-// Whole file as bytes; .gz files are inflated (zlib, which the HDF5 library links).
+// Whole file as bytes; .gz files are inflated (every member, CRC and length checked).
 std::string read_bytes(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError("cannot read file", path);
-  if (!ends_with(path, ".gz")) return io::read_file(path);
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw InputError("cannot open gzip file", path);
-  std::string out;
-  char buf[1 << 16];
-  int got = 0;
-  while ((got = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(got));
-  const bool bad = got < 0;
-  gzclose(f);
-  if (bad) throw InputError("corrupt gzip data", path);
-  return out;
+  return io::is_gzip_path(path) ? io::read_gzip_file(path) : io::read_file(path);
 }
 
 void check_finite(const Vectors& v, const std::string& label) {

@@ -23,7 +23,7 @@ int argmax(const Eigen::VectorXd& v) {
 }
 }  // namespace
 
-EpochStats train_epoch(Model& m, nn::Adam& opt, const Dataset& d, int batch, const SolveOptions& so, Rng& rng,
+EpochStats train_epoch(Model& m, nn::ViewAdamW& opt, const Dataset& d, int batch, const SolveOptions& so, Rng& rng,
                        int threads) {
   Stopwatch sw;
   EpochStats es;

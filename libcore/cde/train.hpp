@@ -10,7 +10,7 @@
 #include "cde/data.hpp"
 #include "cde/model.hpp"
 #include "io/provenance.hpp"
-#include "nn/adam.hpp"
+#include "nn/adamw.hpp"
 
 namespace icmlkit::cde {
 
@@ -30,9 +30,9 @@ struct EvalStats {
   std::vector<int> predictions;
 };
 
-/// One epoch of Adam over seeded shuffled mini-batches of `batch` samples (mean loss per batch).
+/// One epoch of Adam (nn::ViewAdamW) over seeded shuffled mini-batches of `batch` samples (mean loss per batch).
 /// Bit-reproducible for a fixed seed and thread count.
-EpochStats train_epoch(Model& m, nn::Adam& opt, const Dataset& d, int batch, const SolveOptions& so, Rng& rng,
+EpochStats train_epoch(Model& m, nn::ViewAdamW& opt, const Dataset& d, int batch, const SolveOptions& so, Rng& rng,
                        int threads);
 /// Forward pass over a data set (no gradients).
 EvalStats evaluate(Model& m, const Dataset& d, const SolveOptions& so, int threads);

@@ -8,6 +8,31 @@
 
 namespace icmlkit::nn {
 
+template <class T>
+void adamw_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t t, double lr, const AdamWOptions& opt,
+                  bool decay) {
+  const double bc1 = 1.0 - std::pow(opt.beta1, double(t));
+  const double bc2 = 1.0 - std::pow(opt.beta2, double(t));
+  const T b1 = static_cast<T>(opt.beta1), b2 = static_cast<T>(opt.beta2);
+  const T step_size = static_cast<T>(lr / bc1);
+  const T sqrt_bc2 = static_cast<T>(std::sqrt(bc2));
+  const T eps = static_cast<T>(opt.eps);
+  const T keep = decay ? static_cast<T>(1.0 - lr * opt.weight_decay) : T(1);
+  const std::int64_t len = static_cast<std::int64_t>(n);
+#pragma omp parallel for schedule(static) num_threads(threads()) if (len >= (1 << 20))
+  for (std::int64_t j = 0; j < len; ++j) {
+    m[j] = b1 * m[j] + (T(1) - b1) * g[j];
+    v[j] = b2 * v[j] + (T(1) - b2) * g[j] * g[j];
+    w[j] *= keep;
+    w[j] -= step_size * m[j] / (std::sqrt(v[j]) / sqrt_bc2 + eps);
+  }
+}
+
+template void adamw_update<float>(float*, const float*, float*, float*, std::size_t, std::int64_t, double,
+                                  const AdamWOptions&, bool);
+template void adamw_update<double>(double*, const double*, double*, double*, std::size_t, std::int64_t, double,
+                                   const AdamWOptions&, bool);
+
 AdamW::AdamW(const ParamStore<float>& store, AdamWOptions opt) : opt_(opt) {
   for (const auto& p : store.params) {
     names_.push_back(p.name);
@@ -18,28 +43,9 @@ AdamW::AdamW(const ParamStore<float>& store, AdamWOptions opt) : opt_(opt) {
 
 void AdamW::step(ParamStore<float>& store, double lr) {
   ++t_;
-  const double bc1 = 1.0 - std::pow(opt_.beta1, double(t_));
-  const double bc2 = 1.0 - std::pow(opt_.beta2, double(t_));
-  const float b1 = static_cast<float>(opt_.beta1), b2 = static_cast<float>(opt_.beta2);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
-  const float eps = static_cast<float>(opt_.eps);
   for (std::size_t i = 0; i < store.params.size(); ++i) {
     auto& p = store.params[i];
-    float* w = p.value.data();
-    const float* g = p.grad.data();
-    float* m = m_[i].data();
-    float* v = v_[i].data();
-    const float keep = p.decay ? static_cast<float>(1.0 - lr * opt_.weight_decay) : 1.0f;
-    const std::int64_t n = static_cast<std::int64_t>(p.numel());
-    // Elementwise: the result does not depend on the thread count.
-#pragma omp parallel for schedule(static) num_threads(threads()) if (n >= (1 << 20))
-    for (std::int64_t j = 0; j < n; ++j) {
-      m[j] = b1 * m[j] + (1.0f - b1) * g[j];
-      v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
-      w[j] *= keep;
-      w[j] -= step_size * m[j] / (std::sqrt(v[j]) / sqrt_bc2 + eps);
-    }
+    adamw_update(p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(), p.numel(), t_, lr, opt_, p.decay);
   }
 }
 
@@ -50,6 +56,23 @@ std::vector<StateBuffer> AdamW::state() {
     s.push_back({"v/" + names_[i], &v_[i]});
   }
   return s;
+}
+
+ViewAdamW::ViewAdamW(std::vector<ParamRef> params, double lr_, AdamWOptions opt)
+    : lr(lr_), params_(std::move(params)), opt_(opt) {
+  for (const auto& p : params_) {
+    m_.emplace_back(static_cast<std::size_t>(p.size), 0.0);
+    v_.emplace_back(static_cast<std::size_t>(p.size), 0.0);
+  }
+}
+
+void ViewAdamW::step() {
+  ++t_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    adamw_update(p.value, p.grad, m_[i].data(), v_[i].data(), static_cast<std::size_t>(p.size), t_, lr, opt_,
+                 opt_.weight_decay != 0.0);
+  }
 }
 
 }  // namespace icmlkit::nn

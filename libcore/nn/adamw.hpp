@@ -1,11 +1,16 @@
-// Optimizer interface over the parameter store, and AdamW (Loshchilov & Hutter 2019,
-// decoupled weight decay; the update of torch.optim.AdamW).
+// AdamW (Loshchilov & Hutter 2019, decoupled weight decay; the update of torch.optim.AdamW),
+// the one Adam implementation of the toolkit: with weight decay 0 it is Adam (Kingma & Ba
+// 2015; torch.optim.Adam).  `adamw_update` is the update; `AdamW` runs it over the parameter
+// store of the LM trainer (float, checkpointed state) and `ViewAdamW` over parameter views in
+// Eigen matrices (double; the CDE models).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "nn/linear.hpp"
 #include "nn/params.hpp"
 
 namespace icmlkit::nn {
@@ -31,14 +36,23 @@ class Optimizer {
   virtual std::vector<StateBuffer> state() = 0;
 };
 
-/// AdamW hyperparameters.
+/// AdamW hyperparameters (defaults: the LM trainer's; torch.optim.Adam's are beta2 0.999, wd 0).
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double weight_decay = 0.1;  ///< decoupled: w ← w·(1 − lr·wd), only for Param::decay tensors
+  double weight_decay = 0.1;  ///< decoupled: w ← w·(1 − lr·wd); 0 gives Adam
 };
 
-/// AdamW:  m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;  w ← w(1 − lr·wd);
-///         w ← w − (lr / (1−β1^t)) · m / (sqrt(v) / sqrt(1−β2^t) + eps)   (torch.optim.AdamW).
+/// One AdamW update of a tensor of `n` elements, at step `t` (counted from 1):
+///   m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;  w ← w(1 − lr·wd)  (only when `decay`);
+///   w ← w − (lr / (1−β1^t)) · m / (sqrt(v) / sqrt(1−β2^t) + eps)   (torch.optim.AdamW).
+/// T is float or double; the step coefficients are rounded to T once.  Elementwise, so the
+/// result does not depend on the thread count (large tensors use OpenMP).
+template <class T>
+void adamw_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t t, double lr, const AdamWOptions& opt,
+                  bool decay);
+
+/// AdamW over the parameter store (float), weight decay only on Param::decay tensors; its
+/// moments are checkpoint state.
 class AdamW final : public Optimizer {
  public:
   /// State (m, v) zero-initialised with the shapes of `store`.
@@ -54,6 +68,25 @@ class AdamW final : public Optimizer {
   std::int64_t t_ = 0;
   std::vector<std::string> names_;
   std::vector<std::vector<float>> m_, v_;
+};
+
+/// AdamW over parameter views (double) whose storage lives elsewhere (Eigen matrices of the
+/// CDE models); weight decay, when > 0, applies to every view.
+class ViewAdamW {
+ public:
+  /// `params`: the views to update (their storage must outlive the optimizer); moments start at 0.
+  ViewAdamW(std::vector<ParamRef> params, double lr, AdamWOptions opt);
+  /// One update from the gradients currently stored in the views.
+  void step();
+  /// Steps taken so far.
+  std::int64_t steps() const noexcept { return t_; }
+  double lr;  ///< learning rate (may be changed between steps)
+
+ private:
+  std::vector<ParamRef> params_;
+  AdamWOptions opt_;
+  std::int64_t t_ = 0;
+  std::vector<std::vector<double>> m_, v_;
 };
 
 }  // namespace icmlkit::nn

@@ -121,6 +121,7 @@ void Trainer::save(const std::string& path, const io::Provenance& prov, const nl
       h5::write_attr_int(g, "data_epoch", order_.epoch());
       h5::write_attr_int(g, "data_pos", order_.pos());
       h5::write_attr(g, "optimizer", optimizer_->name());
+      if (!corpus_sha256_.empty()) h5::write_attr(g, "corpus_sha256", corpus_sha256_);
       for (const auto& sb : optimizer_->state())
         h5::write_floats(g, "optim/" + sb.name, sb.data->data(), {sb.data->size()}, h5::FloatStorage::f32);
     }
@@ -155,6 +156,7 @@ nlohmann::json Trainer::load(const std::string& path) {
   if (!h5::read_attr_int(g, "step", step, label) || !h5::read_attr_int(g, "tokens", tokens, label) ||
       !h5::read_attr_int(g, "data_epoch", ep, label) || !h5::read_attr_int(g, "data_pos", pos, label))
     throw InputError("incomplete training state", label);
+  if (step < 0 || tokens < 0 || ep < 0 || pos < 0) throw InputError("negative step, token count or data position", label);
   for (const auto& sb : optimizer_->state()) {
     const auto arr = h5::read_floats(g, "optim/" + sb.name, label + "/optim/" + sb.name);
     if (arr.data.size() != sb.data->size()) throw InputError("optimizer state has the wrong size", label + "/optim/" + sb.name);
@@ -165,6 +167,8 @@ nlohmann::json Trainer::load(const std::string& path) {
   optimizer_->set_steps(step);
   tokens_ = tokens;
   order_.set_position(ep, pos);
+  checkpoint_corpus_sha256_.clear();
+  h5::read_attr(g, "corpus_sha256", checkpoint_corpus_sha256_);
   std::string extra;
   h5::read_attr(g, "extra", extra);
   return nlohmann::json::parse(extra.empty() ? "{}" : extra, nullptr, false);

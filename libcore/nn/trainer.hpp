@@ -77,8 +77,16 @@ class Trainer {
   /// The current weights as a model (config and tokenizer of the initial one).
   lm::Model model();
 
+  /// Records the SHA-256 (hex) of the training corpus; save() writes it as the /train attribute
+  /// `corpus_sha256` so that a resume can check it trains on the same data.
+  void set_corpus_sha256(std::string hex) { corpus_sha256_ = std::move(hex); }
+  /// The corpus SHA-256 stored in the checkpoint that load() read ("" when the checkpoint
+  /// predates the attribute or nothing was loaded).
+  const std::string& checkpoint_corpus_sha256() const noexcept { return checkpoint_corpus_sha256_; }
+
   /// Writes an f32 model checkpoint (readable by every lm tool) with the training state under
-  /// /train: options, step, tokens, data position, optimizer buffers, `extra` (JSON).  Atomic.
+  /// /train: options, step, tokens, data position, optimizer buffers, corpus SHA-256 (when
+  /// set), `extra` (JSON).  Atomic.
   void save(const std::string& path, const io::Provenance& prov, const nlohmann::json& extra = {});
   /// Restores weights and state from a checkpoint written by save().  Throws InputError when the
   /// file has no training state, or when its options or model shape differ from this run's
@@ -96,6 +104,7 @@ class Trainer {
   DataOrder order_;
   std::int64_t tokens_ = 0;
   TrainCache<float> cache_;
+  std::string corpus_sha256_, checkpoint_corpus_sha256_;
 };
 
 }  // namespace icmlkit::nn

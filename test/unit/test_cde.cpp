@@ -16,7 +16,7 @@
 #include "cde/train.hpp"
 #include "io/provenance.hpp"
 #include "io/ts.hpp"
-#include "nn/adam.hpp"
+#include "nn/adamw.hpp"
 #include "nn/linear.hpp"
 #include "util/error.hpp"
 
@@ -501,7 +501,7 @@ TEST_CASE("nn: Linear backward equals finite differences and Adam's first step i
   }
   // Adam: first step m/(1-b1) = g, v/(1-b2) = g^2, so p -= lr g/(|g| + eps) (closed form).
   double p[2] = {1.0, -2.0}, g[2] = {0.5, -3.0};
-  nn::Adam opt({{"p", p, g, 2, 2, 1}}, 0.1);
+  nn::ViewAdamW opt({{"p", p, g, 2, 2, 1}}, 0.1, nn::AdamWOptions{0.9, 0.999, 1e-8, 0.0});
   opt.step();
   CHECK(p[0] == doctest::Approx(1.0 - 0.1 * 0.5 / (0.5 + 1e-8)));
   CHECK(p[1] == doctest::Approx(-2.0 + 0.1 * 3.0 / (3.0 + 1e-8)));

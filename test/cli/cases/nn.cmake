@@ -64,3 +64,22 @@ cli_case(lm-eval/kjv-chapter-split --needs ${SHARED}/corpus/kjv.tsv
 cli_case(lm-train/json-config-and-token-budget
   --rc 0 --file-jq log.json ".[-1].summary.steps == 4 and .[-1].summary.tokens == 1024 and .[0].meta.n_params > 0"
   -- bash -c "echo '{\"d_model\": 24, \"n_layers\": 1, \"n_heads\": 3, \"n_kv_heads\": 1, \"d_ff\": 40, \"n_ctx\": 64, \"tied\": true, \"rope_style\": \"interleaved\"}' > cfg.json && ${LMTRAIN} ${KJVX} --column 2 --doc-column 1 --vocab-size 512 --config cfg.json --batch 4 --tokens 1000 --threads 1 -o m.h5 -q > log.jsonl && jq -s . log.jsonl > log.json && h5dump -a d_model -a tied -a rope_style m.h5 | grep -c -E '\\(0\\): (24|1|\"interleaved\")' | grep -q 3")
+
+# ---- lm-train: resume checks the corpus; counts in scientific notation ----------------------------
+string(REPLACE "${KJVX}" "other.tsv" TRAIN_OTHER_STR "${TRAIN_SMALL_STR}")
+# The checkpoint records the corpus SHA-256 (/train corpus_sha256); resuming on another corpus
+# (one word changed) is refused with one line, leaving the checkpoint and the log as they were.
+cli_case(lm-train/resume-different-corpus --rc 1 --stderr "resume: the corpus differs from the one the checkpoint was trained on.*\\(other.tsv\\)" --tool lm-train
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 --stop-at 2 -o m.h5 --log l.jsonl -q && h5dump -a /train/corpus_sha256 m.h5 | grep -q $(sha256sum ${KJVX} | cut -c1-64) && cp m.h5 keep.h5 && cp l.jsonl keep.jsonl && sed 's/God/Gods/' ${KJVX} > other.tsv && (${TRAIN_OTHER_STR} --steps 4 --resume -o m.h5 --log l.jsonl -q || (rc=$? && cmp -s m.h5 keep.h5 && cmp -s l.jsonl keep.jsonl && exit $rc || exit 9))")
+# --allow-corpus-change continues on it (and records the new corpus); the same corpus resumes silently.
+cli_case(lm-train/resume-allow-corpus-change
+  --rc 0 --file m.h5
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 --stop-at 2 -o m.h5 -q > /dev/null && sed 's/God/Gods/' ${KJVX} > other.tsv && ${TRAIN_OTHER_STR} --steps 4 --resume --allow-corpus-change -o m.h5 -q > /dev/null && h5dump -a /train/step m.h5 | grep -q '(0): 4' && h5dump -a /train/corpus_sha256 m.h5 | grep -q $(sha256sum other.tsv | cut -c1-64)")
+# --tokens 1.024e3 = 1024 tokens = 4 steps of 4 windows x 64 tokens.
+cli_case(lm-train/tokens-scientific-notation
+  --rc 0 --file-jq log.json ".[-1].summary.steps == 4 and .[-1].summary.tokens == 1024"
+  -- bash -c "${TRAIN_SMALL_STR} --tokens 1.024e3 --eval-tokens 1e3 --eval-every 2e0 -o m.h5 -q > l.jsonl && jq -s . l.jsonl > log.json")
+cli_case(lm-train/tokens-not-whole --rc 2 --stderr "--tokens: must be a whole number, got 2.5" --no-file m.h5
+  -- ${TRAIN_SMALL} --tokens 2.5 -o m.h5)
+cli_case(lm-train/steps-out-of-range --rc 2 --stderr "--steps: must be an integer in 1\\.\\.1099511627776, got 1e20" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 1e20 -o m.h5)
