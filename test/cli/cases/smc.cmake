@@ -75,3 +75,11 @@ cli_case(smc-optimize/plot-bad-extension --rc 2 --stderr "ending in .png" -- ${S
 cli_case(smc-optimize/plot-malformed --rc 1 --stderr "not a JSON object .*bad_cell.csv:1" --no-file p.png
   -- ${SMC} --plot p.png ${FX}/bad_cell.csv)
 cli_case(smc-optimize/stray-argument --rc 2 --stderr "positional arguments are trajectory files for --plot" -- ${SMC} extra.jsonl)
+
+# ---- pgd's --lr note: only when --lr is given (a failing pgd run prints its one error line) ----
+cli_case(smc-optimize/pgd-failure-one-line --rc 1 --stderr "label 2 is not 0 or 1"
+  -- ${SMC} --problem logistic --data ${FX}/logistic_bad_label.csv --method pgd)
+cli_case(smc-optimize/pgd-lr-ignored-warned --rc 0 --stderr "pgd takes theta steps of the Langevin step size h .*--lr is not used"
+  -- ${SMC} --problem toy --method pgd --lr 0.5 --steps 5)
+cli_case(smc-optimize/pgd-no-lr-no-note --rc 0
+  -- bash -c "${SMC} --problem toy --method pgd --steps 5 2> err.txt > /dev/null && test ! -s err.txt")
