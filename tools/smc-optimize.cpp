@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
         if ((a.problem == "gmm-reward" || a.problem == "ebm-reward") && !a.data.empty()) throw UsageError("the gmm-reward problem takes no data", "--data");
         if (a.move != "ula" && a.method != "sosmc")
           log::warn("--move {} applies to sosmc only; {} uses ULA", a.move, a.method);
-        if (a.method == "pgd") log::info("pgd takes theta steps of the Langevin step size h (--step-size); --lr is not used");
+        if (a.method == "pgd" && o_lr->count()) log::warn("pgd takes theta steps of the Langevin step size h (--step-size); --lr is not used");
         Rng data_rng(derive_seed(ctx.common.seed, 1000));
         // Reads --data with the CSV flags and records it in the provenance.
         auto read_data = [&] {

@@ -13,9 +13,17 @@ jax.lax.scan with
 Energy U(x) = -log(sum_m softmax(theta)_m exp(-|x - mu_m|^2 / (2 s)) + 1e-9) on the hexagon
 (radius 4, s = 2, reference logits +-1.5); hard reward 1[x_0 >= 0] exp(-|x - (10, 3.8)|^2/20)/2.5.
 
+Two ways of running it, as the reference's run_mode does:
+  --run-mode steps  the whole run is one jax.lax.scan (the reference's "steps" mode; fastest)
+  --run-mode time   a Python loop calls the jitted step once per update and blocks on its
+                    outputs, keeping each step's outputs (the reference's "time" mode, which its
+                    wall-clock-budget Langevin experiments use)
+Each step outputs, as the reference's does, the weighted reward, the NLL proxy
+-sum w U(x'), theta, the particles, gamma and the ESS.
+
 Prints one JSON object: {"steps", "particles", "seconds", "steps_per_second", "cpu_seconds",
 "steps_per_cpu_second" (process CPU time, all threads), "compile_seconds",
-"final_reward", "jax_version", "threads"}.
+"final_reward", "jax_version", "threads", "run_mode"}.
 """
 import argparse
 import functools
@@ -38,6 +46,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--gamma", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--run-mode", choices=["steps", "time"], default="steps")
     a = ap.parse_args()
 
     ang = 2 * np.pi * np.arange(6) / 6
@@ -94,10 +103,11 @@ def main():
             lambda _: (x_new[jax.random.choice(kres, N, shape=(N,), p=w_new)], jnp.zeros(N)),
             lambda _: (x_new, log_a),
             None)
-        gamma = jax.lax.cond(ess < 0.95 * N, lambda: jnp.maximum(gamma / 1.01, 1e-5),
+        gamma_next = jax.lax.cond(ess < 0.95 * N, lambda: jnp.maximum(gamma / 1.01, 1e-5),
                              lambda: jnp.minimum(gamma * 1.01, 1.0))
         rew = jnp.sum(w_new * batch_reward(x_new))
-        return (key, x_fin, x_ref, theta_new, log_fin, gamma, opt_state), rew
+        nll = -jnp.sum(w_new * u_n)
+        return (key, x_fin, x_ref, theta_new, log_fin, gamma_next, opt_state), (rew, nll, theta, x_fin, gamma, ess)
 
     key = jax.random.PRNGKey(a.seed)
     key, kx, kr = jax.random.split(key, 3)
@@ -105,22 +115,33 @@ def main():
     init = (key, sample_ref(kx, N), sample_ref(kr, n_ref), theta0, jnp.zeros(N), jnp.asarray(a.gamma),
             opt.init(theta0))
 
-    run = jax.jit(functools.partial(jax.lax.scan, step, length=a.steps))
+    if a.run_mode == "steps":
+        run = jax.jit(functools.partial(jax.lax.scan, step, length=a.steps))
+    else:
+        step_jit = jax.jit(step)
+
+        def run(state, _):
+            hist = []
+            for _k in range(a.steps):
+                state, o = step_jit(state, None)
+                jax.block_until_ready(o[0])
+                hist.append(o)
+            return state, (jnp.stack([h[0] for h in hist]),)
     t0 = time.monotonic()
     out = run(init, None)  # compile + one full run (warm-up)
-    jax.block_until_ready(out[1])
+    jax.block_until_ready(out[1][0])
     t1 = time.monotonic()
     c1 = time.process_time()
     out = run(init, None)
-    jax.block_until_ready(out[1])
+    jax.block_until_ready(out[1][0])
     t2 = time.monotonic()
     c2 = time.process_time()
     secs = t2 - t1
     print(json.dumps({
         "steps": a.steps, "particles": N, "seconds": secs, "steps_per_second": a.steps / secs,
         "cpu_seconds": c2 - c1, "steps_per_cpu_second": a.steps / (c2 - c1),
-        "compile_seconds": (t1 - t0) - secs, "final_reward": float(out[1][-1]),
-        "jax_version": jax.__version__, "threads": os.cpu_count(),
+        "compile_seconds": (t1 - t0) - secs, "final_reward": float(out[1][0][-1]),
+        "jax_version": jax.__version__, "threads": os.cpu_count(), "run_mode": a.run_mode,
     }))
 
 

@@ -1,6 +1,10 @@
 #include "smc/moves.hpp"
 
+#include <array>
 #include <cmath>
+#include <cstdint>
+
+#include "smc/simd.hpp"
 
 namespace icmlkit::smc {
 namespace {
@@ -16,6 +20,30 @@ double log_q(const Problem& p, const Eigen::VectorXd& theta, const Eigen::Vector
   return -(to - mean).squaredNorm() / (4 * gamma);
 }
 }  // namespace
+
+void fill_normals(Rng& rng, double* out, Eigen::Index n) {
+  // Candidate pairs (v1, v2) uniform on [-1, 1)^2 (32 bits each from one 64-bit draw), kept
+  // when 0 < s = v1^2 + v2^2 < 1 (rate pi/4); then v * sqrt(-2 log s / s) are two independent
+  // N(0, 1) draws.  The factors of a batch of candidates are computed at once (SIMD).
+  constexpr int K = 128;
+  std::array<double, K> v1, v2, s, f;
+  Eigen::Index filled = 0;
+  while (filled < n) {
+    for (int k = 0; k < K; ++k) {
+      const std::uint64_t b = rng.bits();
+      v1[k] = static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(b >> 32))) * 0x1.0p-31;
+      v2[k] = static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(b))) * 0x1.0p-31;
+      s[k] = v1[k] * v1[k] + v2[k] * v2[k];
+    }
+    polar_factors(s.data(), f.data(), K);
+    for (int k = 0; k < K && filled < n; ++k) {
+      if (!(s[k] < 1 && s[k] > 0)) continue;
+      const double r = std::sqrt(f[k]);
+      out[filled++] = v1[k] * r;
+      if (filled < n) out[filled++] = v2[k] * r;
+    }
+  }
+}
 
 double ula_a(const Problem& p, const Eigen::VectorXd& theta, const Eigen::VectorXd& u, const Eigen::VectorXd& v,
              double gamma) {

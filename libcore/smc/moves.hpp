@@ -8,6 +8,12 @@
 
 namespace icmlkit::smc {
 
+/// Fills out[0 .. n) with independent standard normal draws from `rng` by Marsaglia's polar
+/// method (both values of each accepted pair used, two 32-bit uniforms per 64-bit draw; the
+/// logarithms of a batch of candidate pairs are taken at once, SIMD).  A different stream
+/// from Rng::normal(), reproducible per seed.
+void fill_normals(Rng& rng, double* out, Eigen::Index n);
+
 /// a(u, v; U) = U(u) + (v - u) . grad U(u) / 2 + (gamma / 4) |grad U(u)|^2, the ULA log-kernel
 /// term whose difference gives the SMC-sampler increment with ULA as forward and backward
 /// kernel (the |v - u|^2 terms cancel).

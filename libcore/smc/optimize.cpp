@@ -5,13 +5,33 @@
 #include <stdexcept>
 
 #include "smc/moves.hpp"
+#include "smc/simd.hpp"
 
 namespace icmlkit::smc {
+namespace {
+// Particles per parallel work item of the ULA move (fixed: results do not depend on threads).
+constexpr Eigen::Index kMoveBlock = 2048;
+}  // namespace
 
 Eigen::VectorXd Problem::gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const {
   Eigen::VectorXd g = Eigen::VectorXd::Zero(dim_theta());
   for (Eigen::Index i = 0; i < xs.rows(); ++i) g -= w[i] * grad_theta(theta, xs.row(i).transpose());
   return g;
+}
+
+void Evaluation::gather(const std::vector<Eigen::Index>& idx) {
+  const auto n = static_cast<Eigen::Index>(idx.size());
+  Eigen::VectorXd e2(n);
+  Eigen::MatrixXd g2(n, g.cols()), a2(n, aux.cols());
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const Eigen::Index j = idx[static_cast<std::size_t>(i)];
+    e2[i] = e[j];
+    g2.row(i) = g.row(j);
+    a2.row(i) = aux.row(j);
+  }
+  e.swap(e2);
+  g.swap(g2);
+  aux.swap(a2);
 }
 
 void Problem::energy_grad_x_batch(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::VectorXd& e,
@@ -51,8 +71,11 @@ SmcResult maximise_marginal_likelihood_from(const Problem& p, const Eigen::Vecto
   Eigen::VectorXd theta = theta0;
   double gamma = opt.step_size;
   Population& pop = res.population;
-  Eigen::MatrixXd noise(N, p.dim_x()), x_new, g_x, g_n;
-  Eigen::VectorXd e_x, e_n;
+  const Eigen::Index d = p.dim_x();
+  Eigen::MatrixXd x_new(N, d);
+  // `cur` evaluates (theta, pop.x) when `have_cur`; `nxt` the moved particles under theta_next.
+  Evaluation cur, nxt;
+  bool have_cur = false;
   // Adam state.
   Eigen::VectorXd m1 = Eigen::VectorXd::Zero(theta.size()), m2 = Eigen::VectorXd::Zero(theta.size());
   auto step_of = [&](const Eigen::VectorXd& g, double lr, int k) -> Eigen::VectorXd {
@@ -62,6 +85,9 @@ SmcResult maximise_marginal_likelihood_from(const Problem& p, const Eigen::Vecto
     const Eigen::VectorXd mh = m1 / (1 - std::pow(0.9, k + 1)), vh = m2 / (1 - std::pow(0.999, k + 1));
     return lr * (mh.array() / (vh.array().sqrt() + 1e-8)).matrix();
   };
+  // Normalised weights of the population (softmax of logw), kept in step with logw.
+  Eigen::ArrayXd w = Eigen::ArrayXd::Constant(N, 1.0 / N);
+  const bool ula = opt.method != Method::sosmc || opt.move == Move::ula;
   for (int k = 0; k < opt.steps; ++k) {
     SmcStep row;
     row.step = k + 1;
@@ -78,16 +104,19 @@ SmcResult maximise_marginal_likelihood_from(const Problem& p, const Eigen::Vecto
                        opt.learning_rate, k);
       row.ess = 1;
     } else {
+      // ULA needs U and grad U at (theta_k, x); the previous step's evaluation of the moved
+      // particles under theta_k is exactly that, so only the first step evaluates here.
+      if (ula && !have_cur) p.evaluate(theta, pop.x, cur);
+      const Evaluation& ev = ula ? cur : nxt;  // invariant moves: an empty evaluation
+      if (!ula) nxt = Evaluation{};
       // 1. theta update from the (weighted) particle estimate of E[-dU/dtheta].
-      const Eigen::ArrayXd w = opt.method == Method::sosmc ? pop.weights()
-                                                           : Eigen::ArrayXd::Constant(N, 1.0 / N);
-      const Eigen::VectorXd g = p.gradient(theta, pop.x, w);
-      row.estimate = p.estimate(theta, pop.x, w);
+      const Eigen::VectorXd g = p.gradient_at(theta, pop.x, w, ev);
+      row.estimate = p.estimate_at(theta, pop.x, w, ev);
       // PGD (Kuntz et al.) takes the theta step with the Langevin step h itself.
       const double lr = opt.method == Method::pgd ? gamma : opt.learning_rate;
       const Eigen::VectorXd theta_next = theta + step_of(g, lr, k);
       // 2-3. move under theta_k and reweight.
-      if (opt.method == Method::sosmc && opt.move != Move::ula) {
+      if (!ula) {
         // Invariant moves under theta_k (sequential: each draws its own accept/reject
         // randomness); the increment only depends on the theta change.
         for (int i = 0; i < N; ++i) {
@@ -99,31 +128,54 @@ SmcResult maximise_marginal_likelihood_from(const Problem& p, const Eigen::Vecto
           pop.x.row(i) = xn.transpose();
         }
       } else {
-        // ULA: the Gaussian noise is drawn in particle order from the one seeded stream, then
-        // particles move (and, for sosmc, reweight) in parallel; the result does not depend
-        // on the thread count.
-        for (Eigen::Index i = 0; i < noise.rows(); ++i)
-          for (Eigen::Index j = 0; j < noise.cols(); ++j) noise(i, j) = rng.normal();
-        const bool weigh = opt.method == Method::sosmc;
-        p.energy_grad_x_batch(theta, pop.x, e_x, g_x);
-        x_new = pop.x - gamma * g_x + std::sqrt(2 * gamma) * noise;
-        if (weigh) {
+        // ULA x' = x - gamma grad U(x) + sqrt(2 gamma) xi in fixed blocks of particles, each
+        // with its own noise stream derived from one draw of the seeded generator: the result
+        // does not depend on the thread count.
+        const std::uint64_t step_seed = rng.bits();
+        const double sq = std::sqrt(2 * gamma);
+        const Eigen::Index nb = (N + kMoveBlock - 1) / kMoveBlock;
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (Eigen::Index b = 0; b < nb; ++b) {
+          const Eigen::Index lo = b * kMoveBlock, n = std::min<Eigen::Index>(kMoveBlock, N - lo);
+          Rng brng(derive_seed(step_seed, static_cast<std::uint64_t>(b)));
+          for (Eigen::Index j = 0; j < d; ++j) {
+            double* out = x_new.col(j).data() + lo;
+            fill_normals(brng, out, n);
+            Eigen::Map<Eigen::ArrayXd> xn(out, n);
+            xn = pop.x.col(j).segment(lo, n).array() - gamma * cur.g.col(j).segment(lo, n).array() + sq * xn;
+          }
+        }
+        // U and grad U of the moved particles under theta_{k+1}: the SOSMC increment needs
+        // them, and they are the next step's (theta, x) evaluation for every method.
+        p.evaluate(theta_next, x_new, nxt);
+        if (opt.method == Method::sosmc) {
           // a(x, x'; U_k) - a(x', x; U_{k+1}) per particle (ula_increment, with U and grad U
           // computed once per batch).
-          p.energy_grad_x_batch(theta_next, x_new, e_n, g_n);
-          const Eigen::MatrixXd dx = x_new - pop.x;
-          pop.logw += (e_x - e_n).array() + 0.5 * ((dx.cwiseProduct(g_x + g_n)).rowwise().sum()).array() +
-                      0.25 * gamma * (g_x.rowwise().squaredNorm() - g_n.rowwise().squaredNorm()).array();
+          pop.logw += (cur.e - nxt.e).array();
+          for (Eigen::Index j = 0; j < d; ++j) {
+            const auto gx = cur.g.col(j).array(), gn = nxt.g.col(j).array();
+            pop.logw += 0.5 * (x_new.col(j) - pop.x.col(j)).array() * (gx + gn) + 0.25 * gamma * (gx.square() - gn.square());
+          }
         }
         pop.x.swap(x_new);
+        std::swap(cur, nxt);
+        have_cur = true;
       }
       theta = theta_next;
       if (opt.method == Method::sosmc) {
         // 4. resample on low ESS; 5. adapt gamma on the ESS.
         pop.logw -= pop.logw.maxCoeff();  // keep log-weights near 0 (the reference does the same)
-        row.ess = pop.ess();
+        exp_nonpositive(pop.logw.data(), w.data(), N);
+        w /= w.sum();
+        row.ess = 1.0 / w.square().sum();
         if (row.ess < opt.resample_threshold * N) {
-          resample(pop, opt.resampling, rng);
+          const auto idx = resample_indices(w, opt.resampling, rng);
+          for (Eigen::Index j = 0; j < d; ++j)
+            for (Eigen::Index i = 0; i < N; ++i) x_new(i, j) = pop.x(idx[static_cast<std::size_t>(i)], j);
+          pop.x.swap(x_new);
+          if (have_cur) cur.gather(idx);
+          pop.logw.setZero();
+          w.setConstant(1.0 / N);
           row.resampled = true;
         }
         if (opt.adapt_step) gamma = std::clamp(row.ess < 0.95 * N ? gamma / 1.01 : gamma * 1.01, opt.gamma_min, opt.gamma_max);

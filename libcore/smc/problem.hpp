@@ -7,10 +7,27 @@
 #include <Eigen/Core>
 
 #include <limits>
+#include <vector>
 
 namespace icmlkit::smc {
 
 struct Population;
+
+/// One batched evaluation of a population `xs` [N, dim_x] at a parameter theta: U [N],
+/// grad_x U [N, dim_x], and problem-defined per-particle statistics `aux` [N, k] (k may be 0;
+/// the Gaussian mixture keeps its responsibilities and rewards there) that
+/// Problem::gradient_at() and estimate_at() reuse instead of recomputing.  SOSMC-ULA evaluates
+/// the moved particles under theta_{k+1} for the weight increment; the same evaluation then
+/// serves step k+1's gradient and move, so each step evaluates the population once.
+struct Evaluation {
+  Eigen::VectorXd e;    ///< [N] U_theta(x_i)
+  Eigen::MatrixXd g;    ///< [N, dim_x] grad_x U_theta(x_i)
+  Eigen::MatrixXd aux;  ///< [N, k] problem-defined
+  /// Whether this evaluation holds `n` particles (callers pass an empty one when they have none).
+  bool covers(Eigen::Index n) const { return e.size() == n && n > 0; }
+  /// Keeps rows `idx` in that order (resampling); throws nothing, idx entries must be < N.
+  void gather(const std::vector<Eigen::Index>& idx);
+};
 
 /// A user-implementable problem.  All methods must be thread-safe.
 class Problem {
@@ -43,6 +60,22 @@ class Problem {
   /// weighted mean reward sum_i w_i R(x_i)); NaN when the problem has none.
   virtual double estimate(const Eigen::VectorXd& /*theta*/, const Eigen::MatrixXd& /*xs*/, const Eigen::ArrayXd& /*w*/) const {
     return std::numeric_limits<double>::quiet_NaN();
+  }
+  /// Fills `ev` for particles `xs` [N, dim_x] at theta.  Default: energy_grad_x_batch, no aux.
+  virtual void evaluate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Evaluation& ev) const {
+    energy_grad_x_batch(theta, xs, ev.e, ev.g);
+    ev.aux.resize(xs.rows(), 0);
+  }
+  /// gradient() given `ev`, an evaluate() of the same theta and xs, or an empty Evaluation
+  /// (then it must equal gradient()).  Default: gradient().
+  virtual Eigen::VectorXd gradient_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w,
+                                      const Evaluation& /*ev*/) const {
+    return gradient(theta, xs, w);
+  }
+  /// estimate() given `ev` as in gradient_at().  Default: estimate().
+  virtual double estimate_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w,
+                             const Evaluation& /*ev*/) const {
+    return estimate(theta, xs, w);
   }
 };
 

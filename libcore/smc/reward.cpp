@@ -1,5 +1,8 @@
 #include "smc/reward.hpp"
 
+#include "smc/simd.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <limits>
@@ -16,8 +19,9 @@ Eigen::VectorXd softmax(const Eigen::VectorXd& t) {
 
 MixtureRewardTuning::MixtureRewardTuning(Eigen::MatrixXd means, double s, Eigen::VectorXd ref_logits, double beta,
                                          std::function<double(const Eigen::VectorXd&)> reward, int n_ref,
-                                         std::uint64_t seed)
-    : mu_(std::move(means)), s_(s), ref_(std::move(ref_logits)), beta_(beta), reward_(std::move(reward)), inv2s_(0.5 / s) {
+                                         std::uint64_t seed, BatchReward reward_batch)
+    : mu_(std::move(means)), s_(s), ref_(std::move(ref_logits)), beta_(beta), reward_(std::move(reward)),
+      reward_batch_(std::move(reward_batch)), inv2s_(0.5 / s) {
   if (!(s_ > 0) || ref_.size() != mu_.rows() || !(beta_ >= 0) || n_ref < 1)
     throw std::invalid_argument("mixture reward tuning: need s > 0, one logit per mean, beta >= 0, n_ref >= 1");
   Rng rng(seed);
@@ -37,7 +41,15 @@ MixtureRewardTuning MixtureRewardTuning::hexagon(double beta, int n_ref, std::ui
     const double d0 = x[0] - 10, d1 = x[1] - 3.8;
     return std::exp(-(d0 * d0 + d1 * d1) / 20) / 2.5;
   };
-  return MixtureRewardTuning(mu, 2.0, ref, beta, reward, n_ref, seed);
+  // The same reward over many rows, vectorised over the columns of xs.
+  auto batch = [](const Eigen::MatrixXd& xs, Eigen::Index lo, Eigen::Index n, double* out) {
+    const auto x0 = xs.col(0).segment(lo, n).array(), x1 = xs.col(1).segment(lo, n).array();
+    Eigen::Map<Eigen::ArrayXd> r(out, n);
+    r = -((x0 - 10).square() + (x1 - 3.8).square()) / 20;
+    exp_nonpositive(out, out, n);
+    r = (x0 < 0).select(0.0, r / 2.5);
+  };
+  return MixtureRewardTuning(mu, 2.0, ref, beta, reward, n_ref, seed, batch);
 }
 
 Eigen::VectorXd MixtureRewardTuning::log_weights(const Eigen::VectorXd& theta) const {
@@ -97,44 +109,59 @@ double MixtureRewardTuning::energy_grad_x(const Eigen::VectorXd& theta, const Ei
 }
 
 void MixtureRewardTuning::resp_block(const Eigen::VectorXd& lp, const Eigen::MatrixXd& X, Eigen::Index lo, Eigen::Index n,
-                                     Eigen::ArrayXXd& R, Eigen::ArrayXd& lse) const {
-  // Column-wise (SIMD) form of resp_into for rows [lo, lo + n): R(i, m) = r_m(x_i),
-  // lse(i) = log sum_m pi_m exp(-|x_i - mu_m|^2 / (2s)).
-  const Eigen::Index M = mu_.rows(), d = mu_.cols();
-  R.resize(n, M);
-  for (Eigen::Index m = 0; m < M; ++m) {
-    Eigen::ArrayXd q = Eigen::ArrayXd::Zero(n);
-    for (Eigen::Index j = 0; j < d; ++j) q += (X.col(j).segment(lo, n).array() - mu_(m, j)).square();
-    R.col(m) = lp[m] - q * inv2s_;
+                                     Eigen::Ref<Eigen::MatrixXd> R, Eigen::Ref<Eigen::VectorXd> lse) const {
+  // resp_into for rows [lo, lo + n), vectorised over rows (smc/simd.hpp).
+  const Eigen::Index d = mu_.cols();
+  std::vector<const double*> xcols(static_cast<std::size_t>(d));
+  for (Eigen::Index j = 0; j < d; ++j) xcols[static_cast<std::size_t>(j)] = X.col(j).data() + lo;
+  Eigen::VectorXd z(n);
+  mixture_responsibilities(xcols.data(), static_cast<int>(d), n, mu_.data(), lp.data(), static_cast<int>(mu_.rows()), inv2s_,
+                           R.data(), R.outerStride(), lse.data(), z.data());
+}
+
+void MixtureRewardTuning::rewards(const Eigen::MatrixXd& xs, Eigen::Index lo, Eigen::Index n, double* out) const {
+  if (reward_batch_) {
+    reward_batch_(xs, lo, n, out);
+    return;
   }
-  const Eigen::ArrayXd mx = R.rowwise().maxCoeff();
-  R.colwise() -= mx;
-  R = R.exp();
-  const Eigen::ArrayXd z = R.rowwise().sum();
-  R.colwise() /= z;
-  lse = mx + z.log();
+  Eigen::VectorXd x(xs.cols());
+  for (Eigen::Index i = 0; i < n; ++i) {
+    x = xs.row(lo + i).transpose();
+    out[i] = reward_(x);
+  }
+}
+
+namespace {
+// Rows per parallel work item of the batched evaluations (fixed, so that results do not
+// depend on the thread count).
+constexpr Eigen::Index kBlock = 2048;
+}  // namespace
+
+void MixtureRewardTuning::evaluate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Evaluation& ev) const {
+  // grad U(x) = sum_m r_m (x - mu_m) / s = (x - sum_m r_m mu_m) / s, in fixed blocks of rows.
+  const Eigen::Index N = xs.rows(), M = mu_.rows();
+  const Eigen::VectorXd lp = log_weights(theta);
+  ev.e.resize(N);
+  ev.g.resize(N, mu_.cols());
+  ev.aux.resize(N, M + 1);
+  const Eigen::Index blocks = (N + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (Eigen::Index b = 0; b < blocks; ++b) {
+    const Eigen::Index lo = b * kBlock, n = std::min(kBlock, N - lo);
+    auto R = ev.aux.block(lo, 0, n, M);
+    resp_block(lp, xs, lo, n, R, ev.e.segment(lo, n));
+    ev.e.segment(lo, n) *= -1.0;
+    ev.g.middleRows(lo, n).noalias() = (xs.middleRows(lo, n) - R.lazyProduct(mu_)) * (2 * inv2s_);
+    rewards(xs, lo, n, ev.aux.col(M).data() + lo);
+  }
 }
 
 void MixtureRewardTuning::energy_grad_x_batch(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::VectorXd& e,
                                               Eigen::MatrixXd& g) const {
-  // grad U(x) = sum_m r_m (x - mu_m) / s = (x - sum_m r_m mu_m) / s, in fixed blocks of rows.
-  const Eigen::Index N = xs.rows(), B = 2048;
-  const Eigen::VectorXd lp = log_weights(theta);
-  e.resize(N);
-  g.resize(N, mu_.cols());
-  const Eigen::Index blocks = (N + B - 1) / B;
-#pragma omp parallel if (blocks > 1)
-  {
-    Eigen::ArrayXXd R;
-    Eigen::ArrayXd lse;
-#pragma omp for schedule(static)
-    for (Eigen::Index b = 0; b < blocks; ++b) {
-      const Eigen::Index lo = b * B, n = std::min(B, N - lo);
-      resp_block(lp, xs, lo, n, R, lse);
-      e.segment(lo, n) = -lse.matrix();
-      g.middleRows(lo, n).noalias() = (xs.middleRows(lo, n) - R.matrix().lazyProduct(mu_)) * (2 * inv2s_);
-    }
-  }
+  Evaluation ev;
+  evaluate(theta, xs, ev);
+  e.swap(ev.e);
+  g.swap(ev.g);
 }
 
 Eigen::VectorXd MixtureRewardTuning::grad_theta(const Eigen::VectorXd& theta, const Eigen::VectorXd& x) const {
@@ -143,50 +170,59 @@ Eigen::VectorXd MixtureRewardTuning::grad_theta(const Eigen::VectorXd& theta, co
 
 Eigen::VectorXd MixtureRewardTuning::gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs,
                                               const Eigen::ArrayXd& w) const {
+  Evaluation ev;
+  evaluate(theta, xs, ev);
+  return gradient_at(theta, xs, w, ev);
+}
+
+Eigen::VectorXd MixtureRewardTuning::gradient_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs,
+                                                 const Eigen::ArrayXd& w, const Evaluation& ev) const {
   // -Cov_w(R, grad_theta U) - beta (E_ref[grad_theta U] - E_w[grad_theta U]); grad_theta U =
   // softmax(theta) - r(x), so only weighted sums of the responsibilities are needed:
-  // S1 = sum w r(x), S2 = sum w R r(x), ER = sum w R, and the reference mean of r.
+  // S1 = sum w r(x), S2 = sum w R r(x), ER = sum w R (from the evaluation's aux), and the
+  // reference mean of r (computed here: it depends on theta).
   const Eigen::Index M = mu_.rows(), N = xs.rows(), Nr = ref_samples_.rows();
+  if (!ev.covers(N) || ev.aux.cols() != M + 1) return gradient(theta, xs, w);
   const Eigen::VectorXd lp = log_weights(theta), pi = lp.array().exp().matrix();
-  // Fixed blocks summed in order: the result does not depend on the thread count.
-  const Eigen::Index B = 2048, nb = (N + B - 1) / B, nbr = beta_ > 0 ? (Nr + B - 1) / B : 0;
-  Eigen::MatrixXd parts = Eigen::MatrixXd::Zero(3 * M + 1, nb + nbr);
-#pragma omp parallel if (nb + nbr > 1)
-  {
-    Eigen::ArrayXXd R;
-    Eigen::ArrayXd lse, wr;
-#pragma omp for schedule(dynamic, 1)
-    for (Eigen::Index b = 0; b < nb + nbr; ++b) {
-      const bool ref = b >= nb;
-      const Eigen::MatrixXd& X = ref ? ref_samples_ : xs;
-      const Eigen::Index lo = (ref ? b - nb : b) * B, n = std::min(B, X.rows() - lo);
-      resp_block(lp, X, lo, n, R, lse);
-      if (ref) {
-        parts.col(b).segment(2 * M, M) = R.colwise().sum().transpose().matrix();
-      } else {
-        wr.resize(n);
-        for (Eigen::Index i = 0; i < n; ++i) wr[i] = w[lo + i] * reward_(xs.row(lo + i).transpose());
-        parts.col(b).head(M).noalias() = R.matrix().transpose() * w.segment(lo, n).matrix();
-        parts.col(b).segment(M, M).noalias() = R.matrix().transpose() * wr.matrix();
-        parts(3 * M, b) = wr.sum();
-      }
-    }
-  }
-  const Eigen::VectorXd tot = parts.rowwise().sum();
-  const double wsum = w.sum(), er = tot[3 * M];
-  const Eigen::VectorXd eg = wsum * pi - tot.head(M), erg = er * pi - tot.segment(M, M);
+  const auto R = ev.aux.leftCols(M);
+  const Eigen::ArrayXd wr = w * ev.aux.col(M).array();
+  const double wsum = w.sum(), er = wr.sum();
+  const Eigen::VectorXd s1 = R.transpose() * w.matrix(), s2 = R.transpose() * wr.matrix();
+  const Eigen::VectorXd eg = wsum * pi - s1, erg = er * pi - s2;
   Eigen::VectorXd out = -(erg - er * eg);
   if (beta_ > 0) {
-    const Eigen::VectorXd eref = pi - tot.segment(2 * M, M) / static_cast<double>(Nr);
+    // Reference blocks summed in order: the result does not depend on the thread count.
+    const Eigen::Index nb = (Nr + kBlock - 1) / kBlock;
+    Eigen::MatrixXd parts(M, nb);
+#pragma omp parallel if (nb > 1)
+    {
+      Eigen::MatrixXd Rb;
+      Eigen::VectorXd lse;
+#pragma omp for schedule(static)
+      for (Eigen::Index b = 0; b < nb; ++b) {
+        const Eigen::Index lo = b * kBlock, n = std::min(kBlock, Nr - lo);
+        Rb.resize(n, M);
+        lse.resize(n);
+        resp_block(lp, ref_samples_, lo, n, Rb, lse);
+        parts.col(b) = Rb.colwise().sum().transpose();
+      }
+    }
+    const Eigen::VectorXd eref = pi - parts.rowwise().sum() / static_cast<double>(Nr);
     out -= beta_ * (eref - eg);
   }
   return out;
 }
 
 double MixtureRewardTuning::estimate(const Eigen::VectorXd& /*theta*/, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const {
-  double s = 0;
-  for (Eigen::Index i = 0; i < xs.rows(); ++i) s += w[i] * reward_(xs.row(i).transpose());
-  return s;
+  Eigen::ArrayXd r(xs.rows());
+  rewards(xs, 0, xs.rows(), r.data());
+  return (w * r).sum();
+}
+
+double MixtureRewardTuning::estimate_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w,
+                                        const Evaluation& ev) const {
+  if (!ev.covers(xs.rows()) || ev.aux.cols() != mu_.rows() + 1) return estimate(theta, xs, w);
+  return (w * ev.aux.col(mu_.rows()).array()).sum();
 }
 
 Eigen::MatrixXd MixtureRewardTuning::sample(const Eigen::VectorXd& theta, int n, Rng& rng) const {

@@ -17,13 +17,22 @@
 
 namespace icmlkit::smc {
 
+/// A batched reward: writes R(x) of rows [lo, lo + n) of `xs` [N, d] to out[0 .. n).
+using BatchReward = std::function<void(const Eigen::MatrixXd& xs, Eigen::Index lo, Eigen::Index n, double* out)>;
+
 /// The reward-tuning problem above (x in R^2 for the hexagon; any dimension in general).
+/// evaluate() keeps each particle's responsibilities r [M] and reward in Evaluation::aux
+/// [N, M + 1], so one SOSMC step evaluates the mixture once per particle (plus the reference
+/// samples for the KL term).
 class MixtureRewardTuning final : public Problem {
  public:
   /// `means` [M, d], kernel variance `s` > 0, reference logits [M], KL weight `beta` >= 0,
-  /// `reward` R(x), and `n_ref` exact reference samples drawn with `seed`.
+  /// `reward` R(x), and `n_ref` exact reference samples drawn with `seed`; `reward_batch`
+  /// (optional) computes the same R for many rows at once.  Throws std::invalid_argument on
+  /// s <= 0, a logit count other than M, beta < 0 or n_ref < 1.
   MixtureRewardTuning(Eigen::MatrixXd means, double s, Eigen::VectorXd ref_logits, double beta,
-                      std::function<double(const Eigen::VectorXd&)> reward, int n_ref, std::uint64_t seed);
+                      std::function<double(const Eigen::VectorXd&)> reward, int n_ref, std::uint64_t seed,
+                      BatchReward reward_batch = {});
   /// The paper's hexagon setting with the hard half-plane reward.
   static MixtureRewardTuning hexagon(double beta, int n_ref, std::uint64_t seed);
 
@@ -38,6 +47,12 @@ class MixtureRewardTuning final : public Problem {
   Eigen::VectorXd gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
   /// Weighted mean reward sum_i w_i R(x_i).
   double estimate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
+  /// U, grad_x U, and aux = [responsibilities r(x) (M columns), R(x)] per particle.
+  void evaluate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Evaluation& ev) const override;
+  Eigen::VectorXd gradient_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w,
+                              const Evaluation& ev) const override;
+  double estimate_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w,
+                     const Evaluation& ev) const override;
   /// The reward of one point.
   double reward(const Eigen::VectorXd& x) const { return reward_(x); }
   /// E_pi_theta[R] by `n` exact draws from the mixture (the model is tractable).
@@ -53,14 +68,18 @@ class MixtureRewardTuning final : public Problem {
   Eigen::VectorXd log_weights(const Eigen::VectorXd& theta) const;
   // Responsibilities r [M] of x [d] given log weights; returns log sum_m pi_m N(x; mu_m) (+ const).
   double resp_into(const double* logpi, const double* x, double* r) const;
-  // Responsibilities R [n, M] and log-mixture lse [n] of rows [lo, lo + n) of X, column-wise.
-  void resp_block(const Eigen::VectorXd& lp, const Eigen::MatrixXd& X, Eigen::Index lo, Eigen::Index n, Eigen::ArrayXXd& R,
-                  Eigen::ArrayXd& lse) const;
+  // Responsibilities R [n, M] and log-mixture lse [n] of rows [lo, lo + n) of X, column-wise
+  // (SIMD over rows); R may be a block of a larger matrix.
+  void resp_block(const Eigen::VectorXd& lp, const Eigen::MatrixXd& X, Eigen::Index lo, Eigen::Index n,
+                  Eigen::Ref<Eigen::MatrixXd> R, Eigen::Ref<Eigen::VectorXd> lse) const;
+  // R(x) of rows [lo, lo + n) of xs to out.
+  void rewards(const Eigen::MatrixXd& xs, Eigen::Index lo, Eigen::Index n, double* out) const;
   Eigen::MatrixXd mu_;
   double s_;
   Eigen::VectorXd ref_;
   double beta_;
   std::function<double(const Eigen::VectorXd&)> reward_;
+  BatchReward reward_batch_;
   Eigen::MatrixXd ref_samples_;
   double inv2s_ = 0;  // 1 / (2 s)
 };

@@ -1,13 +1,16 @@
 // smc/: particle populations, resampling, Langevin moves and increments, MML on the toy model.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "smc/ebm.hpp"
 #include "smc/moves.hpp"
 #include "smc/optimize.hpp"
 #include "smc/particles.hpp"
 #include "smc/reward.hpp"
+#include "smc/simd.hpp"
 
 #include <numbers>
 
@@ -160,6 +163,74 @@ TEST_CASE("smc: runs are reproducible per seed and reject bad settings") {
   CHECK(maximise_marginal_likelihood(p, th0, x0, o).theta[0] == maximise_marginal_likelihood(p, th0, x0, o).theta[0]);
   o.particles = 0;
   CHECK_THROWS(maximise_marginal_likelihood(p, th0, x0, o));
+}
+
+TEST_CASE("smc: SIMD exp and log agree with the C library to 1e-15") {
+  // Truth: std::exp / std::log (correctly rounded to < 1 ulp); tolerance 4e-15 relative (the
+  // polynomials' truncation is < 2e-16; reduction and Horner rounding add a few ulp).
+  const int n = 20001;
+  std::vector<double> x(n), y(n);
+  for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = -708.0 * i / (n - 1);
+  exp_nonpositive(x.data(), y.data(), n);
+  for (int i = 0; i < n; ++i) {
+    const double t = std::exp(x[static_cast<std::size_t>(i)]);
+    CHECK(std::abs(y[static_cast<std::size_t>(i)] - t) <= 4e-15 * t);
+  }
+  const double below[2] = {-709.0, -1e4};
+  double out[2];
+  exp_nonpositive(below, out, 2);
+  CHECK(out[0] == 0.0);
+  CHECK(out[1] == 0.0);
+  for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = std::exp(-700.0 + 1400.0 * i / (n - 1));
+  log_positive(x.data(), y.data(), n);
+  for (int i = 0; i < n; ++i) {
+    const double t = std::log(x[static_cast<std::size_t>(i)]);
+    CHECK(std::abs(y[static_cast<std::size_t>(i)] - t) <= 4e-15 * std::max(1.0, std::abs(t)));
+  }
+}
+
+TEST_CASE("smc: polar-method normals have the standard normal's moments and tails") {
+  // Truth: E z = 0, E z^2 = 1, E z^4 = 3, P(|z| > 2) = 0.0455003.  n = 400,000 draws; bounds
+  // are 6 standard errors (sd of z, z^2, z^4 and the indicator: 1, sqrt 2, sqrt 96, 0.208).
+  Rng rng(17);
+  const int n = 400000;
+  std::vector<double> z(n);
+  fill_normals(rng, z.data(), n);
+  double m1 = 0, m2 = 0, m4 = 0, tail = 0;
+  for (double v : z) {
+    m1 += v;
+    m2 += v * v;
+    m4 += v * v * v * v;
+    tail += std::abs(v) > 2;
+  }
+  m1 /= n; m2 /= n; m4 /= n; tail /= n;
+  const double se = 1 / std::sqrt(static_cast<double>(n));
+  CHECK(std::abs(m1) < 6 * se);
+  CHECK(std::abs(m2 - 1) < 6 * std::sqrt(2.0) * se);
+  CHECK(std::abs(m4 - 3) < 6 * std::sqrt(96.0) * se);
+  CHECK(std::abs(tail - 0.0455003) < 6 * 0.208 * se);
+}
+
+TEST_CASE("smc: the mixture's batched evaluation equals the per-point energy, gradients and reward") {
+  // Truth: the scalar path (energy, grad_x, grad_theta, reward per point); 1e-12 absolute.
+  const auto p = MixtureRewardTuning::hexagon(0.1, 100, 3);
+  Eigen::VectorXd th(6);
+  th << 0.3, -0.2, 0.5, 0.1, -0.4, 0.0;
+  Rng rng(2);
+  const Eigen::MatrixXd xs = 3.0 * p.sample(th, 3000, rng);  // spread out, some far from every mean
+  Evaluation ev;
+  p.evaluate(th, xs, ev);
+  REQUIRE(ev.aux.cols() == 7);
+  for (Eigen::Index i = 0; i < xs.rows(); i += 7) {
+    const Eigen::VectorXd x = xs.row(i).transpose();
+    CHECK(ev.e[i] == doctest::Approx(p.energy(th, x)).epsilon(1e-12));
+    CHECK((ev.g.row(i).transpose() - p.grad_x(th, x)).norm() < 1e-12 * (1 + x.norm()));
+    const Eigen::VectorXd r = ev.aux.row(i).head(6).transpose();
+    CHECK((p.grad_theta(th, x) - (th.array() - th.maxCoeff()).exp().matrix() / (th.array() - th.maxCoeff()).exp().sum() + r).norm() < 1e-12);
+    CHECK(ev.aux(i, 6) == doctest::Approx(p.reward(x)).epsilon(1e-13));
+  }
+  const Eigen::ArrayXd w = Eigen::ArrayXd::Constant(xs.rows(), 1.0 / xs.rows());
+  CHECK((p.gradient_at(th, xs, w, ev) - p.gradient_at(th, xs, w, Evaluation{})).norm() < 1e-14);
 }
 
 TEST_CASE("smc: mixture reward tuning — grad_theta U and the reward gradient against independent truth") {

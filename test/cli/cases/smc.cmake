@@ -39,9 +39,10 @@ cli_case(smc-optimize/toy-data-needs-y --rc 1 --stderr "missing column 'y'" -- $
 # ---- 2-D EBM reward tuning (MLP energy, lower half-plane, KL beta) ----------------------------
 # The issue's check: beta = 0.25, 1,000 steps, N = 1,000, default seed: SOSMC's final mean reward
 # (exact grid quadrature of the tuned model) exceeds ImpDiff's.  Paper (N = 10,000, 4 x 128
-# network): 0.974 vs 0.811.  Measured here: 0.9978 vs 0.9925 (optimum 0.9952; --seed 1: 0.9959
-# vs 0.9936), so the required margin is 0.002 -- both methods get close to the optimum on this
-# smaller base model; the paper's large ImpDiff gap is not reproduced.
+# network): 0.974 vs 0.811.  Measured here: 0.9984 vs 0.9900 (optimum 0.9952; --seed 1: 0.9930
+# vs 0.9924, a smaller margin than this default-seed case requires), so the required margin is
+# 0.002 -- both methods get close to the optimum on this smaller base model; the paper's large
+# ImpDiff gap is not reproduced.
 cli_case(smc-optimize/ebm-reward-sosmc-beats-impdiff
   --rc 0
   -- bash -c "s=$(${SMC} --problem ebm-reward --method sosmc --steps 1000 --beta 0.25 --threads 1 -q | jq .mean_reward) && i=$(${SMC} --problem ebm-reward --method impdiff --steps 1000 --beta 0.25 --threads 1 -q | jq .mean_reward) && echo sosmc $s impdiff $i && jq -en \"$s > $i + 0.002\"")
@@ -75,3 +76,11 @@ cli_case(smc-optimize/plot-bad-extension --rc 2 --stderr "ending in .png" -- ${S
 cli_case(smc-optimize/plot-malformed --rc 1 --stderr "not a JSON object .*bad_cell.csv:1" --no-file p.png
   -- ${SMC} --plot p.png ${FX}/bad_cell.csv)
 cli_case(smc-optimize/stray-argument --rc 2 --stderr "positional arguments are trajectory files for --plot" -- ${SMC} extra.jsonl)
+
+# ---- pgd's --lr note: only when --lr is given (a failing pgd run prints its one error line) ----
+cli_case(smc-optimize/pgd-failure-one-line --rc 1 --stderr "label 2 is not 0 or 1"
+  -- ${SMC} --problem logistic --data ${FX}/logistic_bad_label.csv --method pgd)
+cli_case(smc-optimize/pgd-lr-ignored-warned --rc 0 --stderr "pgd takes theta steps of the Langevin step size h .*--lr is not used"
+  -- ${SMC} --problem toy --method pgd --lr 0.5 --steps 5)
+cli_case(smc-optimize/pgd-no-lr-no-note --rc 0
+  -- bash -c "${SMC} --problem toy --method pgd --steps 5 2> err.txt > /dev/null && test ! -s err.txt")
