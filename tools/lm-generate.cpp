@@ -15,6 +15,7 @@
 #include "io/table.hpp"
 #include "lm/forward.hpp"
 #include "lm/model_io.hpp"
+#include "lm/prompt.hpp"
 #include "lm/sampler.hpp"
 #include "lm/text_stream.hpp"
 #include "lm/tokenizer.hpp"
@@ -24,30 +25,6 @@
 #include "util/timer.hpp"
 
 using namespace icmlkit;
-
-namespace {
-
-std::vector<int> parse_ids(const std::string& text) {
-  std::vector<int> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long v = 0;
-    try {
-      v = std::stol(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    while (used < item.size() && std::isspace(static_cast<unsigned char>(item[used]))) ++used;
-    if (used == 0 || used != item.size()) throw UsageError("not a comma-separated list of token ids: '" + item + "'", "--prompt-ids");
-    ids.push_back(static_cast<int>(v));
-  }
-  if (ids.empty()) throw UsageError("empty list of token ids", "--prompt-ids");
-  return ids;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, prompt, prompt_file, prompt_ids, output;
@@ -114,7 +91,7 @@ int main(int argc, char** argv) {
 
         std::vector<int> ids;
         if (!prompt_ids.empty()) {
-          ids = parse_ids(prompt_ids);
+          ids = lm::parse_token_ids(prompt_ids, "--prompt-ids");
           for (int id : ids)
             if (id < 0 || id >= c.vocab_size)
               throw InputError(fmt::format("token id {} outside the vocabulary [0, {})", id, c.vocab_size), "--prompt-ids");
@@ -128,9 +105,7 @@ int main(int argc, char** argv) {
             text = io::read_file(src);
             ctx.prov.add_input(src, io::sha256_hex(text));
           }
-          ids = tok->encode(text, where);
-          if (c.add_bos) ids.insert(ids.begin(), c.bos_id);
-          if (ids.empty()) throw InputError("empty prompt", where);
+          ids = lm::encode_prompt(tok.get(), c, text, where, model_path);
         }
         if (static_cast<int>(ids.size()) > c.n_ctx)
           throw InputError(fmt::format("prompt has {} tokens, longer than n_ctx = {}", ids.size(), c.n_ctx), model_path);
