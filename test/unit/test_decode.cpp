@@ -72,7 +72,7 @@ lm::AttentionRecord rec(int row, int layer, int head, std::vector<std::int32_t> 
 
 }  // namespace
 
-TEST_CASE("n-gram pool keeps G per key, most recent first, refreshing duplicates") {
+TEST_CASE("decode: n-gram pool keeps G per key, most recent first, refreshing duplicates") {
   NgramPool pool(2);
   pool.insert({5, 1, 2});
   pool.insert({5, 3, 4});
@@ -87,7 +87,7 @@ TEST_CASE("n-gram pool keeps G per key, most recent first, refreshing duplicates
   CHECK_THROWS_AS(pool.insert({1}), InputError);
 }
 
-TEST_CASE("lookahead window closes one n-gram per column and shifts a level") {
+TEST_CASE("decode: lookahead window closes one n-gram per column and shifts a level") {
   Rng rng(1);
   LookaheadWindow w(3, 3, {10, 11, 12}, rng);  // W = 3, N = 3: two levels
   w.set_input(99);
@@ -103,7 +103,7 @@ TEST_CASE("lookahead window closes one n-gram per column and shifts a level") {
   CHECK(w.token(1, 2) == 9);
 }
 
-TEST_CASE("candidate trie shares duplicate prefixes and honours the depth limit") {
+TEST_CASE("decode: candidate trie shares duplicate prefixes and honours the depth limit") {
   CandidateTrie t;
   t.add({5, 6, 7}, 8);
   t.add({5, 6, 8}, 8);
@@ -117,7 +117,7 @@ TEST_CASE("candidate trie shares duplicate prefixes and honours the depth limit"
   CHECK(t.child(t.child(t.child(0, 4), 1), 1) == -1);
 }
 
-TEST_CASE("prompt lookup proposes what followed the most recent match of the longest suffix") {
+TEST_CASE("decode: prompt lookup proposes what followed the most recent match of the longest suffix") {
   CHECK(prompt_lookup({1, 2, 3, 4, 5, 1, 2, 3}, 3, 1, 10) == std::vector<int>{4, 5, 1, 2, 3});
   CHECK(prompt_lookup({1, 2, 3, 4, 5, 1, 2, 3}, 3, 1, 2) == std::vector<int>{4, 5});
   // No earlier [2, 7, 8]; [7, 8] last occurred at 3, followed by 2, 7, 8.
@@ -126,7 +126,7 @@ TEST_CASE("prompt lookup proposes what followed the most recent match of the lon
   CHECK(prompt_lookup({1, 2, 3}, 3, 1, 10).empty());
 }
 
-TEST_CASE("streaming keeps sinks plus the most recent slots") {
+TEST_CASE("decode: streaming keeps sinks plus the most recent slots") {
   lm::ModelConfig c;
   c.n_layers = 1;
   c.n_heads = 2;
@@ -142,7 +142,7 @@ TEST_CASE("streaming keeps sinks plus the most recent slots") {
   CHECK_THROWS_AS(comp.commit({}, {12}, false), InputError);  // slot 11 skipped
 }
 
-TEST_CASE("h2o evicts the lowest accumulated attention, summed over the group's heads, never the recent slots") {
+TEST_CASE("decode: h2o evicts the lowest accumulated attention, summed over the group's heads, never the recent slots") {
   lm::ModelConfig c;
   c.n_layers = 1;
   c.n_heads = 2;
@@ -166,7 +166,7 @@ TEST_CASE("h2o evicts the lowest accumulated attention, summed over the group's 
   CHECK(comp.kept(0) == std::vector<std::int32_t>{2, 3, 4});
 }
 
-TEST_CASE("tova evicts the lowest attention of the newest committed query, averaged over heads") {
+TEST_CASE("decode: tova evicts the lowest attention of the newest committed query, averaged over heads") {
   lm::ModelConfig c;
   c.n_layers = 1;
   c.n_heads = 2;
@@ -183,7 +183,7 @@ TEST_CASE("tova evicts the lowest attention of the newest committed query, avera
   CHECK(comp.prefill_rows(3) == std::vector<int>{2});
 }
 
-TEST_CASE("snapkv keeps the pooled top prompt slots plus the window, then every new slot") {
+TEST_CASE("decode: snapkv keeps the pooled top prompt slots plus the window, then every new slot") {
   lm::ModelConfig c;
   c.n_layers = 1;
   c.n_heads = 1;
@@ -207,7 +207,7 @@ TEST_CASE("snapkv keeps the pooled top prompt slots plus the window, then every 
   CHECK_THROWS_AS(kv::Compressor(c, pc), UsageError);
 }
 
-TEST_CASE("greedy output of every method and KV policy is the AR output token for token") {
+TEST_CASE("decode: greedy output of every method and KV policy is the AR output token for token") {
   const lm::Model m = small_model(61, 64, 0.3, 11);
   SkipSet skip;
   skip.attn = {1, 0};
@@ -256,7 +256,7 @@ TEST_CASE("greedy output of every method and KV policy is the AR output token fo
   CHECK(speculated > 50);
 }
 
-TEST_CASE("decoding stops right after eos, even inside an accepted n-gram") {
+TEST_CASE("decode: decoding stops right after eos, even inside an accepted n-gram") {
   lm::Model m = small_model(61, 64, 0.3, 11);
   const std::vector<int> prompt{5, 9, 5, 9, 5, 9, 5, 9};
   const std::vector<int> free_run = plain_ar(m, prompt, 40);
@@ -278,7 +278,7 @@ TEST_CASE("decoding stops right after eos, even inside an accepted n-gram") {
   }
 }
 
-TEST_CASE("bad settings and prompts are refused") {
+TEST_CASE("decode: bad settings and prompts are refused") {
   const lm::Model m = small_model(61, 16, 0.3, 11);
   DecodeConfig d;
   d.method = Method::lookahead;
@@ -361,7 +361,7 @@ double chi2_crit(int df) {
 
 }  // namespace
 
-TEST_CASE("sampled continuations follow the model's distribution for every drafting method") {
+TEST_CASE("decode: sampled continuations follow the model's distribution for every drafting method") {
   // Truth: exact enumeration of the joint law of generated tokens 4 and 5 (vocab 6, T = 1).
   // Test: Pearson chi-square over 3000 seeded runs at upper-tail 0.001 (a correct sampler fails
   // with probability 0.001 per method; the seeds are fixed, so the outcome is deterministic).
@@ -415,7 +415,7 @@ TEST_CASE("sampled continuations follow the model's distribution for every draft
   CHECK(stat > chi2_crit(df));
 }
 
-TEST_CASE("a forward pass skipping every sublayer is the LM head applied to the embedding") {
+TEST_CASE("decode: a forward pass skipping every sublayer is the LM head applied to the embedding") {
   // Truth: with every attention and MLP sublayer skipped the residual stream is the token
   // embedding, so the logits must equal apply_head(embedding row) bit for bit.
   const lm::Model m = small_model(61, 16, 0.3, 11);
