@@ -91,10 +91,12 @@ int main(int argc, char** argv) {
       "line, one record per decode step and a summary (tokens, forward passes, mean accepted tokens per\n"
       "step and its histogram, decode tokens/s, attention CPU time of drafting and verification rows);\n"
       "--compare ar also decodes with AR and adds the speedup and identical_to_ar.\n"
-      "--search-skip-set FILE searches a self-spec skip set on --calibration prompts and writes it.",
-      "  fafo-generate kjv7m.h5 --prompt 'In the beginning' -n 128 --method fafo --kv-policy h2o --kv-budget 64 --compare ar -o run.jsonl\n"
-      "  fafo-generate kjv7m.h5 --prompt-file gen1.txt --prompt-tokens 256 --method lookahead --window 7 --ngram 5 --guesses 7\n"
-      "  fafo-generate kjv7m.h5 --calibration calib.txt --search-skip-set skip.json && fafo-generate kjv7m.h5 --prompt 'And God said' --method self-spec --skip-set skip.json\n"};
+      "--search-skip-set FILE searches a self-spec skip set on --calibration prompts and writes it\n"
+      "(progress on stderr; a few minutes for a few prompts).  Without --prompt, --prompt-file or\n"
+      "--prompt-ids the prompt text is read from stdin.",
+      "  fafo-generate data/models/kjv7m.h5 --prompt 'In the beginning' -n 128 --method fafo --kv-policy h2o --kv-budget 64 --compare ar -o run.jsonl\n"
+      "  fafo-generate data/models/kjv7m.h5 --prompt-file gen1.txt --prompt-tokens 256 --method lookahead --window 7 --ngram 5 --guesses 7\n"
+      "  fafo-generate data/models/kjv7m.h5 --calibration calib.txt --search-skip-set skip.json && fafo-generate data/models/kjv7m.h5 --prompt 'And God said' --method self-spec --skip-set skip.json\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
@@ -146,6 +148,12 @@ int main(int argc, char** argv) {
         if (searching && calibration.empty()) throw UsageError("--search-skip-set needs --calibration prompts");
         if (searching && std::filesystem::path(search_out).extension() != ".json")
           throw UsageError("the skip set is JSON: give a path ending in .json", "--search-skip-set " + search_out);
+        for (const std::string& path : {search_out, output}) {
+          const auto dir = std::filesystem::path(path).parent_path();
+          if (!path.empty() && !dir.empty() && !std::filesystem::is_directory(dir))
+            throw UsageError("output directory does not exist", path);
+        }
+        if (app->count("--prompt-ids") > 0 && prompt_ids.empty()) throw UsageError("empty list of token ids", "--prompt-ids");
         if (dc.sampler.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
         dc.method = decode::parse_method(method);
         if (app->count("--draft") == 0 && dc.method == decode::Method::self_spec) dc.pld_draft = 8;
@@ -177,7 +185,8 @@ int main(int argc, char** argv) {
             if (!line.empty()) {
               auto ids = encode(line, calibration);
               if (static_cast<int>(ids.size()) + calib_tokens >= c.n_ctx)
-                throw InputError("calibration prompt too long for the context", calibration);
+                throw InputError(fmt::format("calibration prompt {} has {} tokens: with --calibration-tokens {} it does not fit n_ctx = {}",
+                                             prompts.size() + 1, ids.size(), calib_tokens, c.n_ctx), calibration);
               prompts.push_back(std::move(ids));
             }
           if (prompts.empty()) throw InputError("no calibration prompts (one per non-empty line)", calibration);
@@ -197,6 +206,9 @@ int main(int argc, char** argv) {
         std::vector<int> ids;
         if (!prompt_ids.empty()) {
           ids = lm::parse_token_ids(prompt_ids, "--prompt-ids");
+          for (int id : ids)
+            if (id < 0 || id >= c.vocab_size)
+              throw InputError(fmt::format("token id {} outside the vocabulary [0, {})", id, c.vocab_size), "--prompt-ids");
         } else {
           std::string text = prompt, where = "--prompt";
           if (!prompt_file.empty() || sources == 0) {
@@ -211,7 +223,7 @@ int main(int argc, char** argv) {
         if (prompt_tokens > 0 && static_cast<int>(ids.size()) < prompt_tokens)
           throw InputError(fmt::format("prompt has {} tokens, fewer than --prompt-tokens {}", ids.size(), prompt_tokens));
         if (static_cast<int>(ids.size()) >= c.n_ctx)
-          throw InputError(fmt::format("prompt has {} tokens, the context holds {} (n_ctx) with room for one more", ids.size(), c.n_ctx - 1));
+          throw InputError(fmt::format("prompt has {} tokens, no room to generate in the context of n_ctx = {}", ids.size(), c.n_ctx));
         if (!skip_file.empty()) {
           dc.skip = decode::SkipSet::from_json(io::read_file(skip_file), c.n_layers, skip_file);
           ctx.prov.add_input(skip_file, io::sha256_hex(io::read_file(skip_file)));
@@ -248,9 +260,8 @@ int main(int argc, char** argv) {
           const nlohmann::json bs = summarise(base);
           summary["compare"] = {{"method", compare}, {"decode_tokens_per_s", bs["decode_tokens_per_s"]},
                                 {"decode_seconds", base.decode_s}, {"generated_tokens", base.tokens.size()}};
-          summary["speedup"] = r.decode_s > 0 && base.decode_s > 0
-                                   ? summary["decode_tokens_per_s"].get<double>() / bs["decode_tokens_per_s"].get<double>()
-                                   : 0.0;
+          const double ar_tps = bs["decode_tokens_per_s"].get<double>();
+          summary["speedup"] = ar_tps > 0 ? summary["decode_tokens_per_s"].get<double>() / ar_tps : 0.0;
           if (dc.sampler.temperature == 0.0) summary["identical_to_ar"] = r.tokens == base.tokens;
           else summary["identical_to_ar"] = nullptr;  // sampling: equal in distribution, not per seed
         }

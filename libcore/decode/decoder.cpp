@@ -10,6 +10,7 @@
 #include "decode/ngram.hpp"
 #include "lm/forward.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
 
 namespace icmlkit::decode {
 
@@ -86,7 +87,7 @@ void DecodeConfig::validate(const lm::ModelConfig& mc) const {
     if (guesses < 0 || guesses > 256) throw UsageError("guess set size G must be in [0, 256]", "--guesses");
   }
   if (method == Method::prompt_lookup) {
-    if (pld_min_ngram < 1 || pld_max_ngram < pld_min_ngram) throw UsageError("need 1 <= min n-gram <= max n-gram", "--pld-ngram");
+    if (pld_min_ngram < 1 || pld_max_ngram < pld_min_ngram) throw UsageError("need 1 <= min n-gram <= max n-gram", "--pld-min-ngram / --pld-max-ngram");
     if (pld_draft < 1) throw UsageError("draft length must be >= 1", "--draft");
   }
   if (method == Method::self_spec) {
@@ -126,6 +127,8 @@ class Decoder {
     for (int t : prompt)
       if (t < 0 || t >= mc_.vocab_size) throw InputError("prompt token id " + std::to_string(t) + " outside the vocabulary");
     ctx_ = prompt;
+    // Every generated token keeps a position inside the context (as lm-generate does).
+    max_new_ = std::min(cfg_.max_new_tokens, mc_.n_ctx - static_cast<int>(prompt.size()));
     prefill(prompt);
     if (cfg_.method == Method::lookahead || cfg_.method == Method::fafo) {
       Rng rng(derive_seed(cfg_.sampler.seed, 0x6c6f6f6b));
@@ -153,7 +156,10 @@ class Decoder {
       res_.eos = true;
       done_ = true;
     }
-    if (static_cast<int>(res_.tokens.size()) >= cfg_.max_new_tokens) done_ = true;
+    if (static_cast<int>(res_.tokens.size()) >= max_new_) {
+      done_ = true;
+      res_.context_full = max_new_ < cfg_.max_new_tokens;
+    }
     return !done_;
   }
 
@@ -186,7 +192,7 @@ class Decoder {
   /// Deepest candidate depth worth verifying: positions stay in the context and no more tokens
   /// are drafted than remain to generate.
   int max_depth() const {
-    const int remaining = cfg_.max_new_tokens - static_cast<int>(res_.tokens.size());
+    const int remaining = max_new_ - static_cast<int>(res_.tokens.size());
     return std::max(0, std::min(mc_.n_ctx - 1 - n_past_, remaining - 1));
   }
 
@@ -365,7 +371,7 @@ class Decoder {
   std::unique_ptr<kv::Compressor> comp_;
   std::vector<int> ctx_;
   DecodeResult res_;
-  int cur_ = 0, n_past_ = 0;
+  int cur_ = 0, n_past_ = 0, max_new_ = 0;
   bool done_ = false;
 };
 
@@ -425,6 +431,7 @@ SkipSet search_skip_set(const lm::Model& model, const std::vector<std::vector<in
     best = round_best;
     best_speed = round_speed;
     if (trace) trace->push_back(best_speed);
+    log::info("skip-set search: {} sublayers skipped, modelled speed {:.3f}", best.count(), best_speed);
   }
   return best;
 }

@@ -38,6 +38,8 @@ void PolicyConfig::validate() const {
 
 Compressor::Compressor(const lm::ModelConfig& c, PolicyConfig policy)
     : cfg_(policy), n_layers_(c.n_layers), n_heads_(c.n_heads), n_kv_(c.n_kv_heads), group_(c.group()) {
+  if (cfg_.sinks < -1) throw UsageError("sink count must be >= 0 (or -1 = auto)", "--kv-sinks");
+  if (cfg_.recent < -1) throw UsageError("recent window must be >= 0 (or -1 = budget/2)", "--kv-recent");
   if (cfg_.recent < 0) cfg_.recent = cfg_.budget / 2;
   if (cfg_.sinks < 0) cfg_.sinks = std::min(4, cfg_.budget - 1);
   cfg_.validate();

@@ -12,8 +12,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Held-out chapters (lm-train --val-every 20 holds out chapters 20, 40, ...): Genesis 20 and 40.
 zcat "$kjv" | awk -F'\t' '$1 ~ /^Ge20:/ || $1 ~ /^Ge40:/ {print $2}' > "$tmp/prompt.txt"
-head -n 6 <(zcat "$kjv" | awk -F'\t' '$1 ~ /^Exo20:/ {print $2}') > "$tmp/calib.txt"
-"$bin/fafo-generate" "$model" --calibration "$tmp/calib.txt" --search-skip-set "$tmp/skip.json" --calibration-tokens 48 -q
+head -n 3 <(zcat "$kjv" | awk -F'\t' '$1 ~ /^Exo20:/ {print $2}') > "$tmp/calib.txt"
+"$bin/fafo-generate" "$model" --calibration "$tmp/calib.txt" --search-skip-set "$tmp/skip.json" --calibration-tokens 32 -q
 W=(--window 5 --ngram 4 --guesses 5)
 configs=(
   "ar|--method ar"

@@ -217,7 +217,7 @@ TEST_CASE("decode: greedy output of every method and KV policy is the AR output 
        {std::vector<int>{3}, std::vector<int>{5, 9, 5, 9, 5, 9, 5, 9, 5, 9}, std::vector<int>(40, 7),
         std::vector<int>(62, 4)}) {
     const int n = 64;
-    const std::vector<int> truth = plain_ar(m, prompt, std::min<int>(n, 64 - static_cast<int>(prompt.size()) + 1));
+    const std::vector<int> truth = plain_ar(m, prompt, std::min<int>(n, 64 - static_cast<int>(prompt.size())));
     std::vector<DecodeConfig> cfgs;
     DecodeConfig base;
     base.max_new_tokens = n;

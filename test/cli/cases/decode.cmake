@@ -28,7 +28,7 @@ cli_case(fafo/budget-zero --rc 2 --stderr "KV budget must be >= 1" --tool fafo-g
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method fafo --kv-budget 0")
 cli_case(fafo/guesses-too-many --rc 2 --stderr "guess set size G" --tool fafo-generate
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method lookahead --guesses 1000")
-cli_case(fafo/prompt-fills-context --rc 1 --stderr "the context holds 127" --tool fafo-generate --no-file r.jsonl
+cli_case(fafo/prompt-fills-context --rc 1 --stderr "no room to generate in the context of n_ctx = 128" --tool fafo-generate --no-file r.jsonl
   -- bash -c "${FAFO_MODEL} && cat ${FX}/genesis.txt ${FX}/genesis.txt > long.txt && ${FAFO} m.h5 --prompt-file long.txt -o r.jsonl")
 cli_case(fafo/prompt-tokens-too-many --rc 1 --stderr "fewer than --prompt-tokens 500" --tool fafo-generate
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt 'And God' --prompt-tokens 500")
@@ -41,6 +41,10 @@ cli_case(fafo/skip-set-not-json --rc 1 --stderr "not JSON" --tool fafo-generate
 cli_case(fafo/bad-output-extension --rc 2 --stderr "ending in .jsonl" --no-file r.json -- ${FAFO} x.h5 --prompt x -o r.json)
 cli_case(fafo/unknown-method --rc 2 -- ${FAFO} x.h5 --prompt x --method medusa)
 cli_case(fafo/missing-model --rc 1 --stderr "cannot read file" -- ${FAFO} nope.h5 --prompt x)
+cli_case(fafo/search-output-dir-checked-first --rc 2 --stderr "output directory does not exist" -- ${FAFO} x.h5 --calibration c.txt --search-skip-set nodir/s.json)
+cli_case(fafo/empty-prompt-ids --rc 2 --stderr "empty list of token ids" --tool fafo-generate -- bash -c "${FAFO} x.h5 --prompt-ids ''")
+cli_case(fafo/negative-sinks --rc 2 --stderr "sink count must be >= 0" --tool fafo-generate
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method fafo --kv-sinks -5")
 cli_case(fafo/search-needs-calibration --rc 2 --stderr "needs --calibration" -- ${FAFO} x.h5 --search-skip-set s.json)
 
 # ---- the shipped demo model: every method and policy reproduces AR exactly ----------------------
