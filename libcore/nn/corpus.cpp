@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "io/gzip.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "util/error.hpp"
@@ -17,7 +18,9 @@ namespace {
 
 std::string detect_format(const std::string& path, const std::string& format) {
   if (format != "auto") return format;
-  const std::string ext = std::filesystem::path(path).extension().string();
+  std::filesystem::path p(path);
+  if (p.extension() == ".gz") p = p.stem();  // kjv.tsv.gz reads as kjv.tsv
+  const std::string ext = p.extension().string();
   if (ext == ".tsv") return "tsv";
   if (ext == ".jsonl" || ext == ".json") return "jsonl";
   return "text";
@@ -59,7 +62,9 @@ struct DocBuilder {
 }  // namespace
 
 Documents read_corpus(const std::string& path, const CorpusOptions& opt) {
-  const std::string bytes = io::read_file(path);
+  // gzip input is decompressed (CRC and length checked); the hash is of the text itself, so
+  // kjv.tsv and kjv.tsv.gz are the same corpus for --resume.
+  const std::string bytes = io::is_gzip_path(path) ? io::read_gzip_file(path) : io::read_file(path);
   Documents out;
   out.sha256 = io::sha256_hex(bytes);
   if (!lm::valid_utf8(bytes)) throw InputError("corpus is not valid UTF-8", path);

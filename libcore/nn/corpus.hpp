@@ -27,7 +27,8 @@ struct Documents {
   std::string sha256;  ///< of the file's bytes
 };
 
-/// Reads `path` ("-" = stdin).  Plain text: documents are separated by blank lines.  TSV/JSONL:
+/// Reads `path` ("-" = stdin; a .gz file is decompressed, its format taken from the name
+/// without .gz).  Plain text: documents are separated by blank lines.  TSV/JSONL:
 /// one row is one document unless a key column/field groups consecutive rows; rows of a
 /// document are joined with '\n'.  Throws InputError (file and line named) for unreadable
 /// files, invalid UTF-8, a missing column or field, malformed JSON, or no text at all.

@@ -83,3 +83,6 @@ cli_case(lm-train/tokens-not-whole --rc 2 --stderr "--tokens: must be a whole nu
   -- ${TRAIN_SMALL} --tokens 2.5 -o m.h5)
 cli_case(lm-train/steps-out-of-range --rc 2 --stderr "--steps: must be an integer in 1\\.\\.1099511627776, got 1e20" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 1e20 -o m.h5)
+cli_case(nn/eval-reads-gzip-corpus
+  --rc 0 --file-jq b.json ".tokens > 100 and .loss > 0"
+  -- bash -c "$<TARGET_FILE:tokenizer-train> ${FX}/genesis.txt --chunk-lines 3 --vocab-size 400 -o t.model -q && $<TARGET_FILE:lm-init> --tokenizer t.model --preset tiny --n-ctx 64 -o m.h5 -q && gzip -c ${FX}/genesis.txt > g.txt.gz && $<TARGET_FILE:lm-eval> m.h5 ${FX}/genesis.txt -q > a.json && $<TARGET_FILE:lm-eval> m.h5 g.txt.gz -q > b.json && test $(jq .loss a.json) = $(jq .loss b.json) && test $(jq .tokens a.json) = $(jq .tokens b.json)")
