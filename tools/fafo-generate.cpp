@@ -102,16 +102,12 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         app_ptr = &app;
         app.add_option("model", model_path, "Model (.h5, .gguf, or a Hugging Face directory)")->required();
-        app.add_option("--prompt", prompt, "Prompt text");
-        app.add_option("--prompt-file", prompt_file, "File holding the prompt text (- for stdin)");
-        app.add_option("--prompt-ids", prompt_ids, "Prompt as comma-separated token ids");
+        lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids);
         app.add_option("--prompt-tokens", prompt_tokens, "Keep only the first N prompt tokens (0 = all)")->check(cli::int_range(0, 1 << 24));
         app.add_option("--method", method, "ar | prompt-lookup | lookahead | self-spec | fafo")->capture_default_str()
             ->check(CLI::IsMember({"ar", "prompt-lookup", "lookahead", "self-spec", "fafo"}));
         app.add_option("-n,--max-new-tokens", dc.max_new_tokens, "Tokens to generate at most")->capture_default_str()->check(cli::int_range(1, 1 << 24));
-        app.add_option("--temperature", dc.sampler.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
-        app.add_option("--top-k", dc.sampler.top_k, "Sample among the k most likely (0 = all)")->capture_default_str()->check(cli::int_range(0, 1 << 24));
-        app.add_option("--top-p", dc.sampler.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+        lm::add_sampler_flags(app, dc.sampler);
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
         app.add_option("--window", dc.window, "Lookahead/FAFO: Jacobi window W (columns)")->capture_default_str();
         app.add_option("--ngram", dc.ngram, "Lookahead/FAFO: n-gram size N (N-1 window levels)")->capture_default_str();

@@ -53,13 +53,9 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         app_ptr = &app;
         app.add_option("model", model_path, "Native checkpoint (.h5)")->required();
-        app.add_option("--prompt", prompt, "Prompt text");
-        app.add_option("--prompt-file", prompt_file, "File holding the prompt text (- for stdin)");
-        app.add_option("--prompt-ids", prompt_ids, "Prompt as comma-separated token ids");
+        lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids);
         app.add_option("-n,--max-new-tokens", max_new, "Tokens to generate at most")->capture_default_str()->transform(cli::count(0, 1 << 24));
-        app.add_option("--temperature", sc.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
-        app.add_option("--top-k", sc.top_k, "Sample among the k most likely (0 = all)")->capture_default_str()->check(cli::int_range(0, 1 << 24));
-        app.add_option("--top-p", sc.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+        lm::add_sampler_flags(app, sc);
         app.add_option("--top-logprobs", top_logprobs, "Top ids recorded per token in -o")->capture_default_str()->check(cli::int_range(0, 100));
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
         app.add_flag("--no-stream", no_stream, "Print the text once at the end instead of token by token");

@@ -3,9 +3,22 @@
 #include <cctype>
 #include <sstream>
 
+#include "cli/run_tool.hpp"
 #include "util/error.hpp"
 
 namespace icmlkit::lm {
+
+void add_prompt_flags(CLI::App& app, std::string& text, std::string& file, std::string& ids) {
+  app.add_option("--prompt", text, "Prompt text");
+  app.add_option("--prompt-file", file, "File holding the prompt text (- for stdin)");
+  app.add_option("--prompt-ids", ids, "Prompt as comma-separated token ids");
+}
+
+void add_sampler_flags(CLI::App& app, SamplerConfig& sc) {
+  app.add_option("--temperature", sc.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
+  app.add_option("--top-k", sc.top_k, "Sample among the k most likely (0 = all)")->capture_default_str()->check(cli::int_range(0, 1 << 24));
+  app.add_option("--top-p", sc.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+}
 
 std::vector<int> parse_token_ids(const std::string& text, const std::string& where) {
   std::vector<int> ids;

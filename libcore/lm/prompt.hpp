@@ -1,13 +1,24 @@
 // Prompt input shared by the generating tools: token-id lists and text encoding with BOS.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <string>
 #include <vector>
 
 #include "lm/config.hpp"
+#include "lm/sampler.hpp"
 #include "lm/tokenizer.hpp"
 
 namespace icmlkit::lm {
+
+/// Adds --prompt, --prompt-file and --prompt-ids (raw option values; see parse_token_ids and
+/// encode_prompt) to a generating tool.
+void add_prompt_flags(CLI::App& app, std::string& text, std::string& file, std::string& ids);
+
+/// Adds --temperature (>= 0), --top-k (0..2^24) and --top-p ([0, 1]; 0 must still be refused by
+/// SamplerConfig::validate) writing into `sc`.
+void add_sampler_flags(CLI::App& app, SamplerConfig& sc);
 
 /// Parses "1,450,3186" (whitespace after an id allowed).  Throws UsageError naming `where`
 /// for an empty list or an item that is not an integer.  Ids are not range-checked.
