@@ -10,6 +10,7 @@ fix=a=6.255414,b=7.3049974,e=0.6254804,alpha=0.3526596,beta=0.3526596
 model=data/models/kjv7m.h5
 if [ -f "$model" ]; then
   echo "== fafo-generate on the shipped KJV demo model (data/models/README.md): FAFO, checked against AR"
+  printf 'prompt: And God said unto Moses\ncontinuation:'
   "$bin/fafo-generate" "$model" --prompt 'And God said unto Moses' -n 96 --method fafo --window 5 --ngram 4 \
     --guesses 5 --kv-policy streaming --kv-budget 64 --compare ar -o "$tmp/fafo.jsonl" | fold -s -w 100
   jq -r 'select(.summary) | .summary | "\(.generated_tokens) tokens in \(.decode_steps) decode steps (\(.mean_accepted_per_step*100|round/100) accepted per step); identical to AR: \(.identical_to_ar); speedup over AR on this CPU: \(.speedup*100|round/100)x"' "$tmp/fafo.jsonl"

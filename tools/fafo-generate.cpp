@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -16,6 +18,7 @@
 #include "io/table.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
+#include "lm/text_stream.hpp"
 #include "lm/tokenizer.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -78,7 +81,7 @@ int main(int argc, char** argv) {
   std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max";
   int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
   decode::DecodeConfig dc;
-  bool ignore_eos = false, quiet_text = false;
+  bool ignore_eos = false, quiet_text = false, no_stream = false;
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "fafo-generate",
@@ -129,6 +132,7 @@ int main(int argc, char** argv) {
             ->check(CLI::IsMember({"ar"}));
         app.add_option("-o,--output", output, "Per-step records and summary (.jsonl)");
         app.add_flag("--no-text", quiet_text, "Do not print the generated text");
+        app.add_flag("--no-stream", no_stream, "Print the text once at the end instead of as tokens are accepted");
         app.add_option("--search-skip-set", search_out, "Search a self-spec skip set on --calibration prompts, write it here (.json), exit");
         app.add_option("--calibration", calibration, "Calibration prompts, one per line (for --search-skip-set)");
         app.add_option("--calibration-tokens", calib_tokens, "Tokens generated per calibration prompt")->capture_default_str()->check(cli::int_range(1, 4096));
@@ -137,8 +141,7 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
         const bool searching = !search_out.empty();
-        const int sources = int(app->count("--prompt") > 0) + int(!prompt_file.empty()) + int(!prompt_ids.empty());
-        if (sources > 1) throw UsageError("give one of --prompt, --prompt-file, --prompt-ids");
+        lm::check_prompt_sources(*app, prompt_file, prompt_ids);
         if (!output.empty() && std::filesystem::path(output).extension() != ".jsonl")
           throw UsageError("the run record is JSON Lines: give a path ending in .jsonl", "-o " + output);
         if (searching && calibration.empty()) throw UsageError("--search-skip-set needs --calibration prompts");
@@ -149,7 +152,6 @@ int main(int argc, char** argv) {
           if (!path.empty() && !dir.empty() && !std::filesystem::is_directory(dir))
             throw UsageError("output directory does not exist", path);
         }
-        if (app->count("--prompt-ids") > 0 && prompt_ids.empty()) throw UsageError("empty list of token ids", "--prompt-ids");
         if (dc.sampler.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
         dc.method = decode::parse_method(method);
         if (app->count("--draft") == 0 && dc.method == decode::Method::self_spec) dc.pld_draft = 8;
@@ -158,6 +160,21 @@ int main(int argc, char** argv) {
         dc.sampler.seed = ctx.common.seed;
         dc.kv.policy = kv::parse_policy(kv_policy);
         dc.kv.max_pool = kv_pool == "max";
+        // A flag that the chosen method never reads is a mistake on the command line, not a no-op.
+        struct FlagUse { const char* flag; std::vector<decode::Method> methods; };
+        using M = decode::Method;
+        const FlagUse uses[] = {
+            {"--window", {M::lookahead, M::fafo}}, {"--ngram", {M::lookahead, M::fafo}}, {"--guesses", {M::lookahead, M::fafo}},
+            {"--pld-max-ngram", {M::prompt_lookup}}, {"--pld-min-ngram", {M::prompt_lookup}},
+            {"--draft", {M::prompt_lookup, M::self_spec}}, {"--skip-set", {M::self_spec}}, {"--draft-stop", {M::self_spec}},
+            {"--kv-policy", {M::fafo}}, {"--kv-budget", {M::fafo}}, {"--kv-sinks", {M::fafo}}, {"--kv-recent", {M::fafo}},
+            {"--kv-window", {M::fafo}}, {"--kv-kernel", {M::fafo}}, {"--kv-pool", {M::fafo}}};
+        if (!searching)
+          for (const FlagUse& u : uses)
+            if (app->count(u.flag) > 0 && std::find(u.methods.begin(), u.methods.end(), dc.method) == u.methods.end())
+              throw UsageError(fmt::format("{} is not used by --method {}", u.flag, method), u.flag);
+        for (const char* flag : {"--calibration", "--calibration-tokens", "--max-skips"})
+          if (app->count(flag) > 0 && !searching) throw UsageError(fmt::format("{} is only used with --search-skip-set", flag), flag);
         if (dc.method == decode::Method::self_spec && skip_file.empty() && !searching)
           throw UsageError("self-spec needs --skip-set (make one with --search-skip-set)", "--method self-spec");
 
@@ -199,22 +216,7 @@ int main(int argc, char** argv) {
           return;
         }
 
-        std::vector<int> ids;
-        if (!prompt_ids.empty()) {
-          ids = lm::parse_token_ids(prompt_ids, "--prompt-ids");
-          for (int id : ids)
-            if (id < 0 || id >= c.vocab_size)
-              throw InputError(fmt::format("token id {} outside the vocabulary [0, {})", id, c.vocab_size), "--prompt-ids");
-        } else {
-          std::string text = prompt, where = "--prompt";
-          if (!prompt_file.empty() || sources == 0) {
-            const std::string src = prompt_file.empty() ? "-" : prompt_file;
-            where = src == "-" ? "stdin" : src;
-            text = io::read_file(src);
-            ctx.prov.add_input(src, io::sha256_hex(text));
-          }
-          ids = encode(text, where);
-        }
+        std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov);
         if (prompt_tokens > 0 && static_cast<int>(ids.size()) > prompt_tokens) ids.resize(prompt_tokens);
         if (prompt_tokens > 0 && static_cast<int>(ids.size()) < prompt_tokens)
           throw InputError(fmt::format("prompt has {} tokens, fewer than --prompt-tokens {}", ids.size(), prompt_tokens));
@@ -239,7 +241,16 @@ int main(int argc, char** argv) {
           out << nlohmann::json{{"meta", ctx.prov.to_json()}}.dump() << "\n";
         }
 
-        decode::DecodeResult r = decode::generate(model, ids, dc);
+        std::optional<lm::TextStream> stream;  // print whole UTF-8 characters as tokens are accepted
+        decode::TokenSink sink;
+        if (!quiet_text && tok && !no_stream) {
+          stream.emplace(*tok);
+          sink = [&stream](int id) {
+            const std::string text = stream->push(id);
+            if (!text.empty()) std::cout << text << std::flush;
+          };
+        }
+        decode::DecodeResult r = decode::generate(model, ids, dc, sink);
         nlohmann::json summary = summarise(r);
         summary["method"] = method;
         summary["prompt_tokens"] = ids.size();
@@ -262,7 +273,8 @@ int main(int argc, char** argv) {
           else summary["identical_to_ar"] = nullptr;  // sampling: equal in distribution, not per seed
         }
         if (!quiet_text) {
-          if (tok) std::cout << tok->decode(r.tokens) << "\n";
+          if (stream) std::cout << stream->finish() << "\n";
+          else if (tok) std::cout << tok->decode(r.tokens) << "\n";
           else {
             for (std::size_t i = 0; i < r.tokens.size(); ++i) std::cout << (i ? " " : "") << r.tokens[i];
             std::cout << "\n";

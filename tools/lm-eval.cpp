@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
         const auto& c = model.config;
         if (seq_len == 0) seq_len = c.n_ctx;
         if (seq_len > c.n_ctx)
-          throw InputError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", seq_len, c.n_ctx), "--seq-len");
+          throw UsageError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", seq_len, c.n_ctx), "--seq-len");
         nn::Documents docs = nn::read_corpus(text_path, copt);
         ctx.prov.add_input(text_path, docs.sha256);
         std::vector<std::string> chosen;

@@ -31,7 +31,6 @@ int main(int argc, char** argv) {
   int max_new = 64, top_logprobs = 5;
   lm::SamplerConfig sc;
   bool ignore_eos = false, no_stream = false;
-  bool prompt_given = false;
   std::string weights = "auto";
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
@@ -65,12 +64,10 @@ int main(int argc, char** argv) {
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
-        const int sources = int(app->count("--prompt") > 0) + int(!prompt_file.empty()) + int(!prompt_ids.empty());
-        if (sources > 1) throw UsageError("give one of --prompt, --prompt-file, --prompt-ids");
+        lm::check_prompt_sources(*app, prompt_file, prompt_ids);
         if (!output.empty() && std::filesystem::path(output).extension() != ".jsonl")
           throw UsageError("the per-token output is JSON Lines: give a path ending in .jsonl", "-o " + output);
         if (sc.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
-        prompt_given = sources == 1;
         sc.seed = ctx.common.seed;
         const std::string model_sha = lm::model_sha256(model_path);
         ctx.prov.add_input(model_path, model_sha);
@@ -85,24 +82,7 @@ int main(int argc, char** argv) {
         std::unique_ptr<lm::Tokenizer> tok;
         if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(model.tokenizer_model, model_path + ":/tokenizer/model");
 
-        std::vector<int> ids;
-        if (!prompt_ids.empty()) {
-          ids = lm::parse_token_ids(prompt_ids, "--prompt-ids");
-          for (int id : ids)
-            if (id < 0 || id >= c.vocab_size)
-              throw InputError(fmt::format("token id {} outside the vocabulary [0, {})", id, c.vocab_size), "--prompt-ids");
-        } else {
-          if (!tok) throw InputError("the model has no tokenizer (/tokenizer/model): use --prompt-ids", model_path);
-          std::string text = prompt;
-          std::string where = "--prompt";
-          if (!prompt_file.empty() || !prompt_given) {
-            const std::string src = prompt_file.empty() ? "-" : prompt_file;
-            where = src == "-" ? "stdin" : src;
-            text = io::read_file(src);
-            ctx.prov.add_input(src, io::sha256_hex(text));
-          }
-          ids = lm::encode_prompt(tok.get(), c, text, where, model_path);
-        }
+        std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov);
         if (static_cast<int>(ids.size()) > c.n_ctx)
           throw InputError(fmt::format("prompt has {} tokens, longer than n_ctx = {}", ids.size(), c.n_ctx), model_path);
         const int n_prompt = static_cast<int>(ids.size());

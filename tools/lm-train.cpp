@@ -292,6 +292,7 @@ int main(int argc, char** argv) {
           if (extra.contains("best_val") && extra["best_val"].is_number()) best_val = extra["best_val"].get<double>();
           last_ckpt_step = trainer.steps_done();
           log::info("resumed at step {} ({} tokens)", trainer.steps_done(), trainer.tokens_seen());
+          if (trainer.steps_done() >= t.steps) log::info("the run is already finished (step {} of {}): nothing to train", trainer.steps_done(), t.steps);
         }
         const std::int64_t n_params = mc.n_params();
         ctx.prov.extra["n_params"] = n_params;
@@ -389,7 +390,8 @@ int main(int argc, char** argv) {
                                {"finished", trainer.steps_done() >= t.steps}};
         if (last_val.is_number()) summary["val_perplexity"] = std::exp(last_val.get<double>());
         emit(nlohmann::json{{"summary", summary}});
-        log::info("step {}: train loss {:.4f}, {} -> {}", trainer.steps_done(), st.loss,
+        log::info("step {}: {}, {} -> {}", trainer.steps_done(),
+                  st.step > 0 ? fmt::format("train loss {:.4f}", st.loss) : std::string("no steps trained in this call"),
                   last_val.is_number() ? fmt::format("val loss {:.4f}", last_val.get<double>()) : std::string("no validation"), output);
       });
 }

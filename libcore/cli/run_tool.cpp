@@ -24,6 +24,20 @@ std::string one_line(std::string s) {
   return s;
 }
 
+}  // namespace
+
+std::string describe_parse_error(const std::string& what) {
+  // CLI11 2.1 reports a failed conversion as "Could not convert: --flag = value".
+  const std::string prefix = "Could not convert: ";
+  const auto eq = what.find(" = ");
+  if (what.rfind(prefix, 0) != 0 || eq == std::string::npos) return what;
+  const std::string flag = what.substr(prefix.size(), eq - prefix.size());
+  const std::string value = what.substr(eq + 3);
+  return flag + ": cannot read '" + value + "' (not a number of the right kind, or out of range)";
+}
+
+namespace {
+
 int fail(const std::string& tool, const std::string& msg, int code) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s: error: %s\n", tool.c_str(), one_line(msg).c_str());
@@ -132,7 +146,7 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
     } catch (const CLI::Success&) {
       return 0;
     } catch (const CLI::ParseError& e) {
-      return fail(info.name, std::string(e.what()) + " (run with --help for usage)", 2);
+      return fail(info.name, describe_parse_error(e.what()) + " (run with --help for usage)", 2);
     }
     log::set_level(ctx.common.quiet ? log::Level::quiet
                                     : (ctx.common.verbose > 0 ? log::Level::verbose : log::Level::normal));

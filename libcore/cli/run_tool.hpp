@@ -43,6 +43,11 @@ struct Context {
 int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<void(CLI::App&)>& setup,
              const std::function<void(Context&)>& body);
 
+/// Rewrites a CLI11 parse message for the user: "Could not convert: --w = abc" becomes
+/// "--w: cannot read 'abc' (not a number of the right kind, or out of range)"; other
+/// messages are returned unchanged.
+std::string describe_parse_error(const std::string& what);
+
 /// Flag validators with short messages ("must be > 0", "must be an integer in 0..100000").
 CLI::Validator positive();
 CLI::Validator non_negative();

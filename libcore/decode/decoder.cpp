@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -114,8 +115,8 @@ int argmax(const float* x, int n) {
 /// One sequence being decoded.
 class Decoder {
  public:
-  Decoder(const lm::Model& model, const DecodeConfig& cfg)
-      : model_(model), mc_(model.config), cfg_(cfg), cache_(mc_), sampler_(cfg.sampler), pool_(std::max(1, cfg.guesses)) {
+  Decoder(const lm::Model& model, const DecodeConfig& cfg, TokenSink on_token)
+      : model_(model), mc_(model.config), cfg_(cfg), on_token_(std::move(on_token)), cache_(mc_), sampler_(cfg.sampler), pool_(std::max(1, cfg.guesses)) {
     if (cfg_.method == Method::fafo) comp_ = std::make_unique<kv::Compressor>(mc_, cfg_.kv);
   }
 
@@ -152,6 +153,7 @@ class Decoder {
     if (done_) return false;
     res_.tokens.push_back(token);
     ctx_.push_back(token);
+    if (on_token_) on_token_(token);
     if (cfg_.stop_at_eos && token == mc_.eos_id) {
       res_.eos = true;
       done_ = true;
@@ -364,6 +366,7 @@ class Decoder {
   const lm::Model& model_;
   const lm::ModelConfig& mc_;
   const DecodeConfig& cfg_;
+  TokenSink on_token_;
   lm::KvCache cache_;
   lm::Sampler sampler_;
   NgramPool pool_;
@@ -377,9 +380,10 @@ class Decoder {
 
 }  // namespace
 
-DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config) {
+DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config,
+                      const TokenSink& on_token) {
   config.validate(model.config);
-  Decoder d(model, config);
+  Decoder d(model, config, on_token);
   return d.run(prompt);
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -90,9 +91,14 @@ struct DecodeResult {
   bool context_full = false;      ///< stopped because the context was full
 };
 
-/// Generates from `prompt` (token ids, non-empty, shorter than n_ctx).  Throws InputError for
-/// an empty prompt or one that fills the context, UsageError for bad settings.
-DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config);
+/// Called with each generated token as soon as it is accepted (for streaming output).
+using TokenSink = std::function<void(int token)>;
+
+/// Generates from `prompt` (token ids, non-empty, shorter than n_ctx).  `on_token`, when set,
+/// sees every generated token in order as it is accepted (inside the timed decode).  Throws
+/// InputError for an empty prompt or one that fills the context, UsageError for bad settings.
+DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config,
+                      const TokenSink& on_token = {});
 
 /// Greedy search for a self-speculative skip set on calibration prompts: starting from no
 /// skips, repeatedly adds the sublayer whose skipping maximises the modelled speed

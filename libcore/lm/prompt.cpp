@@ -3,7 +3,11 @@
 #include <cctype>
 #include <sstream>
 
+#include <fmt/core.h>
+
 #include "cli/run_tool.hpp"
+#include "io/table.hpp"
+#include "io/sha256.hpp"
 #include "util/error.hpp"
 
 namespace icmlkit::lm {
@@ -47,6 +51,30 @@ std::vector<int> encode_prompt(const Tokenizer* tok, const ModelConfig& c, const
   if (c.add_bos) ids.insert(ids.begin(), c.bos_id);
   if (ids.empty()) throw InputError("empty prompt", where);
   return ids;
+}
+
+void check_prompt_sources(const CLI::App& app, const std::string& file, const std::string& ids) {
+  const int sources = int(app.count("--prompt") > 0) + int(!file.empty()) + int(app.count("--prompt-ids") > 0);
+  if (sources > 1) throw UsageError("give one of --prompt, --prompt-file, --prompt-ids");
+  if (app.count("--prompt-ids") > 0 && ids.empty()) throw UsageError("empty list of token ids", "--prompt-ids");
+}
+
+std::vector<int> resolve_prompt(const CLI::App& app, const std::string& text, const std::string& file,
+                                const std::string& ids_text, const Tokenizer* tok, const ModelConfig& c,
+                                const std::string& model_path, io::Provenance& prov) {
+  if (!ids_text.empty()) {
+    std::vector<int> ids = parse_token_ids(ids_text, "--prompt-ids");
+    for (int id : ids)
+      if (id < 0 || id >= c.vocab_size)
+        throw InputError(fmt::format("token id {} outside the vocabulary [0, {})", id, c.vocab_size), "--prompt-ids");
+    return ids;
+  }
+  if (!tok) throw InputError("the model has no tokenizer (/tokenizer/model): use --prompt-ids", model_path);
+  if (app.count("--prompt") > 0 && file.empty()) return encode_prompt(tok, c, text, "--prompt", model_path);
+  const std::string src = file.empty() ? "-" : file;
+  const std::string content = io::read_file(src);
+  prov.add_input(src, io::sha256_hex(content));
+  return encode_prompt(tok, c, content, src == "-" ? "stdin" : src, model_path);
 }
 
 }  // namespace icmlkit::lm

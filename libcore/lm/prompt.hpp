@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "io/provenance.hpp"
 #include "lm/config.hpp"
 #include "lm/sampler.hpp"
 #include "lm/tokenizer.hpp"
@@ -29,5 +30,18 @@ std::vector<int> parse_token_ids(const std::string& text, const std::string& whe
 /// invalid UTF-8, or when the result is empty.
 std::vector<int> encode_prompt(const Tokenizer* tok, const ModelConfig& config, const std::string& text,
                                const std::string& where, const std::string& model_path);
+
+/// Checks the prompt flags after parsing, before any work: at most one of --prompt,
+/// --prompt-file, --prompt-ids (UsageError otherwise), and --prompt-ids not empty.
+void check_prompt_sources(const CLI::App& app, const std::string& file, const std::string& ids);
+
+/// The prompt as token ids, from whichever source the flags name: --prompt-ids (range-checked
+/// against the vocabulary), --prompt text, --prompt-file, or stdin when none is given (the
+/// file's SHA-256 goes into `prov`).  Text is encoded with encode_prompt.  Throws UsageError
+/// for a malformed id list and InputError for ids outside [0, vocab_size), unreadable files,
+/// a model without a tokenizer or an empty prompt.
+std::vector<int> resolve_prompt(const CLI::App& app, const std::string& text, const std::string& file,
+                                const std::string& ids, const Tokenizer* tok, const ModelConfig& config,
+                                const std::string& model_path, io::Provenance& prov);
 
 }  // namespace icmlkit::lm

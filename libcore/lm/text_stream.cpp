@@ -37,7 +37,11 @@ bool TextStream::open_character() const {
   return false;
 }
 
-std::string TextStream::emit(const std::string& text) {
+std::string TextStream::emit() {
+  // Decoding from a boundary already handed out (not from the first token) keeps the work per
+  // token bounded.  SentencePiece treats the window's first piece as the start of a text (its
+  // leading space is dropped) both in done_ and in `text`, so the difference is exact.
+  const std::string text = tok_.decode(std::vector<int>(ids_.begin() + static_cast<std::ptrdiff_t>(anchor_), ids_.end()));
   std::size_t common = 0;
   if (text.compare(0, done_.size(), done_) == 0) {
     common = done_.size();
@@ -47,7 +51,12 @@ std::string TextStream::emit(const std::string& text) {
     while (common > 0 && (static_cast<unsigned char>(text[common]) & 0xc0) == 0x80) --common;
   }
   std::string out = text.substr(common);
-  done_ = text;
+  // The new window starts where this one's newest handed-out text began: done_ becomes the text
+  // of ids_[read_, end) as decoded inside the window, re-decoded so that its first piece is
+  // treated as a text start, exactly as the next window will treat it.
+  anchor_ = read_;
+  read_ = ids_.size();
+  done_ = tok_.decode(std::vector<int>(ids_.begin() + static_cast<std::ptrdiff_t>(anchor_), ids_.end()));
   return out;
 }
 
@@ -56,9 +65,9 @@ std::string TextStream::push(int id) {
     throw InputError("token id " + std::to_string(id) + " is outside the vocabulary");
   ids_.push_back(id);
   if (open_character()) return {};
-  return emit(tok_.decode(ids_));
+  return emit();
 }
 
-std::string TextStream::finish() { return emit(tok_.decode(ids_)); }
+std::string TextStream::finish() { return emit(); }
 
 }  // namespace icmlkit::lm

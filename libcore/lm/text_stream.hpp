@@ -13,7 +13,8 @@ namespace icmlkit::lm {
 /// a multi-byte UTF-8 character is held until the character is complete, so every string
 /// handed out is whole, valid UTF-8; bytes that cannot form a character come out as U+FFFD, as
 /// SentencePiece decodes them.  The concatenation of every push() and finish() equals
-/// Tokenizer::decode of all the tokens.  Each push() decodes the tokens so far (O(n) per token).
+/// Tokenizer::decode of all the tokens.  Each push() decodes only the tokens since the last
+/// two character boundaries handed out (a short window), so streaming n tokens costs O(n).
 class TextStream {
  public:
   /// `tok` must outlive the stream.
@@ -25,17 +26,22 @@ class TextStream {
   std::string finish();
   /// The byte of a byte-fallback piece ("<0xE2>" -> 0xE2), or -1 for any other piece.
   int byte_value(int id) const;
+  /// Tokens decoded by the next push(): those since the window's start (for tests).
+  std::size_t window_tokens() const { return ids_.size() - anchor_; }
 
  private:
   /// Whether the trailing byte pieces begin a character that more bytes could complete.
   bool open_character() const;
-  /// The part of `text` not handed out yet.
-  std::string emit(const std::string& text);
+  /// Decodes the window (from anchor_ to the end), hands out what follows the text already
+  /// handed out from it, and moves the window up to the end.
+  std::string emit();
 
   const Tokenizer& tok_;
   std::vector<int> byte_of_;  ///< per id: byte value, or -1
   std::vector<int> ids_;
-  std::string done_;  ///< text handed out so far
+  std::size_t anchor_ = 0;  ///< first token of the window (a boundary already handed out)
+  std::size_t read_ = 0;    ///< tokens whose text has been handed out
+  std::string done_;        ///< text of ids_[anchor_, read_), already handed out
 };
 
 }  // namespace icmlkit::lm

@@ -148,8 +148,11 @@ nlohmann::json Trainer::load(const std::string& path) {
   const nlohmann::json now = opt_.to_json();
   for (auto it = now.begin(); it != now.end(); ++it)
     if (!saved.contains(it.key()) || saved[it.key()] != it.value())
-      throw InputError(fmt::format("resume: option {} is {} here but {} in the checkpoint", it.key(), it.value().dump(),
-                                   saved.contains(it.key()) ? saved[it.key()].dump() : "absent"),
+      throw InputError(fmt::format("resume: option {} is {} here but {} in the checkpoint{}", it.key(), it.value().dump(),
+                                   saved.contains(it.key()) ? saved[it.key()].dump() : "absent",
+                                   it.key() == "steps" ? " (--steps, or --tokens which sets them, fix the learning-rate schedule, so a "
+                                                         "run cannot be lengthened by resuming; start a new run with --init from it)"
+                                                       : ""),
                        path);
   std::int64_t step = 0, tokens = 0, ep = 0, pos = 0;
   const std::string label = path + ":/train";

@@ -8,6 +8,11 @@ bin=${1:-build/bin}
 model=data/models/kjv7m.h5
 kjv=data/corpus/kjv.tsv.gz
 if [ ! -f "$model" ]; then echo "repro decode: $model is absent; skipped"; exit 0; fi
+load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+cores=$(nproc 2>/dev/null || echo 1)
+if awk -v l="$load" -v c="$cores" 'BEGIN {exit !(l > 0.5 * c)}'; then
+  echo "repro decode: warning: load average $load on $cores cores; step times, speedups and c(k) need a quiet machine" >&2
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Held-out chapters (lm-train --val-every 20 holds out chapters 20, 40, ...): Genesis 20 and 40.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/count.hpp"
+#include "cli/run_tool.hpp"
 
 using namespace icmlkit;
 
@@ -61,4 +62,22 @@ TEST_CASE("cli: count() takes integers in scientific notation and refuses the re
   }
   parse_count("inf", 0, 1LL << 40, err);
   CHECK(err.find("must be an integer in") != std::string::npos);
+}
+
+TEST_CASE("cli: a failed conversion is reported with the flag and the value, other messages unchanged") {
+  // Truth: CLI11 2.1's own ConversionError text for an int option given "99999999999" (out of
+  // range), taken from a real parse, not written by hand.
+  CLI::App app("t");
+  int w = 0;
+  app.add_option("--window", w);
+  std::vector<std::string> args = {"99999999999", "--window"};
+  std::string what;
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    what = e.what();
+  }
+  REQUIRE(!what.empty());
+  CHECK(cli::describe_parse_error(what) == "--window: cannot read '99999999999' (not a number of the right kind, or out of range)");
+  CHECK(cli::describe_parse_error("--n: must be > 0") == "--n: must be > 0");
 }

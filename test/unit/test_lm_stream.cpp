@@ -117,3 +117,31 @@ TEST_CASE("lm: TextStream turns bytes that cannot form a character into U+FFFD")
   TextStream s(tok);
   CHECK_THROWS_AS(s.push(tok.vocab_size()), InputError);
 }
+
+TEST_CASE("lm: TextStream of a long random sequence equals the whole decode and keeps a short window") {
+  // Truth: Tokenizer::decode of all the tokens at once.  Random ids (a third of them byte
+  // pieces, so characters split, complete and break) exercise every path of the window.
+  const Tokenizer& tok = ascii_tokenizer();
+  std::vector<int> bytes;
+  const TextStream probe(tok);
+  for (int id = 0; id < tok.vocab_size(); ++id)
+    if (probe.byte_value(id) >= 0x80) bytes.push_back(id);
+  std::uint64_t state = 12345;
+  auto next = [&](std::uint64_t m) { state = state * 6364136223846793005ULL + 1442695040888963407ULL; return (state >> 33) % m; };
+  for (int trial = 0; trial < 5; ++trial) {
+    std::vector<int> ids;
+    for (int i = 0; i < 3000; ++i)
+      ids.push_back(next(3) == 0 ? bytes[next(bytes.size())] : 3 + static_cast<int>(next(static_cast<std::uint64_t>(tok.vocab_size() - 3))));
+    TextStream s(tok);
+    std::string all;
+    std::size_t widest = 0;
+    for (int id : ids) {
+      all += s.push(id);
+      widest = std::max(widest, s.window_tokens());
+    }
+    all += s.finish();
+    CHECK(all == tok.decode(ids));
+    CHECK(valid_utf8(all));
+    CHECK(widest < 16);  // bounded by the longest run of byte pieces, not by the 3,000 tokens
+  }
+}

@@ -11,7 +11,7 @@ cli_case(fafo/greedy-identical-to-ar-jsonl
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt-file ${FX}/genesis.txt --prompt-tokens 50 -n 40 --ignore-eos --method fafo --window 4 --ngram 3 --guesses 4 --kv-policy h2o --kv-budget 8 --compare ar -o run.jsonl -q > /dev/null && jq -s . run.jsonl > all.json")
 cli_case(fafo/every-method-prints-lm-generate-text
   --rc 0
-  -- bash -c "${FAFO_MODEL} && ${FAFO_LMGEN} m.h5 --prompt 'And God said' -n 60 --ignore-eos --no-stream > ar.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method prompt-lookup > a.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method lookahead > b.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --kv-policy tova --kv-budget 2 > c.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --kv-policy snapkv --kv-budget 3 --kv-window 1 > d.txt && cmp ar.txt a.txt && cmp ar.txt b.txt && cmp ar.txt c.txt && cmp ar.txt d.txt && test -s ar.txt")
+  -- bash -c "${FAFO_MODEL} && ${FAFO_LMGEN} m.h5 --prompt 'And God said' -n 60 --ignore-eos --no-stream > ar.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method prompt-lookup > a.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method lookahead > b.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --kv-policy tova --kv-budget 2 > c.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --kv-policy snapkv --kv-budget 3 --kv-window 1 > d.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --no-stream > e.txt && cmp ar.txt e.txt && cmp ar.txt a.txt && cmp ar.txt b.txt && cmp ar.txt c.txt && cmp ar.txt d.txt && test -s ar.txt")
 cli_case(fafo/self-spec-search-and-decode
   --rc 0 --file-jq skip.json "(.n_layers == 2) and ((.attn + .mlp) | length) >= 1 and (.meta.objective_trace | length) >= 2"
   -- bash -c "${FAFO_MODEL} && head -n 4 ${FX}/genesis.txt > calib.txt && ${FAFO} m.h5 --calibration calib.txt --search-skip-set skip.json --calibration-tokens 16 -q && ${FAFO} m.h5 --prompt 'And God said' -n 30 --ignore-eos --method self-spec --skip-set skip.json --compare ar -o r.jsonl -q > /dev/null && test $(jq -s '.[-1].summary.identical_to_ar' r.jsonl) = true")
@@ -45,13 +45,18 @@ cli_case(fafo/search-output-dir-checked-first --rc 2 --stderr "output directory 
 cli_case(fafo/empty-prompt-ids --rc 2 --stderr "empty list of token ids" --tool fafo-generate -- bash -c "${FAFO} x.h5 --prompt-ids ''")
 cli_case(fafo/negative-sinks --rc 2 --stderr "sink count must be >= 0" --tool fafo-generate
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method fafo --kv-sinks -5")
+cli_case(fafo/flag-unused-by-method --rc 2 --stderr "--kv-budget is not used by --method lookahead" --no-file r.jsonl
+  -- ${FAFO} x.h5 --prompt x --method lookahead --kv-budget 8 -o r.jsonl)
+cli_case(fafo/skip-set-unused-by-method --rc 2 --stderr "--skip-set is not used by --method fafo" -- ${FAFO} x.h5 --prompt x --method fafo --skip-set s.json)
+cli_case(fafo/calibration-without-search --rc 2 --stderr "--calibration is only used with --search-skip-set" -- ${FAFO} x.h5 --prompt x --calibration c.txt)
 cli_case(fafo/search-needs-calibration --rc 2 --stderr "needs --calibration" -- ${FAFO} x.h5 --search-skip-set s.json)
 
 # ---- the shipped demo model: every method and policy reproduces AR exactly ----------------------
 set(DEMO_MODEL ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)
 set(DEMO_PROMPT "zcat ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz | awk -F'\\t' '$1 ~ /^Ge20:/ {print $2}' > p.txt")
-set(DEMO_RUN "${FAFO} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 160 -n 32 --ignore-eos --window 5 --ngram 4 --guesses 5 --compare ar --no-text -q")
+set(DEMO_RUN "${FAFO} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 160 -n 32 --ignore-eos --compare ar --no-text -q")
+set(DEMO_W "--window 5 --ngram 4 --guesses 5")
 cli_case(fafo/demo-model-lossless --needs ${DEMO_MODEL}
   --rc 0 --file-jq all.json "([.[] | .identical_to_ar] | all) and (length == 6) and ([.[] | .generated_tokens == 32] | all)"
   --file-jq all.json "([.[] | select(.method != \"ar\") | .mean_accepted_per_step > 1.1] | all)"
-  -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method prompt-lookup -o a.jsonl && ${DEMO_RUN} --method lookahead -o b.jsonl && ${DEMO_RUN} --method fafo --kv-policy streaming --kv-budget 16 -o c.jsonl && ${DEMO_RUN} --method fafo --kv-policy h2o --kv-budget 16 -o d.jsonl && ${DEMO_RUN} --method fafo --kv-policy tova --kv-budget 16 -o e.jsonl && ${DEMO_RUN} --method fafo --kv-policy snapkv --kv-budget 48 -o f.jsonl && cat *.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
+  -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method prompt-lookup -o a.jsonl && ${DEMO_RUN} --method lookahead ${DEMO_W} -o b.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy streaming --kv-budget 16 -o c.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy h2o --kv-budget 16 -o d.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy tova --kv-budget 16 -o e.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy snapkv --kv-budget 48 -o f.jsonl && cat *.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")

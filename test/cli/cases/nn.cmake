@@ -50,7 +50,7 @@ cli_case(lm-train/too-little-text --rc 1 --stderr "fewer than one window" --no-f
 cli_case(lm-train/no-steps --rc 2 --stderr "give --steps or --tokens" --no-file m.h5 -- ${LMTRAIN} ${FX}/genesis.txt --vocab-size 300 -o m.h5)
 cli_case(lm-train/missing-column --rc 1 --stderr "fewer than 3 tab-separated fields \\(.*, line 1\\)" --no-file m.h5
   -- ${LMTRAIN} ${KJVX} --column 3 --vocab-size 400 --steps 2 -o m.h5)
-cli_case(lm-eval/context-larger-than-model --rc 1 --stderr "larger than the model allows" --tool lm-eval
+cli_case(lm-eval/context-larger-than-model --rc 2 --stderr "larger than the model allows" --tool lm-eval
   -- bash -c "${TRAIN_SMALL_STR} --steps 1 -o m.h5 -q > /dev/null && ${LMEVAL} m.h5 ${FX}/genesis.txt --seq-len 65")
 cli_case(lm-eval/no-tokenizer --rc 1 --stderr "no tokenizer" --tool lm-eval
   -- bash -c "$<TARGET_FILE:lm-init> --preset tiny -o i.h5 -q && ${LMEVAL} i.h5 ${FX}/genesis.txt")
@@ -65,6 +65,10 @@ cli_case(lm-train/json-config-and-token-budget
   --rc 0 --file-jq log.json ".[-1].summary.steps == 4 and .[-1].summary.tokens == 1024 and .[0].meta.n_params > 0"
   -- bash -c "echo '{\"d_model\": 24, \"n_layers\": 1, \"n_heads\": 3, \"n_kv_heads\": 1, \"d_ff\": 40, \"n_ctx\": 64, \"tied\": true, \"rope_style\": \"interleaved\"}' > cfg.json && ${LMTRAIN} ${KJVX} --column 2 --doc-column 1 --vocab-size 512 --config cfg.json --batch 4 --tokens 1000 --threads 1 -o m.h5 -q > log.jsonl && jq -s . log.jsonl > log.json && h5dump -a d_model -a tied -a rope_style m.h5 | grep -c -E '\\(0\\): (24|1|\"interleaved\")' | grep -q 3")
 
+cli_case(lm-train/resume-longer-run-explained --rc 1 --stderr "option steps is 6 here but 4 in the checkpoint .*--init" --tool lm-train
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 6 --resume -o m.h5 -q")
+cli_case(lm-train/resume-finished-run --rc 0 --stderr "already finished .step 4 of 4.*no steps trained in this call" --tool lm-train
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 4 --resume -o m.h5 2>&1 > /dev/null | tr '\\n' ' ' >&2")
 # ---- lm-train: resume checks the corpus; counts in scientific notation ----------------------------
 string(REPLACE "${KJVX}" "other.tsv" TRAIN_OTHER_STR "${TRAIN_SMALL_STR}")
 # The checkpoint records the corpus SHA-256 (/train corpus_sha256); resuming on another corpus
