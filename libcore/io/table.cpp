@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "io/atomic_file.hpp"
+#include "io/gzip.hpp"
 #include "io/hdf5.hpp"
 #include "io/sha256.hpp"
 #include "util/error.hpp"
@@ -84,7 +85,9 @@ Table Table::read(const std::string& path, const TableReadOptions& opt) {
     file = path.substr(0, c2 + 5);
     group = path.substr(c2 + 6);
   }
-  const std::string ext = lower_ext(file);
+  // "x.csv.gz" is read as "x.csv" after gunzip (the hash is of the decompressed text).
+  const bool gz = !is_stdout(file) && is_gzip_path(file);
+  const std::string ext = lower_ext(gz ? file.substr(0, file.size() - 3) : file);
   if (!is_stdout(file) && is_hdf5_ext(ext)) {
     h5::Handle f = h5::open_file(file);
     h5::Handle g = h5::open_group(f, group.empty() ? "/" : group, file);
@@ -112,7 +115,7 @@ Table Table::read(const std::string& path, const TableReadOptions& opt) {
     t.sha256_ = sha256_file(file);
     return t;
   }
-  const std::string text = read_file(file);
+  const std::string text = gz ? read_gzip_file(file) : read_file(file);
   const std::string label = is_stdout(file) ? "<stdin>" : file;
   Table t;
   bool json = ext == ".json" || ext == ".jsonl";

@@ -33,7 +33,8 @@ struct NumberCheck {
 class Table {
  public:
   /// Reads `path` ("-" = stdin), format from the extension: .csv .tsv .txt -> CSV, .json,
-  /// .jsonl, .h5/.hdf5 (optionally "file.h5:/group").  stdin is JSON when it starts with
+  /// .jsonl, .h5/.hdf5 (optionally "file.h5:/group"); a text format with .gz appended is
+  /// gunzipped first (CRC checked; the hash is of the text).  stdin is JSON when it starts with
   /// '[' or '{', CSV otherwise.  Throws InputError with file and row on malformed input,
   /// ragged rows, duplicate or empty column names, or an empty table.
   static Table read(const std::string& path, const TableReadOptions& opt = {});

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "io/gzip.hpp"
+#include "io/table.hpp"
 #include "util/error.hpp"
 
 using namespace icmlkit;
@@ -96,5 +97,26 @@ TEST_CASE("io: a truncated or damaged gzip stream is an error naming the file") 
   } catch (const InputError& e) {
     CHECK(e.where() == p.string());
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("io: Table::read takes .csv.gz and .tsv.gz as the text inside") {
+  // Truth: the same table read from the plain file; the hash is of the decompressed text.
+  const fs::path dir = fs::temp_directory_path() / ("icmlkit_gz_table_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string csv = "a,b\n1,2\n3,4.5\n", tsv = "a\tb\n1\t2\n3\t4.5\n";
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+    return (dir / name).string();
+  };
+  const io::Table plain = io::Table::read(write("t.csv", csv));
+  for (const std::string& path : {write("t.csv.gz", gzip_member(csv)), write("t.tsv.gz", gzip_member(tsv))}) {
+    const io::Table t = io::Table::read(path);
+    CHECK(t.names() == plain.names());
+    CHECK(t.numbers("b") == plain.numbers("b"));
+  }
+  CHECK(io::Table::read((dir / "t.csv.gz").string()).sha256() == plain.sha256());
+  write("bad.csv.gz", gzip_member(csv).substr(0, 10));
+  CHECK_THROWS_AS(io::Table::read((dir / "bad.csv.gz").string()), InputError);
   fs::remove_all(dir);
 }
