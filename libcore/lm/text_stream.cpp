@@ -51,12 +51,19 @@ std::string TextStream::emit() {
     while (common > 0 && (static_cast<unsigned char>(text[common]) & 0xc0) == 0x80) --common;
   }
   std::string out = text.substr(common);
-  // The new window starts where this one's newest handed-out text began: done_ becomes the text
-  // of ids_[read_, end) as decoded inside the window, re-decoded so that its first piece is
-  // treated as a text start, exactly as the next window will treat it.
-  anchor_ = read_;
+  // The next window starts where this call's tokens began, re-decoded so that its first piece is
+  // treated as a text start exactly as the next window will treat it.  Those tokens must yield
+  // some text: SentencePiece drops the leading space of the first piece that yields text (control
+  // pieces such as <s> yield none), so a window opening on text-less pieces would move that
+  // drop onto a later piece.  Otherwise the window keeps its start.
+  std::string next = tok_.decode(std::vector<int>(ids_.begin() + static_cast<std::ptrdiff_t>(read_), ids_.end()));
+  if (!next.empty()) {
+    anchor_ = read_;
+    done_ = std::move(next);
+  } else {
+    done_ = text;
+  }
   read_ = ids_.size();
-  done_ = tok_.decode(std::vector<int>(ids_.begin() + static_cast<std::ptrdiff_t>(anchor_), ids_.end()));
   return out;
 }
 

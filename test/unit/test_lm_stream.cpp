@@ -119,19 +119,25 @@ TEST_CASE("lm: TextStream turns bytes that cannot form a character into U+FFFD")
 }
 
 TEST_CASE("lm: TextStream of a long random sequence equals the whole decode and keeps a short window") {
-  // Truth: Tokenizer::decode of all the tokens at once.  Random ids (a third of them byte
-  // pieces, so characters split, complete and break) exercise every path of the window.
+  // Truth: Tokenizer::decode of all the tokens at once.  Random ids (a quarter byte pieces, so
+  // characters split, complete and break; an eighth <s> / </s>, which yield no text, so that a
+  // window may open on them; the rest words and "▁..." pieces) exercise every path of the window.
   const Tokenizer& tok = ascii_tokenizer();
-  std::vector<int> bytes;
+  std::vector<int> bytes, pieces;
   const TextStream probe(tok);
-  for (int id = 0; id < tok.vocab_size(); ++id)
+  for (int id = 0; id < tok.vocab_size(); ++id) {
     if (probe.byte_value(id) >= 0x80) bytes.push_back(id);
+    if (probe.byte_value(id) < 0) pieces.push_back(id);  // words, "▁..." pieces and <unk> <s> </s>
+  }
+  const std::vector<int> control = {tok.bos_id(), tok.eos_id()};
   std::uint64_t state = 12345;
   auto next = [&](std::uint64_t m) { state = state * 6364136223846793005ULL + 1442695040888963407ULL; return (state >> 33) % m; };
   for (int trial = 0; trial < 5; ++trial) {
     std::vector<int> ids;
-    for (int i = 0; i < 3000; ++i)
-      ids.push_back(next(3) == 0 ? bytes[next(bytes.size())] : 3 + static_cast<int>(next(static_cast<std::uint64_t>(tok.vocab_size() - 3))));
+    for (int i = 0; i < 3000; ++i) {
+      const auto kind = next(8);
+      ids.push_back(kind < 2 ? bytes[next(bytes.size())] : kind == 2 ? control[next(2)] : pieces[next(pieces.size())]);
+    }
     TextStream s(tok);
     std::string all;
     std::size_t widest = 0;
