@@ -81,11 +81,14 @@ class VamanaGraph {
                                      SearchScratch& s) const;
 
   /// RobustPrune(p, V, alpha, R) on item distances of `d`: repeatedly keeps the closest
-  /// remaining candidate p* and drops every p' with alpha * d(p*, p') < d(p, p') (DiskANN's
-  /// occlusion factor d(p, p') / d(p*, p') > alpha, on raw distances: squared L2 as in
-  /// DiskANN; under ip alpha applies only where d(p, p') >= 0).
-  /// A candidate at distance 0 from a kept one (a duplicate) is always dropped, so
-  /// duplicates never fill a list.  `cand` (sorted or not, may contain p) is consumed.
+  /// remaining candidate p* and drops every p' it occludes.  l2 and cosine: alpha *
+  /// d(p*, p') < d(p, p') (DiskANN's occlusion factor d(p, p') / d(p*, p') > alpha, on raw
+  /// distances: squared L2 as in DiskANN), and a candidate at raw distance <= 0 from a kept
+  /// one (a duplicate) is always dropped, so duplicates never fill a list.  ip (raw distance
+  /// -<x, y>, negative for any positive inner product, so <= 0 does not mean a duplicate):
+  /// the alpha rule where d(p, p') >= 0, and where d(p, p') < 0 (no slack)
+  /// <p*, p'> > <p, p'>; copies of a kept item go through the same test.
+  /// `cand` (sorted or not, may contain p) is consumed.
   static std::vector<std::uint32_t> robust_prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R);
 
   /// Number of items.
