@@ -146,7 +146,7 @@ PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, i
 
 PseudoDraws draw_pseudo_v_mixture(const PseudoMallows& q, const Perm& consensus, int count, std::uint64_t seed, int threads) {
   if (static_cast<int>(consensus.size()) != q.n() || !is_permutation(consensus))
-    throw InputError("Pseudo-Mallows V mixture: the consensus must be a permutation of the q's items");
+    throw InputError("Pseudo-Mallows V mixture: the consensus must be a permutation of q's items");
   const int* c = consensus.data();
   const std::size_t n = consensus.size();
   return draw_blocks(q, count, seed, threads, [c, n](Rng& rng, int* buf) {
