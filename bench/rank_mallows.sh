@@ -9,12 +9,27 @@
 #   sushi_rankings (5000 x 10), alpha fixed at 1.70: accuracy against the exact subset-DP
 #     marginals (n = 10 makes them cheap, so no long MCMC run is needed as the reference);
 #     mallows-mcmc ladder (one chain, random start) and pseudomallows-fit.
+#   simulated (the authors' full-data regime, pseudo-mallows/fit_pseudo_mallows_full_data.R):
+#     rankings drawn exactly from a footrule Mallows model with rho0 = 1..n, alpha0 = 2
+#     (mallows-mcmc --simulate, seed 2026), n = 20 items, N = 20 (their script) and N = 100
+#     assessors, and N = 5 (a weaker posterior), posterior at alpha = alpha0.  Accuracy = max and mean over items of the TV distance of the rank marginals
+#     to the exact subset-DP marginals.  Time-to-accuracy curves: pseudomallows-fit with
+#     --order v-mix (the authors' sampler: a fresh V order per draw), v (one V order, orientation
+#     chosen by the estimated KL) and search, over draw counts (CPU seconds of alpha, order and
+#     draws: sampling_cpu_seconds, the KL diagnostic excluded); mallows-mcmc over iteration counts
+#     (one chain, 10% burn-in, random start, CPU seconds of the sampling).  Every rung is run with
+#     seeds 1-3, PM and MCMC rungs interleaved; a rung's accuracy and seconds are the medians.
+#     Time to an accuracy = the first rung whose median accuracy is at or below it; the
+#     PM-over-MCMC speed-up at each stated level is MCMC time / PM time (null where one never gets
+#     there).  Levels: 1.1 x the best accuracy of that PM order (max and mean TV: the most accurate
+#     level PM reaches, so both reach it), then fixed levels max TV 0.2/0.1/0.05, mean TV 0.1/0.05/0.02.
 # Times are process CPU seconds of the sampling/fit (the machines are shared; wall time is noisy).
 # Peer: BayesMallows built from its public repository (ocbe-uio/BayesMallows) with Debian's R into
 # build/bench-r/lib; its DESCRIPTION lists 'relations' (not in Debian, CRAN unreachable here),
 # used only for pairwise transitive closures, so the build drops that import.  Skipped with a
 # reason when R or the build is unavailable.
 # Usage: bash bench/rank_mallows.sh [BIN_DIR] [DATA_DIR]    Prints ONE JSON object on stdout.
+# RANK_BENCH_SECTIONS="potato sushi simulated" (the default) selects the parts to run.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -28,8 +43,14 @@ trap 'rm -rf "$tmp"' EXIT
 tv() {  # max over items of total variation between two marginal CSVs (item,rank,probability)
   paste -d, "$1" "$2" | awk -F, 'NR>1{d=$3-$6; if(d<0)d=-d; s[$1]+=d} END{m=0; for(i in s) if(s[i]>m)m=s[i]; print m/2}'
 }
+tv_both() {  # "MAX MEAN" over items of the total variation between two marginal CSVs
+  paste -d, "$1" "$2" | awk -F, 'NR>1{d=$3-$6; if(d<0)d=-d; s[$1]+=d} END{m=0; t=0; k=0; for(i in s){if(s[i]>m)m=s[i]; t+=s[i]; k++} print m/2, t/(2*k)}'
+}
 ladder="50 100 200 500 1000 2000 5000 10000 20000 50000 100000"
 
+sections=" ${RANK_BENCH_SECTIONS:-potato sushi simulated} "
+potato=null; peer_status="not run (potato section not selected)"
+if [[ "$sections" == *" potato "* ]]; then
 # ---- peer availability ----
 lib="$root/build/bench-r/lib"
 peer_status="ok"
@@ -64,8 +85,10 @@ pm_run() {  # pm_run OUT.json MARG.csv ARGS...
 "$bin/pseudomallows-fit" "$pv" --alpha $alpha --exact --exact-marginals "$tmp/exact.csv" -q --draws 10 > /dev/null
 pm_run "$tmp/pm.json" "$tmp/pm.csv"
 pm_run "$tmp/pms.json" "$tmp/pms.csv" --order search
+pm_run "$tmp/pmx.json" "$tmp/pmx.csv" --order v-mix
 pm_s=$(jq .cpu_seconds "$tmp/pm.json"); pm_tv=$(tv "$tmp/pm.csv" "$tmp/exact.csv"); pm_kl=$(jq .exact.kl "$tmp/pm.json")
 pms_s=$(jq .cpu_seconds "$tmp/pms.json"); pms_tv=$(tv "$tmp/pms.csv" "$tmp/exact.csv"); pms_kl=$(jq .exact.kl "$tmp/pms.json")
+pmx_s=$(jq .cpu_seconds "$tmp/pmx.json"); pmx_tv=$(tv "$tmp/pmx.csv" "$tmp/exact.csv"); pmx_kl=$(jq .exact.kl_upper_bound "$tmp/pmx.json")
 ours="[]"; peer="[]"
 for it in $ladder; do
   b=$((it / 10))
@@ -82,16 +105,19 @@ done
 reach='def reach($c; $t): ([$c[] | select(.max_tv <= $t) | .seconds] | first) // null;'
 potato=$(jq -n "$reach"' {alpha: $a, pseudo_mallows: {order: "v", seconds: $pms, max_tv: $pmtv, kl: $pmkl},
   pseudo_mallows_search: {order: "search", seconds: $pss, max_tv: $pstv, kl: $pskl},
+  pseudo_mallows_v_mix: {order: "v-mix", seconds: $pxs, max_tv: $pxtv, kl_upper_bound: $pxkl},
   mallows_mcmc: $ours, bayesmallows: $peer,
   mcmc_seconds_to_pm_accuracy: reach($ours; $pmtv),
   pm_speedup_at_equal_accuracy: (if reach($ours; $pmtv) then reach($ours; $pmtv) / $pms else null end),
   pm_search_speedup_at_equal_accuracy: (if reach($ours; $pstv) then reach($ours; $pstv) / $pss else null end),
+  pm_v_mix_speedup_at_equal_accuracy: (if reach($ours; $pxtv) then reach($ours; $pxtv) / $pxs else null end),
   iterations_per_second: {ours: ($ours[-1].iterations / $ours[-1].seconds),
                           bayesmallows: (if ($peer | length) > 0 then $peer[-1].iterations / $peer[-1].seconds else null end)},
   seconds_to_tv_0_1: {ours: reach($ours; 0.1), bayesmallows: reach($peer; 0.1)},
   seconds_to_tv_0_05: {ours: reach($ours; 0.05), bayesmallows: reach($peer; 0.05)}}' \
   --argjson a $alpha --argjson pms "$pm_s" --argjson pmtv "$pm_tv" --argjson pmkl "$pm_kl" --argjson ours "$ours" --argjson peer "$peer" \
-  --argjson pss "$pms_s" --argjson pstv "$pms_tv" --argjson pskl "$pms_kl")
+  --argjson pss "$pms_s" --argjson pstv "$pms_tv" --argjson pskl "$pms_kl" \
+  --argjson pxs "$pmx_s" --argjson pxtv "$pmx_tv" --argjson pxkl "$pmx_kl")
 potato=$(jq -c '. + {mcmc_vs_peer_iterations_per_second_ratio: (if .iterations_per_second.bayesmallows then .iterations_per_second.ours / .iterations_per_second.bayesmallows else null end)}' <<<"$potato")
 
 # alpha estimated too (log-normal walk, Exp(0.001) prior), 20,000 iterations: CPU seconds and alpha means.
@@ -103,9 +129,11 @@ fi
 potato=$(jq -c --argjson o "$est_ours" --argjson p "$est_peer" '. + {alpha_estimated_20000_iterations: {ours: $o, bayesmallows: $p,
   cpu_ratio_peer_over_ours: (if $p then $p.cpu_seconds / $o.cpu_seconds else null end)}}' <<<"$potato")
 
+fi
+
 # ---- sushi ----
 sushi="null"
-if [ -f "$data/sushi_rankings.csv" ]; then
+if [[ "$sections" == *" sushi "* ]] && [ -f "$data/sushi_rankings.csv" ]; then
   su="$data/sushi_rankings.csv"; sa=1.70
   "$bin/pseudomallows-fit" "$su" --alpha $sa --marginals "$tmp/spm.csv" --exact --exact-marginals "$tmp/ref.csv" -q > "$tmp/spm.json"
   so="[]"
@@ -119,5 +147,59 @@ if [ -f "$data/sushi_rankings.csv" ]; then
     pm_speedup_at_equal_accuracy: (if reach($so; $pmtv) then reach($so; $pmtv) / $pms else null end)}' \
     --argjson a $sa --argjson pms "$(jq .cpu_seconds "$tmp/spm.json")" --argjson pmtv "$(tv "$tmp/spm.csv" "$tmp/ref.csv")" --argjson so "$so")
 fi
-jq -nc --argjson p "$potato" --argjson s "$sushi" --arg peer "$peer_status" --arg nproc "$(nproc)" \
-  '{bench: "rank_mallows", accuracy: "max over items of the total-variation distance of the rank marginals", potato_visual: $p, sushi: $s, peer_status: $peer, nproc: ($nproc | tonumber)}'
+# ---- simulated: the authors' full-data regime ----
+sim_alpha=2
+pm_draws="10 30 100 300 1000 3000 10000 30000 100000"
+search_draws="1000 10000 100000"
+mc_iters="100 200 500 1000 1500 2000 3000 5000 10000 20000 50000 100000 200000"
+sim_rows="$tmp/sim_rows.jsonl"; : > "$sim_rows"
+sim_sizes="5 20 100"; [[ "$sections" == *" simulated "* ]] || sim_sizes=""
+record() {  # record SIZE METHOD ORDER PARAM SEED SECONDS MARG.csv REF.csv
+  local acc; acc=$(tv_both "$7" "$8")
+  jq -cn --arg size "$1" --arg method "$2" --arg order "$3" --argjson param "$4" --argjson seed "$5" --argjson s "$6" \
+    --argjson mx "${acc% *}" --argjson mn "${acc#* }" \
+    '{size: $size, method: $method, order: $order, param: $param, seed: $seed, seconds: $s, max_tv: $mx, mean_tv: $mn}' >> "$sim_rows"
+}
+for NN in $sim_sizes; do
+  size="n20_N$NN"
+  sim="$tmp/sim_$size.csv"
+  "$bin/mallows-mcmc" --simulate $NN --items 20 --alpha $sim_alpha --seed 2026 -o "$sim"
+  "$bin/pseudomallows-fit" "$sim" --alpha $sim_alpha --exact --exact-marginals "$tmp/ref_$size.csv" -q --draws 10 > /dev/null
+  pm_jobs=(); for d in $pm_draws; do pm_jobs+=("v-mix $d" "v $d"); done; for d in $search_draws; do pm_jobs+=("search $d"); done
+  mc_jobs=($mc_iters)
+  for seed in 1 2 3; do
+    k=0
+    while [ $k -lt ${#pm_jobs[@]} ] || [ $k -lt ${#mc_jobs[@]} ]; do
+      if [ $k -lt ${#pm_jobs[@]} ]; then
+        set -- ${pm_jobs[$k]}
+        "$bin/pseudomallows-fit" "$sim" --alpha $sim_alpha --order "$1" --draws "$2" --seed $seed --threads 1 -q --marginals "$tmp/x.csv" > "$tmp/x.json"
+        record "$size" pseudo_mallows "$1" "$2" $seed "$(jq .sampling_cpu_seconds "$tmp/x.json")" "$tmp/x.csv" "$tmp/ref_$size.csv"
+      fi
+      if [ $k -lt ${#mc_jobs[@]} ]; then
+        it=${mc_jobs[$k]}
+        "$bin/mallows-mcmc" "$sim" --fix-alpha --alpha $sim_alpha --iterations $it --burnin $((it / 10)) --seed $seed --threads 1 -q --marginals "$tmp/x.csv" > "$tmp/x.json"
+        record "$size" mallows_mcmc "" "$it" $seed "$(jq .cpu_seconds "$tmp/x.json")" "$tmp/x.csv" "$tmp/ref_$size.csv"
+      fi
+      k=$((k + 1))
+    done
+  done
+done
+simulated=$(jq -sc --argjson a $sim_alpha '
+  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  def curve: group_by(.param) | map({param: .[0].param, seconds: (map(.seconds) | median),
+    max_tv: (map(.max_tv) | median), mean_tv: (map(.mean_tv) | median)}) | sort_by(.param);
+  def reach($c; $k; $t): ([$c[] | select(.[$k] <= $t) | .seconds] | first) // null;
+  def ratio($m; $p): if $m != null and $p != null then $m / $p else null end;
+  group_by(.size) | map(. as $rows | ($rows | map(select(.method == "mallows_mcmc")) | curve) as $mc |
+    {size: $rows[0].size, alpha: $a, mallows_mcmc: {x: "iterations (10% burn-in)", curve: $mc},
+     pseudo_mallows: ([$rows[] | select(.method == "pseudo_mallows") | .order] | unique | map(. as $o |
+       ($rows | map(select(.method == "pseudo_mallows" and .order == $o)) | curve) as $pc |
+       ($pc | map(.max_tv) | min) as $bmx | ($pc | map(.mean_tv) | min) as $bmn |
+       {order: $o, x: "draws", curve: $pc, best_max_tv: $bmx, best_mean_tv: $bmn,
+        at_equal_accuracy: ([["max_tv", ($bmx * 1.1)], ["mean_tv", ($bmn * 1.1)], ["max_tv", 0.2], ["max_tv", 0.1], ["max_tv", 0.05],
+                             ["mean_tv", 0.1], ["mean_tv", 0.05], ["mean_tv", 0.02]] | map(
+          {measure: .[0], level: .[1], pm_seconds: reach($pc; .[0]; .[1]), mcmc_seconds: reach($mc; .[0]; .[1]),
+           pm_speedup: ratio(reach($mc; .[0]; .[1]); reach($pc; .[0]; .[1]))}))}))})' "$sim_rows")
+
+jq -nc --argjson p "$potato" --argjson s "$sushi" --argjson sim "$simulated" --arg peer "$peer_status" --arg nproc "$(nproc)" \
+  '{bench: "rank_mallows", accuracy: "max (and, simulated, mean) over items of the total-variation distance of the rank marginals", potato_visual: $p, sushi: $s, simulated_mallows: $sim, peer_status: $peer, nproc: ($nproc | tonumber)}'

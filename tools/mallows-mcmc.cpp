@@ -3,9 +3,13 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
 #include <optional>
 
 #include "cli/count.hpp"
+#include "io/atomic_file.hpp"
 #include "cli/run_tool.hpp"
 #include "io/json.hpp"
 #include "io/table.hpp"
@@ -21,7 +25,7 @@ using namespace icmlkit;
 int main(int argc, char** argv) {
   std::string input, output = "-", metric = "footrule", missing = "fail", error_model = "none", rho_init = "random", log_z_query;
   bool pairwise = false, header = false, implied = false, exact = false;
-  int items = 0;
+  int items = 0, simulate = 0;
   rank::McmcOptions o;
   rank::DrawOutputs outs;
   cli::ToolInfo info{
@@ -35,15 +39,20 @@ int main(int argc, char** argv) {
       "  mallows-mcmc ../shared/data/rankings/potato_visual.csv --iterations 20000 --burnin 2000 --chains 4 | jq .cp_consensus\n"
       "  mallows-mcmc ../shared/data/rankings/beach_preferences.csv --pairwise --iterations 20000 --samples beach.h5\n"
       "  mallows-mcmc ../shared/data/rankings/bernoulli_data.csv --pairwise --error-model bernoulli | jq .theta\n"
-      "  mallows-mcmc --log-z 10:3 --metric kendall | jq .log_z\n"};
+      "  mallows-mcmc --log-z 10:3 --metric kendall | jq .log_z\n"
+      "  mallows-mcmc --simulate 20 --items 20 --alpha 2 -o sim.csv   # 20 rankings drawn exactly from a Mallows model\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("input", input, "Rank CSV (no header) or, with --pairwise, preference CSV; - = stdin");
         app.add_option("--log-z", log_z_query, "Only print log Z_n(alpha) for --metric as JSON, given N:ALPHA (no input): exact where an\n"
                                                "exact method covers n (\"exact\": true), else an importance-sampling estimate with its se and ESS");
+        app.add_option("--simulate", simulate, "Only draw this many rankings exactly from the Mallows model with consensus\n"
+                                               "rho0 = (1, ..., --items), scale --alpha and --metric (footrule, spearman or hamming; subset DP,\n"
+                                               "--items <= 24) and write them to -o FILE.csv (the input format, no header; provenance in\n"
+                                               "FILE.csv.meta.json)")->transform(cli::count(1, 10000000));
         app.add_flag("--pairwise", pairwise, "Input is pairwise preferences (assessor,bottom_item,top_item)");
-        app.add_option("--items", items, "Number of items for --pairwise (default: the largest item seen)")->check(cli::int_range(2, 1000));
+        app.add_option("--items", items, "Number of items for --pairwise (default: the largest item seen) or --simulate")->check(cli::int_range(2, 1000));
         app.add_flag("--header", header, "Rank CSV has a header row to skip");
         app.add_option("--missing", missing, "Missing ranks (empty, NA or 0): augment, fail or omit the assessor")
             ->capture_default_str()->check(CLI::IsMember({"augment", "fail", "omit"}));
@@ -75,9 +84,37 @@ int main(int argc, char** argv) {
         app.add_option("--heatmap", outs.heatmap, "PNG heat map of the marginals (needs gnuplot)");
       },
       [&](cli::Context& ctx) {
+        o.metric = rank::parse_metric(metric, "--metric");
+        if (simulate > 0) {
+          if (!input.empty()) throw UsageError("--simulate reads no input", input);
+          if (items < 2) throw UsageError("--simulate needs --items N (2..24)", "--items");
+          if (items > rank::subset_dp_max_n)
+            throw UsageError(fmt::format("--simulate draws exactly by the subset DP: --items <= {}", rank::subset_dp_max_n), "--items");
+          if (!rank::is_itemwise(o.metric)) throw UsageError("--simulate needs an item-wise metric: footrule, spearman or hamming", "--metric");
+          if (io::is_stdout(output) || std::filesystem::path(output).extension() != ".csv")
+            throw UsageError("--simulate writes a rank CSV: give -o FILE.csv", "-o " + output);
+          rank::Perm rho0(static_cast<std::size_t>(items));
+          std::iota(rho0.begin(), rho0.end(), 0);
+          Rng rng(ctx.common.seed);
+          const rank::RankMatrix R = rank::simulate_mallows(rho0, o.alpha_init, simulate, o.metric, rng);
+          std::string text;
+          for (Eigen::Index j = 0; j < R.rows(); ++j)
+            for (int i = 0; i < items; ++i) text += fmt::format("{}{}", R(j, i) + 1, i + 1 < items ? ',' : '\n');
+          ctx.prov.extra["simulation"] = {{"model", "Mallows"}, {"metric", metric}, {"alpha", o.alpha_init}, {"items", items},
+                                          {"assessors", simulate}, {"rho0", "1..items"}, {"sampler", "exact (subset DP)"}};
+          // Both files are staged before either is renamed, so a failure leaves neither.
+          io::AtomicFile data(output), meta(output + ".meta.json");
+          for (auto [f, body] : {std::pair{&data, text}, std::pair{&meta, nlohmann::json{{"meta", ctx.prov.to_json()}}.dump(2) + "\n"}}) {
+            std::ofstream os(f->temp_path(), std::ios::binary);
+            os << body;
+            if (!os.flush()) throw RuntimeError("cannot write output file", f->target().string());
+          }
+          meta.commit();
+          data.commit();
+          return;
+        }
         io::require_json_path(output);
         rank::check_draw_outputs(outs);
-        o.metric = rank::parse_metric(metric, "--metric");
         if (!log_z_query.empty()) {
           const auto colon = log_z_query.find(':');
           const auto nn = colon == std::string::npos ? std::nullopt : io::parse_double(log_z_query.substr(0, colon));
@@ -191,7 +228,9 @@ int main(int argc, char** argv) {
         out.update(rank::consensus_json(marg, draws, n));
         if (exact) {
           const rank::SubsetPosterior sp(rank::itemwise_log_weights(data.ranks, o.alpha_init, o.metric));
-          out["exact"] = {{"max_tv", rank::max_marginal_tv(marg, sp.marginals())}, {"log_normaliser", sp.log_normaliser()}};
+          const Eigen::MatrixXd pm = sp.marginals();
+          out["exact"] = {{"max_tv", rank::max_marginal_tv(marg, pm)}, {"mean_tv", rank::mean_marginal_tv(marg, pm)},
+                          {"log_normaliser", sp.log_normaliser()}};
         }
         out["seconds"] = res.seconds;
         out["cpu_seconds"] = res.cpu_seconds;

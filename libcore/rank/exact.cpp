@@ -110,4 +110,21 @@ Eigen::MatrixXd itemwise_log_weights(const RankMatrix& ranks, double alpha, Metr
   return -(alpha / n) * c;
 }
 
+RankMatrix simulate_mallows(const Perm& rho0, double alpha, int count, Metric m, Rng& rng) {
+  if (!is_itemwise(m)) throw InputError(fmt::format("exact Mallows sampling needs an item-wise distance, not {}", metric_name(m)));
+  if (!is_permutation(rho0)) throw InputError("the Mallows consensus rho0 is not a permutation");
+  if (!(alpha >= 0) || !std::isfinite(alpha)) throw InputError("the Mallows scale alpha must be finite and >= 0");
+  const int n = static_cast<int>(rho0.size());
+  Eigen::MatrixXd lw(n, n);
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r) lw(i, r) = -(alpha / n) * item_distance(r, rho0[static_cast<std::size_t>(i)], m);
+  const SubsetPosterior mallows(lw);
+  RankMatrix R(count, n);
+  for (int j = 0; j < count; ++j) {
+    const Perm p = mallows.sample(rng);
+    for (int i = 0; i < n; ++i) R(j, i) = p[static_cast<std::size_t>(i)];
+  }
+  return R;
+}
+
 }  // namespace icmlkit::rank

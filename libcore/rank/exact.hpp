@@ -47,4 +47,12 @@ class SubsetPosterior {
 /// `ranks` must be complete.  Throws InputError for a metric that is not item-wise.
 Eigen::MatrixXd itemwise_log_weights(const RankMatrix& ranks, double alpha, Metric m);
 
+/// `count` complete rankings drawn exactly from the Mallows model
+/// p(R) ∝ exp(-(alpha/n) d(R, rho0)) of an item-wise metric (footrule, Spearman, Hamming), by the
+/// subset DP with L(i, r) = -(alpha/n) f(r, rho0_i) (BayesMallows' sample_mallows draws the same
+/// distribution by MCMC).  `rho0`: 0-based consensus ranking of n <= subset_dp_max_n items,
+/// alpha >= 0.  Returns [count, n] 0-based ranks.  Throws InputError for a non-item-wise metric,
+/// rho0 not a permutation or n out of range.
+RankMatrix simulate_mallows(const Perm& rho0, double alpha, int count, Metric m, Rng& rng);
+
 }  // namespace icmlkit::rank

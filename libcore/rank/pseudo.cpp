@@ -79,7 +79,11 @@ Perm PseudoMallows::sample(Rng& rng, double* logq) const {
   return r;
 }
 
-PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, int threads) {
+namespace {
+// Draws `count` samples in blocks of 256 (block b seeded with derive_seed(seed, b)); `make_order(rng,
+// buf)` returns the item order of the next draw (it may fill `buf` [n] and use `rng`).
+template <class MakeOrder>
+PseudoDraws draw_blocks(const PseudoMallows& q, int count, std::uint64_t seed, int threads, MakeOrder make_order) {
   if (count < 1) throw UsageError("Pseudo-Mallows: the number of draws must be >= 1");
   const int n = q.n();
   constexpr int block = 256;
@@ -95,15 +99,18 @@ PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, i
 #pragma omp parallel num_threads(nt)
   {
     const int tid = omp_get_thread_num();
-    std::vector<int> fr(static_cast<std::size_t>(n));
+    std::vector<int> fr(static_cast<std::size_t>(n)), obuf(static_cast<std::size_t>(n));
     std::vector<double> p(static_cast<std::size_t>(n));
     double* acc = marg[static_cast<std::size_t>(tid)].data();
 #pragma omp for schedule(static)
     for (int b = 0; b < blocks; ++b) {
       Rng rng(derive_seed(seed, static_cast<std::uint64_t>(b)));
       const int hi = std::min(count, (b + 1) * block);
-      for (int s = b * block; s < hi; ++s)
-        d.log_q[static_cast<std::size_t>(s)] = q.sample_into(rng, d.rho.data() + static_cast<std::ptrdiff_t>(s) * n, fr.data(), p.data(), acc);
+      for (int s = b * block; s < hi; ++s) {
+        const int* order = make_order(rng, obuf.data());
+        d.log_q[static_cast<std::size_t>(s)] =
+            q.sample_into(rng, order, d.rho.data() + static_cast<std::ptrdiff_t>(s) * n, fr.data(), p.data(), acc);
+      }
     }
   }
   // Row-major accumulators [item][rank] summed in thread order (deterministic for a fixed nt).
@@ -113,6 +120,39 @@ PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, i
       for (int r = 0; r < n; ++r) d.marginals(i, r) += a[static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + static_cast<std::size_t>(r)];
   d.marginals /= static_cast<double>(count);
   return d;
+}
+
+// The V order of the consensus `c` (items by mean rank) into `out` [n]: for odd n the middle item
+// first, then pair k = 0, 1, ... (k = 0 nearest the middle), the worse item first when
+// worse_first(k) is true.
+template <class WorseFirst>
+void fill_v_order(const int* c, std::size_t n, int* out, WorseFirst worse_first) {
+  std::size_t at = 0;
+  if (n % 2 == 1) out[at++] = c[n / 2];
+  const std::size_t pairs = n / 2;
+  for (std::size_t k = 0; k < pairs; ++k) {
+    const std::size_t lo = pairs - 1 - k, hi = n - 1 - lo;
+    const bool flip = worse_first(k);
+    out[at++] = c[flip ? hi : lo];
+    out[at++] = c[flip ? lo : hi];
+  }
+}
+}  // namespace
+
+PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, int threads) {
+  const int* order = q.order().data();
+  return draw_blocks(q, count, seed, threads, [order](Rng&, int*) { return order; });
+}
+
+PseudoDraws draw_pseudo_v_mixture(const PseudoMallows& q, const Perm& consensus, int count, std::uint64_t seed, int threads) {
+  if (static_cast<int>(consensus.size()) != q.n() || !is_permutation(consensus))
+    throw InputError("Pseudo-Mallows V mixture: the consensus must be a permutation of q's items");
+  const int* c = consensus.data();
+  const std::size_t n = consensus.size();
+  return draw_blocks(q, count, seed, threads, [c, n](Rng& rng, int* buf) {
+    fill_v_order(c, n, buf, [&rng](std::size_t) { return rng.uniform() < 0.5; });
+    return static_cast<const int*>(buf);
+  });
 }
 
 double PseudoMallows::log_q(const Perm& r) const {
@@ -164,8 +204,12 @@ KlEstimate neg_elbo(const PseudoMallows& q, int samples, Rng& rng) {
 }
 
 KlEstimate neg_elbo(const PseudoMallows& q, int samples, std::uint64_t seed, int threads) {
-  const PseudoDraws d = draw_pseudo(q, samples, seed, threads);
+  return neg_elbo(q, draw_pseudo(q, samples, seed, threads));
+}
+
+KlEstimate neg_elbo(const PseudoMallows& q, const PseudoDraws& d) {
   const int n = q.n();
+  const int samples = static_cast<int>(d.log_q.size());
   double s1 = 0, s2 = 0;
   Perm r(static_cast<std::size_t>(n));
   for (int s = 0; s < samples; ++s) {
@@ -223,19 +267,8 @@ Perm variance_order(const RankMatrix& ranks) { return order_by(ranks, true); }
 Perm v_order(const RankMatrix& ranks, const std::vector<char>& worse_first) {
   // c: items by mean observed rank (= column sum for complete data), ties by item index.
   const Perm by_mean = order_by(ranks, false);
-  const std::size_t n = by_mean.size();
-  Perm o;
-  o.reserve(n);
-  if (n % 2 == 1) o.push_back(by_mean[n / 2]);
-  // Pair k (k = 0 nearest the middle): the items at c-positions lo = (n-1)/2 - k - (n even ? 0 : 1)
-  // and hi = n - 1 - lo, i.e. equally far above and below the middle.
-  const std::size_t pairs = n / 2;
-  for (std::size_t k = 0; k < pairs; ++k) {
-    const std::size_t lo = pairs - 1 - k, hi = n - 1 - lo;
-    const bool flip = k < worse_first.size() && worse_first[k];
-    o.push_back(by_mean[flip ? hi : lo]);
-    o.push_back(by_mean[flip ? lo : hi]);
-  }
+  Perm o(by_mean.size());
+  fill_v_order(by_mean.data(), by_mean.size(), o.data(), [&](std::size_t k) { return k < worse_first.size() && worse_first[k]; });
   return o;
 }
 

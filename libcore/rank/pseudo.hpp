@@ -64,11 +64,26 @@ struct PseudoDraws {
 /// Draws `count` >= 1 samples with `threads` threads (0 = all cores).
 PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, int threads = 0);
 
+/// The authors' sampler (sylvia-liu-qinghua/Pseudo-Mallows, RhoSamples -> SampleRho with sigma = 0
+/// and GenerateVOrdering called per draw): every draw takes a fresh V order of `consensus` (the
+/// items by mean rank, mean_rank_order) whose floor(n/2) pair orientations are fair coins from
+/// the draw's random stream, so the draws come from the uniform mixture
+/// q_mix = 2^-floor(n/2) sum_V q_V of the V-order factorisations of q's weights (q's own order is
+/// not used).  `log_q` holds log q_V of the component that made each draw: its mean minus
+/// log p~ estimates the components' mean KL (plus log Z_p), an upper bound on KL(q_mix || p) by
+/// convexity.  The marginals are Rao-Blackwellised over the factors as in draw_pseudo, hence
+/// unbiased for q_mix's marginals.  Blocks, seeds and threading as draw_pseudo.  Throws InputError
+/// when `consensus` is not a permutation of q's n items, UsageError when count < 1.
+PseudoDraws draw_pseudo_v_mixture(const PseudoMallows& q, const Perm& consensus, int count, std::uint64_t seed, int threads = 0);
+
 /// Monte Carlo estimate of E_q[log q_V - log p~] (KL(q_V || p) - log Z_p) with its standard error.
 struct KlEstimate {
   double value = 0;
   double se = 0;
 };
+/// The mean of log_q - log p~ over existing draws `d` (from draw_pseudo: E_q[log q - log p~];
+/// from draw_pseudo_v_mixture: the upper bound described there).
+KlEstimate neg_elbo(const PseudoMallows& q, const PseudoDraws& d);
 /// Estimates E_q[log q - log p~] from `samples` draws.
 KlEstimate neg_elbo(const PseudoMallows& q, int samples, Rng& rng);
 /// The same from `samples` draws made in parallel by draw blocks seeded from `seed` (results do

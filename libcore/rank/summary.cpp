@@ -79,6 +79,10 @@ double max_marginal_tv(const Eigen::MatrixXd& p, const Eigen::MatrixXd& q) {
   return 0.5 * (p - q).cwiseAbs().rowwise().sum().maxCoeff();
 }
 
+double mean_marginal_tv(const Eigen::MatrixXd& p, const Eigen::MatrixXd& q) {
+  return 0.5 * (p - q).cwiseAbs().rowwise().sum().mean();
+}
+
 namespace {
 std::string extension(const std::string& path) { return std::filesystem::path(path).extension().string(); }
 

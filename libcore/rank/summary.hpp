@@ -31,6 +31,9 @@ nlohmann::json scalar_summary(const std::vector<double>& x);
 /// Total variation max_i (1/2) sum_r |P(i, r) - Q(i, r)| between two marginal matrices (the
 /// "marginal accuracy" the benchmarks and tests use).
 double max_marginal_tv(const Eigen::MatrixXd& p, const Eigen::MatrixXd& q);
+/// The mean over items of the same per-item total-variation distances (the whole table's
+/// accuracy rather than its worst item).
+double mean_marginal_tv(const Eigen::MatrixXd& p, const Eigen::MatrixXd& q);
 
 /// Writes marginals as CSV (item, rank, probability; 1-based; with a .meta.json sidecar) or HDF5
 /// (dataset /marginals [items, ranks]), by extension.  Throws UsageError for another extension.

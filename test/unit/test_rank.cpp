@@ -757,6 +757,100 @@ TEST_CASE("rank: V-order search and parallel draws: thread-independent, exact ma
   CHECK(d1.marginals.rowwise().sum().isOnes(1e-12));
 }
 
+TEST_CASE("rank: simulate_mallows draws the Mallows model exactly") {
+  // Truth: p(R) = exp(-(alpha/n) d(R, rho0)) / Z by enumeration of the 120 rankings of n = 5 (Z
+  // summed directly), for footrule and Hamming with a non-identity rho0.  60,000 draws: every
+  // ranking's frequency within 5 binomial sd of its probability.
+  const int n = 5;
+  const Perm rho0 = {2, 0, 4, 1, 3};
+  for (Metric m : {Metric::footrule, Metric::hamming}) {
+    const double alpha = 4.0;
+    std::map<Perm, double> prob;
+    double z = 0;
+    for (const auto& p : all_perms(n)) z += (prob[p] = std::exp(-alpha / n * distance(p, rho0, m)));
+    Rng rng(71);
+    const int S = 60000;
+    const RankMatrix R = simulate_mallows(rho0, alpha, S, m, rng);
+    REQUIRE(R.rows() == S);
+    std::map<Perm, int> count;
+    for (int j = 0; j < S; ++j) ++count[Perm(R.row(j).data(), R.row(j).data() + n)];
+    CHECK(count.size() <= prob.size());
+    for (const auto& [p, w] : prob) {
+      const double pr = w / z, f = count.count(p) ? count[p] / static_cast<double>(S) : 0.0;
+      CHECK(std::abs(f - pr) < 5 * std::sqrt(pr * (1 - pr) / S) + 1e-9);
+    }
+  }
+  Rng rng(1);
+  CHECK_THROWS_AS(simulate_mallows(rho0, 1.0, 3, Metric::kendall, rng), InputError);
+  CHECK_THROWS_AS(simulate_mallows({0, 0, 1}, 1.0, 3, Metric::footrule, rng), InputError);
+}
+
+TEST_CASE("rank: the authors' V-mixture sampler draws from the uniform mixture of the V orders") {
+  // Truth: q_mix(r) = (1/4) sum over the 4 V orders of n = 5 (2 pairs) of exp(log q_V(r)), with
+  // log q_V by PseudoMallows::log_q (itself checked against enumeration above); its marginals
+  // and KL(q_mix || p) by enumeration of the 120 rankings, p from the subset DP.  150,000 draws:
+  // frequencies and Rao-Blackwellised marginals within 5 binomial sd; the first draw's log q is
+  // that of the V order made by the block's first coin flips; the components' mean KL bounds
+  // KL(q_mix || p) from above (convexity), and a single V order's marginals differ from q_mix's
+  // by more than the tolerance (so the check can fail).
+  const int n = 5;
+  const RankMatrix R = mallows_ranks(10, n, 1.5, 9);
+  const Eigen::MatrixXd lw = itemwise_log_weights(R, 1.5, Metric::footrule);
+  const SubsetPosterior sp(lw);
+  std::vector<PseudoMallows> comps;
+  for (int mask = 0; mask < 4; ++mask) comps.emplace_back(lw, v_order(R, {static_cast<char>(mask & 1), static_cast<char>(mask >> 1)}));
+  std::map<Perm, double> mix;
+  Eigen::MatrixXd mix_marg = Eigen::MatrixXd::Zero(n, n), one_marg = Eigen::MatrixXd::Zero(n, n);
+  double kl_mix = 0, kl_mean = 0;
+  for (const auto& p : all_perms(n)) {
+    double s = 0;
+    for (const auto& q : comps) {
+      const double lq = q.log_q(p);
+      s += std::exp(lq) / 4;
+      kl_mean += std::exp(lq) * (lq - sp.log_prob(p)) / 4;
+    }
+    mix[p] = s;
+    kl_mix += s * (std::log(s) - sp.log_prob(p));
+    for (int i = 0; i < n; ++i) {
+      mix_marg(i, p[static_cast<std::size_t>(i)]) += s;
+      one_marg(i, p[static_cast<std::size_t>(i)]) += std::exp(comps[0].log_q(p));
+    }
+  }
+  const int S = 150000;
+  const PseudoDraws d = draw_pseudo_v_mixture(comps[0], mean_rank_order(R), S, 13, 1);
+  std::map<Perm, int> count;
+  for (int s = 0; s < S; ++s) ++count[Perm(d.rho.begin() + s * n, d.rho.begin() + (s + 1) * n)];
+  for (const auto& [p, pr] : mix) {
+    const double f = count.count(p) ? count[p] / static_cast<double>(S) : 0.0;
+    CHECK(std::abs(f - pr) < 5 * std::sqrt(pr * (1 - pr) / S) + 1e-9);
+  }
+  double worst = 0;
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r) {
+      const double pr = mix_marg(i, r), sd = std::sqrt(pr * (1 - pr) / S);
+      CHECK(std::abs(d.marginals(i, r) - pr) < 5 * sd + 1e-9);
+      worst = std::max(worst, std::abs(one_marg(i, r) - pr) / (sd + 1e-12));
+    }
+  CHECK(worst > 10);
+  Rng first(derive_seed(13, 0));
+  const Perm o0 = v_order(R, first);
+  const Perm r0(d.rho.begin(), d.rho.begin() + n);
+  CHECK(d.log_q[0] == doctest::Approx(PseudoMallows(lw, o0).log_q(r0)).epsilon(1e-12));
+  const KlEstimate ub = neg_elbo(comps[0], d);
+  CHECK(kl_mix <= kl_mean + 1e-12);
+  CHECK(std::abs(ub.value + sp.log_normaliser() - kl_mean) < 5 * ub.se);
+  CHECK_THROWS_AS(draw_pseudo_v_mixture(comps[0], Perm{0, 1, 2}, 10, 1, 1), InputError);
+}
+
+TEST_CASE("rank: mean and max marginal total variation") {
+  // Hand computation: item 0 differs by TV 0.5, item 1 by 0: max 0.5, mean 0.25.
+  Eigen::MatrixXd a(2, 2), b(2, 2);
+  a << 1, 0, 0, 1;
+  b << 0.5, 0.5, 0, 1;
+  CHECK(max_marginal_tv(a, b) == doctest::Approx(0.5));
+  CHECK(mean_marginal_tv(a, b) == doctest::Approx(0.25));
+}
+
 TEST_CASE("rank: order search never worsens its objective; mean-rank order puts top items first") {
   const int n = 8;
   const RankMatrix R = random_ranks(6, n, 40);
