@@ -114,8 +114,8 @@ int argmax(const float* x, int n) {
 /// One sequence being decoded.
 class Decoder {
  public:
-  Decoder(const lm::Model& model, const DecodeConfig& cfg)
-      : model_(model), mc_(model.config), cfg_(cfg), cache_(mc_), sampler_(cfg.sampler), pool_(std::max(1, cfg.guesses)) {
+  Decoder(lm::Engine& engine, const DecodeConfig& cfg)
+      : engine_(engine), mc_(engine.config()), cfg_(cfg), sampler_(cfg.sampler), pool_(std::max(1, cfg.guesses)) {
     if (cfg_.method == Method::fafo) comp_ = std::make_unique<kv::Compressor>(mc_, cfg_.kv);
   }
 
@@ -127,6 +127,7 @@ class Decoder {
     for (int t : prompt)
       if (t < 0 || t >= mc_.vocab_size) throw InputError("prompt token id " + std::to_string(t) + " outside the vocabulary");
     ctx_ = prompt;
+    engine_.clear();
     // Every generated token keeps a position inside the context (as lm-generate does).
     max_new_ = std::min(cfg_.max_new_tokens, mc_.n_ctx - static_cast<int>(prompt.size()));
     prefill(prompt);
@@ -171,8 +172,8 @@ class Decoder {
     opt.all_logits = false;
     opt.logits_rows = {n - 1};
     if (comp_ && comp_->needs_attention()) opt.attn_rows = comp_->prefill_rows(n);
-    lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
-    cache_.commit_all();
+    lm::ForwardResult fr = engine_.forward(b, opt);
+    engine_.commit_all();
     if (comp_) {
       std::vector<int> slots(n);
       for (int i = 0; i < n; ++i) slots[i] = i;
@@ -209,11 +210,11 @@ class Decoder {
     for (int k = 0; k < depth; ++k) {
       lm::Batch b;
       b.add(tok, n_past_ + k);
-      lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
+      lm::ForwardResult fr = engine_.forward(b, opt);
       ++res_.forward_passes;
       ++rec.draft_rows;
       if (!fr.attn_cpu_s.empty()) rec.draft_attn_cpu_s += fr.attn_cpu_s[0];
-      cache_.commit({0});  // the draft's own K/V, rolled back below
+      engine_.commit({0});  // the draft's own K/V, rolled back below
       const float* lg = fr.logits.row(0);
       const int x = argmax(lg, mc_.vocab_size);
       double mx = lg[x], sum = 0.0;
@@ -222,7 +223,7 @@ class Decoder {
       tok = x;
       if (1.0 / sum < cfg_.draft_stop) break;
     }
-    cache_.truncate(n_past_);
+    engine_.truncate(n_past_);
     return draft;
   }
 
@@ -299,7 +300,7 @@ class Decoder {
     }
     rec.rows = b.size();
 
-    lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
+    lm::ForwardResult fr = engine_.forward(b, opt);
     ++res_.forward_passes;
     if (!fr.attn_cpu_s.empty()) {
       rec.verify_attn_cpu_s = fr.attn_cpu_s[0];
@@ -343,7 +344,7 @@ class Decoder {
     rec.accepted = static_cast<int>(commit_rows.size());
     cur_ = res_.tokens.back();  // the bonus token: the next step's input
 
-    cache_.commit(commit_rows);
+    engine_.commit(commit_rows);
     if (comp_) {
       std::vector<int> slot(b.size(), -1);
       for (std::size_t i = 0; i < commit_rows.size(); ++i) slot[commit_rows[i]] = n_past_ + static_cast<int>(i);
@@ -361,10 +362,9 @@ class Decoder {
     res_.steps.push_back(rec);
   }
 
-  const lm::Model& model_;
+  lm::Engine& engine_;
   const lm::ModelConfig& mc_;
   const DecodeConfig& cfg_;
-  lm::KvCache cache_;
   lm::Sampler sampler_;
   NgramPool pool_;
   std::unique_ptr<LookaheadWindow> window_;
@@ -378,8 +378,13 @@ class Decoder {
 }  // namespace
 
 DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config) {
-  config.validate(model.config);
-  Decoder d(model, config);
+  lm::CpuEngine engine(model);
+  return generate(engine, prompt, config);
+}
+
+DecodeResult generate(lm::Engine& engine, const std::vector<int>& prompt, const DecodeConfig& config) {
+  config.validate(engine.config());
+  Decoder d(engine, config);
   return d.run(prompt);
 }
 

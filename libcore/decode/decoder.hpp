@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kv/policy.hpp"
+#include "lm/engine.hpp"
 #include "lm/model.hpp"
 #include "lm/sampler.hpp"
 
@@ -93,6 +94,11 @@ struct DecodeResult {
 /// Generates from `prompt` (token ids, non-empty, shorter than n_ctx).  Throws InputError for
 /// an empty prompt or one that fills the context, UsageError for bad settings.
 DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config);
+/// The same on any engine (CPU or CUDA, lm/engine.hpp); the engine's cache is cleared first.
+/// Outputs are those of the engine's forward(): on the CPU bitwise the overload above.
+/// Throws what the engine throws for options it lacks (CUDA: FAFO compressors other than
+/// streaming need attention records, which the CUDA engine refuses).
+DecodeResult generate(lm::Engine& engine, const std::vector<int>& prompt, const DecodeConfig& config);
 
 /// Greedy search for a self-speculative skip set on calibration prompts: starting from no
 /// skips, repeatedly adds the sublayer whose skipping maximises the modelled speed
