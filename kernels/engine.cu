@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -594,6 +595,7 @@ struct CudaEngine::Impl {
     cudaGraphExec_t exec = nullptr;
   };
   std::map<GraphKey, GraphEntry> graphs;
+  int captured = 0;  // instantiated graphs held (at most 64)
   bool graphs_on = true;
   std::vector<float*> hidden_host;
 
@@ -601,6 +603,7 @@ struct CudaEngine::Impl {
     for (auto& g : graphs)
       if (g.second.exec) cudaGraphExecDestroy(g.second.exec);
     graphs.clear();
+    captured = 0;
   }
 
   /// Captures and instantiates the forward of plan P; null (graphs then off) on failure.
@@ -729,8 +732,14 @@ struct CudaEngine::Impl {
     if (graphable) {
       const GraphKey key{R, V, static_cast<long long>(n_nb), static_cast<long long>(n_sl), nl,
                          (invariant ? 1 : 0) + 2LL * (P.greedy ? 1 : 0) + 4LL * P.nsplit};
+      if (graphs.size() > 1024) {  // forget shapes seen once or twice (FAFO's varying batches)
+        for (auto it = graphs.begin(); it != graphs.end();) it = it->second.exec ? std::next(it) : graphs.erase(it);
+      }
       GraphEntry& ge = graphs[key];
-      if (!ge.exec && ++ge.seen >= 3 && graphs.size() <= 64) ge.exec = capture(P, opt);
+      if (!ge.exec && ++ge.seen >= 3 && captured < 64) {
+        ge.exec = capture(P, opt);
+        captured += ge.exec ? 1 : 0;
+      }
       exec = ge.exec;
     }
     if (exec) {
