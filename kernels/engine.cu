@@ -69,35 +69,12 @@ struct DevMat {
   int rows = 0, cols = 0;
 };
 
-/// Where activation row r, term `part` (0 = hi, 1 = lo; f32 has only 0) lives in a GEMM input
-/// or output buffer: GEMMs run over chunks of P rows, each chunk holding its hi rows then its
-/// lo rows.
-struct Layout {
-  int P = 1;       // rows per GEMM chunk
-  int nparts = 1;  // 1 (f32) or 2 (16-bit split)
-  WType t = WType::f32;
-  __host__ __device__ std::size_t row(int r, int part) const {
-    return std::size_t(r / P) * nparts * P + std::size_t(part) * P + r % P;
-  }
-};
+using Layout = lm::dm::GemmLayout;
 
 /// Writes activation value v at (r, k) of a GEMM input with K columns.
-__device__ __forceinline__ void store_act(void* act, const Layout& L, int K, int r, int k, float v) {
-  if (L.t == WType::f32) {
-    static_cast<float*>(act)[L.row(r, 0) * K + k] = v;
-  } else {
-    std::uint16_t hi, lo;
-    lm::dm::split2(v, L.t, hi, lo);
-    static_cast<std::uint16_t*>(act)[L.row(r, 0) * K + k] = hi;
-    static_cast<std::uint16_t*>(act)[L.row(r, 1) * K + k] = lo;
-  }
-}
+__device__ __forceinline__ void store_act(void* act, const Layout& L, int K, int r, int k, float v) { L.store(act, K, r, k, v); }
 /// Reads GEMM output (r, o) of a product with O columns: the sum of its terms.
-__device__ __forceinline__ float load_out(const float* Y, const Layout& L, int O, int r, int o) {
-  float v = Y[L.row(r, 0) * O + o];
-  if (L.nparts == 2) v += Y[L.row(r, 1) * O + o];
-  return v;
-}
+__device__ __forceinline__ float load_out(const float* Y, const Layout& L, int O, int r, int o) { return L.load(Y, O, r, o); }
 
 __device__ __forceinline__ float load_w(const void* w, WType t, std::size_t i) {
   if (t == WType::f32) return static_cast<const float*>(w)[i];
@@ -494,7 +471,7 @@ struct CudaEngine::Impl {
     return L;
   }
   /// Rows of a GEMM buffer for R activation rows.
-  static std::size_t buf_rows(const Layout& L, int R) { return std::size_t((R + L.P - 1) / L.P) * L.P * L.nparts; }
+  static std::size_t buf_rows(const Layout& L, int R) { return L.rows(R); }
 
   /// Y [R, O] (chunked layout) = act [R, K] W^T.
   void gemm(const DevMat& W, const Layout& L, int R) {

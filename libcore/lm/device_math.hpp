@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
 
 #if defined(__CUDACC__)
@@ -107,6 +108,38 @@ ICMLKIT_HD void split2(float x, WType t, std::uint16_t& hi, std::uint16_t& lo) {
   hi = narrow(x, t);
   lo = narrow(x - widen(hi, t), t);
 }
+
+/// Where activation row r, term `part` (0 = hi, 1 = lo; f32 has only term 0) lives in a GEMM
+/// input or output buffer of the CUDA engine.  GEMMs run over chunks of P rows; a chunk holds its
+/// P hi rows, then its P lo rows, so one cuBLAS call multiplies a chunk's nparts * P columns.
+struct GemmLayout {
+  int P = 1;       ///< rows per GEMM chunk (64 in batch-invariant mode, else the batch size)
+  int nparts = 1;  ///< 1 (f32 weights) or 2 (16-bit weights: hi and lo terms)
+  WType t = WType::f32;
+  /// Buffer row of (r, part).
+  ICMLKIT_HD std::size_t row(int r, int part) const {
+    return std::size_t(r / P) * nparts * P + std::size_t(part) * P + r % P;
+  }
+  /// Buffer rows needed for R activation rows (whole chunks).
+  ICMLKIT_HD std::size_t rows(int R) const { return std::size_t((R + P - 1) / P) * P * nparts; }
+  /// Writes activation v at (r, k) of a buffer with K columns (split into hi/lo for 16 bits).
+  ICMLKIT_HD void store(void* buf, int K, int r, int k, float v) const {
+    if (t == WType::f32) {
+      static_cast<float*>(buf)[row(r, 0) * K + k] = v;
+    } else {
+      std::uint16_t hi, lo;
+      split2(v, t, hi, lo);
+      static_cast<std::uint16_t*>(buf)[row(r, 0) * K + k] = hi;
+      static_cast<std::uint16_t*>(buf)[row(r, 1) * K + k] = lo;
+    }
+  }
+  /// Reads GEMM output (r, o) of a product with O columns: the sum of its terms.
+  ICMLKIT_HD float load(const float* Y, int O, int r, int o) const {
+    float v = Y[row(r, 0) * O + o];
+    if (nparts == 2) v += Y[row(r, 1) * O + o];
+    return v;
+  }
+};
 
 // ---- RMSNorm ----------------------------------------------------------------------------
 

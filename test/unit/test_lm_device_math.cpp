@@ -94,6 +94,68 @@ TEST_CASE("lm device math: the two-term 16-bit split keeps the stated precision"
   CHECK(dm::bf16_to_f32(lo) != 0.0f);
 }
 
+TEST_CASE("lm device math: chunked split GEMM layout reproduces x W^T") {
+  // Truth: the product in double.  The CUDA engine's GEMM schedule is replayed on the host: rows
+  // stored through GemmLayout (hi/lo terms, chunks of P rows), one column-block product per chunk
+  // as its cublasGemmEx call makes it (offset chunk * nparts * P rows in both buffers), outputs
+  // read back through GemmLayout.  Tolerance: the split's 2^-17 (bf16) / 2^-21 (f16) relative
+  // error of each activation times sum |W||x|, plus float accumulation (K * 2^-24 relative).
+  Rng rng(23);
+  const int K = 19, O = 7;
+  std::vector<float> W(std::size_t(O) * K);
+  for (auto& w : W) w = static_cast<float>(rng.normal());
+  for (dm::WType t : {dm::WType::f32, dm::WType::f16, dm::WType::bf16})
+    for (int P : {1, 3, 64})
+      for (int R : {1, 2, 5, 64, 65, 130}) {
+        dm::GemmLayout L;
+        L.P = P;
+        L.nparts = t == dm::WType::f32 ? 1 : 2;
+        L.t = t;
+        std::vector<float> x(std::size_t(R) * K);
+        for (auto& v : x) v = static_cast<float>(rng.normal() * 4.0);
+        const std::size_t rows = L.rows(R);
+        std::vector<std::uint16_t> a16(rows * K, 0);
+        std::vector<float> a32(rows * K, 0.0f), Y(rows * O, 0.0f);
+        std::vector<char> used(rows, 0);
+        for (int r = 0; r < R; ++r)
+          for (int part = 0; part < L.nparts; ++part) {
+            const std::size_t row = L.row(r, part);
+            REQUIRE(row < rows);
+            REQUIRE(row / (std::size_t(L.nparts) * P) == std::size_t(r / P));  // inside its chunk
+            REQUIRE(!used[row]);
+            used[row] = 1;
+          }
+        for (int r = 0; r < R; ++r)
+          for (int k = 0; k < K; ++k) {
+            if (t == dm::WType::f32) L.store(a32.data(), K, r, k, x[std::size_t(r) * K + k]);
+            else L.store(a16.data(), K, r, k, x[std::size_t(r) * K + k]);
+          }
+        const int n = L.P * L.nparts;
+        for (std::size_t ch = 0; ch * n < rows; ++ch)  // one GEMM per chunk: Y_chunk = A_chunk W^T
+          for (int col = 0; col < n; ++col) {
+            const std::size_t row = ch * n + col;
+            for (int o = 0; o < O; ++o) {
+              float acc = 0.0f;
+              for (int k = 0; k < K; ++k) {
+                const float a = t == dm::WType::f32 ? a32[row * K + k] : dm::widen(a16[row * K + k], t);
+                acc += a * W[std::size_t(o) * K + k];
+              }
+              Y[row * O + o] = acc;
+            }
+          }
+        const double rel = t == dm::WType::bf16 ? std::ldexp(1.0, -17) : t == dm::WType::f16 ? std::ldexp(1.0, -21) : 0.0;
+        for (int r = 0; r < R; ++r)
+          for (int o = 0; o < O; ++o) {
+            double truth = 0.0, mag = 0.0;
+            for (int k = 0; k < K; ++k) {
+              truth += double(x[std::size_t(r) * K + k]) * W[std::size_t(o) * K + k];
+              mag += std::fabs(double(x[std::size_t(r) * K + k]) * W[std::size_t(o) * K + k]);
+            }
+            REQUIRE(std::fabs(L.load(Y.data(), O, r, o) - truth) <= (rel + 2 * K * std::ldexp(1.0, -24)) * mag + 1e-30);
+          }
+      }
+}
+
 TEST_CASE("lm device math: RMSNorm row equals lm::rms_norm bit for bit") {
   // Truth: lm::rms_norm (the CPU engine's norm); same formula and order, so bitwise.
   Rng rng(5);
