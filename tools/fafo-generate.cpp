@@ -16,6 +16,7 @@
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
+#include "lm/engine.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
 #include "lm/text_stream.hpp"
@@ -77,7 +78,7 @@ double repeated_trigram_rate(const std::vector<int>& prompt, const std::vector<i
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file;
+  std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file, device = "cpu";
   std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max";
   int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
   decode::DecodeConfig dc;
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
         app.add_option("--kv-window", dc.kv.window, "snapkv: observation window")->capture_default_str();
         app.add_option("--kv-kernel", dc.kv.kernel, "snapkv: pooling kernel (odd)")->capture_default_str();
         app.add_option("--kv-pool", kv_pool, "snapkv: max | avg pooling")->capture_default_str()->check(CLI::IsMember({"max", "avg"}));
+        lm::add_device_flag(app, device);
         app.add_option("--compare", compare, "Also decode with this method (ar) and report speedup and identical_to_ar")
             ->check(CLI::IsMember({"ar"}));
         app.add_option("-o,--output", output, "Per-step records and summary (.jsonl)");
@@ -175,12 +177,18 @@ int main(int argc, char** argv) {
               throw UsageError(fmt::format("{} is not used by --method {}", u.flag, method), u.flag);
         for (const char* flag : {"--calibration", "--calibration-tokens", "--max-skips"})
           if (app->count(flag) > 0 && !searching) throw UsageError(fmt::format("{} is only used with --search-skip-set", flag), flag);
+        const lm::Device dev = lm::parse_device(device);
+        if (searching && dev != lm::Device::cpu) throw UsageError("--search-skip-set runs on the CPU (drop --device cuda)", "--device");
+        if (dev != lm::Device::cpu && dc.method == decode::Method::fafo && dc.kv.policy != kv::Policy::streaming)
+          throw UsageError("--kv-policy " + kv_policy + " needs attention records, which the CUDA engine does not provide (use streaming, or --device cpu)",
+                           "--device cuda");
         if (dc.method == decode::Method::self_spec && skip_file.empty() && !searching)
           throw UsageError("self-spec needs --skip-set (make one with --search-skip-set)", "--method self-spec");
 
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         lm::Model model = lm::load_any(model_path);
         if (model.stored == io::h5::FloatStorage::f16) lm::hold_half(model);
+        const std::unique_ptr<lm::Engine> engine = lm::open_engine(model, dev);
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
         if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(model.tokenizer_model, model_path + ":/tokenizer/model");
@@ -250,12 +258,13 @@ int main(int argc, char** argv) {
             if (!text.empty()) std::cout << text << std::flush;
           };
         }
-        decode::DecodeResult r = decode::generate(model, ids, dc, sink);
+        decode::DecodeResult r = decode::generate(*engine, ids, dc, sink);
         nlohmann::json summary = summarise(r);
         summary["method"] = method;
         summary["prompt_tokens"] = ids.size();
         summary["repeated_trigram_rate"] = repeated_trigram_rate(ids, r.tokens);
         summary["threads"] = threads();
+        summary["device"] = engine->device();
         if (dc.method == decode::Method::fafo) {
           summary["kv_policy"] = kv_policy;
           summary["kv_budget"] = dc.kv.budget;
@@ -263,7 +272,7 @@ int main(int argc, char** argv) {
         if (!compare.empty()) {
           decode::DecodeConfig ar = dc;
           ar.method = decode::Method::ar;
-          decode::DecodeResult base = decode::generate(model, ids, ar);
+          decode::DecodeResult base = decode::generate(*engine, ids, ar);
           const nlohmann::json bs = summarise(base);
           summary["compare"] = {{"method", compare}, {"decode_tokens_per_s", bs["decode_tokens_per_s"]},
                                 {"decode_seconds", base.decode_s}, {"generated_tokens", base.tokens.size()}};

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "cli/count.hpp"
@@ -10,8 +11,10 @@
 #include "io/json.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
+#include "lm/engine.hpp"
 #include "lm/model.hpp"
 #include "lm/model_io.hpp"
+#include "lm/prompt.hpp"
 #include "lm/tokenizer.hpp"
 #include "nn/corpus.hpp"
 #include "nn/corpus_flags.hpp"
@@ -23,7 +26,7 @@
 using namespace icmlkit;
 
 int main(int argc, char** argv) {
-  std::string model_path, text_path, output = "-", split = "all";
+  std::string model_path, text_path, output = "-", split = "all", device = "cpu";
   nn::CorpusOptions copt;
   copt.val_every = 0;
   int seq_len = 0, batch = 4;
@@ -50,13 +53,17 @@ int main(int argc, char** argv) {
             ->capture_default_str()->check(CLI::IsMember({"all", "train", "val"}));
         app.add_option("--seq-len", seq_len, "Window length (default the model's n_ctx)")->check(cli::int_range(1, 1 << 20));
         app.add_option("--batch", batch, "Windows per forward")->capture_default_str()->check(cli::int_range(1, 1 << 16));
+        lm::add_device_flag(app, device);
         app.add_option("--max-tokens", max_tokens, "Stop after about this many tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
       },
       [&](cli::Context& ctx) {
         io::require_json_path(output);
         if (split != "all" && copt.val_every == 0) throw UsageError("--split train/val needs --val-every N", "--split");
+        const lm::Device dev = lm::parse_device(device);
         const lm::Model model = lm::load_any(model_path);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
+        std::unique_ptr<lm::Engine> engine;
+        if (dev != lm::Device::cpu) engine = lm::open_engine(model, dev);
         if (model.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", model_path);
         const auto& c = model.config;
         if (seq_len == 0) seq_len = c.n_ctx;
@@ -77,8 +84,14 @@ int main(int argc, char** argv) {
         const lm::Tokenizer tok(model.tokenizer_model, model_path + ":/tokenizer/model");
         const auto stream = nn::tokenize_documents(tok, chosen, c.add_bos ? c.bos_id : -1, text_path);
         if (stream.size() < 2) throw InputError("text has fewer than 2 tokens", text_path);
-        auto params = nn::params_from_model<float>(model);
-        const auto r = nn::evaluate(params, stream, seq_len, batch, max_tokens);
+        nn::EvalResult r;
+        if (dev == lm::Device::cpu) {
+          auto params = nn::params_from_model<float>(model);
+          r = nn::evaluate(params, stream, seq_len, batch, max_tokens);
+        } else {  // the inference engine on the device: one causal forward per window
+          const double sum = lm::engine_loss(*engine, stream, seq_len, batch, max_tokens, r.tokens);
+          r.loss = r.tokens > 0 ? sum / double(r.tokens) : 0.0;
+        }
         nlohmann::json out{{"loss", r.loss},
                            {"perplexity", r.perplexity()},
                            {"bits_per_token", r.loss / std::log(2.0)},
@@ -87,6 +100,7 @@ int main(int argc, char** argv) {
                            {"documents", chosen.size()},
                            {"split", split},
                            {"seq_len", seq_len},
+                           {"device", engine ? engine->device() : std::string("cpu")},
                            {"meta", ctx.prov.to_json()}};
         io::write_json(output, out);
         log::info("loss {:.4f} nats/token, perplexity {:.3f} over {} tokens", r.loss, r.perplexity(), r.tokens);

@@ -13,6 +13,7 @@
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
+#include "lm/engine.hpp"
 #include "lm/forward.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
   int max_new = 64, top_logprobs = 5;
   lm::SamplerConfig sc;
   bool ignore_eos = false, no_stream = false;
-  std::string weights = "auto";
+  std::string weights = "auto", device = "cpu";
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "lm-generate",
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
         app.add_flag("--no-stream", no_stream, "Print the text once at the end instead of token by token");
         app.add_option("-o,--output", output, "Per-token records (.jsonl)");
+        lm::add_device_flag(app, device);
         app.add_option("--weights", weights, "Compute weights: auto (f16 when the file stores f16), f32, f16 (exact f16 only)")
             ->capture_default_str()->check(CLI::IsMember({"auto", "f32", "f16"}));
       },
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
         if (weights == "f16" || (weights == "auto" && model.stored == io::h5::FloatStorage::f16))
           if (!lm::hold_half(model) && weights == "f16")
             throw InputError("--weights f16 needs f16-representable weights (convert with --dtype f16)", model_path);
+        const std::unique_ptr<lm::Engine> engine = lm::open_engine(model, lm::parse_device(device));
         const double load_s = load_timer.seconds();
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
@@ -99,14 +102,13 @@ int main(int argc, char** argv) {
           out << nlohmann::json{{"meta", ctx.prov.to_json()}}.dump() << "\n";
         }
 
-        lm::KvCache cache(c);
         lm::Sampler sampler(sc);
         lm::ForwardOptions last;
         last.all_logits = false;
         last.logits_rows = {n_prompt - 1};
         Stopwatch t;
-        lm::ForwardResult fr = lm::forward(model, cache, lm::Batch::causal(ids, 0), last);
-        cache.commit_all();
+        lm::ForwardResult fr = engine->forward(lm::Batch::causal(ids, 0), last);
+        engine->commit_all();
         const double prefill_s = t.seconds();
         double ttft = 0.0;
         std::vector<int> gen;
@@ -137,8 +139,8 @@ int main(int argc, char** argv) {
           if (step + 1 == max_new) { stop = max_new < requested ? "n_ctx" : "max_new_tokens"; break; }
           lm::Batch b;
           b.add(id, n_prompt + step);
-          fr = lm::forward(model, cache, b);
-          cache.commit_all();
+          fr = engine->forward(b);
+          engine->commit_all();
         }
         const double decode_s = decode_timer.seconds();
         if (tok) {
@@ -154,7 +156,7 @@ int main(int argc, char** argv) {
             {"prefill_tokens_per_s", prefill_s > 0 ? n_prompt / prefill_s : 0.0},
             {"time_to_first_token_s", ttft},
             {"decode_tokens_per_s", decode_s > 0 && n_decode > 0 ? n_decode / decode_s : 0.0},
-            {"threads", threads()}, {"compute_weights", model.token_embd.is_half() ? "f16" : "f32"},
+            {"threads", threads()}, {"device", engine->device()}, {"compute_weights", model.token_embd.is_half() ? "f16" : "f32"},
             {"weight_bytes", model.weight_bytes()}};
         log::debug("{}", summary.dump());
         if (out.is_open()) {

@@ -115,8 +115,9 @@ int argmax(const float* x, int n) {
 /// One sequence being decoded.
 class Decoder {
  public:
-  Decoder(const lm::Model& model, const DecodeConfig& cfg, TokenSink on_token)
-      : model_(model), mc_(model.config), cfg_(cfg), on_token_(std::move(on_token)), cache_(mc_), sampler_(cfg.sampler), pool_(std::max(1, cfg.guesses)) {
+  Decoder(lm::Engine& engine, const DecodeConfig& cfg, TokenSink on_token)
+      : engine_(engine), mc_(engine.config()), cfg_(cfg), on_token_(std::move(on_token)), sampler_(cfg.sampler),
+        pool_(std::max(1, cfg.guesses)) {
     if (cfg_.method == Method::fafo) comp_ = std::make_unique<kv::Compressor>(mc_, cfg_.kv);
   }
 
@@ -128,6 +129,7 @@ class Decoder {
     for (int t : prompt)
       if (t < 0 || t >= mc_.vocab_size) throw InputError("prompt token id " + std::to_string(t) + " outside the vocabulary");
     ctx_ = prompt;
+    engine_.clear();
     // Every generated token keeps a position inside the context (as lm-generate does).
     max_new_ = std::min(cfg_.max_new_tokens, mc_.n_ctx - static_cast<int>(prompt.size()));
     prefill(prompt);
@@ -173,8 +175,8 @@ class Decoder {
     opt.all_logits = false;
     opt.logits_rows = {n - 1};
     if (comp_ && comp_->needs_attention()) opt.attn_rows = comp_->prefill_rows(n);
-    lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
-    cache_.commit_all();
+    lm::ForwardResult fr = engine_.forward(b, opt);
+    engine_.commit_all();
     if (comp_) {
       std::vector<int> slots(n);
       for (int i = 0; i < n; ++i) slots[i] = i;
@@ -211,11 +213,11 @@ class Decoder {
     for (int k = 0; k < depth; ++k) {
       lm::Batch b;
       b.add(tok, n_past_ + k);
-      lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
+      lm::ForwardResult fr = engine_.forward(b, opt);
       ++res_.forward_passes;
       ++rec.draft_rows;
       if (!fr.attn_cpu_s.empty()) rec.draft_attn_cpu_s += fr.attn_cpu_s[0];
-      cache_.commit({0});  // the draft's own K/V, rolled back below
+      engine_.commit({0});  // the draft's own K/V, rolled back below
       const float* lg = fr.logits.row(0);
       const int x = argmax(lg, mc_.vocab_size);
       double mx = lg[x], sum = 0.0;
@@ -224,7 +226,7 @@ class Decoder {
       tok = x;
       if (1.0 / sum < cfg_.draft_stop) break;
     }
-    cache_.truncate(n_past_);
+    engine_.truncate(n_past_);
     return draft;
   }
 
@@ -301,7 +303,7 @@ class Decoder {
     }
     rec.rows = b.size();
 
-    lm::ForwardResult fr = lm::forward(model_, cache_, b, opt);
+    lm::ForwardResult fr = engine_.forward(b, opt);
     ++res_.forward_passes;
     if (!fr.attn_cpu_s.empty()) {
       rec.verify_attn_cpu_s = fr.attn_cpu_s[0];
@@ -345,7 +347,7 @@ class Decoder {
     rec.accepted = static_cast<int>(commit_rows.size());
     cur_ = res_.tokens.back();  // the bonus token: the next step's input
 
-    cache_.commit(commit_rows);
+    engine_.commit(commit_rows);
     if (comp_) {
       std::vector<int> slot(b.size(), -1);
       for (std::size_t i = 0; i < commit_rows.size(); ++i) slot[commit_rows[i]] = n_past_ + static_cast<int>(i);
@@ -363,11 +365,10 @@ class Decoder {
     res_.steps.push_back(rec);
   }
 
-  const lm::Model& model_;
+  lm::Engine& engine_;
   const lm::ModelConfig& mc_;
   const DecodeConfig& cfg_;
   TokenSink on_token_;
-  lm::KvCache cache_;
   lm::Sampler sampler_;
   NgramPool pool_;
   std::unique_ptr<LookaheadWindow> window_;
@@ -382,8 +383,14 @@ class Decoder {
 
 DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config,
                       const TokenSink& on_token) {
-  config.validate(model.config);
-  Decoder d(model, config, on_token);
+  lm::CpuEngine engine(model);
+  return generate(engine, prompt, config, on_token);
+}
+
+DecodeResult generate(lm::Engine& engine, const std::vector<int>& prompt, const DecodeConfig& config,
+                      const TokenSink& on_token) {
+  config.validate(engine.config());
+  Decoder d(engine, config, on_token);
   return d.run(prompt);
 }
 

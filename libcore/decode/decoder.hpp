@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kv/policy.hpp"
+#include "lm/engine.hpp"
 #include "lm/model.hpp"
 #include "lm/sampler.hpp"
 
@@ -94,10 +95,17 @@ struct DecodeResult {
 /// Called with each generated token as soon as it is accepted (for streaming output).
 using TokenSink = std::function<void(int token)>;
 
-/// Generates from `prompt` (token ids, non-empty, shorter than n_ctx).  `on_token`, when set,
-/// sees every generated token in order as it is accepted (inside the timed decode).  Throws
-/// InputError for an empty prompt or one that fills the context, UsageError for bad settings.
+/// Generates from `prompt` (token ids, non-empty, shorter than n_ctx) on the CPU.  `on_token`,
+/// when set, sees every generated token in order as it is accepted (inside the timed decode).
+/// Throws InputError for an empty prompt or one that fills the context, UsageError for bad
+/// settings.
 DecodeResult generate(const lm::Model& model, const std::vector<int>& prompt, const DecodeConfig& config,
+                      const TokenSink& on_token = {});
+/// The same on any engine (CPU or CUDA, lm/engine.hpp); the engine's cache is cleared first.
+/// Outputs are those of the engine's forward(): on the CPU bitwise the overload above.
+/// Throws what the engine throws for options it lacks (CUDA: FAFO compressors other than
+/// streaming need attention records, which the CUDA engine refuses).
+DecodeResult generate(lm::Engine& engine, const std::vector<int>& prompt, const DecodeConfig& config,
                       const TokenSink& on_token = {});
 
 /// Greedy search for a self-speculative skip set on calibration prompts: starting from no

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "lm/matmul.hpp"
@@ -53,7 +54,17 @@ void matmul_w(const float* x, int R, int K, int ldx, const Matrix& W, int O, flo
   else matmul_xwt(x, R, K, ldx, W.data.data(), O, y, ldy);
 }
 
-void check_batch(const ModelConfig& c, const KvCache& cache, const Batch& b, const ForwardOptions& opt) {
+}  // namespace
+
+std::vector<int> logits_rows_of(const ForwardOptions& opt, int R) {
+  if (!opt.all_logits || !opt.logits_rows.empty()) return opt.logits_rows;
+  std::vector<int> rows(R);
+  for (int r = 0; r < R; ++r) rows[r] = r;
+  return rows;
+}
+
+void check_batch(const ModelConfig& c, const std::function<int(int, int)>& head_size, const Batch& b,
+                 const ForwardOptions& opt) {
   const int R = b.size();
   if (R == 0) throw InputError("empty forward batch");
   for (const auto* skip : {&opt.skip_attn, &opt.skip_mlp})
@@ -79,8 +90,8 @@ void check_batch(const ModelConfig& c, const KvCache& cache, const Batch& b, con
       throw InputError("per-head view needs n_layers * n_kv_heads slot lists", where);
     for (int l = 0; l < c.n_layers; ++l)
       for (int h = 0; h < c.n_kv_heads; ++h) {
-        const auto& s = (*lists)[cache.lh(l, h)];
-        const int len = cache.size(l, h);
+        const auto& s = (*lists)[std::size_t(l) * c.n_kv_heads + h];
+        const int len = head_size(l, h);
         for (std::size_t j = 0; j < s.size(); ++j)
           if (s[j] < 0 || s[j] >= len || (j && s[j] <= s[j - 1]))
             throw InputError("slot list is unsorted or outside the cache", where);
@@ -92,7 +103,6 @@ void check_batch(const ModelConfig& c, const KvCache& cache, const Batch& b, con
     if (r < 0 || r >= R) throw InputError("attention row " + std::to_string(r) + " outside the batch");
 }
 
-/// cos/sin of every (row, pair) for the rows' positions: [R, hd/2].
 void rope_tables(const ModelConfig& c, const Batch& b, std::vector<float>& cs, std::vector<float>& sn) {
   const int half = c.head_dim() / 2;
   cs.resize(std::size_t(b.size()) * half);
@@ -117,11 +127,9 @@ void apply_rope(float* x, int hd, RopeStyle style, const float* cs, const float*
   }
 }
 
-}  // namespace
-
 ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const ForwardOptions& opt) {
   const ModelConfig& c = model.config;
-  check_batch(c, cache, b, opt);
+  check_batch(c, [&cache](int l, int h) { return cache.size(l, h); }, b, opt);
   const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
   const int group = c.group(), dq = nh * hd, dkv = nkv * hd;
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
@@ -264,12 +272,7 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
     if (opt.hidden) res.hidden[l + 1].data = x;
   }
 
-  if (opt.all_logits && opt.logits_rows.empty()) {
-    res.logits_rows.resize(R);
-    for (int r = 0; r < R; ++r) res.logits_rows[r] = r;
-  } else {
-    res.logits_rows = opt.logits_rows;
-  }
+  res.logits_rows = logits_rows_of(opt, R);
   const int nl = static_cast<int>(res.logits_rows.size());
   if (nl > 0) {
     Matrix h(nl, d);

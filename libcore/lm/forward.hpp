@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "lm/kv_cache.hpp"
@@ -91,5 +92,22 @@ Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<in
 
 /// RMSNorm of each row of x [n, d] with weight w: y = w * x / sqrt(mean(x^2) + eps).
 void rms_norm(const float* x, int n, int d, const float* w, double eps, float* y);
+
+/// The checks forward() makes before computing, for any engine: token and position ranges,
+/// view and attend indices, per-head views against the cache sizes `head_size(layer, kv_head)`,
+/// logits / attention rows.  Throws InputError naming the batch row or view.
+void check_batch(const ModelConfig& config, const std::function<int(int, int)>& head_size, const Batch& batch,
+                 const ForwardOptions& options);
+
+/// The batch rows whose logits `options` asks for (every row with all_logits and no list).
+std::vector<int> logits_rows_of(const ForwardOptions& options, int rows);
+
+/// RoPE tables of the batch rows' positions: cs, sn [R, head_dim/2] with
+/// angle(pos, i) = pos * rope_theta^(-2i/head_dim) computed in double, rounded to float.
+void rope_tables(const ModelConfig& config, const Batch& batch, std::vector<float>& cs, std::vector<float>& sn);
+
+/// Rotates one head vector x [hd] in place with its position's tables (cs, sn [hd/2]), pairing
+/// dimensions as `style` says (lm/README.md, RoPE pairing).
+void apply_rope(float* x, int hd, RopeStyle style, const float* cs, const float* sn);
 
 }  // namespace icmlkit::lm

@@ -24,6 +24,12 @@ void add_sampler_flags(CLI::App& app, SamplerConfig& sc) {
   app.add_option("--top-p", sc.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
 }
 
+void add_device_flag(CLI::App& app, std::string& device) {
+  app.add_option("--device", device, "Compute device: cpu, or cuda (a build with CUDA and a GPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
 std::vector<int> parse_token_ids(const std::string& text, const std::string& where) {
   std::vector<int> ids;
   std::stringstream ss(text);

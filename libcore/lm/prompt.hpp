@@ -21,6 +21,10 @@ void add_prompt_flags(CLI::App& app, std::string& text, std::string& file, std::
 /// SamplerConfig::validate) writing into `sc`.
 void add_sampler_flags(CLI::App& app, SamplerConfig& sc);
 
+/// Adds --device (cpu | cuda, default cpu) writing into `device` (parse with
+/// lm::parse_device, open with lm::open_engine, engine.hpp).
+void add_device_flag(CLI::App& app, std::string& device);
+
 /// Parses "1,450,3186" (whitespace after an id allowed).  Throws UsageError naming `where`
 /// for an empty list or an item that is not an integer.  Ids are not range-checked.
 std::vector<int> parse_token_ids(const std::string& text, const std::string& where);

@@ -1,0 +1,888 @@
+// The CUDA engine (kernels/engine.hpp).  Device code uses lm/device_math.hpp for every
+// per-element formula; the CPU unit tests prove those formulas against the CPU engine.
+#include "kernels/engine.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/device.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::kernels {
+
+using lm::dm::WType;
+
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+}
+void cublas_check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw RuntimeError(std::string("cuBLAS ") + what + ": status " + std::to_string(int(s)));
+}
+void launch_check(const char* what) { cuda_check(cudaGetLastError(), what); }
+
+/// A device allocation of raw bytes that grows on demand.
+struct DevBuf {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  DevBuf() = default;
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; o.bytes = 0; }
+  DevBuf& operator=(DevBuf&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
+  ~DevBuf() { if (p) cudaFree(p); }
+  void reserve(std::size_t n, bool zero = false) {
+    if (n <= bytes) return;
+    if (p) cudaFree(p);
+    p = nullptr;
+    bytes = 0;
+    cuda_check(cudaMalloc(&p, n), "cudaMalloc");
+    bytes = n;
+    if (zero) cuda_check(cudaMemset(p, 0, n), "cudaMemset");
+  }
+  template <class T> T* as() const { return static_cast<T*>(p); }
+};
+
+std::size_t wsize(WType t) { return t == WType::f32 ? 4 : 2; }
+cudaDataType_t cuda_type(WType t) {
+  return t == WType::f32 ? CUDA_R_32F : t == WType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+/// A weight matrix [rows, cols] row-major on the device.
+struct DevMat {
+  DevBuf buf;
+  int rows = 0, cols = 0;
+};
+
+using Layout = lm::dm::GemmLayout;
+
+/// Writes activation value v at (r, k) of a GEMM input with K columns.
+__device__ __forceinline__ void store_act(void* act, const Layout& L, int K, int r, int k, float v) { L.store(act, K, r, k, v); }
+/// Reads GEMM output (r, o) of a product with O columns: the sum of its terms.
+__device__ __forceinline__ float load_out(const float* Y, const Layout& L, int O, int r, int o) { return L.load(Y, O, r, o); }
+
+__device__ __forceinline__ float load_w(const void* w, WType t, std::size_t i) {
+  if (t == WType::f32) return static_cast<const float*>(w)[i];
+  return lm::dm::widen(static_cast<const std::uint16_t*>(w)[i], t);
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+
+__global__ void embed_kernel(const void* emb, WType t, const int* tokens, int d, float* x) {
+  const int r = blockIdx.x;
+  const std::size_t base = std::size_t(tokens[r]) * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) x[std::size_t(r) * d + i] = load_w(emb, t, base + i);
+}
+
+/// RMSNorm of row rows[r] (or r) of x, written as a GEMM input.  Block per row; double sums
+/// reduced in a fixed tree (blockDim = 256).
+__global__ void rmsnorm_act_kernel(const float* x, const int* rows, int d, const float* w, double eps, void* act, Layout L) {
+  __shared__ double red[256];
+  const int r = blockIdx.x;
+  const float* xr = x + std::size_t(rows ? rows[r] : r) * d;
+  double ss = 0.0;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  red[threadIdx.x] = ss;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float inv = lm::dm::rms_inv(red[0], d, eps);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) store_act(act, L, d, r, i, lm::dm::rms_apply(w[i], xr[i], inv));
+}
+
+/// QKV output -> RoPE'd q [R, dq] and the layer's pending K/V [R, nkv, hd].  grid (R, nh + 2 nkv),
+/// block hd/2: thread i handles pair i of its head.
+__global__ void qkv_post_kernel(const float* Y, Layout L, int O, int nh, int nkv, int hd, const float* cs, const float* sn,
+                                bool interleaved, float* q, float* pk, float* pv) {
+  const int r = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, half = hd / 2;
+  if (i >= half) return;
+  const int dq = nh * hd;
+  if (hh < nh + nkv) {
+    int a, b;
+    lm::dm::rope_pair(interleaved, i, hd, a, b);
+    const int col = hh * hd;  // q heads then k heads are contiguous in the QKV output
+    float x1 = load_out(Y, L, O, r, col + a), x2 = load_out(Y, L, O, r, col + b);
+    lm::dm::rope_rotate(x1, x2, cs[std::size_t(r) * half + i], sn[std::size_t(r) * half + i]);
+    float* dst = hh < nh ? q + std::size_t(r) * dq + hh * hd : pk + (std::size_t(r) * nkv + (hh - nh)) * hd;
+    dst[a] = x1;
+    dst[b] = x2;
+  } else {
+    const int g = hh - nh - nkv, col = dq + nkv * hd + g * hd;
+    float* dst = pv + (std::size_t(r) * nkv + g) * hd;
+    dst[i] = load_out(Y, L, O, r, col + i);
+    dst[i + half] = load_out(Y, L, O, r, col + i + half);
+  }
+}
+
+/// Per-forward metadata on the device (offsets into one int buffer).
+struct Meta {
+  const int* tokens;       // [R]
+  const int* row_view;     // [R]
+  const int* view_count;   // [V, n_layers * nkv]
+  const int* view_off;     // [V, n_layers * nkv]; -1 = slot j is j
+  const int* view_slots;   // concatenated explicit lists
+  const int* nb_off;       // [R + 1]
+  const int* nb_idx;       // sorted in-batch keys per row, self included
+};
+
+constexpr int kAttnWarps = lm::dm::kAttnBlockKeys / lm::dm::kAttnWarpKeys;  // 4
+constexpr int kMaxHd = 256;
+
+/// Attention of one (row, query head) over keys [split * 128, +128) of its key sequence (view
+/// slots, then in-batch rows): lane i of warp w scores key split * 128 + w * 32 + i (q.k in
+/// increasing dimension order), the warp forms its chunk's softmax state (max, exp, xor-tree sum)
+/// and p-weighted sum of values (each lane owning dimensions lane, lane + 32, ...); the 4 warps
+/// merge in warp order.  The block's partial state goes to `part` [R * nh, nsplit, 2 + hd]
+/// (m, l, acc); attn_merge_kernel combines the splits in order.  A split beyond the row's keys
+/// writes the empty state, which the merge leaves bitwise neutral.
+__global__ void attention_kernel(const float* q, int nh, int nkv, int hd, int n_ctx, int layer, int nlh, const float* Kc,
+                                 const float* Vc, const float* pk, const float* pv, Meta m, float scale, float* part) {
+  __shared__ float s_q[kMaxHd];
+  __shared__ float s_acc[kAttnWarps][kMaxHd];
+  __shared__ float s_m[kAttnWarps], s_l[kAttnWarps];
+  const int rh = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
+  const int r = rh / nh, h = rh % nh, g = h / (nh / nkv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int lh = layer * nkv + g;
+  const int v = m.row_view[r];
+  const int nslots = m.view_count[v * nlh + lh];
+  const int off = m.view_off[v * nlh + lh];
+  const std::int32_t* slots = off < 0 ? nullptr : m.view_slots + off;
+  const std::int32_t* nb = m.nb_idx + m.nb_off[r];
+  const int nkeys = nslots + (m.nb_off[r + 1] - m.nb_off[r]);
+  const float* kc = Kc + std::size_t(lh) * n_ctx * hd;
+  const float* vc = Vc + std::size_t(lh) * n_ctx * hd;
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) s_q[e] = q[std::size_t(r) * nh * hd + h * hd + e];
+  __syncthreads();
+
+  const int j = split * lm::dm::kAttnBlockKeys + warp * lm::dm::kAttnWarpKeys + lane;
+  const bool valid = j < nkeys;
+  const std::int32_t key = valid ? lm::dm::key_of(j, nslots, slots, nb) : 0;
+  const float* kv = key >= 0 ? kc + std::size_t(key) * hd : pk + (std::size_t(-key - 1) * nkv + g) * hd;
+  const float* vv = key >= 0 ? vc + std::size_t(key) * hd : pv + (std::size_t(-key - 1) * nkv + g) * hd;
+  float score = -INFINITY;
+  if (valid) {
+    float dot = 0.0f;
+    for (int e = 0; e < hd; ++e) dot += s_q[e] * kv[e];
+    score = dot * scale;
+  }
+  float mx = score;
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float p = valid ? expf(score - mx) : 0.0f;
+  float l = p;
+  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  const int per = (hd + 31) / 32;
+  float acc[kMaxHd / 32];
+  for (int t = 0; t < per; ++t) acc[t] = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    const float pi = __shfl_sync(0xffffffffu, p, i);
+    const float* vi = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(vv), i));
+    if (!__shfl_sync(0xffffffffu, valid ? 1 : 0, i)) continue;  // warp-uniform
+    for (int t = 0; t < per; ++t) {
+      const int e = lane + 32 * t;
+      if (e < hd) acc[t] += pi * vi[e];
+    }
+  }
+  for (int t = 0; t < per; ++t) {
+    const int e = lane + 32 * t;
+    if (e < hd) s_acc[warp][e] = acc[t];
+  }
+  if (lane == 0) {
+    s_m[warp] = mx;  // -inf for a warp without keys
+    s_l[warp] = l;
+  }
+  __syncthreads();
+  float* out = part + (std::size_t(rh) * nsplit + split) * (2 + hd);
+  lm::dm::OnlineSoftmax tot;
+  tot.m = s_m[0];
+  tot.l = s_l[0];
+  float cw[kAttnWarps];
+  cw[0] = 1.0f;
+  for (int w = 1; w < kAttnWarps; ++w) {
+    lm::dm::OnlineSoftmax o;
+    o.m = s_m[w];
+    o.l = s_l[w];
+    float cs, co;
+    tot.merge(o, cs, co);
+    for (int u = 0; u < w; ++u) cw[u] *= cs;
+    cw[w] = co;
+  }
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) a += s_acc[w][e] * cw[w];
+    out[2 + e] = a;
+  }
+  if (threadIdx.x == 0) {
+    out[0] = tot.m;
+    out[1] = tot.l;
+  }
+}
+
+/// Merges the split partial states of each (row, head) in split order and writes the
+/// normalised output as the input of the Wo GEMM.  grid R * nh, block 128.
+__global__ void attn_merge_kernel(const float* part, int nsplit, int nh, int hd, void* act, Layout L) {
+  const int rh = blockIdx.x, r = rh / nh, h = rh % nh;
+  const float* base = part + std::size_t(rh) * nsplit * (2 + hd);
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    lm::dm::OnlineSoftmax tot;
+    tot.m = base[0];
+    tot.l = base[1];
+    float a = base[2 + e];
+    for (int s = 1; s < nsplit; ++s) {
+      const float* ps = base + std::size_t(s) * (2 + hd);
+      lm::dm::OnlineSoftmax o;
+      o.m = ps[0];
+      o.l = ps[1];
+      float cs, co;
+      tot.merge(o, cs, co);
+      a = a * cs + ps[2 + e] * co;
+    }
+    store_act(act, L, nh * hd, r, h * hd + e, a / tot.l);
+  }
+}
+
+/// x[r, :] += GEMM output row r.
+__global__ void residual_kernel(const float* Y, Layout L, int d, float* x) {
+  const int r = blockIdx.x;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) x[std::size_t(r) * d + i] += load_out(Y, L, d, r, i);
+}
+
+/// Gate/up output [R, 2 dff] -> silu(gate) * up as the input of the down GEMM.
+__global__ void swiglu_kernel(const float* Y, Layout L, int dff, void* act) {
+  const int r = blockIdx.x;
+  for (int i = threadIdx.x; i < dff; i += blockDim.x)
+    store_act(act, L, dff, r, i, lm::dm::silu_mul(load_out(Y, L, 2 * dff, r, i), load_out(Y, L, 2 * dff, r, dff + i)));
+}
+
+/// Logits rows: GEMM output -> dense [n, vocab].
+__global__ void logits_kernel(const float* Y, Layout L, int vocab, float* out) {
+  const int r = blockIdx.x;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) out[std::size_t(r) * vocab + i] = load_out(Y, L, vocab, r, i);
+}
+
+/// Greedy token of each logits row: thread t scans ids t, t + 256, ... (dm::greedy_better: higher
+/// logit, then lower id), then a fixed shared-memory tree of the 256 winners.  block 256.
+__global__ void argmax_kernel(const float* logits, int vocab, int* ids) {
+  __shared__ float s_v[256];
+  __shared__ int s_i[256];
+  const float* lg = logits + std::size_t(blockIdx.x) * vocab;
+  float bv = -INFINITY;
+  int bi = -1;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    if (bi < 0 || lm::dm::greedy_better(lg[i], i, bv, bi)) { bv = lg[i]; bi = i; }
+  s_v[threadIdx.x] = bv;
+  s_i[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const int oi = s_i[threadIdx.x + s];
+      if (oi >= 0 && (s_i[threadIdx.x] < 0 || lm::dm::greedy_better(s_v[threadIdx.x + s], oi, s_v[threadIdx.x], s_i[threadIdx.x]))) {
+        s_v[threadIdx.x] = s_v[threadIdx.x + s];
+        s_i[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) ids[blockIdx.x] = s_i[0];
+}
+
+/// Appends pending rows rows[0..n) at slots base.. of every (layer, KV head).
+/// grid (n_layers * nkv, n), block hd.
+__global__ void commit_kernel(const float* pk, const float* pv, std::size_t pend_layer_stride, const int* rows, int base, int nkv,
+                              int hd, int n_ctx, float* Kc, float* Vc) {
+  const int lh = blockIdx.x, i = blockIdx.y, e = threadIdx.x;
+  const int layer = lh / nkv, g = lh % nkv;
+  const std::size_t src = layer * pend_layer_stride + (std::size_t(rows[i]) * nkv + g) * hd + e;
+  const std::size_t dst = (std::size_t(lh) * n_ctx + base + i) * hd + e;
+  Kc[dst] = pk[src];
+  Vc[dst] = pv[src];
+}
+
+/// N(0, std^2) weights from a counter-based generator (splitmix64 + Box-Muller), narrowed to t.
+__device__ __forceinline__ std::uint64_t splitmix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+__global__ void random_kernel(void* w, WType t, std::size_t n, std::uint64_t seed, float sd) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::uint64_t z = splitmix(seed ^ splitmix(i));
+    const double u1 = ((z >> 11) + 1.0) * (1.0 / 9007199254740993.0), u2 = (splitmix(z) >> 11) * (1.0 / 9007199254740992.0);
+    const float v = static_cast<float>(sd * sqrt(-2.0 * log(u1)) * cospi(2.0 * u2));
+    if (t == WType::f32) static_cast<float*>(w)[i] = v;
+    else static_cast<std::uint16_t*>(w)[i] = lm::dm::narrow(v, t);
+  }
+}
+
+__global__ void fill_kernel(float* p, std::size_t n, float v) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) p[i] = v;
+}
+
+int grid_for(std::size_t n, int block = 256) { return static_cast<int>(std::min<std::size_t>((n + block - 1) / block, 65535)); }
+
+}  // namespace
+
+// ---- the engine ---------------------------------------------------------------------------------
+
+struct CudaEngine::Impl {
+  lm::ModelConfig c;
+  WType wt = WType::f32;
+  bool invariant = true;
+  int dev = 0;
+  std::string dev_name;
+  cublasHandle_t blas = nullptr;
+  cudaStream_t st = nullptr;
+  DevBuf workspace;
+
+  struct DevLayer {
+    DevBuf attn_norm, ffn_norm;
+    DevMat qkv, wo, gu, down;
+  };
+  DevMat emb, head;  // head unused (rows = 0) when tied
+  DevBuf out_norm;
+  std::vector<DevLayer> layers;
+
+  DevBuf Kc, Vc;        // [n_layers, nkv, n_ctx, hd]
+  DevBuf pk, pv;        // [n_layers, Rcap, nkv, hd]
+  int pend_cap = 0, pend_rows = 0, len = 0;
+  DevBuf x, q, act, Y, meta, ropes, logits, rowsbuf, part, ids;
+
+  ~Impl() {
+    drop_graphs();
+    if (blas) cublasDestroy(blas);
+    if (st) cudaStreamDestroy(st);
+  }
+
+  void init_device() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+      cudaGetLastError();
+      throw InputError("--device cuda: no CUDA device", e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount = 0");
+    }
+    cuda_check(cudaSetDevice(dev), "cudaSetDevice");
+    dev_name = "cuda:0 " + device_name(dev);
+    cublas_check(cublasCreate(&blas), "cublasCreate");
+    cublas_check(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    cuda_check(cudaStreamCreate(&st), "cudaStreamCreate");
+    cublas_check(cublasSetStream(blas, st), "cublasSetStream");
+    workspace.reserve(std::size_t(32) << 20);  // a fixed workspace: no allocation inside graph capture
+    cublas_check(cublasSetWorkspace(blas, workspace.p, workspace.bytes), "cublasSetWorkspace");
+    const char* env = std::getenv("ICMLKIT_CUDA_GRAPHS");
+    graphs_on = !(env && std::string(env) == "0");
+  }
+
+  void check_config() {
+    c.validate("CUDA engine");
+    if (c.head_dim() > kMaxHd) throw InputError("head_dim " + std::to_string(c.head_dim()) + " above the CUDA engine's 256");
+  }
+
+  void alloc_cache() {
+    const std::size_t n = std::size_t(c.n_layers) * c.n_kv_heads * c.n_ctx * c.head_dim() * sizeof(float);
+    Kc.reserve(n, true);
+    Vc.reserve(n, true);
+  }
+
+  void upload(DevMat& m, const std::vector<const lm::Matrix*>& parts) {
+    m.rows = 0;
+    m.cols = parts[0]->cols;
+    for (auto* p : parts) m.rows += p->rows;
+    const std::size_t n = std::size_t(m.rows) * m.cols;
+    m.buf.reserve(n * wsize(wt));
+    std::size_t at = 0;
+    std::vector<float> rowf(m.cols);
+    if (wt == WType::f32) {
+      std::vector<float> h(n);
+      for (auto* p : parts)
+        for (int r = 0; r < p->rows; ++r, at += m.cols) p->row_f32(r, h.data() + at);
+      cuda_check(cudaMemcpy(m.buf.p, h.data(), n * 4, cudaMemcpyHostToDevice), "upload weights");
+    } else {
+      std::vector<std::uint16_t> h(n);
+      for (auto* p : parts)
+        for (int r = 0; r < p->rows; ++r, at += m.cols) {
+          if (p->is_half() && wt == WType::f16) {
+            std::memcpy(h.data() + at, p->half.data() + std::size_t(r) * m.cols, m.cols * 2);
+            continue;
+          }
+          p->row_f32(r, rowf.data());
+          for (int i = 0; i < m.cols; ++i) h[at + i] = lm::dm::narrow(rowf[i], wt);
+        }
+      cuda_check(cudaMemcpy(m.buf.p, h.data(), n * 2, cudaMemcpyHostToDevice), "upload weights");
+    }
+  }
+
+  void upload_vec(DevBuf& b, const std::vector<float>& v) {
+    b.reserve(v.size() * 4);
+    cuda_check(cudaMemcpy(b.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload norm");
+  }
+
+  /// Whether every matrix of `model` is exactly representable in t.
+  static bool exact_in(const lm::Model& model, WType t) {
+    auto ok = [t](const lm::Matrix& m) {
+      if (m.is_half()) return t == WType::f16;
+      for (float v : m.data)
+        if (lm::dm::widen(lm::dm::narrow(v, t), t) != v) return false;
+      return true;
+    };
+    if (!ok(model.token_embd) || (!model.config.tied && !ok(model.output))) return false;
+    for (const auto& L : model.layers)
+      for (const lm::Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        if (!ok(*m)) return false;
+    return true;
+  }
+
+  void random_mat(DevMat& m, int rows, int cols, std::uint64_t seed, double sd) {
+    m.rows = rows;
+    m.cols = cols;
+    const std::size_t n = std::size_t(rows) * cols;
+    m.buf.reserve(n * wsize(wt));
+    random_kernel<<<grid_for(n), 256>>>(m.buf.p, wt, n, seed, static_cast<float>(sd));
+    launch_check("random weights");
+  }
+  void ones(DevBuf& b, int n) {
+    b.reserve(std::size_t(n) * 4);
+    fill_kernel<<<grid_for(n), 256>>>(b.as<float>(), n, 1.0f);
+    launch_check("fill");
+  }
+
+  Layout layout(int R) const {
+    Layout L;
+    L.t = wt;
+    L.nparts = wt == WType::f32 ? 1 : 2;
+    L.P = invariant ? kInvariantRows : std::max(1, R);
+    return L;
+  }
+  /// Rows of a GEMM buffer for R activation rows.
+  static std::size_t buf_rows(const Layout& L, int R) { return L.rows(R); }
+
+  /// Y [R, O] (chunked layout) = act [R, K] W^T.
+  void gemm(const DevMat& W, const Layout& L, int R) {
+    const float one = 1.0f, zero = 0.0f;
+    const int chunks = (R + L.P - 1) / L.P, n = L.P * L.nparts;
+    for (int ch = 0; ch < chunks; ++ch) {
+      const char* b = static_cast<const char*>(act.p) + std::size_t(ch) * n * W.cols * wsize(wt);
+      float* y = Y.as<float>() + std::size_t(ch) * n * W.rows;
+      cublas_check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, W.rows, n, W.cols, &one, W.buf.p, cuda_type(wt), W.cols, b,
+                                cuda_type(wt), W.cols, &zero, y, CUDA_R_32F, W.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+    }
+  }
+
+  /// Device pointers of one forward call (fixed for a graph key while no buffer moves).
+  struct Plan {
+    int R = 0, nl = 0, nsplit = 1;
+    bool greedy = false;
+    Layout L, LH;
+    Meta m{};
+    const int* lrows = nullptr;
+    const float *cs = nullptr, *sn = nullptr;
+    std::size_t pstride = 0;
+  };
+
+  /// Grows `b` to n bytes; records that cached graphs are stale when it moved.
+  void grow(DevBuf& b, std::size_t n, bool zero = false) {
+    if (n <= b.bytes) return;
+    b.reserve(n, zero);
+    drop_graphs();
+  }
+
+  /// Launches the whole forward (layers, head, logits) on the stream.
+  void enqueue(const Plan& P, const lm::ForwardOptions& opt) {
+    const int R = P.R, d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads, dff = c.d_ff;
+    const int dq = nh * hd, dkv = nkv * hd, nlh = c.n_layers * nkv;
+    const Layout& L = P.L;
+    embed_kernel<<<R, 256, 0, st>>>(emb.buf.p, wt, P.m.tokens, d, x.as<float>());
+    launch_check("embedding");
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+    const int rope_threads = std::max(32, ((hd / 2 + 31) / 32) * 32);
+    for (int l = 0; l < c.n_layers; ++l) {
+      DevLayer& D = layers[l];
+      float* lpk = pk.as<float>() + l * P.pstride;
+      float* lpv = pv.as<float>() + l * P.pstride;
+      if (opt.skip_attn.empty() || !opt.skip_attn[l]) {
+        rmsnorm_act_kernel<<<R, 256, 0, st>>>(x.as<float>(), nullptr, d, D.attn_norm.as<float>(), c.rms_eps, act.p, L);
+        launch_check("rmsnorm");
+        gemm(D.qkv, L, R);
+        qkv_post_kernel<<<dim3(R, nh + 2 * nkv), rope_threads, 0, st>>>(Y.as<float>(), L, dq + 2 * dkv, nh, nkv, hd, P.cs, P.sn,
+                                                                        c.rope_style == lm::RopeStyle::interleaved, q.as<float>(), lpk, lpv);
+        launch_check("rope");
+        attention_kernel<<<dim3(R * nh, P.nsplit), 32 * kAttnWarps, 0, st>>>(q.as<float>(), nh, nkv, hd, c.n_ctx, l, nlh,
+                                                                             Kc.as<float>(), Vc.as<float>(), lpk, lpv, P.m, scale,
+                                                                             part.as<float>());
+        launch_check("attention");
+        attn_merge_kernel<<<R * nh, 128, 0, st>>>(part.as<float>(), P.nsplit, nh, hd, act.p, L);
+        launch_check("attention merge");
+        gemm(D.wo, L, R);
+        residual_kernel<<<R, 256, 0, st>>>(Y.as<float>(), L, d, x.as<float>());
+        launch_check("residual");
+      }
+      if (opt.skip_mlp.empty() || !opt.skip_mlp[l]) {
+        rmsnorm_act_kernel<<<R, 256, 0, st>>>(x.as<float>(), nullptr, d, D.ffn_norm.as<float>(), c.rms_eps, act.p, L);
+        launch_check("rmsnorm");
+        gemm(D.gu, L, R);
+        swiglu_kernel<<<R, 256, 0, st>>>(Y.as<float>(), L, dff, act.p);
+        launch_check("swiglu");
+        gemm(D.down, L, R);
+        residual_kernel<<<R, 256, 0, st>>>(Y.as<float>(), L, d, x.as<float>());
+        launch_check("residual");
+      }
+      if (opt.hidden) {  // eager only (graphs are not used with hidden states)
+        cuda_check(cudaMemcpyAsync(hidden_host[l + 1], x.p, std::size_t(R) * d * 4, cudaMemcpyDeviceToHost, st), "hidden");
+      }
+    }
+    if (P.nl > 0) {
+      const DevMat& H = c.tied ? emb : head;
+      rmsnorm_act_kernel<<<P.nl, 256, 0, st>>>(x.as<float>(), P.lrows, d, out_norm.as<float>(), c.rms_eps, act.p, P.LH);
+      launch_check("output norm");
+      gemm(H, P.LH, P.nl);
+      logits_kernel<<<P.nl, 256, 0, st>>>(Y.as<float>(), P.LH, c.vocab_size, logits.as<float>());
+      launch_check("logits");
+      if (P.greedy) {
+        argmax_kernel<<<P.nl, 256, 0, st>>>(logits.as<float>(), c.vocab_size, ids.as<int>());
+        launch_check("argmax");
+      }
+    }
+  }
+
+  // ---- CUDA graphs: a forward whose shape repeats (AR decoding: one row, one logits row) is
+  // captured once and replayed with one launch.  Graph inputs live in device buffers at fixed
+  // addresses, so replaying with new metadata computes the new batch; any buffer growth drops
+  // every graph.  Disabled with ICMLKIT_CUDA_GRAPHS=0 or after a failed capture.
+  using GraphKey = std::array<long long, 6>;
+  struct GraphEntry {
+    int seen = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::map<GraphKey, GraphEntry> graphs;
+  int captured = 0;  // instantiated graphs held (at most 64)
+  bool graphs_on = true;
+  std::vector<float*> hidden_host;
+
+  void drop_graphs() {
+    for (auto& g : graphs)
+      if (g.second.exec) cudaGraphExecDestroy(g.second.exec);
+    graphs.clear();
+    captured = 0;
+  }
+
+  /// Captures and instantiates the forward of plan P; null (graphs then off) on failure.
+  cudaGraphExec_t capture(const Plan& P, const lm::ForwardOptions& opt) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool ok = cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+    if (ok) {
+      try {
+        enqueue(P, opt);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+      ok = cudaStreamEndCapture(st, &g) == cudaSuccess && ok;
+    }
+    if (ok) ok = cudaGraphInstantiate(&exec, g, 0) == cudaSuccess;
+    if (g) cudaGraphDestroy(g);
+    if (!ok) {
+      cudaGetLastError();
+      if (exec) cudaGraphExecDestroy(exec);
+      graphs_on = false;
+      std::fprintf(stderr, "cuda engine: warning: CUDA graph capture failed; running without graphs\n");
+      return nullptr;
+    }
+    return exec;
+  }
+
+  /// The forward pass; with greedy_ids, the logits stay on the device and only each logits
+  /// row's greedy token comes back (in *greedy_ids).
+  lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& opt, std::vector<int>* greedy_ids = nullptr) {
+    lm::check_batch(c, [this](int, int) { return len; }, b, opt);
+    if (!opt.attn_rows.empty())
+      throw UsageError("attention records are not available on the CUDA engine (use --device cpu, or --kv-policy streaming)");
+    const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads, dff = c.d_ff;
+    const int dq = nh * hd, dkv = nkv * hd, nlh = c.n_layers * nkv, V = static_cast<int>(b.views.size());
+    lm::ForwardResult res;
+    res.logits_rows = lm::logits_rows_of(opt, R);
+    const int nl = static_cast<int>(res.logits_rows.size());
+
+    // Metadata, one upload: tokens, row views, view counts and list offsets, in-batch key
+    // offsets, logits rows, in-batch keys, explicit view slots.
+    std::vector<int> hm;
+    auto block = [&hm](std::size_t n) { const std::size_t at = hm.size(); hm.resize(at + n, 0); return at; };
+    const std::size_t o_tok = block(R), o_rv = block(R), o_vc = block(std::size_t(V) * nlh), o_vo = block(std::size_t(V) * nlh),
+                      o_nbo = block(R + 1), o_lr = block(nl);
+    for (int r = 0; r < R; ++r) { hm[o_tok + r] = b.rows[r].token; hm[o_rv + r] = b.rows[r].view; }
+    for (int i = 0; i < nl; ++i) hm[o_lr + i] = res.logits_rows[i];
+    const std::size_t o_nb = hm.size();
+    for (int r = 0; r < R; ++r) {
+      hm[o_nbo + r] = static_cast<int>(hm.size() - o_nb);
+      std::vector<int> s = b.rows[r].attend;
+      s.push_back(r);
+      std::sort(s.begin(), s.end());
+      s.erase(std::unique(s.begin(), s.end()), s.end());
+      hm.insert(hm.end(), s.begin(), s.end());
+    }
+    hm[o_nbo + R] = static_cast<int>(hm.size() - o_nb);
+    const std::size_t n_nb = hm.size() - o_nb, o_sl = hm.size();
+    std::vector<int> view_max(V, 0);
+    for (int v = 0; v < V; ++v)
+      for (int lh = 0; lh < nlh; ++lh) {
+        hm[o_vc + std::size_t(v) * nlh + lh] = b.views[v].count(lh, len);
+        view_max[v] = std::max(view_max[v], b.views[v].count(lh, len));
+        const auto* lists = b.views[v].lists();
+        if (!lists) {
+          hm[o_vo + std::size_t(v) * nlh + lh] = -1;
+        } else {
+          hm[o_vo + std::size_t(v) * nlh + lh] = static_cast<int>(hm.size() - o_sl);
+          hm.insert(hm.end(), (*lists)[lh].begin(), (*lists)[lh].end());
+        }
+      }
+    const std::size_t n_sl = hm.size() - o_sl;
+    int max_keys = 1;
+    for (int r = 0; r < R; ++r)
+      max_keys = std::max(max_keys, view_max[b.rows[r].view] + hm[o_nbo + r + 1] - hm[o_nbo + r]);
+
+    std::vector<float> rope, sn;
+    lm::rope_tables(c, b, rope, sn);
+    rope.insert(rope.end(), sn.begin(), sn.end());
+
+    // Buffers (every growth happens here, before any capture).
+    Plan P;
+    P.R = R;
+    P.nl = nl;
+    P.L = layout(R);
+    P.LH = layout(std::max(1, nl));
+    P.greedy = greedy_ids != nullptr;
+    grow(ids, std::size_t(std::max(1, nl)) * 4);
+    P.nsplit = (max_keys + lm::dm::kAttnBlockKeys - 1) / lm::dm::kAttnBlockKeys;
+    grow(part, std::size_t(R) * nh * P.nsplit * (2 + hd) * 4);
+    grow(meta, std::max<std::size_t>(hm.size() * 4, 1 << 16));
+    grow(ropes, std::max<std::size_t>(rope.size() * 4, 1 << 12));
+    const int Kmax = std::max({d, dq, dff}), Omax = std::max({dq + 2 * dkv, d, 2 * dff});
+    grow(x, std::size_t(R) * d * 4);
+    grow(q, std::size_t(R) * dq * 4);
+    grow(act, std::max(buf_rows(P.L, R) * Kmax, buf_rows(P.LH, std::max(1, nl)) * d) * wsize(wt), true);
+    grow(Y, std::max(buf_rows(P.L, R) * Omax, buf_rows(P.LH, std::max(1, nl)) * std::size_t(c.vocab_size)) * 4);
+    grow(logits, std::size_t(std::max(1, nl)) * c.vocab_size * 4);
+    if (R > pend_cap) {
+      pend_cap = std::max(R, 2 * pend_cap);
+      const std::size_t n = std::size_t(c.n_layers) * pend_cap * nkv * hd * 4;
+      DevBuf nk, nv;
+      nk.reserve(n);
+      nv.reserve(n);
+      std::swap(pk, nk);
+      std::swap(pv, nv);
+      drop_graphs();
+    }
+    pend_rows = R;
+    P.pstride = std::size_t(pend_cap) * nkv * hd;
+    cuda_check(cudaMemcpyAsync(meta.p, hm.data(), hm.size() * 4, cudaMemcpyHostToDevice, st), "upload batch");
+    cuda_check(cudaMemcpyAsync(ropes.p, rope.data(), rope.size() * 4, cudaMemcpyHostToDevice, st), "upload rope");
+    const int* dm_ = meta.as<int>();
+    P.m = Meta{dm_ + o_tok, dm_ + o_rv, dm_ + o_vc, dm_ + o_vo, dm_ + o_sl, dm_ + o_nbo, dm_ + o_nb};
+    P.lrows = dm_ + o_lr;
+    P.cs = ropes.as<float>();
+    P.sn = P.cs + std::size_t(R) * hd / 2;
+
+    if (opt.hidden) {
+      res.hidden.assign(c.n_layers + 1, lm::Matrix(R, d));
+      hidden_host.assign(c.n_layers + 1, nullptr);
+      for (int i = 0; i <= c.n_layers; ++i) hidden_host[i] = res.hidden[i].data.data();
+    }
+    const bool graphable = graphs_on && !opt.hidden && opt.skip_attn.empty() && opt.skip_mlp.empty();
+    cudaGraphExec_t exec = nullptr;
+    if (graphable) {
+      const GraphKey key{R, V, static_cast<long long>(n_nb), static_cast<long long>(n_sl), nl,
+                         (invariant ? 1 : 0) + 2LL * (P.greedy ? 1 : 0) + 4LL * P.nsplit};
+      if (graphs.size() > 1024) {  // forget shapes seen once or twice (FAFO's varying batches)
+        for (auto it = graphs.begin(); it != graphs.end();) it = it->second.exec ? std::next(it) : graphs.erase(it);
+      }
+      GraphEntry& ge = graphs[key];
+      if (!ge.exec && ++ge.seen >= 3 && captured < 64) {
+        ge.exec = capture(P, opt);
+        captured += ge.exec ? 1 : 0;
+      }
+      exec = ge.exec;
+    }
+    if (exec) {
+      cuda_check(cudaGraphLaunch(exec, st), "cudaGraphLaunch");
+    } else {
+      if (opt.hidden) {  // the embedding output, then enqueue copies each layer's
+        embed_kernel<<<R, 256, 0, st>>>(emb.buf.p, wt, P.m.tokens, d, x.as<float>());
+        launch_check("embedding");
+        cuda_check(cudaMemcpyAsync(hidden_host[0], x.p, std::size_t(R) * d * 4, cudaMemcpyDeviceToHost, st), "hidden");
+      }
+      enqueue(P, opt);
+    }
+    if (nl > 0 && greedy_ids) {
+      greedy_ids->assign(nl, 0);
+      cuda_check(cudaMemcpyAsync(greedy_ids->data(), ids.p, std::size_t(nl) * 4, cudaMemcpyDeviceToHost, st), "greedy ids");
+    } else if (nl > 0) {
+      res.logits = lm::Matrix(nl, c.vocab_size);
+      cuda_check(cudaMemcpyAsync(res.logits.data.data(), logits.p, std::size_t(nl) * c.vocab_size * 4, cudaMemcpyDeviceToHost, st),
+                 "logits");
+    }
+    cuda_check(cudaStreamSynchronize(st), "forward");
+    return res;
+  }
+
+  void commit(const std::vector<int>& rows) {
+    for (int r : rows)
+      if (r < 0 || r >= pend_rows) throw InputError("commit of row " + std::to_string(r) + " outside the last batch");
+    if (len + rows.size() > std::size_t(c.n_ctx))
+      throw InputError("KV cache full: n_ctx = " + std::to_string(c.n_ctx) + " positions");
+    if (rows.empty()) return;
+    rowsbuf.reserve(rows.size() * 4);
+    cuda_check(cudaMemcpyAsync(rowsbuf.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, st), "upload rows");
+    const int hd = c.head_dim(), nkv = c.n_kv_heads;
+    commit_kernel<<<dim3(c.n_layers * nkv, static_cast<unsigned>(rows.size())), hd, 0, st>>>(
+        pk.as<float>(), pv.as<float>(), std::size_t(pend_cap) * nkv * hd, rowsbuf.as<int>(), len, nkv, hd, c.n_ctx, Kc.as<float>(),
+        Vc.as<float>());
+    launch_check("commit");
+    len += static_cast<int>(rows.size());
+  }
+};
+
+CudaEngine::CudaEngine(const lm::Model& model, bool batch_invariant, WeightPrecision weights) : p_(std::make_unique<Impl>()) {
+  Impl& I = *p_;
+  I.c = model.config;
+  I.invariant = batch_invariant;
+  I.check_config();
+  I.init_device();
+  switch (weights) {
+    case WeightPrecision::f32: I.wt = WType::f32; break;
+    case WeightPrecision::f16: I.wt = WType::f16; break;
+    case WeightPrecision::bf16: I.wt = WType::bf16; break;
+    case WeightPrecision::automatic: {
+      WType want = WType::f32;
+      if (model.token_embd.is_half() || model.stored == io::h5::FloatStorage::f16) want = WType::f16;
+      else if (model.stored == io::h5::FloatStorage::bf16) want = WType::bf16;
+      I.wt = want != WType::f32 && Impl::exact_in(model, want) ? want : WType::f32;
+      break;
+    }
+  }
+  I.upload(I.emb, {&model.token_embd});
+  if (!I.c.tied) I.upload(I.head, {&model.output});
+  I.upload_vec(I.out_norm, model.output_norm);
+  I.layers.resize(I.c.n_layers);
+  for (int l = 0; l < I.c.n_layers; ++l) {
+    const lm::Layer& L = model.layers[l];
+    auto& D = I.layers[l];
+    I.upload_vec(D.attn_norm, L.attn_norm);
+    I.upload_vec(D.ffn_norm, L.ffn_norm);
+    I.upload(D.qkv, {&L.wq, &L.wk, &L.wv});
+    I.upload(D.wo, {&L.wo});
+    I.upload(D.gu, {&L.w_gate, &L.w_up});
+    I.upload(D.down, {&L.w_down});
+  }
+  I.alloc_cache();
+}
+
+CudaEngine::CudaEngine(const lm::ModelConfig& config, std::uint64_t seed, WeightPrecision weights, double sd, bool batch_invariant)
+    : p_(std::make_unique<Impl>()) {
+  Impl& I = *p_;
+  I.c = config;
+  I.invariant = batch_invariant;
+  I.check_config();
+  I.init_device();
+  I.wt = weights == WeightPrecision::f16 ? WType::f16 : weights == WeightPrecision::bf16 ? WType::bf16 : WType::f32;
+  const auto& c = I.c;
+  const int hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
+  std::uint64_t s = seed;
+  I.random_mat(I.emb, c.vocab_size, c.d_model, ++s, sd);
+  if (!c.tied) I.random_mat(I.head, c.vocab_size, c.d_model, ++s, sd);
+  I.ones(I.out_norm, c.d_model);
+  I.layers.resize(c.n_layers);
+  for (auto& D : I.layers) {
+    I.ones(D.attn_norm, c.d_model);
+    I.ones(D.ffn_norm, c.d_model);
+    I.random_mat(D.qkv, dq + 2 * dkv, c.d_model, ++s, sd);
+    I.random_mat(D.wo, c.d_model, dq, ++s, sd);
+    I.random_mat(D.gu, 2 * c.d_ff, c.d_model, ++s, sd);
+    I.random_mat(D.down, c.d_model, c.d_ff, ++s, sd);
+  }
+  I.alloc_cache();
+  cuda_check(cudaDeviceSynchronize(), "random model");
+}
+
+CudaEngine::~CudaEngine() = default;
+
+const lm::ModelConfig& CudaEngine::config() const noexcept { return p_->c; }
+std::string CudaEngine::device() const { return p_->dev_name; }
+lm::ForwardResult CudaEngine::forward(const lm::Batch& batch, const lm::ForwardOptions& options) { return p_->forward(batch, options); }
+std::vector<int> CudaEngine::forward_greedy(const lm::Batch& batch, const lm::ForwardOptions& options) {
+  std::vector<int> ids;
+  p_->forward(batch, options, &ids);
+  return ids;
+}
+void CudaEngine::commit(const std::vector<int>& rows) { p_->commit(rows); }
+void CudaEngine::commit_all() {
+  std::vector<int> rows(p_->pend_rows);
+  for (int i = 0; i < p_->pend_rows; ++i) rows[i] = i;
+  p_->commit(rows);
+}
+void CudaEngine::truncate(int n) { p_->len = std::min(p_->len, std::max(0, n)); }
+void CudaEngine::clear() {
+  p_->len = 0;
+  p_->pend_rows = 0;
+}
+int CudaEngine::size() const { return p_->len; }
+bool CudaEngine::batch_invariant() const noexcept { return p_->invariant; }
+void CudaEngine::set_batch_invariant(bool on) noexcept { p_->invariant = on; }
+WType CudaEngine::weight_type() const noexcept { return p_->wt; }
+std::int64_t CudaEngine::bytes_per_forward() const noexcept {
+  const Impl& I = *p_;
+  auto bytes = [&I](const DevMat& m) { return std::int64_t(m.rows) * m.cols * std::int64_t(wsize(I.wt)); };
+  std::int64_t n = I.c.tied ? bytes(I.emb) : bytes(I.head);
+  for (const auto& D : I.layers) n += bytes(D.qkv) + bytes(D.wo) + bytes(D.gu) + bytes(D.down);
+  return n;
+}
+void CudaEngine::synchronize() const { cuda_check(cudaDeviceSynchronize(), "synchronize"); }
+void CudaEngine::set_graphs(bool on) noexcept {
+  p_->drop_graphs();
+  p_->graphs_on = on;
+}
+bool CudaEngine::graphs() const noexcept { return p_->graphs_on; }
+
+std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant) {
+  return std::make_unique<CudaEngine>(model, batch_invariant);
+}
+
+double measure_copy_bandwidth(std::size_t bytes, int reps) {
+  DevBuf a, b;
+  a.reserve(bytes, true);
+  b.reserve(bytes, true);
+  cudaEvent_t e0, e1;
+  cuda_check(cudaEventCreate(&e0), "event");
+  cuda_check(cudaEventCreate(&e1), "event");
+  float best = 1e30f;
+  for (int i = 0; i < reps + 1; ++i) {
+    cuda_check(cudaEventRecord(e0), "event");
+    cuda_check(cudaMemcpy(b.p, a.p, bytes, cudaMemcpyDeviceToDevice), "D2D copy");
+    cuda_check(cudaEventRecord(e1), "event");
+    cuda_check(cudaEventSynchronize(e1), "event");
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, e0, e1), "event");
+    if (i > 0) best = std::min(best, ms);  // the first copy warms up
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * double(bytes) / (double(best) * 1e-3);
+}
+
+}  // namespace icmlkit::kernels

@@ -1,0 +1,108 @@
+// The CUDA engine: the model contract's forward pass (lm/README.md) on one NVIDIA GPU.
+//
+// Weights are uploaded once and stay on the device in the precision the model is stored in
+// (bf16 / f16 when every weight is exactly representable, else f32); the KV cache
+// [n_layers, n_kv_heads, n_ctx, head_dim] and the pending rows of the last batch live there
+// too.  Matrix products are cuBLAS GEMMs (cublasGemmEx, f32 accumulation, CUBLAS_COMPUTE_32F,
+// no TF32).  With 16-bit weights each activation x enters the GEMM as two 16-bit terms,
+// hi = narrow(x) and lo = narrow(x - hi) (lm/device_math.hpp dm::split2), so the product keeps
+// ~16 (bf16) or ~22 (f16) significant bits of x and the weights are still read once.  RMSNorm,
+// RoPE, attention over gathered views with intra-batch masks (online softmax), SwiGLU, the
+// residual adds and K/V commit are own kernels built on lm/device_math.hpp.
+//
+// Agreement with the CPU engine: not bitwise (different summation orders; a bf16 split of
+// the activations).  Stated tolerance, checked by test/unit/gpu/test_engine_cuda.cpp on a GPU:
+// logits within 2e-3 * (1 + max |logit|) of the CPU's for f32 and f16 models, 2e-2 for bf16;
+// greedy tokens equal wherever the CPU's top-2 logit margin exceeds that tolerance.
+//
+// Batch invariance on the GPU (batch_invariant = true, the default): every GEMM runs in
+// chunks of exactly kInvariantRows = 64 rows (padded), so cuBLAS sees one shape per matrix
+// whatever the batch size, and picks the same algorithm each time; norms, RoPE, attention
+// (blocks of 128 keys, 4 warps x 32 keys, merged in a fixed order) and SwiGLU are per row.  A row's K/V
+// and logits are then bitwise independent of the other rows in the batch, provided the
+// selected GEMM computes each output column independently of the column's position in the
+// tile — true of cuBLAS's non-split-K kernels, and tested on the device (a row alone vs the
+// same row at positions 0..k-1 of a batch).  batch_invariant = false runs one GEMM of the
+// batch's own size (faster for small batches on some GPUs; results may then change in the
+// last bits with the batch size).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lm/device_math.hpp"
+#include "lm/engine.hpp"
+
+namespace icmlkit::kernels {
+
+/// Rows per GEMM in batch-invariant mode.
+constexpr int kInvariantRows = 64;
+
+/// Device weight precision choice: automatic (from how the model is stored) or forced.
+enum class WeightPrecision { automatic, f32, f16, bf16 };
+
+/// The CUDA implementation of lm::Engine.
+class CudaEngine final : public lm::Engine {
+ public:
+  /// Uploads `model` (copied; the host model may be freed).  `weights`: automatic = bf16 / f16
+  /// when the model is stored so (or held as f16) and exactly representable, else f32; forcing
+  /// f16 / bf16 rounds to nearest even.  Throws InputError "--device cuda: no CUDA device (...)"
+  /// without a GPU, RuntimeError on a CUDA / cuBLAS failure (out of memory included), InputError
+  /// for head_dim > 256.
+  CudaEngine(const lm::Model& model, bool batch_invariant = true, WeightPrecision weights = WeightPrecision::automatic);
+  /// A model of `config` with N(0, std^2) weights in `weights` precision (not automatic) generated
+  /// directly on the device from `seed` (norm weights 1): no host copy, for benchmarks of
+  /// models larger than host files should be.  Not the same values as lm::random_model.
+  CudaEngine(const lm::ModelConfig& config, std::uint64_t seed, WeightPrecision weights, double std,
+             bool batch_invariant = true);
+  ~CudaEngine() override;
+  CudaEngine(const CudaEngine&) = delete;
+  CudaEngine& operator=(const CudaEngine&) = delete;
+
+  const lm::ModelConfig& config() const noexcept override;
+  std::string device() const override;
+  /// lm::forward semantics.  Supported options: logits_rows / all_logits, hidden, skip_attn,
+  /// skip_mlp.  attn_rows (attention records) throws UsageError; time_attention is ignored
+  /// (attn_cpu_s stays empty).  InputError for the batches lm::forward refuses.
+  lm::ForwardResult forward(const lm::Batch& batch, const lm::ForwardOptions& options = {}) override;
+  /// forward() that keeps the logits on the device and returns only the greedy token of each
+  /// logits row (argmax, lowest id on ties: a device reduction built on dm::greedy_better), so
+  /// no [rows, vocab] copy reaches the host.  Same errors as forward().
+  std::vector<int> forward_greedy(const lm::Batch& batch, const lm::ForwardOptions& options = {});
+  void commit(const std::vector<int>& rows) override;
+  void commit_all() override;
+  void truncate(int n) override;
+  void clear() override;
+  int size() const override;
+
+  /// Whether GEMMs run in fixed 64-row chunks (see the file comment).
+  bool batch_invariant() const noexcept;
+  void set_batch_invariant(bool on) noexcept;
+  /// Precision of the device weight matrices.
+  lm::dm::WType weight_type() const noexcept;
+  /// Bytes of weight matrices one forward pass reads (all matrices and the LM head; the
+  /// embedding counts only when it is also the head).
+  std::int64_t bytes_per_forward() const noexcept;
+  /// Waits for the device.
+  void synchronize() const;
+  /// CUDA graphs: a forward shape seen three times (AR decoding's one row) is captured once and
+  /// replayed with a single launch; results are those of the eager launches.  On by default;
+  /// off with ICMLKIT_CUDA_GRAPHS=0, after a failed capture (one warning line), or here.
+  void set_graphs(bool on) noexcept;
+  bool graphs() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> p_;
+};
+
+/// The CUDA engine as an lm::Engine (lm::open_engine's CUDA branch).
+std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant);
+
+/// Device-to-device copy bandwidth in bytes/s: the best of `reps` cudaMemcpy of `bytes` (read +
+/// write counted, 2 * bytes per copy).  Throws RuntimeError on a CUDA failure.
+double measure_copy_bandwidth(std::size_t bytes, int reps);
+
+}  // namespace icmlkit::kernels

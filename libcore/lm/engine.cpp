@@ -1,0 +1,43 @@
+#include "lm/engine.hpp"
+
+#include <algorithm>
+
+#include "lm/sampler.hpp"
+
+namespace icmlkit::lm {
+
+Device parse_device(const std::string& name, const std::string& flag) {
+  if (name == "cpu") return Device::cpu;
+  if (name == "cuda") return Device::cuda;
+  throw UsageError("unknown device '" + name + "' (cpu or cuda)", flag);
+}
+
+const char* device_name(Device d) noexcept { return d == Device::cuda ? "cuda" : "cpu"; }
+
+double engine_loss(Engine& engine, const std::vector<int>& stream, int S, int batch, std::int64_t max_tokens,
+                   std::int64_t& tokens) {
+  tokens = 0;
+  double sum = 0.0;
+  if (stream.size() < 2 || S < 1) return 0.0;
+  const int V = engine.config().vocab_size;
+  auto window = [&](std::size_t o, int n) {
+    engine.clear();
+    const std::vector<int> in(stream.begin() + o, stream.begin() + o + n);
+    const ForwardResult fr = engine.forward(Batch::causal(in, 0));
+    for (int t = 0; t < n; ++t) sum -= log_softmax_at(fr.logits.row(t), V, stream[o + t + 1]);
+    tokens += n;
+  };
+  const std::int64_t targets = std::int64_t(stream.size()) - 1, full = targets / S;
+  std::int64_t w = 0;
+  while (w < full && (max_tokens <= 0 || tokens < max_tokens)) {
+    const std::int64_t b = std::min<std::int64_t>(std::max(1, batch), full - w);
+    for (std::int64_t i = 0; i < b; ++i) window(std::size_t(w + i) * S, S);
+    w += b;
+  }
+  const std::int64_t rest = targets - full * S;
+  if (rest > 0 && (max_tokens <= 0 || tokens < max_tokens)) window(std::size_t(full) * S, static_cast<int>(rest));
+  engine.clear();
+  return sum;
+}
+
+}  // namespace icmlkit::lm

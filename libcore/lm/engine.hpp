@@ -1,0 +1,106 @@
+// The inference backend interface: one sequence's forward passes and KV cache on a device.
+//
+// The decode harness (decode/decoder.hpp) and the generating tools talk to an Engine, never
+// to a device directly, so the same calls run on the CPU (CpuEngine: lm::forward + KvCache,
+// bitwise the CPU engine) or on CUDA (kernels/engine.hpp: cuBLAS + own kernels, weights
+// resident on the GPU, results equal to the CPU within the tolerance stated there).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lm/forward.hpp"
+#include "lm/kv_cache.hpp"
+#include "lm/model.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::lm {
+
+/// Where an engine computes.
+enum class Device { cpu, cuda };
+
+/// Parses "cpu" | "cuda"; UsageError naming `flag` otherwise.
+Device parse_device(const std::string& name, const std::string& flag = "--device");
+/// "cpu" | "cuda".
+const char* device_name(Device d) noexcept;
+
+/// A model bound to one sequence's KV cache on some device.
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  /// The model's configuration.
+  virtual const ModelConfig& config() const noexcept = 0;
+  /// Human-readable device ("cpu", "cuda:0 NVIDIA H200 (...)").
+  virtual std::string device() const = 0;
+  /// lm::forward() on this engine's cache: same batch semantics, same result fields.
+  /// Engines may refuse options they do not provide (UsageError), see each implementation.
+  virtual ForwardResult forward(const Batch& batch, const ForwardOptions& options = {}) = 0;
+  /// KvCache::commit / commit_all / truncate / clear on this engine's cache.
+  virtual void commit(const std::vector<int>& rows) = 0;
+  virtual void commit_all() = 0;
+  virtual void truncate(int n) = 0;
+  virtual void clear() = 0;
+  /// Committed slots (every head holds the same number on an engine).
+  virtual int size() const = 0;
+};
+
+/// The CPU engine: lm::forward on a KvCache; outputs bitwise those of lm::forward.
+class CpuEngine final : public Engine {
+ public:
+  /// Binds `model` (kept by reference; must outlive the engine) to an empty cache.
+  explicit CpuEngine(const Model& model) : model_(model), cache_(model.config) {}
+  const ModelConfig& config() const noexcept override { return model_.config; }
+  std::string device() const override { return "cpu"; }
+  ForwardResult forward(const Batch& batch, const ForwardOptions& options = {}) override {
+    return lm::forward(model_, cache_, batch, options);
+  }
+  void commit(const std::vector<int>& rows) override { cache_.commit(rows); }
+  void commit_all() override { cache_.commit_all(); }
+  void truncate(int n) override { cache_.truncate(n); }
+  void clear() override { cache_.clear(); }
+  int size() const override { return cache_.size(); }
+  /// The underlying cache (per-head access for compressors and tests).
+  KvCache& cache() noexcept { return cache_; }
+
+ private:
+  const Model& model_;
+  KvCache cache_;
+};
+
+/// Summed next-token cross-entropy (nats) of `stream` on `engine`, over the windows
+/// nn::evaluate uses: non-overlapping windows of `seq_len` targets (the last, shorter one
+/// included), `batch` windows between checks of max_tokens (> 0: stop once that many targets
+/// are counted).  Each window is one causal forward from an empty cache, log-softmax in
+/// double.  `tokens` receives the targets counted.  Throws what engine.forward throws.
+double engine_loss(Engine& engine, const std::vector<int>& stream, int seq_len, int batch, std::int64_t max_tokens,
+                   std::int64_t& tokens);
+
+}  // namespace icmlkit::lm
+
+#if defined(ICMLKIT_HAVE_CUDA)
+namespace icmlkit::kernels {
+/// Defined in kernels/engine.cu (linked when the build has CUDA).
+std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant);
+}  // namespace icmlkit::kernels
+#endif
+
+namespace icmlkit::lm {
+
+/// An engine for `model` on `device`, for programs that link icmlkit::kernels when CUDA is
+/// built (the tools do).  CUDA: weights uploaded once (16-bit when the model is stored so),
+/// batch-invariant GEMM shapes (see kernels/engine.hpp).  Throws InputError "--device cuda:
+/// built without CUDA" in a build without CUDA, and "--device cuda: no CUDA device (...)"
+/// when the driver reports none.  Defined inline so that the CUDA choice is made by the
+/// program that links the kernels, not by the core library.
+inline std::unique_ptr<Engine> open_engine(const Model& model, Device device) {
+  if (device == Device::cpu) return std::make_unique<CpuEngine>(model);
+#if defined(ICMLKIT_HAVE_CUDA)
+  return kernels::make_cuda_engine(model, true);
+#else
+  throw InputError("--device cuda: built without CUDA (configure with -DICMLKIT_CUDA=ON and nvcc)");
+#endif
+}
+
+}  // namespace icmlkit::lm

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The GPU half of `make -f Makefile.shortcuts gpu-check` (after the CUDA build):
+#   1. the CUDA-vs-CPU tests (ctest names unit/cuda:* and unit/kernels:*);
+#   2. bench-gpu-engine: copy bandwidth, batch-1 decode of a 1.24 B-parameter random model and the
+#      share of the bandwidth it reaches, c(k) for k = 1..64;
+#   3. FAFO vs AR on the demo model data/models/kjv7m.h5 with fafo-generate --device cuda.
+# Prints everything to stdout; with $OUT set, also writes $OUT/gpu_check.json (and the parts).
+# Usage: scripts/gpu_check.sh BUILD_DIR
+set -uo pipefail
+build=${1:-build-gpu}
+bin=$build/bin
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+status=0
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv 2>/dev/null || echo "gpu-check: nvidia-smi not available"
+
+echo "== gpu-check: CUDA tests"
+(cd "$build" && ctest -R '^unit/(cuda|kernels):' -V > "$tmp/ctest.log" 2>&1) && tests_ok=true || { tests_ok=false; status=1; }
+grep -E "skipped|Passed|Failed|tests passed|ERROR|CHECK|values:|INFO|gap|margin" "$tmp/ctest.log" || tail -n 40 "$tmp/ctest.log"
+
+echo "== gpu-check: bench-gpu-engine"
+if "$bin/bench-gpu-engine" --ctx 512 --tokens 128 --kmax 64 --reps 5 > "$tmp/engine.json"; then
+  cat "$tmp/engine.json"
+else
+  echo '{"error": "bench-gpu-engine failed"}' > "$tmp/engine.json"
+  status=1
+fi
+
+echo "== gpu-check: FAFO vs AR on kjv7m (fafo-generate --device cuda)"
+model=$root/data/models/kjv7m.h5
+prompt="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."
+fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n 256 --ignore-eos --compare ar --no-text -q)
+if "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo.jsonl" &&
+   ICMLKIT_CUDA_GRAPHS=0 "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_ng.jsonl" &&
+   "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_cpu.jsonl"; then
+  jq -c 'select(.summary) | .summary' "$tmp/fafo.jsonl" > "$tmp/fafo_gpu.json"
+  jq -c 'select(.summary) | .summary' "$tmp/fafo_ng.jsonl" > "$tmp/fafo_gpu_ng.json"
+  jq -c 'select(.summary) | .summary' "$tmp/fafo_cpu.jsonl" > "$tmp/fafo_cpu.json"
+  jq -n --slurpfile g "$tmp/fafo_gpu.json" --slurpfile n "$tmp/fafo_gpu_ng.json" --slurpfile c "$tmp/fafo_cpu.json" '{
+      model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n 256 --ignore-eos --compare ar",
+      cuda: {fafo_tokens_per_s: $g[0].decode_tokens_per_s, ar_tokens_per_s: $g[0].compare.decode_tokens_per_s,
+             speedup: $g[0].speedup, identical_to_ar: $g[0].identical_to_ar, device: $g[0].device},
+      cuda_no_graphs: {fafo_tokens_per_s: $n[0].decode_tokens_per_s, ar_tokens_per_s: $n[0].compare.decode_tokens_per_s,
+             speedup: $n[0].speedup, identical_to_ar: $n[0].identical_to_ar},
+      cpu: {fafo_tokens_per_s: $c[0].decode_tokens_per_s, ar_tokens_per_s: $c[0].compare.decode_tokens_per_s,
+            speedup: $c[0].speedup, identical_to_ar: $c[0].identical_to_ar}}' > "$tmp/fafo_summary.json"
+  # The same tokens on both devices? (CUDA equals CPU within tolerance, not bitwise.)
+  "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n 256 --ignore-eos -q > "$tmp/ar_gpu.txt"
+  "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n 256 --ignore-eos -q > "$tmp/ar_cpu.txt"
+  same=$(cmp -s "$tmp/ar_gpu.txt" "$tmp/ar_cpu.txt" && echo true || echo false)
+  jq --argjson same "$same" '. + {ar_text_cuda_equals_cpu: $same}' "$tmp/fafo_summary.json" > "$tmp/fafo.json"
+  cat "$tmp/fafo.json"
+else
+  echo '{"error": "fafo-generate --device cuda failed"}' > "$tmp/fafo.json"
+  status=1
+fi
+
+jq -n --slurpfile e "$tmp/engine.json" --slurpfile f "$tmp/fafo.json" --argjson ok "$tests_ok" \
+  '{gpu_check: {cuda_tests_passed: $ok, engine: $e[0], fafo_kjv7m: $f[0],
+    targets: {decode_b1_share_ge_0_70: ($e[0].decode_b1.batch_invariant.share_of_bandwidth // 0) >= 0.70,
+              c16_le_1_2: ($e[0].c_k.batch_invariant.c16 // 99) <= 1.2,
+              fafo_speedup_ge_1_3: ($f[0].cuda.speedup // 0) >= 1.3,
+              fafo_identical: ($f[0].cuda.identical_to_ar // false)}}}' > "$tmp/gpu_check.json"
+echo "== gpu-check: summary"
+cat "$tmp/gpu_check.json"
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  cp "$tmp/gpu_check.json" "$tmp/engine.json" "$tmp/fafo.json" "$tmp/ctest.log" "$OUT/" 2>/dev/null || true
+fi
+exit $status

@@ -1,0 +1,26 @@
+# ---- --device (lm/engine.hpp): cpu is the default engine; cuda needs a CUDA build and a GPU ------
+set(DEV_KJV ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)
+# What --device cuda says on this machine: built without CUDA, or (CUDA built, no nvidia-smi on
+# the configuring machine) no CUDA device.  With a GPU these cases are not added: the CUDA engine
+# is tested by test/unit/gpu/test_engine_cuda.cpp (make -f Makefile.shortcuts gpu-check).
+find_program(ICMLKIT_NVIDIA_SMI nvidia-smi)
+if(NOT ICMLKIT_HAVE_CUDA)
+  set(DEV_NO_CUDA "error: --device cuda: built without CUDA")
+elseif(NOT ICMLKIT_NVIDIA_SMI)
+  set(DEV_NO_CUDA "error: --device cuda: no CUDA device \\(")
+endif()
+if(DEFINED DEV_NO_CUDA)
+  cli_case(device/lm-generate-cuda-unavailable --rc 1 --stderr "^lm-generate: ${DEV_NO_CUDA}" --tool lm-generate --no-file r.jsonl
+    -- $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --device cuda -o r.jsonl)
+  cli_case(device/fafo-generate-cuda-unavailable --rc 1 --stderr "^fafo-generate: ${DEV_NO_CUDA}" --tool fafo-generate --no-file r.jsonl
+    -- $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --device cuda -o r.jsonl)
+  cli_case(device/lm-eval-cuda-unavailable --rc 1 --stderr "^lm-eval: ${DEV_NO_CUDA}" --tool lm-eval --no-file e.json
+    -- bash -c "printf 'In the beginning\\n' > t.txt && $<TARGET_FILE:lm-eval> ${DEV_KJV} t.txt --device cuda -o e.json")
+endif()
+cli_case(device/unknown-device --rc 2 --stderr "--device" --tool lm-generate
+  -- $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --device tpu)
+cli_case(device/fafo-cuda-needs-streaming-policy --rc 2 --stderr "needs attention records.*--device cuda" --tool fafo-generate
+  -- $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --method fafo --kv-policy h2o --device cuda)
+# --device cpu is the default: the same bytes as without the flag.
+cli_case(device/cpu-explicit-equals-default --rc 0
+  -- bash -c "$<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt 'In the beginning' -n 12 --no-stream > a.txt && $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt 'In the beginning' -n 12 --no-stream --device cpu > b.txt && cmp a.txt b.txt && test -s a.txt && $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt 'In the beginning' -n 12 --device cpu --method fafo > c.txt && cmp a.txt c.txt")
