@@ -38,7 +38,7 @@ struct Args {
   std::string label_col;
   // ebm-reward
   int ebm_hidden = 32, ebm_depth = 2, ebm_train_iters = 600, grid = 200, eval_chains = 200, eval_steps = 400;
-  double step_size_max = 1.0;
+  double step_size_max = 1.0, step_size_min = 1e-5, adapt_factor = 1.01;
   // --plot mode
   std::string plot;
   std::vector<std::string> plot_inputs;
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
       "  smc-optimize --problem gmm-reward --beta 0.001 --particles 1000 --steps 300 --lr 20 --step-size 0.1 | jq .mean_reward\n"
       "  smc-optimize --problem ebm-reward --method impdiff --steps 1000 --trajectory impdiff.jsonl | jq .mean_reward\n"
       "  smc-optimize --plot runs.png sosmc.jsonl impdiff.jsonl\n"};
-  CLI::Option *o_lr = nullptr, *o_opt = nullptr, *o_step = nullptr, *o_stepmax = nullptr, *o_beta = nullptr,
+  CLI::Option *o_lr = nullptr, *o_opt = nullptr, *o_step = nullptr, *o_stepmax = nullptr, *o_stepmin = nullptr, *o_beta = nullptr,
               *o_resampling = nullptr, *o_particles = nullptr, *o_hidden = nullptr, *o_steps = nullptr, *o_iters = nullptr;
   return cli::run_tool(
       argc, argv, info,
@@ -105,7 +105,9 @@ int main(int argc, char** argv) {
             ->capture_default_str()
             ->check(CLI::IsMember({"sgd", "adam"}));
         o_step = app.add_option("--step-size", a.step_size, "initial Langevin step gamma (pgd: h)")->capture_default_str()->check(cli::positive());
-        o_stepmax = app.add_option("--step-size-max", a.step_size_max, "sosmc: upper clip of the adapted gamma (ebm-reward default 0.01)")->capture_default_str()->check(cli::positive());
+        o_stepmax = app.add_option("--step-size-max", a.step_size_max, "sosmc: upper clip of the adapted gamma (gmm-reward default 0.99, ebm-reward and digits-ebm 0.01)")->capture_default_str()->check(cli::positive());
+        o_stepmin = app.add_option("--step-size-min", a.step_size_min, "sosmc: lower clip of the adapted gamma (gmm-reward default 0.001, ebm-reward and digits-ebm 1e-8)")->capture_default_str()->check(cli::positive());
+        app.add_option("--adapt-factor", a.adapt_factor, "sosmc: gamma is divided by this when ESS < 0.95 N, else multiplied (the reference's experiments: 1.01; 1 keeps gamma fixed)")->capture_default_str()->check(CLI::Range(1.0, 10.0));
         app.add_flag("--no-adapt", a.no_adapt, "sosmc: keep gamma fixed");
         app.add_option("--resample-threshold", a.resample_threshold, "sosmc: resample when ESS < this x N")
             ->capture_default_str()
@@ -157,6 +159,7 @@ int main(int argc, char** argv) {
           if (!o_opt->count()) a.optimizer = "adam";
           if (!o_step->count()) a.step_size = 0.005;
           if (!o_stepmax->count()) a.step_size_max = 0.01;
+          if (!o_stepmin->count()) a.step_size_min = 1e-8;
           if (!o_resampling->count()) a.resampling = "systematic";
           if (digits && !o_hidden->count()) a.ebm_hidden = 64;
           if (digits && !o_steps->count()) a.steps = 300;
@@ -168,6 +171,11 @@ int main(int argc, char** argv) {
         if (!a.trajectory.empty() && std::filesystem::path(a.trajectory).extension() != ".jsonl")
           throw UsageError("the trajectory is JSON Lines: give a path ending in .jsonl", "--trajectory " + a.trajectory);
         if (a.method == "em" && a.problem != "toy") throw UsageError("exact EM exists only for the toy problem", "--method");
+        if (a.problem == "gmm-reward") {
+          // The reference's clip range of the adapted step in its Langevin experiments.
+          if (!o_stepmax->count()) a.step_size_max = 0.99;
+          if (!o_stepmin->count()) a.step_size_min = 0.001;
+        }
         if ((a.problem == "gmm-reward" || a.problem == "ebm-reward") && !a.data.empty()) throw UsageError("the gmm-reward problem takes no data", "--data");
         if (a.move != "ula" && a.method != "sosmc")
           log::warn("--move {} applies to sosmc only; {} uses ULA", a.move, a.method);
@@ -351,6 +359,8 @@ int main(int argc, char** argv) {
           o.learning_rate = a.lr;
           o.step_size = a.step_size;
           o.gamma_max = std::max(a.step_size_max, a.step_size);
+          o.gamma_min = std::min(a.step_size_min, a.step_size);
+          o.adapt_factor = a.adapt_factor;
           o.adapt_step = !a.no_adapt;
           o.resample_threshold = a.resample_threshold;
           o.resampling = a.resampling == "systematic" ? smc::Resampling::systematic : smc::Resampling::multinomial;
