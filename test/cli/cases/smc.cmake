@@ -84,3 +84,13 @@ cli_case(smc-optimize/pgd-lr-ignored-warned --rc 0 --stderr "pgd takes theta ste
   -- ${SMC} --problem toy --method pgd --lr 0.5 --steps 5)
 cli_case(smc-optimize/pgd-no-lr-no-note --rc 0
   -- bash -c "${SMC} --problem toy --method pgd --steps 5 2> err.txt > /dev/null && test ! -s err.txt")
+# Step-size adaptation flags: out-of-range values are usage errors; --adapt-factor 1 (the
+# reference sosmc_ula's own default) keeps gamma at --step-size.
+cli_case(smc-optimize/adapt-factor-below-one --rc 2 --stderr "adapt-factor: Value 0.5 not in range" -- ${SMC} --adapt-factor 0.5)
+cli_case(smc-optimize/step-size-min-positive --rc 2 --stderr "step-size-min: must be > 0" -- ${SMC} --step-size-min 0)
+cli_case(smc-optimize/adapt-factor-one-keeps-gamma
+  --rc 0 --jq ".final_step_size == 0.01"
+  -- ${SMC} --problem toy --steps 50 --adapt-factor 1)
+cli_case(smc-optimize/gmm-reward-step-clip
+  --rc 0 --jq ".final_step_size >= 0.001 and .final_step_size <= 0.99"
+  -- ${SMC} --problem gmm-reward --particles 300 --steps 100 --step-size 0.1 --adapt-factor 1.2 --threads 1)
