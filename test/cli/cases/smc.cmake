@@ -41,7 +41,9 @@ cli_case(smc-optimize/toy-data-needs-y --rc 1 --stderr "missing column 'y'" -- $
 # the tuned model) exceeds ImpDiff's (paper, N = 10,000, 4 x 128 network, one seed: 0.974 vs
 # 0.811), here on average over seeds 1-3 (N = 1,000; each seed trains its own base model, whose
 # mass in the reward half-plane is 0.48-0.69).  Measured: margins +0.0104, +0.0262, +0.0024
-# (mean 0.0130, sd 0.0122); the mean margin must be positive.  Deterministic per seed.
+# (mean 0.0130, sd 0.0122); the mean margin must be positive.  Deterministic per seed.  Cost:
+# six runs, about 60 s of CPU (N = 300 would take a third, but its margins, +0.0034, +0.0247,
+# -0.0022, are too close to 0 for a robust check).
 set(SMC_MARGIN ${CMAKE_CURRENT_SOURCE_DIR}/smc_ebm_margin.sh)
 cli_case(smc-optimize/ebm-reward-sosmc-beats-impdiff
   --rc 0 --jq ".margin_mean > 0 and (.runs | length) == 3"
