@@ -1,5 +1,6 @@
 #include "smc/moves.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -21,27 +22,26 @@ double log_q(const Problem& p, const Eigen::VectorXd& theta, const Eigen::Vector
 }
 }  // namespace
 
-void fill_normals(Rng& rng, double* out, Eigen::Index n) {
-  // Candidate pairs (v1, v2) uniform on [-1, 1)^2 (32 bits each from one 64-bit draw), kept
-  // when 0 < s = v1^2 + v2^2 < 1 (rate pi/4); then v * sqrt(-2 log s / s) are two independent
-  // N(0, 1) draws.  The factors of a batch of candidates are computed at once (SIMD).
-  constexpr int K = 128;
-  std::array<double, K> v1, v2, s, f;
+void NormalStream::fill(double* out, Eigen::Index n) {
+  // Batches of K candidates; accepted pairs are packed branch-free (every pair is written at
+  // the fill position, which only advances on acceptance).
+  constexpr Eigen::Index K = 256;
+  alignas(64) std::array<double, K> v1, v2, f, acc;
+  std::array<double, 2 * K + 2> buf;
   Eigen::Index filled = 0;
   while (filled < n) {
-    for (int k = 0; k < K; ++k) {
-      const std::uint64_t b = rng.bits();
-      v1[k] = static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(b >> 32))) * 0x1.0p-31;
-      v2[k] = static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(b))) * 0x1.0p-31;
-      s[k] = v1[k] * v1[k] + v2[k] * v2[k];
+    polar_candidates(key_, counter_, K, v1.data(), v2.data(), f.data(), acc.data());
+    counter_ += K;
+    Eigen::Index m = 0;
+    for (std::size_t k = 0; k < static_cast<std::size_t>(K); ++k) {
+      const double r = f[k];
+      buf[static_cast<std::size_t>(m)] = v1[k] * r;
+      buf[static_cast<std::size_t>(m) + 1] = v2[k] * r;
+      m += 2 * static_cast<Eigen::Index>(acc[k]);
     }
-    polar_factors(s.data(), f.data(), K);
-    for (int k = 0; k < K && filled < n; ++k) {
-      if (!(s[k] < 1 && s[k] > 0)) continue;
-      const double r = std::sqrt(f[k]);
-      out[filled++] = v1[k] * r;
-      if (filled < n) out[filled++] = v2[k] * r;
-    }
+    const Eigen::Index take = std::min(m, n - filled);
+    std::copy(buf.begin(), buf.begin() + take, out + filled);
+    filled += take;
   }
 }
 

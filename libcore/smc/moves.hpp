@@ -3,16 +3,29 @@
 
 #include <Eigen/Core>
 
+#include <cstdint>
+
 #include "smc/problem.hpp"
 #include "util/rng.hpp"
 
 namespace icmlkit::smc {
 
-/// Fills out[0 .. n) with independent standard normal draws from `rng` by Marsaglia's polar
-/// method (both values of each accepted pair used, two 32-bit uniforms per 64-bit draw; the
-/// logarithms of a batch of candidate pairs are taken at once, SIMD).  A different stream
-/// from Rng::normal(), reproducible per seed.
-void fill_normals(Rng& rng, double* out, Eigen::Index n);
+/// A seeded stream of standard normal draws for the hot loops: Marsaglia's polar method over
+/// the SplitMix64 sequence started at `key` (smc/simd.hpp polar_candidates; both values of an
+/// accepted pair used, in order; a batch's candidates computed at once, SIMD).  Reproducible per
+/// key on every platform up to rounding of the last bits (the accept decisions are exact);
+/// distinct keys give independent streams.  Not the stream of Rng::normal().
+class NormalStream {
+ public:
+  /// The stream of `key` from its start.
+  explicit NormalStream(std::uint64_t key) : key_(key) {}
+  /// Writes the next n draws to out[0 .. n).  Draws left over from the last batch of
+  /// candidates are dropped, so the values depend on how the stream is split into calls.
+  void fill(double* out, Eigen::Index n);
+
+ private:
+  std::uint64_t key_, counter_ = 0;
+};
 
 /// a(u, v; U) = U(u) + (v - u) . grad U(u) / 2 + (gamma / 4) |grad U(u)|^2, the ULA log-kernel
 /// term whose difference gives the SMC-sampler increment with ULA as forward and backward

@@ -9,7 +9,8 @@
 
 namespace icmlkit::smc {
 namespace {
-// Particles per parallel work item of the ULA move (fixed: results do not depend on threads).
+// Particles per parallel work item of the ULA move and of batched evaluations (fixed: results
+// do not depend on the thread count).
 constexpr Eigen::Index kMoveBlock = 2048;
 }  // namespace
 
@@ -51,6 +52,26 @@ void Problem::energy_grad_x_batch(const Eigen::VectorXd& theta, const Eigen::Mat
   }
 }
 
+void Problem::evaluate_rows(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::Index lo, Eigen::Index n,
+                            Evaluation& ev) const {
+  const Eigen::MatrixXd xb = xs.middleRows(lo, n);
+  Eigen::VectorXd e;
+  Eigen::MatrixXd g;
+  energy_grad_x_batch(theta, xb, e, g);
+  ev.e.segment(lo, n) = e;
+  ev.g.middleRows(lo, n) = g;
+}
+
+void Problem::evaluate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Evaluation& ev) const {
+  const Eigen::Index N = xs.rows(), nb = (N + kMoveBlock - 1) / kMoveBlock;
+  ev.resize(N, xs.cols(), aux_cols());
+#pragma omp parallel for schedule(static) if (nb > 1)
+  for (Eigen::Index b = 0; b < nb; ++b) {
+    const Eigen::Index lo = b * kMoveBlock;
+    evaluate_rows(theta, xs, lo, std::min(kMoveBlock, N - lo), ev);
+  }
+}
+
 SmcResult maximise_marginal_likelihood(const Problem& p, const Eigen::VectorXd& theta0, const Eigen::VectorXd& x0,
                                        const SmcOptions& opt, const std::function<void(const SmcStep&)>& on_step) {
   const int N = opt.method == Method::soul ? 1 : std::max(opt.particles, 1);
@@ -61,6 +82,8 @@ SmcResult maximise_marginal_likelihood_from(const Problem& p, const Eigen::Vecto
                                             const SmcOptions& opt, const std::function<void(const SmcStep&)>& on_step) {
   if (opt.particles < 1 || opt.steps < 1 || !(opt.learning_rate > 0) || !(opt.step_size > 0) || opt.inner_steps < 1)
     throw std::invalid_argument("particles, steps, inner steps, learning rate and step size must be positive");
+  if (!(opt.adapt_factor >= 1) || !(opt.gamma_min > 0) || !(opt.gamma_max >= opt.gamma_min))
+    throw std::invalid_argument("need adapt_factor >= 1 and 0 < gamma_min <= gamma_max");
   const int N = opt.method == Method::soul ? 1 : opt.particles;
   if (x_init.rows() < N || x_init.cols() != p.dim_x())
     throw std::invalid_argument("initial particles must be [N, dim_x]");
@@ -128,33 +151,36 @@ SmcResult maximise_marginal_likelihood_from(const Problem& p, const Eigen::Vecto
           pop.x.row(i) = xn.transpose();
         }
       } else {
-        // ULA x' = x - gamma grad U(x) + sqrt(2 gamma) xi in fixed blocks of particles, each
-        // with its own noise stream derived from one draw of the seeded generator: the result
-        // does not depend on the thread count.
+        // One pass over fixed blocks of particles (one parallel region per step), each block:
+        // ULA x' = x - gamma grad U(x) + sqrt(2 gamma) xi with its own noise stream derived
+        // from one draw of the seeded generator; U and grad U of x' under theta_{k+1} (the
+        // SOSMC increment needs them, and they are the next step's (theta, x) evaluation for
+        // every method); sosmc: the increment a(x, x'; U_k) - a(x', x; U_{k+1}) (ula_increment
+        // with U and grad U computed once).  Results do not depend on the thread count.
         const std::uint64_t step_seed = rng.bits();
         const double sq = std::sqrt(2 * gamma);
         const Eigen::Index nb = (N + kMoveBlock - 1) / kMoveBlock;
+        nxt.resize(N, d, p.aux_cols());
+        const bool reweight = opt.method == Method::sosmc;
 #pragma omp parallel for schedule(static) if (nb > 1)
         for (Eigen::Index b = 0; b < nb; ++b) {
           const Eigen::Index lo = b * kMoveBlock, n = std::min<Eigen::Index>(kMoveBlock, N - lo);
-          Rng brng(derive_seed(step_seed, static_cast<std::uint64_t>(b)));
+          NormalStream noise(derive_seed(step_seed, static_cast<std::uint64_t>(b)));
           for (Eigen::Index j = 0; j < d; ++j) {
             double* out = x_new.col(j).data() + lo;
-            fill_normals(brng, out, n);
+            noise.fill(out, n);
             Eigen::Map<Eigen::ArrayXd> xn(out, n);
             xn = pop.x.col(j).segment(lo, n).array() - gamma * cur.g.col(j).segment(lo, n).array() + sq * xn;
           }
-        }
-        // U and grad U of the moved particles under theta_{k+1}: the SOSMC increment needs
-        // them, and they are the next step's (theta, x) evaluation for every method.
-        p.evaluate(theta_next, x_new, nxt);
-        if (opt.method == Method::sosmc) {
-          // a(x, x'; U_k) - a(x', x; U_{k+1}) per particle (ula_increment, with U and grad U
-          // computed once per batch).
-          pop.logw += (cur.e - nxt.e).array();
-          for (Eigen::Index j = 0; j < d; ++j) {
-            const auto gx = cur.g.col(j).array(), gn = nxt.g.col(j).array();
-            pop.logw += 0.5 * (x_new.col(j) - pop.x.col(j)).array() * (gx + gn) + 0.25 * gamma * (gx.square() - gn.square());
+          p.evaluate_rows(theta_next, x_new, lo, n, nxt);
+          if (reweight) {
+            auto lw = pop.logw.segment(lo, n);
+            lw += (cur.e.segment(lo, n) - nxt.e.segment(lo, n)).array();
+            for (Eigen::Index j = 0; j < d; ++j) {
+              const auto gx = cur.g.col(j).segment(lo, n).array(), gn = nxt.g.col(j).segment(lo, n).array();
+              lw += 0.5 * (x_new.col(j).segment(lo, n) - pop.x.col(j).segment(lo, n)).array() * (gx + gn) +
+                    0.25 * gamma * (gx.square() - gn.square());
+            }
           }
         }
         pop.x.swap(x_new);
@@ -178,7 +204,9 @@ SmcResult maximise_marginal_likelihood_from(const Problem& p, const Eigen::Vecto
           w.setConstant(1.0 / N);
           row.resampled = true;
         }
-        if (opt.adapt_step) gamma = std::clamp(row.ess < 0.95 * N ? gamma / 1.01 : gamma * 1.01, opt.gamma_min, opt.gamma_max);
+        if (opt.adapt_step)
+          gamma = std::clamp(row.ess < 0.95 * N ? gamma / opt.adapt_factor : gamma * opt.adapt_factor, opt.gamma_min,
+                             opt.gamma_max);
       } else {
         row.ess = N;
       }

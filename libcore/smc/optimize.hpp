@@ -3,7 +3,7 @@
 //   sosmc    one weighted population: update theta with the weighted gradient estimate, move
 //            (ULA or MALA), reweight by the SMC-sampler increment, resample when the ESS falls
 //            below a threshold, adapt the step size on the ESS (the reference code's rule:
-//            gamma /= 1.01 when ESS < 0.95 N, else gamma *= 1.01, clipped)
+//            gamma /= c when ESS < 0.95 N, else gamma *= c, clipped; c = adapt_factor)
 //   impdiff  equal weights, one ULA step per update (no reweighting, no resampling)
 //   pgd      particle gradient descent (Kuntz, Lim & Johansen 2023): equal weights, one ULA
 //            step of size h per update and the theta step h times the gradient (ImpDiff with
@@ -44,6 +44,10 @@ struct SmcOptions {
   double step_size = 0.01;        ///< initial Langevin step gamma
   double gamma_min = 1e-5, gamma_max = 1.0;  ///< clip range of the adapted gamma
   bool adapt_step = true;         ///< sosmc: ESS-based gamma adaptation
+  /// sosmc: gamma /= adapt_factor when ESS < 0.95 N, else gamma *= adapt_factor.  1.01 is what
+  /// every experiment of the reference code passes (its sosmc_ula's own default, 1.0, disables
+  /// adaptation).
+  double adapt_factor = 1.01;
   double resample_threshold = 0.9;  ///< resample when ESS < threshold * N
   Resampling resampling = Resampling::multinomial;
   int inner_steps = 10;           ///< soul: Langevin steps per update

@@ -20,6 +20,12 @@ struct Population;
 /// the moved particles under theta_{k+1} for the weight increment; the same evaluation then
 /// serves step k+1's gradient and move, so each step evaluates the population once.
 struct Evaluation {
+  /// Sizes e [n], g [n, d] and aux [n, k] (contents unspecified).
+  void resize(Eigen::Index n, Eigen::Index d, Eigen::Index k) {
+    e.resize(n);
+    g.resize(n, d);
+    aux.resize(n, k);
+  }
   Eigen::VectorXd e;    ///< [N] U_theta(x_i)
   Eigen::MatrixXd g;    ///< [N, dim_x] grad_x U_theta(x_i)
   Eigen::MatrixXd aux;  ///< [N, k] problem-defined
@@ -61,11 +67,16 @@ class Problem {
   virtual double estimate(const Eigen::VectorXd& /*theta*/, const Eigen::MatrixXd& /*xs*/, const Eigen::ArrayXd& /*w*/) const {
     return std::numeric_limits<double>::quiet_NaN();
   }
-  /// Fills `ev` for particles `xs` [N, dim_x] at theta.  Default: energy_grad_x_batch, no aux.
-  virtual void evaluate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Evaluation& ev) const {
-    energy_grad_x_batch(theta, xs, ev.e, ev.g);
-    ev.aux.resize(xs.rows(), 0);
-  }
+  /// Number of columns of Evaluation::aux that evaluate() fills (default 0).
+  virtual Eigen::Index aux_cols() const { return 0; }
+  /// Fills rows [lo, lo + n) of `ev` (already sized: e [N], g [N, dim_x], aux [N, aux_cols()])
+  /// from rows [lo, lo + n) of `xs` [N, dim_x] at theta.  May run concurrently for disjoint row
+  /// ranges of one `ev`.  Default: energy_grad_x_batch on a copy of the rows.
+  virtual void evaluate_rows(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::Index lo, Eigen::Index n,
+                             Evaluation& ev) const;
+  /// Fills `ev` for particles `xs` [N, dim_x] at theta: sizes it, then evaluate_rows() over
+  /// fixed blocks of rows in parallel (results do not depend on the thread count).
+  virtual void evaluate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Evaluation& ev) const;
   /// gradient() given `ev`, an evaluate() of the same theta and xs, or an empty Evaluation
   /// (then it must equal gradient()).  Default: gradient().
   virtual Eigen::VectorXd gradient_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w,

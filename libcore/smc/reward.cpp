@@ -26,6 +26,14 @@ MixtureRewardTuning::MixtureRewardTuning(Eigen::MatrixXd means, double s, Eigen:
     throw std::invalid_argument("mixture reward tuning: need s > 0, one logit per mean, beta >= 0, n_ref >= 1");
   Rng rng(seed);
   ref_samples_ = sample(ref_, n_ref, rng);
+  // Responsibilities under equal weights (log pi = 0) give K up to the row factor
+  // 1 / sum_m exp(a_im - max): dividing by the row maximum of R recovers exp(a_im - max_m a_im).
+  const Eigen::Index M = mu_.rows();
+  ref_kernel_.resize(n_ref, M);
+  Eigen::VectorXd lse(n_ref);
+  resp_block(Eigen::VectorXd::Zero(M), ref_samples_, 0, n_ref, ref_kernel_, lse);
+  const Eigen::VectorXd rmax = ref_kernel_.rowwise().maxCoeff();
+  ref_kernel_ = rmax.cwiseInverse().asDiagonal() * ref_kernel_;
 }
 
 MixtureRewardTuning MixtureRewardTuning::hexagon(double beta, int n_ref, std::uint64_t seed) {
@@ -49,7 +57,8 @@ MixtureRewardTuning MixtureRewardTuning::hexagon(double beta, int n_ref, std::ui
     exp_nonpositive(out, out, n);
     r = (x0 < 0).select(0.0, r / 2.5);
   };
-  return MixtureRewardTuning(mu, 2.0, ref, beta, reward, n_ref, seed, batch);
+  // Variance 1: the reference's hex_sparse_sig2 configuration passes sig_sq = 0.5 * 2.0.
+  return MixtureRewardTuning(mu, 1.0, ref, beta, reward, n_ref, seed, batch);
 }
 
 Eigen::VectorXd MixtureRewardTuning::log_weights(const Eigen::VectorXd& theta) const {
@@ -131,29 +140,20 @@ void MixtureRewardTuning::rewards(const Eigen::MatrixXd& xs, Eigen::Index lo, Ei
   }
 }
 
-namespace {
-// Rows per parallel work item of the batched evaluations (fixed, so that results do not
-// depend on the thread count).
-constexpr Eigen::Index kBlock = 2048;
-}  // namespace
-
-void MixtureRewardTuning::evaluate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Evaluation& ev) const {
-  // grad U(x) = sum_m r_m (x - mu_m) / s = (x - sum_m r_m mu_m) / s, in fixed blocks of rows.
-  const Eigen::Index N = xs.rows(), M = mu_.rows();
+void MixtureRewardTuning::evaluate_rows(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::Index lo,
+                                        Eigen::Index n, Evaluation& ev) const {
+  // grad U(x) = sum_m r_m (x - mu_m) / s = (x - sum_m r_m mu_m) / s.
+  const Eigen::Index M = mu_.rows();
   const Eigen::VectorXd lp = log_weights(theta);
-  ev.e.resize(N);
-  ev.g.resize(N, mu_.cols());
-  ev.aux.resize(N, M + 1);
-  const Eigen::Index blocks = (N + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (Eigen::Index b = 0; b < blocks; ++b) {
-    const Eigen::Index lo = b * kBlock, n = std::min(kBlock, N - lo);
-    auto R = ev.aux.block(lo, 0, n, M);
-    resp_block(lp, xs, lo, n, R, ev.e.segment(lo, n));
-    ev.e.segment(lo, n) *= -1.0;
-    ev.g.middleRows(lo, n).noalias() = (xs.middleRows(lo, n) - R.lazyProduct(mu_)) * (2 * inv2s_);
-    rewards(xs, lo, n, ev.aux.col(M).data() + lo);
-  }
+  auto R = ev.aux.block(lo, 0, n, M);
+  resp_block(lp, xs, lo, n, R, ev.e.segment(lo, n));
+  ev.e.segment(lo, n) *= -1.0;
+  const Eigen::Index d = mu_.cols();
+  std::vector<const double*> xcols(static_cast<std::size_t>(d));
+  for (Eigen::Index j = 0; j < d; ++j) xcols[static_cast<std::size_t>(j)] = xs.col(j).data() + lo;
+  mixture_grad(xcols.data(), static_cast<int>(d), n, mu_.data(), static_cast<int>(M), R.data(), R.outerStride(),
+               2 * inv2s_, ev.g.data() + lo, ev.g.outerStride());
+  rewards(xs, lo, n, ev.aux.col(M).data() + lo);
 }
 
 void MixtureRewardTuning::energy_grad_x_batch(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::VectorXd& e,
@@ -191,23 +191,20 @@ Eigen::VectorXd MixtureRewardTuning::gradient_at(const Eigen::VectorXd& theta, c
   const Eigen::VectorXd eg = wsum * pi - s1, erg = er * pi - s2;
   Eigen::VectorXd out = -(erg - er * eg);
   if (beta_ > 0) {
-    // Reference blocks summed in order: the result does not depend on the thread count.
-    const Eigen::Index nb = (Nr + kBlock - 1) / kBlock;
-    Eigen::MatrixXd parts(M, nb);
-#pragma omp parallel if (nb > 1)
-    {
-      Eigen::MatrixXd Rb;
-      Eigen::VectorXd lse;
-#pragma omp for schedule(static)
-      for (Eigen::Index b = 0; b < nb; ++b) {
-        const Eigen::Index lo = b * kBlock, n = std::min(kBlock, Nr - lo);
-        Rb.resize(n, M);
-        lse.resize(n);
-        resp_block(lp, ref_samples_, lo, n, Rb, lse);
-        parts.col(b) = Rb.colwise().sum().transpose();
-      }
+    // E_ref[r_m] = pi_m mean_i K[i, m] / z_i with z = K pi: two products over the cached
+    // kernel (exact up to rounding).  Far-off logits could underflow every pi_m K[i, m] of a
+    // row; then the responsibilities are recomputed in the log domain.
+    const Eigen::VectorXd z = ref_kernel_ * pi;
+    Eigen::VectorXd mean_r;
+    if (z.minCoeff() > 1e-250) {
+      mean_r = pi.cwiseProduct(ref_kernel_.transpose() * z.cwiseInverse()) / static_cast<double>(Nr);
+    } else {
+      Eigen::MatrixXd Rb(Nr, M);
+      Eigen::VectorXd lse(Nr);
+      resp_block(lp, ref_samples_, 0, Nr, Rb, lse);
+      mean_r = Rb.colwise().sum().transpose() / static_cast<double>(Nr);
     }
-    const Eigen::VectorXd eref = pi - parts.rowwise().sum() / static_cast<double>(Nr);
+    const Eigen::VectorXd eref = pi - mean_r;
     out -= beta_ * (eref - eg);
   }
   return out;

@@ -4,7 +4,8 @@
 //   U_theta(x) = -log sum_m softmax(theta)_m exp(-|x - mu_m|^2 / (2 s))
 //   grad J = -Cov_pi(R, grad_theta U) - beta (E_ref[grad_theta U] - E_pi[grad_theta U]),
 //   grad_theta U(x) = softmax(theta) - r(x)  (r = the component responsibilities).
-// The hexagon setting: 6 means on a circle of radius 4, s = 2, reference logits
+// The hexagon setting: 6 means on a circle of radius 4, s = 1 (the reference code's
+// hex_sparse_sig2 passes sig_sq = 0.5 * 2.0 to its energy and sampler), reference logits
 // (+1.5, -1.5, ...), reward R(x) = 1[x_0 >= 0] exp(-|x - (10, 3.8)|^2 / 20) / 2.5.
 #pragma once
 
@@ -47,8 +48,11 @@ class MixtureRewardTuning final : public Problem {
   Eigen::VectorXd gradient(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
   /// Weighted mean reward sum_i w_i R(x_i).
   double estimate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w) const override;
-  /// U, grad_x U, and aux = [responsibilities r(x) (M columns), R(x)] per particle.
-  void evaluate(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Evaluation& ev) const override;
+  /// M + 1: aux = [responsibilities r(x) (M columns), R(x)] per particle.
+  Eigen::Index aux_cols() const override { return mu_.rows() + 1; }
+  /// U, grad_x U and aux of rows [lo, lo + n) (SIMD over rows).
+  void evaluate_rows(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, Eigen::Index lo, Eigen::Index n,
+                     Evaluation& ev) const override;
   Eigen::VectorXd gradient_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w,
                               const Evaluation& ev) const override;
   double estimate_at(const Eigen::VectorXd& theta, const Eigen::MatrixXd& xs, const Eigen::ArrayXd& w,
@@ -61,6 +65,8 @@ class MixtureRewardTuning final : public Problem {
   Eigen::MatrixXd sample(const Eigen::VectorXd& theta, int n, Rng& rng) const;
   /// The reference logits.
   const Eigen::VectorXd& reference_logits() const { return ref_; }
+  /// The fixed reference samples [n_ref, d] of the KL term's E_ref[grad_theta U].
+  const Eigen::MatrixXd& reference_samples() const { return ref_samples_; }
 
  private:
   Eigen::VectorXd responsibilities(const Eigen::VectorXd& theta, const Eigen::VectorXd& x, double* log_mix) const;
@@ -81,6 +87,10 @@ class MixtureRewardTuning final : public Problem {
   std::function<double(const Eigen::VectorXd&)> reward_;
   BatchReward reward_batch_;
   Eigen::MatrixXd ref_samples_;
+  // Kernel values of the fixed reference samples, K[i, m] = exp(a_im - max_m a_im) with
+  // a_im = -|x_i - mu_m|^2 / (2 s) [n_ref, M]: the responsibilities under any theta are then
+  // pi_m K[i, m] / sum_j pi_j K[i, j] (no exponentials per step).
+  Eigen::MatrixXd ref_kernel_;
   double inv2s_ = 0;  // 1 / (2 s)
 };
 

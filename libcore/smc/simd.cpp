@@ -78,6 +78,24 @@ inline double log_pos(double x) {
   return e * ln2_hi + (e * ln2_lo + 2.0 * f * p);
 }
 
+// sqrt(y) for positive normal y, within 1 ulp: an inverse-square-root estimate from the
+// exponent bits (relative error < 0.035), four Newton steps (error < 1e-20), then one Heron
+// step on y r.  Branch-free, unlike std::sqrt, whose errno path stops vectorisation.
+inline double sqrt_pos(double y) {
+  std::uint64_t b;
+  std::memcpy(&b, &y, sizeof b);
+  b = 0x5FE6EB50C7B537A9ULL - (b >> 1);
+  double r;
+  std::memcpy(&r, &b, sizeof r);
+  const double h = 0.5 * y;
+  r = r * (1.5 - h * r * r);
+  r = r * (1.5 - h * r * r);
+  r = r * (1.5 - h * r * r);
+  r = r * (1.5 - h * r * r);
+  const double q = y * r;
+  return 0.5 * (q + y / q);
+}
+
 }  // namespace
 
 ICMLKIT_SIMD_CLONES
@@ -86,8 +104,26 @@ void log_positive(const double* x, double* y, Eigen::Index n) {
 }
 
 ICMLKIT_SIMD_CLONES
-void polar_factors(const double* s, double* f, Eigen::Index n) {
-  for (Eigen::Index i = 0; i < n; ++i) f[i] = -2.0 * log_pos(s[i]) / s[i];
+void polar_candidates(std::uint64_t key, std::uint64_t counter, Eigen::Index n, double* __restrict v1,
+                      double* __restrict v2, double* __restrict f, double* __restrict acc) {
+  constexpr std::uint64_t golden = 0x9E3779B97F4A7C15ULL;
+  for (Eigen::Index k = 0; k < n; ++k) {
+    std::uint64_t z = key + (counter + static_cast<std::uint64_t>(k) + 1) * golden;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const auto a = static_cast<std::int64_t>(static_cast<std::int32_t>(static_cast<std::uint32_t>(z >> 32)));
+    const auto b = static_cast<std::int64_t>(static_cast<std::int32_t>(static_cast<std::uint32_t>(z)));
+    const std::uint64_t q = static_cast<std::uint64_t>(a * a) + static_cast<std::uint64_t>(b * b);  // exact, < 2^63
+    // 0 < q < 2^62 (q = 0 wraps around), as a mask: no control flow, so the loop vectorises.
+    const std::uint64_t ok = static_cast<std::uint64_t>(q - 1 < (std::uint64_t{1} << 62) - 1);
+    const std::uint64_t mask = 0 - ok;
+    const double s = static_cast<double>(static_cast<std::int64_t>((q & mask) | ((std::uint64_t{1} << 61) & ~mask))) * 0x1.0p-62;
+    v1[k] = static_cast<double>(a) * 0x1.0p-31;
+    v2[k] = static_cast<double>(b) * 0x1.0p-31;
+    f[k] = sqrt_pos(-2.0 * log_pos(s) / s);
+    acc[k] = static_cast<double>(static_cast<std::int64_t>(ok));
+  }
 }
 
 ICMLKIT_SIMD_CLONES
@@ -102,13 +138,13 @@ void mixture_responsibilities(const double* const* xcols, int d, Eigen::Index n,
   // a_m = lp_m - |x - mu_m|^2 / (2 s) per column m; lse holds the row maximum meanwhile.
   for (int m = 0; m < M; ++m) {
     double* __restrict c = R + m * ldr;
-    for (Eigen::Index i = 0; i < n; ++i) c[i] = 0;
     for (int j = 0; j < d; ++j) {
       const double* __restrict xj = xcols[j];
       const double mj = mu[j * M + m];
-      for (Eigen::Index i = 0; i < n; ++i) {
-        const double t = xj[i] - mj;
-        c[i] += t * t;
+      if (j == 0) {
+        for (Eigen::Index i = 0; i < n; ++i) c[i] = (xj[i] - mj) * (xj[i] - mj);
+      } else {
+        for (Eigen::Index i = 0; i < n; ++i) c[i] += (xj[i] - mj) * (xj[i] - mj);
       }
     }
     const double l = lp[m];
@@ -132,6 +168,22 @@ void mixture_responsibilities(const double* const* xcols, int d, Eigen::Index n,
   for (int m = 0; m < M; ++m) {
     double* __restrict c = R + m * ldr;
     for (Eigen::Index i = 0; i < n; ++i) c[i] *= z[i];
+  }
+}
+
+ICMLKIT_SIMD_CLONES
+void mixture_grad(const double* const* xcols, int d, Eigen::Index n, const double* mu, int M, const double* R,
+                  Eigen::Index ldr, double scale, double* g, Eigen::Index ldg) {
+  for (int j = 0; j < d; ++j) {
+    double* __restrict gj = g + j * ldg;
+    const double* __restrict xj = xcols[j];
+    for (Eigen::Index i = 0; i < n; ++i) gj[i] = xj[i];
+    for (int m = 0; m < M; ++m) {
+      const double* __restrict c = R + m * ldr;
+      const double mj = mu[j * M + m];
+      for (Eigen::Index i = 0; i < n; ++i) gj[i] -= c[i] * mj;
+    }
+    for (Eigen::Index i = 0; i < n; ++i) gj[i] *= scale;
   }
 }
 

@@ -10,19 +10,29 @@ trap 'rm -rf "$tmp"' EXIT
 run() { echo "\$ $*" >&2; "$@"; }
 
 echo "SOSMC -- 2-D EBM reward tuning (MLP energy trained on two circles, reward 1[x_1 < 0], KL beta)"
-echo "paper (N = 10,000, 4 x 128 MLP, lr 2e-4): beta 0.25, 1,000 steps: SOSMC 0.974, ImpDiff 0.811, optimum 0.985"
-echo "ours: N = 1,000, 2 x 32 MLP, lr 3e-3; mean reward by exact grid quadrature of the tuned model"
+echo "paper (N = 10,000, 4 x 128 MLP, lr 2e-4, seed 42): beta 0.25, 1,000 steps: SOSMC 0.974, ImpDiff 0.811, optimum 0.985"
+echo "ours: N = 1,000, 2 x 32 MLP, lr 3e-3; mean reward by exact grid quadrature of the tuned model;"
+echo "each seed trains its own base model (base = its mass in the reward half-plane)"
+echo "\$ test/cli/smc_ebm_margin.sh $smc \"1 2 3 4 5\" --beta 0.25 --steps 1000 (sosmc and impdiff per seed)" >&2
+m=$("$(dirname "$0")/../../test/cli/smc_ebm_margin.sh" "$smc" "1 2 3 4 5" --beta 0.25 --steps 1000 2>/dev/null)
+printf '%-6s %-10s %-10s %-10s %-10s %-10s\n' seed SOSMC ImpDiff margin optimum base
+jq -r '.runs[] | [.seed, .sosmc, .impdiff, .margin, .optimum, .base] | @tsv' <<<"$m" |
+  while IFS=$'\t' read -r sd a b c d e; do printf '%-6s %-10.4f %-10.4f %-10.4f %-10.4f %-10.4f\n' "$sd" "$a" "$b" "$c" "$d" "$e"; done
+jq -c '{margin_mean, margin_sd, sosmc_wins, seeds: (.runs | length)}' <<<"$m"
+echo "other betas (one seed, as in the paper's table):"
 printf '%-10s %-8s %-12s %-12s %-12s %-12s\n' beta steps SOSMC ImpDiff optimum base
-for cfg in "0.25 1000" "0.1 5000" "1 5000"; do
+for cfg in "0.1 5000" "1 5000"; do
   set -- $cfg
-  s=$(run "$smc" --problem ebm-reward --method sosmc --beta "$1" --steps "$2" -q --trajectory "$tmp/sosmc_$1.jsonl")
-  i=$(run "$smc" --problem ebm-reward --method impdiff --beta "$1" --steps "$2" -q --trajectory "$tmp/impdiff_$1.jsonl")
+  s=$(run "$smc" --problem ebm-reward --method sosmc --beta "$1" --steps "$2" -q)
+  i=$(run "$smc" --problem ebm-reward --method impdiff --beta "$1" --steps "$2" -q)
   printf '%-10s %-8s %-12.4f %-12.4f %-12.4f %-12.4f\n' "$1" "$2" "$(jq .mean_reward <<<"$s")" "$(jq .mean_reward <<<"$i")" \
     "$(jq .optimal_reward <<<"$s")" "$(jq .reference_mean_reward <<<"$s")"
 done
 echo "paper: beta 0.1, 5,000 steps: 0.9993 vs 0.9714; beta 1, 5,000 steps: 0.7159 vs 0.7058 (optimum 0.7442)"
 if command -v gnuplot >/dev/null 2>&1; then
-  run "$smc" --plot smc_ebm_beta0.25.png "$tmp/sosmc_0.25.jsonl" "$tmp/impdiff_0.25.jsonl" -q && echo "wrote smc_ebm_beta0.25.png"
+  run "$smc" --problem ebm-reward --method sosmc --beta 0.25 --steps 1000 --seed 1 -q -o "$tmp/s1.json" --trajectory "$tmp/sosmc_s1.jsonl"
+  run "$smc" --problem ebm-reward --method impdiff --beta 0.25 --steps 1000 --seed 1 -q -o "$tmp/i1.json" --trajectory "$tmp/impdiff_s1.jsonl"
+  run "$smc" --plot smc_ebm_beta0.25.png "$tmp/sosmc_s1.jsonl" "$tmp/impdiff_s1.jsonl" -q && echo "wrote smc_ebm_beta0.25.png"
 fi
 
 echo

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "smc/ebm.hpp"
@@ -189,26 +190,80 @@ TEST_CASE("smc: SIMD exp and log agree with the C library to 1e-15") {
   }
 }
 
-TEST_CASE("smc: polar-method normals have the standard normal's moments and tails") {
-  // Truth: E z = 0, E z^2 = 1, E z^4 = 3, P(|z| > 2) = 0.0455003.  n = 400,000 draws; bounds
-  // are 6 standard errors (sd of z, z^2, z^4 and the indicator: 1, sqrt 2, sqrt 96, 0.208).
-  Rng rng(17);
+TEST_CASE("smc: polar candidates equal the scalar polar method on the same SplitMix64 words") {
+  // Truth: the textbook formulas evaluated here with std::log and std::sqrt on the SplitMix64
+  // sequence (seed, gamma and mixer constants of Steele, Lea & Flood 2014): accept iff
+  // 0 < s < 1, factor sqrt(-2 ln s / s); tolerance 1e-15 relative (the SIMD log is within 1e-15
+  // relative, its sqrt within an ulp).
+  const std::uint64_t key = 12345, counter = 77;
+  const int n = 4096;
+  std::vector<double> v1(n), v2(n), f(n), acc(n);
+  polar_candidates(key, counter, n, v1.data(), v2.data(), f.data(), acc.data());
+  int accepted = 0;
+  for (int k = 0; k < n; ++k) {
+    std::uint64_t z = key + (counter + static_cast<std::uint64_t>(k) + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const std::int64_t ia = static_cast<std::int32_t>(static_cast<std::uint32_t>(z >> 32)),
+                       ib = static_cast<std::int32_t>(static_cast<std::uint32_t>(z));
+    const double a = static_cast<double>(ia) * 0x1.0p-31, b = static_cast<double>(ib) * 0x1.0p-31;
+    // s = a^2 + b^2 rounded once (from the exact integer sum), as the kernel forms it: near
+    // s = 1, log s is ill-conditioned and a twice-rounded s would differ in the 15th digit.
+    const std::uint64_t q = static_cast<std::uint64_t>(ia * ia) + static_cast<std::uint64_t>(ib * ib);
+    const bool ok = q > 0 && q < (std::uint64_t{1} << 62);
+    const double s = static_cast<double>(q) * 0x1.0p-62;
+    CHECK(v1[static_cast<std::size_t>(k)] == a);
+    CHECK(v2[static_cast<std::size_t>(k)] == b);
+    CHECK(acc[static_cast<std::size_t>(k)] == (ok ? 1.0 : 0.0));
+    if (ok) {
+      const double want = std::sqrt(-2 * std::log(s) / s);
+      CHECK(std::abs(f[static_cast<std::size_t>(k)] - want) <= 1e-15 * want);
+      ++accepted;
+    }
+  }
+  // The acceptance rate is pi / 4 (binomial sd 0.0064 at n = 4096; 6 sd).
+  CHECK(std::abs(accepted / static_cast<double>(n) - std::numbers::pi / 4) < 0.039);
+}
+
+TEST_CASE("smc: NormalStream draws have the standard normal's moments, CDF and no lag-1 correlation") {
+  // Truth: E z = 0, E z^2 = 1, E z^4 = 3, E z_i z_{i+1} = 0 (the two values of a polar pair and
+  // neighbouring pairs are independent), and Phi(t) = erfc(-t / sqrt 2) / 2 at several t.
+  // n = 400,000 draws in uneven calls; bounds are 6 standard errors (sd of z, z^2, z^4, z z',
+  // and of an indicator sqrt(Phi (1 - Phi))), a false-alarm rate below 1e-8 per check.
+  NormalStream ns(17);
   const int n = 400000;
   std::vector<double> z(n);
-  fill_normals(rng, z.data(), n);
-  double m1 = 0, m2 = 0, m4 = 0, tail = 0;
-  for (double v : z) {
+  for (int at = 0, c = 1; at < n; at += c, c = c * 7 % 1001 + 1) ns.fill(z.data() + at, std::min(c, n - at));
+  const std::vector<double> ts{-3.0, -1.5, -0.5, 0.0, 0.7, 2.5};
+  std::vector<double> cdf(ts.size(), 0.0);
+  double m1 = 0, m2 = 0, m4 = 0, lag = 0;
+  for (int i = 0; i < n; ++i) {
+    const double v = z[static_cast<std::size_t>(i)];
     m1 += v;
     m2 += v * v;
     m4 += v * v * v * v;
-    tail += std::abs(v) > 2;
+    if (i + 1 < n) lag += v * z[static_cast<std::size_t>(i) + 1];
+    for (std::size_t k = 0; k < ts.size(); ++k) cdf[k] += v < ts[k];
   }
-  m1 /= n; m2 /= n; m4 /= n; tail /= n;
+  m1 /= n; m2 /= n; m4 /= n; lag /= n - 1;
   const double se = 1 / std::sqrt(static_cast<double>(n));
   CHECK(std::abs(m1) < 6 * se);
   CHECK(std::abs(m2 - 1) < 6 * std::sqrt(2.0) * se);
   CHECK(std::abs(m4 - 3) < 6 * std::sqrt(96.0) * se);
-  CHECK(std::abs(tail - 0.0455003) < 6 * 0.208 * se);
+  CHECK(std::abs(lag) < 6 * se);
+  for (std::size_t k = 0; k < ts.size(); ++k) {
+    const double phi = 0.5 * std::erfc(-ts[k] / std::sqrt(2.0));
+    CHECK(std::abs(cdf[k] / n - phi) < 6 * std::sqrt(phi * (1 - phi)) * se);
+  }
+  // Reproducible per key; another key gives another stream.
+  NormalStream a(5), b(5), c(6);
+  std::vector<double> za(1000), zb(1000), zc(1000);
+  a.fill(za.data(), 1000);
+  b.fill(zb.data(), 1000);
+  c.fill(zc.data(), 1000);
+  CHECK(za == zb);
+  CHECK(za != zc);
 }
 
 TEST_CASE("smc: the mixture's batched evaluation equals the per-point energy, gradients and reward") {
@@ -231,6 +286,47 @@ TEST_CASE("smc: the mixture's batched evaluation equals the per-point energy, gr
   }
   const Eigen::ArrayXd w = Eigen::ArrayXd::Constant(xs.rows(), 1.0 / xs.rows());
   CHECK((p.gradient_at(th, xs, w, ev) - p.gradient_at(th, xs, w, Evaluation{})).norm() < 1e-14);
+}
+
+TEST_CASE("smc: the mixture's KL term from cached reference kernels equals per-sample grad_theta U") {
+  // Truth: beta (E_ref[grad_theta U] - E_w[grad_theta U]) summed point by point with grad_theta
+  // (its own log-domain responsibilities), against the difference of the ascent directions at
+  // beta and at 0 (same reference samples: same n_ref and seed); 1e-12 absolute.  Case 2: two
+  // means 200 apart with logits (-700, 0): the rows near the first mean underflow the
+  // cached-kernel path (pi_0 K ~ 1e-304) and must take the log-domain fallback.
+  const double beta = 0.3;
+  auto half_plane = [](const Eigen::VectorXd& x) { return x[0] > 0 ? 1.0 : 0.0; };
+  Eigen::MatrixXd far(2, 2);
+  far << -100, 0, 100, 0;
+  const Eigen::VectorXd far_ref = Eigen::VectorXd::Zero(2);
+  struct Case {
+    MixtureRewardTuning p, p0;
+    Eigen::VectorXd th;
+  };
+  Eigen::VectorXd th1(6), th2(2);
+  th1 << 0.3, -0.2, 0.5, 0.1, -0.4, 0.0;
+  th2 << -700, 0;
+  const std::vector<Case> cases{
+      {MixtureRewardTuning::hexagon(beta, 1500, 9), MixtureRewardTuning::hexagon(0.0, 1500, 9), th1},
+      {MixtureRewardTuning(far, 0.5, far_ref, beta, half_plane, 1500, 9),
+       MixtureRewardTuning(far, 0.5, far_ref, 0.0, half_plane, 1500, 9), th2}};
+  for (const auto& c : cases) {
+    Rng rng(4);
+    const Eigen::MatrixXd xs = 1.5 * c.p.sample(c.p.reference_logits(), 800, rng);
+    Eigen::ArrayXd w(800);
+    for (auto& v : w) v = 0.1 + rng.uniform();
+    w /= w.sum();
+    const Eigen::Index M = c.th.size();
+    Eigen::VectorXd eref = Eigen::VectorXd::Zero(M), ew = Eigen::VectorXd::Zero(M);
+    const Eigen::MatrixXd& xr = c.p.reference_samples();
+    REQUIRE(xr.rows() == 1500);
+    for (Eigen::Index i = 0; i < xr.rows(); ++i) eref += c.p.grad_theta(c.th, xr.row(i).transpose());
+    eref /= static_cast<double>(xr.rows());
+    for (Eigen::Index i = 0; i < xs.rows(); ++i) ew += w[i] * c.p.grad_theta(c.th, xs.row(i).transpose());
+    const Eigen::VectorXd kl_part = c.p0.gradient(c.th, xs, w) - c.p.gradient(c.th, xs, w);
+    REQUIRE(kl_part.allFinite());
+    CHECK((kl_part - beta * (eref - ew)).norm() < 1e-12);
+  }
 }
 
 TEST_CASE("smc: mixture reward tuning — grad_theta U and the reward gradient against independent truth") {
@@ -256,7 +352,7 @@ TEST_CASE("smc: mixture reward tuning — grad_theta U and the reward gradient a
     double d = 0;
     for (int m = 0; m < 6; ++m) {
       const double a0 = x0 - 4 * std::cos(2 * std::numbers::pi * m / 6), a1 = x1 - 4 * std::sin(2 * std::numbers::pi * m / 6);
-      d += pi[m] * std::exp(-(a0 * a0 + a1 * a1) / 4) / (4 * std::numbers::pi);
+      d += pi[m] * std::exp(-(a0 * a0 + a1 * a1) / 2) / (2 * std::numbers::pi);  // variance 1
     }
     return d;
   };
