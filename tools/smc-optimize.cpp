@@ -21,6 +21,7 @@
 #include "smc/reward.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
+#include "util/threads.hpp"
 #include "util/timer.hpp"
 
 using namespace icmlkit;
@@ -54,6 +55,7 @@ smc::Method parse_method(const std::string& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  prefer_passive_openmp_wait(argv);  // one short parallel region per step: sleep, don't spin
   Args a;
   cli::ToolInfo info{
       "smc-optimize",
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
         app.add_option("--trajectory", a.trajectory, "Per-step JSON Lines (*.jsonl): a {\"meta\"} line, then step, theta, ess, step_size, resampled, seconds");
       },
       [&](cli::Context& ctx) {
+        ctx.prov.extra["omp_wait_policy"] = openmp_wait_policy();
         if (!a.plot.empty()) {
           // Plot mode: draw the given trajectories, nothing else.
           if (std::filesystem::path(a.plot).extension() != ".png") throw UsageError("the plot is a PNG: give a path ending in .png", "--plot " + a.plot);

@@ -2,7 +2,10 @@
 
 #include <omp.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 namespace icmlkit {
@@ -19,6 +22,22 @@ void set_threads(int n) noexcept {
   if (n <= 0) n = hardware_threads();
   g_threads.store(n);
   omp_set_num_threads(n);
+}
+
+void prefer_passive_openmp_wait(char** argv) noexcept {
+#ifdef __linux__
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || argv == nullptr) return;
+  if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  ::execv("/proc/self/exe", argv);
+  // exec failed: carry on with the policy libgomp already chose.
+#else
+  (void)argv;
+#endif
+}
+
+const char* openmp_wait_policy() noexcept {
+  const char* v = std::getenv("OMP_WAIT_POLICY");
+  return v != nullptr ? v : "";
 }
 
 int threads() noexcept {

@@ -4,6 +4,11 @@ cli_case(smc-optimize/toy-sosmc-converges-to-mle
   --rc 0 --jq "(.theta - .mle | fabs) < 0.05 and .method == \"sosmc\" and .resamples > 0"
   --file traj.jsonl
   -- ${SMC} --problem toy --method sosmc --particles 100 --steps 400 --trajectory traj.jsonl)
+# OpenMP threads sleep rather than spin while they wait (the tool re-executes itself with
+# OMP_WAIT_POLICY=passive when it is unset); a policy the user set is kept; the result is the same.
+cli_case(smc-optimize/omp-wait-policy-passive-by-default
+  --rc 0 --file-jq a.json ".meta.omp_wait_policy == \"passive\"" --file-jq b.json ".meta.omp_wait_policy == \"active\""
+  -- bash -c "env -u OMP_WAIT_POLICY ${SMC} --problem toy --method sosmc --particles 200 --steps 50 --threads 2 -o a.json -q && OMP_WAIT_POLICY=active ${SMC} --problem toy --method sosmc --particles 200 --steps 50 --threads 2 -o b.json -q && test $(jq .theta a.json) = $(jq .theta b.json)")
 cli_case(smc-optimize/toy-em-exact
   --rc 0 --jq "(.theta - .mle | fabs) < 1e-9"
   -- ${SMC} --problem toy --method em --steps 100)
