@@ -376,7 +376,10 @@ struct CudaEngine::Impl {
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
       cudaGetLastError();
-      throw InputError("--device cuda: no CUDA device", e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount = 0");
+      // Without a GPU and its driver the runtime reports "driver version is insufficient";
+      // say plainly that no usable GPU was found and keep the runtime's words as the detail.
+      throw InputError("--device cuda: no usable CUDA GPU or driver found",
+                       e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : "cudaGetDeviceCount = 0");
     }
     cuda_check(cudaSetDevice(dev), "cudaSetDevice");
     dev_name = "cuda:0 " + device_name(dev);

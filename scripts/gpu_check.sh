@@ -14,7 +14,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
 
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv 2>/dev/null || echo "gpu-check: nvidia-smi not available"
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L fails): the CUDA tests would only skip and the benchmarks cannot run" >&2
+  exit 2
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv
 
 echo "== gpu-check: CUDA tests"
 (cd "$build" && ctest -R '^unit/(cuda|kernels):' -V > "$tmp/ctest.log" 2>&1) && tests_ok=true || { tests_ok=false; status=1; }
@@ -59,10 +63,11 @@ fi
 
 jq -n --slurpfile e "$tmp/engine.json" --slurpfile f "$tmp/fafo.json" --argjson ok "$tests_ok" \
   '{gpu_check: {cuda_tests_passed: $ok, engine: $e[0], fafo_kjv7m: $f[0],
-    targets: {decode_b1_share_ge_0_70: ($e[0].decode_b1.batch_invariant.share_of_bandwidth // 0) >= 0.70,
-              c16_le_1_2: ($e[0].c_k.batch_invariant.c16 // 99) <= 1.2,
-              fafo_speedup_ge_1_3: ($f[0].cuda.speedup // 0) >= 1.3,
-              fafo_identical: ($f[0].cuda.identical_to_ar // false)}}}' > "$tmp/gpu_check.json"
+    targets: {decode_b1_share_ge_0_70: (($e[0].decode_b1.batch_invariant.share_of_bandwidth // 0) >= 0.70),
+              c16_le_1_2: (($e[0].c_k.batch_invariant.c16 // 99) <= 1.2),
+              fafo_speedup_ge_1_3: (($f[0].cuda.speedup // 0) >= 1.3),
+              fafo_identical: ($f[0].cuda.identical_to_ar // false)}}}' > "$tmp/gpu_check.json" ||
+  { echo "gpu-check: could not assemble the summary (jq failed)" >&2; status=1; }
 echo "== gpu-check: summary"
 cat "$tmp/gpu_check.json"
 if [ -n "${OUT:-}" ]; then

@@ -174,9 +174,18 @@ int main(int argc, char** argv) {
         if (!searching)
           for (const FlagUse& u : uses)
             if (app->count(u.flag) > 0 && std::find(u.methods.begin(), u.methods.end(), dc.method) == u.methods.end())
-              throw UsageError(fmt::format("{} is not used by --method {}", u.flag, method), u.flag);
+              throw UsageError(fmt::format("{} is not used by --method {}", u.flag, method));
+        // The compressor flags each belong to one --kv-policy.
+        const std::pair<const char*, const char*> policy_flags[] = {
+            {"--kv-sinks", "streaming"}, {"--kv-recent", "h2o"}, {"--kv-window", "snapkv"}, {"--kv-kernel", "snapkv"}, {"--kv-pool", "snapkv"}};
+        if (!searching && dc.method == decode::Method::fafo)
+          for (const auto& [flag, policy] : policy_flags)
+            if (app->count(flag) > 0 && kv_policy != policy)
+              throw UsageError(fmt::format("{} is only used by --kv-policy {} (this run uses {})", flag, policy, kv_policy));
         for (const char* flag : {"--calibration", "--calibration-tokens", "--max-skips"})
-          if (app->count(flag) > 0 && !searching) throw UsageError(fmt::format("{} is only used with --search-skip-set", flag), flag);
+          if (app->count(flag) > 0 && !searching) throw UsageError(fmt::format("{} is only used with --search-skip-set", flag));
+        if (searching && app->count("--method") > 0)
+          throw UsageError("--search-skip-set searches for --method self-spec and exits: drop --method");
         const lm::Device dev = lm::parse_device(device);
         if (searching && dev != lm::Device::cpu) throw UsageError("--search-skip-set runs on the CPU (drop --device cuda)", "--device");
         if (dev != lm::Device::cpu && dc.method == decode::Method::fafo && dc.kv.policy != kv::Policy::streaming)

@@ -133,6 +133,15 @@ int main(int argc, char** argv) {
       },
       [&](cli::Context& ctx) {
         ctx.prov.extra["omp_wait_policy"] = openmp_wait_policy();
+        for (const auto& [flag, v] : {std::pair<const char*, double>{"--theta0", a.theta0}, {"--toy-theta", a.toy_theta},
+                                      {"--adapt-factor", a.adapt_factor}})
+          if (!std::isfinite(v)) throw UsageError("must be a finite number", flag);
+        if (o_stepmin->count() && o_stepmax->count() && a.step_size_min > a.step_size_max)
+          throw UsageError(fmt::format("--step-size-min {} is above --step-size-max {}", a.step_size_min, a.step_size_max));
+        if (o_step->count() && o_stepmax->count() && a.step_size > a.step_size_max)
+          throw UsageError(fmt::format("--step-size {} is above --step-size-max {}", a.step_size, a.step_size_max));
+        if (o_step->count() && o_stepmin->count() && a.step_size < a.step_size_min)
+          throw UsageError(fmt::format("--step-size {} is below --step-size-min {}", a.step_size, a.step_size_min));
         if (!a.plot.empty()) {
           // Plot mode: draw the given trajectories, nothing else.
           if (std::filesystem::path(a.plot).extension() != ".png") throw UsageError("the plot is a PNG: give a path ending in .png", "--plot " + a.plot);

@@ -1,5 +1,8 @@
 #include "cli/run_tool.hpp"
 
+#include <cerrno>
+#include <cstdlib>
+
 #include <fmt/core.h>
 
 #include <cmath>
@@ -132,7 +135,18 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
     app.add_flag("-q,--quiet", ctx.common.quiet, "Print nothing but errors on stderr");
     app.add_flag("-v,--verbose", ctx.common.verbose, "Print more detail on stderr");
     app.add_option("--seed", ctx.common.seed, "Random seed; the same seed gives the same output bit for bit")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+              // CLI11 would saturate "-1" or "1e30" to 2^64 - 1: distinct seeds must stay distinct.
+              if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
+                return "must be a whole number in 0..18446744073709551615, got " + v;
+              errno = 0;
+              (void)std::strtoull(v.c_str(), nullptr, 10);
+              if (errno == ERANGE) return "out of range 0..18446744073709551615, got " + v;
+              return {};
+            },
+            "SEED"));
     app.add_option("--threads", ctx.common.threads, "Worker threads (0 = all cores)")
         ->capture_default_str()
         ->check(int_range(0, 1024));

@@ -48,6 +48,7 @@ cli_case(fafo/negative-sinks --rc 2 --stderr "sink count must be >= 0" --tool fa
 cli_case(fafo/flag-unused-by-method --rc 2 --stderr "--kv-budget is not used by --method lookahead" --no-file r.jsonl
   -- ${FAFO} x.h5 --prompt x --method lookahead --kv-budget 8 -o r.jsonl)
 cli_case(fafo/skip-set-unused-by-method --rc 2 --stderr "--skip-set is not used by --method fafo" -- ${FAFO} x.h5 --prompt x --method fafo --skip-set s.json)
+cli_case(fafo/policy-flag-of-another-policy --rc 2 --stderr "--kv-window is only used by --kv-policy snapkv .this run uses tova." -- ${FAFO} x.h5 --prompt x --method fafo --kv-policy tova --kv-window 4)
 cli_case(fafo/calibration-without-search --rc 2 --stderr "--calibration is only used with --search-skip-set" -- ${FAFO} x.h5 --prompt x --calibration c.txt)
 cli_case(fafo/search-needs-calibration --rc 2 --stderr "needs --calibration" -- ${FAFO} x.h5 --search-skip-set s.json)
 

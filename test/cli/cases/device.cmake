@@ -7,7 +7,7 @@ find_program(ICMLKIT_NVIDIA_SMI nvidia-smi)
 if(NOT ICMLKIT_HAVE_CUDA)
   set(DEV_NO_CUDA "error: --device cuda: built without CUDA")
 elseif(NOT ICMLKIT_NVIDIA_SMI)
-  set(DEV_NO_CUDA "error: --device cuda: no CUDA device \\(")
+  set(DEV_NO_CUDA "error: --device cuda: no usable CUDA GPU or driver found \\(")
 endif()
 if(DEFINED DEV_NO_CUDA)
   cli_case(device/lm-generate-cuda-unavailable --rc 1 --stderr "^lm-generate: ${DEV_NO_CUDA}" --tool lm-generate --no-file r.jsonl

@@ -9,6 +9,11 @@ cli_case(smc-optimize/toy-sosmc-converges-to-mle
 cli_case(smc-optimize/omp-wait-policy-passive-by-default
   --rc 0 --file-jq a.json ".meta.omp_wait_policy == \"passive\"" --file-jq b.json ".meta.omp_wait_policy == \"active\""
   -- bash -c "env -u OMP_WAIT_POLICY ${SMC} --problem toy --method sosmc --particles 200 --steps 50 --threads 2 -o a.json -q && OMP_WAIT_POLICY=active ${SMC} --problem toy --method sosmc --particles 200 --steps 50 --threads 2 -o b.json -q && test $(jq .theta a.json) = $(jq .theta b.json)")
+cli_case(smc-optimize/step-size-above-its-max --rc 2 --stderr "--step-size 0.2 is above --step-size-max 0.05" -- ${SMC} --problem gmm-reward --step-size 0.2 --step-size-max 0.05)
+cli_case(smc-optimize/step-size-min-above-max --rc 2 --stderr "--step-size-min 2 is above --step-size-max 1" -- ${SMC} --problem toy --step-size-min 2 --step-size-max 1)
+cli_case(smc-optimize/theta0-nan --rc 2 --stderr "must be a finite number .--theta0." -- ${SMC} --problem toy --theta0 nan)
+cli_case(smc-optimize/seed-negative --rc 2 --stderr "--seed: must be a whole number" -- ${SMC} --problem toy --seed -1)
+cli_case(smc-optimize/seed-out-of-range --rc 2 --stderr "--seed: out of range" -- ${SMC} --problem toy --seed 18446744073709551616)
 cli_case(smc-optimize/toy-em-exact
   --rc 0 --jq "(.theta - .mle | fabs) < 1e-9"
   -- ${SMC} --problem toy --method em --steps 100)
