@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/run_tool.hpp"
+#include "io/gzip.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> sentences;
         long lines = 0;
         for (const auto& path : inputs) {
-          const std::string text = io::read_file(path);
+          const std::string text = io::read_maybe_gzip(path);
           ctx.prov.add_input(path, io::sha256_hex(text));
           if (!lm::valid_utf8(text)) throw InputError("text is not valid UTF-8", path);
           std::istringstream in(text);

@@ -25,7 +25,7 @@ bool ends_with(const std::string& s, const std::string& suf) {
 std::string read_bytes(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError("cannot read file", path);
-  return io::is_gzip_path(path) ? io::read_gzip_file(path) : io::read_file(path);
+  return io::read_maybe_gzip(path);
 }
 
 void check_finite(const Vectors& v, const std::string& label) {

@@ -73,4 +73,6 @@ std::string gunzip(std::string_view bytes, const std::string& where) {
 
 std::string read_gzip_file(const std::string& path) { return gunzip(read_file(path), path); }
 
+std::string read_maybe_gzip(const std::string& path) { return is_gzip_path(path) ? read_gzip_file(path) : read_file(path); }
+
 }  // namespace icmlkit::io

@@ -20,4 +20,8 @@ std::string gunzip(std::string_view bytes, const std::string& where);
 /// unreadable, truncated or corrupt.
 std::string read_gzip_file(const std::string& path);
 
+/// The content of `path`: inflated (read_gzip_file) when the name ends in ".gz", the bytes as
+/// they are otherwise (read_file; "-" = stdin).  Throws InputError as those do.
+std::string read_maybe_gzip(const std::string& path);
+
 }  // namespace icmlkit::io

@@ -64,7 +64,7 @@ struct DocBuilder {
 Documents read_corpus(const std::string& path, const CorpusOptions& opt) {
   // gzip input is decompressed (CRC and length checked); the hash is of the text itself, so
   // kjv.tsv and kjv.tsv.gz are the same corpus for --resume.
-  const std::string bytes = io::is_gzip_path(path) ? io::read_gzip_file(path) : io::read_file(path);
+  const std::string bytes = io::read_maybe_gzip(path);
   Documents out;
   out.sha256 = io::sha256_hex(bytes);
   if (!lm::valid_utf8(bytes)) throw InputError("corpus is not valid UTF-8", path);

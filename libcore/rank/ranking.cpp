@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "io/sha256.hpp"
+#include "io/gzip.hpp"
 #include "io/table.hpp"
 #include "util/error.hpp"
 
@@ -85,10 +86,11 @@ std::optional<long long> parse_int(const std::string& s) {
 }  // namespace
 
 RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool header) {
-  const std::string text = io::read_file(path);
+  const std::string text = io::read_maybe_gzip(path);
   RankData d;
   d.sha256 = io::sha256_hex(text);
-  const char delim = (path.size() > 4 && path.substr(path.size() - 4) == ".tsv") ? '\t' : ',';
+  const std::string name = io::is_gzip_path(path) ? path.substr(0, path.size() - 3) : path;  // x.tsv.gz is a TSV
+  const char delim = (name.size() > 4 && name.substr(name.size() - 4) == ".tsv") ? '\t' : ',';
   std::istringstream in(text);
   std::string line;
   std::size_t lineno = 0;

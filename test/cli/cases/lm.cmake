@@ -49,6 +49,9 @@ cli_case(lm/init-vocab-differs-from-tokenizer --rc 2 --stderr "differs from the 
 cli_case(lm/init-f16-bf16-generate-same-length
   --rc 0
   -- bash -c "${LMINIT} --preset tiny --dtype f16 -o a.h5 -q && ${LMINIT} --preset tiny --dtype bf16 -o b.h5 -q && h5dump -a dtype -d blk.0.attn_q.weight a.h5 | grep -q f16 && ${LMGEN} a.h5 --prompt-ids 1,2 -n 5 --ignore-eos > x.txt && ${LMGEN} b.h5 --prompt-ids 1,2 -n 5 --ignore-eos > y.txt && test $(wc -w < x.txt) -eq 5")
+# The shipped gzipped corpus trains the same tokenizer as its text.
+cli_case(tokenizer-train/gzip-corpus --rc 0
+  -- bash -c "zcat ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz | head -n 300 > k.tsv && gzip -c k.tsv > k.tsv.gz && $<TARGET_FILE:tokenizer-train> k.tsv --column 2 --vocab-size 600 -o a.model -q && $<TARGET_FILE:tokenizer-train> k.tsv.gz --column 2 --vocab-size 600 -o b.model -q && cmp a.model b.model")
 cli_case(tokenizer-train/not-utf8 --rc 1 --stderr "not valid UTF-8" --no-file t.model --tool tokenizer-train
   -- bash -c "printf 'ab\\xff\\n' > bad.txt && ${TOKTRAIN} bad.txt -o t.model")
 cli_case(tokenizer-train/vocab-too-large --rc 1 --stderr "tokenizer training failed" --no-file t.model

@@ -79,6 +79,10 @@ cli_case(pseudomallows-fit/default-v-order
 cli_case(pseudomallows-fit/potato-visual --needs ${RK}/potato_visual.csv
   --rc 0 --jq ".alpha > 9 and .alpha < 12.5 and .exact.kl < .random_orders.min and .cp_consensus[0].item == 12 and .cp_consensus[1].item == 13"
   -- ${PM} ${RK}/potato_visual.csv --exact --random-orders 30 --kl-samples 1000 --search-iters 100 --order search)
+# A gzipped ranking file (CSV or TSV) reads as the text inside: the same posterior as the plain file.
+cli_case(mallows-mcmc/gzip-rankings --needs ${RK}/potato_visual.csv
+  --rc 0 --file-jq a.json "(.alpha.mean) > 0" --file-jq b.json "(.alpha.mean) > 0"
+  -- bash -c "gzip -c ${RK}/potato_visual.csv > pv.csv.gz && tr ',' '\\t' < ${RK}/potato_visual.csv | gzip -c > pv.tsv.gz && ${MM} ${RK}/potato_visual.csv --iterations 2000 --burnin 500 -o a.json -q && ${MM} pv.csv.gz --iterations 2000 --burnin 500 -o b.json -q && ${MM} pv.tsv.gz --iterations 2000 --burnin 500 -o c.json -q && test $(jq -c .alpha a.json) = $(jq -c .alpha b.json) && test $(jq -c .alpha a.json) = $(jq -c .alpha c.json)")
 # sushi (5000 x 10): alpha by the ELBO; the exact DP still works with log weights of -10^3..-10^4.
 cli_case(pseudomallows-fit/sushi --needs ${RK}/sushi_rankings.csv
   --rc 0 --jq ".n_assessors == 5000 and .alpha > 1.5 and .alpha < 1.9 and .cp_consensus[0].item == 8"
