@@ -12,6 +12,7 @@
 #include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
+#include "io/hdf5.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
 #include "lm/model.hpp"
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
   nn::CorpusOptions copt;
   nn::TrainOptions t;
   lm::ModelConfig c = lm::default_shape();
-  bool tied = false, resume = false, allow_corpus_change = false;
+  bool tied = false, resume = false, allow_corpus_change = false, overwrite = false;
   double init_std = 0.02;
   std::int64_t tokens_budget = 0, eval_every = 100, eval_tokens = 0, ckpt_every = 0, log_every = 10, stop_at = 0;
   t.steps = 0;
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
         app.add_option("--log", log_path, "JSON Lines log (- = stdout); lines are flushed as they come")->capture_default_str();
         app.add_option("--log-every", log_every, "Log every N steps")->capture_default_str()->transform(cli::count(1, 1 << 30));
         app.add_flag("--resume", resume, "Continue the run saved in -o (model and tokenizer from it; the same training options)");
+        app.add_flag("--overwrite", overwrite, "Start a new run even though -o holds a training run (which is then replaced)");
         app.add_flag("--allow-corpus-change", allow_corpus_change, "With --resume: continue on a corpus other than the one the checkpoint was trained on (refused by default)");
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
@@ -178,6 +180,23 @@ int main(int argc, char** argv) {
           throw UsageError("give --init, --tokenizer or --vocab-size", "--vocab-size");
         if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
         if (t.steps == 0 && tokens_budget == 0) throw UsageError("give --steps or --tokens", "--steps");
+        if (resume)  // the usual way to resume is the same command line plus --resume: say, don't refuse
+          for (const char* flag : {"--init", "--preset", "--config", "--tokenizer", "--vocab-size"})
+            if (app->count(flag) > 0)
+              log::warn("{} is ignored with --resume: the model and tokenizer come from -o {}", flag, output);
+        if (resume && overwrite) throw UsageError("give --resume or --overwrite, not both");
+        if (!resume && !overwrite && std::filesystem::exists(output)) {
+          // Forgetting --resume must not throw away a run: -o holding training state is kept.
+          bool has_run = false;
+          try {
+            io::h5::Handle f = io::h5::open_file(output);
+            io::h5::Handle root = io::h5::open_group(f, "/", output);
+            has_run = io::h5::exists(root, "train");
+          } catch (const Error&) {  // not one of our checkpoints: an ordinary output to replace
+          }
+          if (has_run)
+            throw UsageError(fmt::format("-o {} already holds a training run: --resume continues it, --overwrite replaces it", output));
+        }
         if (best_path.empty()) best_path = best_path_for(output);
         if (ckpt_every == 0) ckpt_every = eval_every;
         // Unwritable outputs fail now, before any work (AtomicFile checks the directory).

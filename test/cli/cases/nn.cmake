@@ -65,6 +65,11 @@ cli_case(lm-train/json-config-and-token-budget
   --rc 0 --file-jq log.json ".[-1].summary.steps == 4 and .[-1].summary.tokens == 1024 and .[0].meta.n_params > 0"
   -- bash -c "echo '{\"d_model\": 24, \"n_layers\": 1, \"n_heads\": 3, \"n_kv_heads\": 1, \"d_ff\": 40, \"n_ctx\": 64, \"tied\": true, \"rope_style\": \"interleaved\"}' > cfg.json && ${LMTRAIN} ${KJVX} --column 2 --doc-column 1 --vocab-size 512 --config cfg.json --batch 4 --tokens 1000 --threads 1 -o m.h5 -q > log.jsonl && jq -s . log.jsonl > log.json && h5dump -a d_model -a tied -a rope_style m.h5 | grep -c -E '\\(0\\): (24|1|\"interleaved\")' | grep -q 3")
 
+# Forgetting --resume does not throw a run away: -o with training state is refused (and kept) unless --overwrite.
+cli_case(lm-train/existing-run-not-overwritten --rc 2 --stderr "already holds a training run: --resume continues it, --overwrite replaces it" --tool lm-train
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && cp m.h5 keep.h5 && (${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q || (rc=$? && cmp -s m.h5 keep.h5 && exit $rc || exit 9))")
+cli_case(lm-train/overwrite-replaces-run --rc 0
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 6 --overwrite -o m.h5 -q > /dev/null && h5dump -a /train/step m.h5 | grep -q '(0): 6'")
 cli_case(lm-train/resume-longer-run-explained --rc 1 --stderr "option steps is 6 here but 4 in the checkpoint .*--init" --tool lm-train
   -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 6 --resume -o m.h5 -q")
 cli_case(lm-train/resume-finished-run --rc 0 --stderr "already finished .step 4 of 4.*no steps trained in this call" --tool lm-train
