@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   std::string input, output = "-", metric = "footrule", missing = "fail", error_model = "none", rho_init = "random", log_z_query;
   bool pairwise = false, header = false, implied = false, exact = false;
   int items = 0, simulate = 0;
+  CLI::App* app_ptr = nullptr;
   rank::McmcOptions o;
   rank::DrawOutputs outs;
   cli::ToolInfo info{
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
+        app_ptr = &app;
         app.add_option("input", input, "Rank CSV (no header) or, with --pairwise, preference CSV; - = stdin");
         app.add_option("--log-z", log_z_query, "Only print log Z_n(alpha) for --metric as JSON, given N:ALPHA (no input): exact where an\n"
                                                "exact method covers n (\"exact\": true), else an importance-sampling estimate with its se and ESS");
@@ -96,6 +98,9 @@ int main(int argc, char** argv) {
           rank::Perm rho0(static_cast<std::size_t>(items));
           std::iota(rho0.begin(), rho0.end(), 0);
           Rng rng(ctx.common.seed);
+          if (app_ptr->count("--alpha") == 0) throw UsageError("--simulate needs the model's --alpha (the MCMC starting value is no default for it)");
+          for (const char* flag : {"--iterations", "--burnin", "--thin", "--chains", "--leap-size", "--fix-alpha", "--missing", "--error-model"})
+            if (app_ptr->count(flag) > 0) throw UsageError(fmt::format("{} is not used by --simulate (it draws exactly, without MCMC)", flag));
           const rank::RankMatrix R = rank::simulate_mallows(rho0, o.alpha_init, simulate, o.metric, rng);
           std::string text;
           for (Eigen::Index j = 0; j < R.rows(); ++j)

@@ -128,4 +128,6 @@ cli_case(mallows-mcmc/simulate-then-fit --tool mallows-mcmc
   -- bash -c "${MM} --simulate 40 --items 8 --alpha 2 -o sim.csv && ${PM} sim.csv --alpha 2 --order v-mix --exact -o pm.json && ${MM} sim.csv --fix-alpha --alpha 2 --exact --iterations 100000 --burnin 1000 -o mc.json")
 cli_case(mallows-mcmc/simulate-needs-csv --rc 2 --stderr "give -o FILE.csv" --no-file sim.json -- ${MM} --simulate 5 --items 4 -o sim.json)
 cli_case(mallows-mcmc/simulate-needs-items --rc 2 --stderr "needs --items" -- ${MM} --simulate 5 -o sim.csv)
+cli_case(mallows-mcmc/simulate-needs-alpha --rc 2 --stderr "--simulate needs the model's --alpha" --no-file sim.csv -- ${MM} --simulate 5 --items 4 -o sim.csv)
+cli_case(mallows-mcmc/simulate-no-mcmc-flags --rc 2 --stderr "--iterations is not used by --simulate" --no-file sim.csv -- ${MM} --simulate 5 --items 4 --alpha 2 --iterations 100 -o sim.csv)
 cli_case(mallows-mcmc/simulate-not-itemwise --rc 2 --stderr "item-wise metric" --no-file sim.csv -- ${MM} --simulate 5 --items 4 --metric kendall -o sim.csv)
