@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <mutex>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -15,7 +18,63 @@ namespace fs = std::filesystem;
 
 namespace {
 std::atomic<unsigned> g_counter{0};
+
+// Temporaries still pending, readable from a signal handler: a fixed table of path buffers,
+// each published by its state (0 free, 1 being filled, 2 pending).  A process killed by SIGINT,
+// SIGTERM, SIGHUP or SIGPIPE (e.g. `tool -o out | head`) removes them before it dies.
+constexpr int kSlots = 64;
+constexpr std::size_t kPathMax = 4096;
+struct Slot {
+  std::atomic<int> state{0};
+  char path[kPathMax];
+};
+Slot g_slots[kSlots];
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+
+extern "C" void remove_pending_and_die(int sig) {
+  for (Slot& s : g_slots)
+    if (s.state.load(std::memory_order_acquire) == 2) ::unlink(s.path);  // async-signal-safe
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
 }
+
+void install_handlers_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int sig : kSignals) {
+      struct sigaction old {};
+      // Only where the default action (terminate) is in force: an ignored signal or another
+      // handler the program installed is left alone.
+      if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+        struct sigaction sa {};
+        sa.sa_handler = remove_pending_and_die;
+        sigemptyset(&sa.sa_mask);
+        ::sigaction(sig, &sa, nullptr);
+      }
+    }
+  });
+}
+
+// Returns the slot that now holds `path`, or -1 when the table is full or the path too long
+// (then only the destructor removes it, as before).
+int register_pending(const std::string& path) {
+  if (path.size() + 1 > kPathMax) return -1;
+  install_handlers_once();
+  for (int i = 0; i < kSlots; ++i) {
+    int expected = 0;
+    if (g_slots[i].state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      std::memcpy(g_slots[i].path, path.c_str(), path.size() + 1);
+      g_slots[i].state.store(2, std::memory_order_release);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void unregister_pending(int slot) {
+  if (slot >= 0) g_slots[slot].state.store(0, std::memory_order_release);
+}
+}  // namespace
 
 AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
   fs::path dir = target_.parent_path();
@@ -30,6 +89,7 @@ AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
   name += '.';
   name += std::to_string(g_counter.fetch_add(1));
   temp_ = dir / name;
+  slot_ = register_pending(temp_.string());
 }
 
 AtomicFile::~AtomicFile() {
@@ -37,6 +97,7 @@ AtomicFile::~AtomicFile() {
     std::error_code ec;
     fs::remove(temp_, ec);
   }
+  unregister_pending(slot_);
 }
 
 void AtomicFile::commit() {
@@ -45,6 +106,8 @@ void AtomicFile::commit() {
   fs::rename(temp_, target_, ec);
   if (ec) throw RuntimeError("cannot write output: " + ec.message(), target_.string());
   committed_ = true;
+  unregister_pending(slot_);
+  slot_ = -1;
 }
 
 void write_text(const std::string& path, std::string_view bytes) {

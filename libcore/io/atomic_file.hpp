@@ -2,7 +2,9 @@
 //
 // A failure (exception, bad data, killed process) leaves no partial file and never
 // clobbers an existing good one: the temporary is removed by the destructor unless
-// commit() ran.
+// commit() ran, and by a handler when SIGINT, SIGTERM, SIGHUP or SIGPIPE ends the process
+// (installed on first use, only for signals still at their default action).  SIGKILL
+// cannot be caught: then a ".<name>.tmp.<pid>.<n>" file may remain beside the target.
 #pragma once
 
 #include <filesystem>
@@ -30,6 +32,7 @@ class AtomicFile {
  private:
   std::filesystem::path target_, temp_;
   bool committed_ = false;
+  int slot_ = -1;  ///< entry in the table the signal handler cleans up (-1: none)
 };
 
 /// Writes `bytes` to `path` atomically; `path` "-" or empty writes to stdout.

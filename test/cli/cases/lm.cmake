@@ -85,6 +85,13 @@ cli_case(lm-convert/stdout-refused --rc 2 --stderr "cannot go to stdout" -- ${LM
 # Streaming text: byte-fallback tokens that split a UTF-8 character are held until it completes,
 # so the streamed stdout is valid UTF-8 and equals the --no-stream text (a random model samples
 # byte pieces often; seeds 5 and 8 split characters with the tiny model below).
+# Killed by SIGPIPE (the reader of the streamed text went away) or SIGTERM: -o is not written and
+# its temporary beside it is removed too.
+set(KJV7M ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)
+cli_case(lm/generate-sigpipe-leaves-no-temporary --needs ${KJV7M} --rc 0
+  -- bash -c "${LMGEN} ${KJV7M} --prompt 'And God said' -n 400 --ignore-eos -o r.jsonl | head -c 1 > /dev/null && sleep 0.3 && test ! -e r.jsonl && test $(ls -A | grep -c '[.]tmp[.]') = 0")
+cli_case(lm/generate-sigterm-leaves-no-temporary --needs ${KJV7M} --rc 0
+  -- bash -c "(timeout -s TERM 0.5 ${LMGEN} ${KJV7M} --prompt 'And God said' -n 1000 --ignore-eos -o r.jsonl > out.txt || test $? = 124) && test -s out.txt && test ! -e r.jsonl && test $(ls -A | grep -c '[.]tmp[.]') = 0")
 cli_case(lm/generate-stream-valid-utf8
   --rc 0
   -- bash -c "${MKMODEL} && for s in 1 2 3 4 5 6 7 8
