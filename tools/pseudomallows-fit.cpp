@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
         const bool estimate = alpha_text == "estimate";
         if (!estimate) {
           const auto v = io::parse_double(alpha_text);
-          if (!v || !(*v > 0) || !std::isfinite(*v)) throw UsageError("alpha must be a number > 0 or 'estimate'", "--alpha " + alpha_text);
+          // Beyond 1e6 (typical posteriors: alpha 1..20) the factors' log weights lose every digit.
+          if (!v || !(*v > 0) || !(*v <= 1e6)) throw UsageError("alpha must be a number in (0, 1e6] or 'estimate'", "--alpha " + alpha_text);
           alpha = *v;
         }
         const auto rd = rank::read_rank_csv(input, rank::parse_missing_policy(missing, "--missing"), header);

@@ -74,11 +74,13 @@ int main(int argc, char** argv) {
       "  smc-optimize --problem gmm-reward --beta 0.001 --particles 1000 --steps 300 --lr 20 --step-size 0.1 | jq .mean_reward\n"
       "  smc-optimize --problem ebm-reward --method impdiff --steps 1000 --trajectory impdiff.jsonl | jq .mean_reward\n"
       "  smc-optimize --plot runs.png sosmc.jsonl impdiff.jsonl\n"};
+  CLI::App* app_ptr = nullptr;
   CLI::Option *o_lr = nullptr, *o_opt = nullptr, *o_step = nullptr, *o_stepmax = nullptr, *o_stepmin = nullptr, *o_trainlr = nullptr, *o_beta = nullptr,
               *o_resampling = nullptr, *o_particles = nullptr, *o_hidden = nullptr, *o_steps = nullptr, *o_iters = nullptr;
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
+        app_ptr = &app;
         app.add_option("--problem", a.problem, "toy, logistic, gmm-reward (hexagon mixture, half-plane reward), ebm-reward (2-D MLP energy, lower half-plane reward) or digits-ebm (MLP energy on 8x8 digits, brightness reward)")->capture_default_str()->check(CLI::IsMember({"toy", "logistic", "gmm-reward", "ebm-reward", "digits-ebm"}));
         o_beta = app.add_option("--beta", a.beta, "gmm-reward, ebm-reward: KL weight beta (ebm-reward default 0.25)")->capture_default_str()->check(cli::non_negative());
         o_hidden = app.add_option("--ebm-hidden", a.ebm_hidden, "ebm-reward: hidden width of the MLP energy")->capture_default_str()->check(cli::int_range(1, 4096));
@@ -188,6 +190,13 @@ int main(int argc, char** argv) {
         if (!a.trajectory.empty() && std::filesystem::path(a.trajectory).extension() != ".jsonl")
           throw UsageError("the trajectory is JSON Lines: give a path ending in .jsonl", "--trajectory " + a.trajectory);
         if (a.method == "em" && a.problem != "toy") throw UsageError("exact EM exists only for the toy problem", "--method");
+        // Flags the chosen method or problem never reads are refused, not ignored.
+        for (const char* flag : {"--adapt-factor", "--step-size-min", "--step-size-max", "--no-adapt"})
+          if (a.method != "sosmc" && app_ptr->count(flag) > 0)
+            throw UsageError(fmt::format("{} is only used by --method sosmc (its step-size adaptation)", flag));
+        if (a.no_adapt && app_ptr->count("--adapt-factor") > 0) throw UsageError("give --no-adapt or --adapt-factor, not both");
+        if (o_trainlr->count() && a.problem != "ebm-reward" && a.problem != "digits-ebm")
+          throw UsageError("--ebm-train-lr is only used by the ebm-reward and digits-ebm problems");
         if (a.problem == "gmm-reward") {
           // The reference's clip range of the adapted step in its Langevin experiments.
           if (!o_stepmax->count()) a.step_size_max = 0.99;

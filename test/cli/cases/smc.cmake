@@ -14,6 +14,8 @@ cli_case(smc-optimize/step-size-min-above-max --rc 2 --stderr "--step-size-min 2
 cli_case(smc-optimize/theta0-nan --rc 2 --stderr "must be a finite number .--theta0." -- ${SMC} --problem toy --theta0 nan)
 cli_case(smc-optimize/seed-negative --rc 2 --stderr "--seed: must be a whole number" -- ${SMC} --problem toy --seed -1)
 cli_case(smc-optimize/seed-out-of-range --rc 2 --stderr "--seed: out of range" -- ${SMC} --problem toy --seed 18446744073709551616)
+cli_case(smc-optimize/adapt-flag-needs-sosmc --rc 2 --stderr "--adapt-factor is only used by --method sosmc" -- ${SMC} --problem toy --method pgd --adapt-factor 1.05)
+cli_case(smc-optimize/ebm-train-lr-needs-ebm --rc 2 --stderr "--ebm-train-lr is only used by the ebm-reward and digits-ebm problems" -- ${SMC} --problem toy --ebm-train-lr 0.01)
 cli_case(smc-optimize/toy-em-exact
   --rc 0 --jq "(.theta - .mle | fabs) < 1e-9"
   -- ${SMC} --problem toy --method em --steps 100)
