@@ -104,7 +104,7 @@ double forward_gap(Engine& cpu, Engine& gpu) {
 
 }  // namespace
 
-TEST_CASE("cuda: forward matches the CPU engine on random models (f32, f16, bf16; both RoPE pairings)") {
+TEST_CASE("cuda: forward matches the CPU engine on random models (f32, f16, bf16, both RoPE pairings)") {
   if (no_device("cuda: forward")) return;
   // Tolerance (kernels/engine.hpp): 2e-3 relative for f32/f16 weights, 2e-2 for bf16 (the bf16
   // split keeps ~17 bits of each activation; f32 accumulation in a different order).
