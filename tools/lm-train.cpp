@@ -12,7 +12,6 @@
 #include "cli/count.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
-#include "io/hdf5.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
 #include "lm/model.hpp"
@@ -185,18 +184,9 @@ int main(int argc, char** argv) {
             if (app->count(flag) > 0)
               log::warn("{} is ignored with --resume: the model and tokenizer come from -o {}", flag, output);
         if (resume && overwrite) throw UsageError("give --resume or --overwrite, not both");
-        if (!resume && !overwrite && std::filesystem::exists(output)) {
-          // Forgetting --resume must not throw away a run: -o holding training state is kept.
-          bool has_run = false;
-          try {
-            io::h5::Handle f = io::h5::open_file(output);
-            io::h5::Handle root = io::h5::open_group(f, "/", output);
-            has_run = io::h5::exists(root, "train");
-          } catch (const Error&) {  // not one of our checkpoints: an ordinary output to replace
-          }
-          if (has_run)
-            throw UsageError(fmt::format("-o {} already holds a training run: --resume continues it, --overwrite replaces it", output));
-        }
+        // Forgetting --resume must not throw away a run: -o holding training state is kept.
+        if (!resume && !overwrite && nn::holds_training_state(output))
+          throw UsageError(fmt::format("-o {} already holds a training run: --resume continues it, --overwrite replaces it", output));
         if (best_path.empty()) best_path = best_path_for(output);
         if (ckpt_every == 0) ckpt_every = eval_every;
         // Unwritable outputs fail now, before any work (AtomicFile checks the directory).

@@ -115,7 +115,7 @@ Table Table::read(const std::string& path, const TableReadOptions& opt) {
     t.sha256_ = sha256_file(file);
     return t;
   }
-  const std::string text = gz ? read_gzip_file(file) : read_file(file);
+  const std::string text = read_maybe_gzip(file);
   const std::string label = is_stdout(file) ? "<stdin>" : file;
   Table t;
   bool json = ext == ".json" || ext == ".jsonl";

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "io/atomic_file.hpp"
 #include "io/h5array.hpp"
@@ -128,6 +129,18 @@ void Trainer::save(const std::string& path, const io::Provenance& prov, const nl
     h5::close_file(file, path);
   }
   out.commit();
+}
+
+bool holds_training_state(const std::string& path) noexcept {
+  try {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;
+    h5::Handle file = h5::open_file(path);
+    h5::Handle root = h5::open_group(file, "/", path);
+    return h5::exists(root, "train");
+  } catch (...) {  // not an HDF5 file of ours
+    return false;
+  }
 }
 
 nlohmann::json Trainer::load(const std::string& path) {

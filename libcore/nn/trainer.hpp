@@ -55,6 +55,10 @@ struct EvalResult {
 EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int seq_len, int batch,
                     std::int64_t max_tokens = 0);
 
+/// Whether `path` is one of our checkpoints holding a training run's state (/train), which
+/// Trainer::load can resume.  False for a missing file or any other file; never throws.
+bool holds_training_state(const std::string& path) noexcept;
+
 /// A training run.  Deterministic: the same options, data and seed give bitwise the same
 /// weights whatever the thread count, and a run resumed from a checkpoint continues
 /// bit-identically.
