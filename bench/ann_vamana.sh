@@ -7,7 +7,8 @@
 #
 # Usage: bash bench/ann_vamana.sh [BIN_DIR]      (default ./build/bin)
 # Environment: ANN_N (200000), ANN_DIM (64), ANN_NQ (1000), ANN_THREADS (nproc), ANN_R (64),
-#   ANN_L (100), ANN_ALPHA (1.2), ANN_VENV (build/bench-venv; created with pip when absent).
+#   ANN_L (100), ANN_ALPHA (1.2), ANN_VENV (build/bench-venv-ann, its own: the other
+#   benches pin numpy versions diskannpy cannot use; created with pip when absent).
 # The QPS figure of each system is the first point of its sweep (search list L / ef) whose
 # recall@10 reaches 0.95.  Prints ONE JSON object on stdout; progress goes to stderr.
 set -euo pipefail
@@ -15,7 +16,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin=${1:-./build/bin}
 n=${ANN_N:-200000}; dim=${ANN_DIM:-64}; nq=${ANN_NQ:-1000}; T=${ANN_THREADS:-$(nproc)}
 R=${ANN_R:-64}; L=${ANN_L:-100}; alpha=${ANN_ALPHA:-1.2}
-venv=${ANN_VENV:-build/bench-venv}
+venv=${ANN_VENV:-build/bench-venv-ann}
 sweep=10,12,15,20,25,30,40,50,60,80,100,150,200
 command -v jq >/dev/null || { echo '{"skipped": "jq not found"}'; exit 0; }
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || { echo '{"skipped": "python3-numpy not found"}'; exit 0; }
@@ -40,7 +41,7 @@ ours1=$(jq -c --slurpfile b "$tmp/ours1_build.json" '{passes: 1, build_seconds: 
   sweep: [.results[] | {L: .search_L, recall_at_10: .recall_at_k, queries_per_second}]}' "$tmp/ours1_search.json")
 
 peers_ok=1
-if [ ! -x "$venv/bin/python" ]; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import diskannpy, hnswlib' 2>/dev/null; then
   echo "ann bench: creating $venv with diskannpy and hnswlib from PyPI" >&2
   { /usr/bin/python3 -m venv "$venv" && "$venv/bin/pip" install -q numpy diskannpy hnswlib; } >&2 || peers_ok=0
 fi

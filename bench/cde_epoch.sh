@@ -6,7 +6,7 @@
 # cubic, kernel and GP paths trained 30 epochs: test accuracy and NFE per series.
 #
 # Usage: bash bench/cde_epoch.sh [BIN_DIR] [DATA_DIR]   (defaults build/bin, ../shared/data/timeseries)
-# Environment: THREADS (default 1), CDE_BENCH_VENV (default build/bench-venv; created with
+# Environment: THREADS (default 1), CDE_BENCH_VENV (default build/bench-venv-torch; created with
 # pip install torch torchcde when absent).
 # NFE: torchdiffeq solves a batch as one system, so the peer's NFE is per batch; cde-train solves
 # each series with its own steps, so its NFE is per series.
@@ -16,7 +16,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin=${1:-./build/bin}
 data=${2:-../shared/data/timeseries}
 threads=${THREADS:-1}
-venv=${CDE_BENCH_VENV:-build/bench-venv}
+venv=${CDE_BENCH_VENV:-build/bench-venv-torch}
 if ! command -v jq >/dev/null; then echo '{"skipped": "jq not found"}'; exit 0; fi
 if [ ! -f "$data/BasicMotions_TRAIN.ts" ]; then echo '{"skipped": "'"$data"' absent"}'; exit 0; fi
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torchcde' 2>/dev/null; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training speed (issue 5): our CPU trainer vs a PyTorch CPU training step of the same model
 # (demo configuration: vocab 4096, d 256, 6 layers, 8/4 heads, d_ff 688, 1 x 1024 tokens, AdamW),
-# same thread count, same run.  PyTorch comes from PyPI into build/bench-venv (or set
+# same thread count, same run.  PyTorch comes from PyPI into build/bench-venv-torch (or set
 # BENCH_PYTHON to a python that has torch).  Prints one JSON object.
 # Usage: bash bench/lm_train.sh build/bin [threads] [steps]
 set -euo pipefail
@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 ours=$("$bin/bench-lm-train" --threads "$threads" --steps "$steps")
 py=${BENCH_PYTHON:-}
 if [ -z "$py" ]; then
-  venv="$here/../build/bench-venv"
+  venv="$here/../build/bench-venv-torch"
   if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
     python3 -m venv "$venv" >&2 && "$venv/bin/pip" install -q torch >&2 || true
   fi

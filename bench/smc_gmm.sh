@@ -13,7 +13,7 @@
 #             one thread, then both at all threads; the best of the repetitions is reported
 #             (steps/s and steps per CPU-second separately), and every run is listed
 # The peer's pinned PyPI dependencies (jax, jaxlib 0.4.30, optax 0.2.4, numpy 2.0.2; the
-# reference's requirements.txt) are installed into build/bench-venv on first use; without
+# reference's requirements.txt) are installed into build/bench-venv-smc on first use; without
 # network access the peer is reported as skipped.  Ours runs with --threads = nproc; XLA
 # uses every core by default.  "speedup" is the wall-clock steps/s ratio; "speedup_cpu_time"
 # the ratio of steps per process-CPU-second (robust when the machine is shared).
@@ -27,7 +27,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 peer_py="$here/peer/sosmc_gmm_jax.py"
-venv="$root/build/bench-venv"
+venv="$root/build/bench-venv-smc"
 
 steps=200
 reps=3
