@@ -30,24 +30,12 @@ void SearchScratch::reset(std::size_t n) {
 
 namespace {
 
-// RobustPrune's occlusion test on raw distances: is candidate c dropped because of the kept
-// neighbour k?  (d_kc = d(k, c), d_pc = d(p, c).)
-//   l2 / cosine  alpha d_kc < d_pc (DiskANN: occlude factor d_pc / d_kc > alpha); a zero
-//                d_kc (identical vectors under l2, the same direction under cosine: the same
-//                point of the space) always occludes, so duplicates never fill a list.
-//   ip           raw distances are -<x, y>, negative for any positive inner product, so a
-//                raw distance <= 0 does not mean a duplicate (that rule dropped every c with
-//                <k, c> >= 0).  Where d_pc >= 0 the alpha rule as above; where d_pc < 0 the
-//                slack cannot scale a negative value the same way and is not applied:
-//                d_kc < d_pc, i.e. <k, c> > <p, c>.  No separate duplicate rule: a copy c of
-//                a kept k is dropped by the same test unless <p, k> >= |k|^2, so copies
-//                reach a list only when p dominates k, and never more than R of them.
-//                (Tried and measured worse in test_ann: DiskANN's MIPS rule <k, c> > alpha
-//                <p, c>, whose clustered-data graph left about 34 of 2,000 nodes reachable
-//                from the medoid, and dropping bit-identical copies, which lost the top item
-//                for about a quarter of the queries on the heavy-duplicate set.)
-bool occludes(Metric m, float alpha, float d_kept_cand, float d_p_cand) noexcept {
-  if (m == Metric::ip) return d_p_cand >= 0.0f ? alpha * d_kept_cand < d_p_cand : d_kept_cand < d_p_cand;
+// RobustPrune's occlusion test on raw distances of a metric space (l2: squared L2, cosine:
+// 1 - cos; ip never reaches it, see mips_space): is candidate c dropped because of the kept
+// neighbour k?  (d_kc = d(k, c), d_pc = d(p, c).)  alpha d_kc < d_pc (DiskANN: occlude factor
+// d_pc / d_kc > alpha); a zero d_kc (identical vectors under l2, the same direction under
+// cosine: the same point of the space) always occludes, so duplicates never fill a list.
+bool occludes(float alpha, float d_kept_cand, float d_p_cand) noexcept {
   return d_kept_cand <= 0.0f || alpha * d_kept_cand < d_p_cand;
 }
 
@@ -141,7 +129,7 @@ void prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float a
     b.dists.resize(b.ids.size());
     raw_distances(d.metric(), d.vectors().row(cand[i].id), base, dim, b.ids.data(), b.ids.size(), b.dists.data());
     for (std::size_t t = 0; t < b.ids.size(); ++t)
-      if (occludes(d.metric(), alpha, b.dists[t], cand[b.pos[t]].dist)) b.gone[b.pos[t]] = 1;
+      if (occludes(alpha, b.dists[t], cand[b.pos[t]].dist)) b.gone[b.pos[t]] = 1;
   }
 }
 
@@ -164,9 +152,47 @@ struct BuildScratch {
 
 }  // namespace
 
+namespace {
+
+// The MIPS-to-L2 reduction (Bachrach et al., RecSys 2014; what DiskANN does for inner
+// product): each item x becomes x' = (x, sqrt(M^2 - |x|^2)) with M the largest norm, so
+// |x'| = M for all items and, for a query q' = (q, 0), |x' - q'|^2 = M^2 + |q|^2 - 2<x, q>:
+// the order by squared L2 in the augmented space is the order by -<x, q>.  A graph built
+// with the L2 rules on x' therefore serves ip queries unchanged (greedy search only compares
+// distances to one query), while RobustPrune gets a true metric between items (-<x, y> is
+// not one: it is negative, and an item is not its own nearest neighbour).
+Space mips_space(const Space& d) {
+  const std::size_t n = d.size(), dim = d.dim();
+  std::vector<double> sq(n);
+  double max_sq = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double acc = 0.0;
+    for (std::size_t k = 0; k < dim; ++k) acc += static_cast<double>(d.vectors().row(i)[k]) * d.vectors().row(i)[k];
+    sq[i] = acc;
+    max_sq = std::max(max_sq, acc);
+  }
+  Vectors a;
+  a.n = n;
+  a.dim = dim + 1;
+  a.data.resize(n * a.dim);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::copy(d.vectors().row(i), d.vectors().row(i) + dim, a.row(i));
+    a.row(i)[dim] = static_cast<float>(std::sqrt(std::max(0.0, max_sq - sq[i])));
+  }
+  return Space(std::move(a), Metric::l2, "ip (augmented)");
+}
+
+}  // namespace
+
 std::vector<std::uint32_t> VamanaGraph::robust_prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R) {
   PruneScratch b;
   std::vector<std::uint32_t> out;
+  if (d.metric() == Metric::ip) {  // prune in the augmented L2 space, as build() does
+    const Space aug = mips_space(d);
+    for (Neighbor& c : cand) c.dist = aug.item_distance(p, c.id);
+    prune(aug, p, cand, alpha, R, b, out);
+    return out;
+  }
   prune(d, p, cand, alpha, R, b, out);
   return out;
 }
@@ -176,6 +202,7 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
   if (p.L < 1) throw UsageError("must be >= 1", "-L");
   if (!(p.alpha >= 1.0f)) throw UsageError("must be >= 1", "--alpha");
   if (p.passes != 1 && p.passes != 2) throw UsageError("must be 1 or 2", "--passes");
+  if (d.metric() == Metric::ip) return build(mips_space(d), p);
   const std::size_t n = d.size();
   const auto R = static_cast<std::size_t>(p.R);
   VamanaGraph g;

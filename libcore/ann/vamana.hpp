@@ -63,7 +63,8 @@ class VamanaGraph {
   /// (striped) locks.  Back edges may fill a list up to 1.3 R before it is pruned, and every
   /// list longer than R is pruned to R at the end of each pass, so the result has degree <= R.
   /// With one thread the graph depends on the seed only; with more, also on the thread
-  /// schedule (as DiskANN's).  Throws UsageError for R < 1, L < 1, alpha < 1 or passes not
+  /// schedule (as DiskANN's).  Under ip the graph is built with the l2 rules on the
+  /// augmented vectors (see robust_prune) and searched with ip unchanged.  Throws UsageError for R < 1, L < 1, alpha < 1 or passes not
   /// 1 or 2.
   static VamanaGraph build(const Space& d, const VamanaParams& p);
 
@@ -81,14 +82,15 @@ class VamanaGraph {
                                      SearchScratch& s) const;
 
   /// RobustPrune(p, V, alpha, R) on item distances of `d`: repeatedly keeps the closest
-  /// remaining candidate p* and drops every p' it occludes.  l2 and cosine: alpha *
-  /// d(p*, p') < d(p, p') (DiskANN's occlusion factor d(p, p') / d(p*, p') > alpha, on raw
-  /// distances: squared L2 as in DiskANN), and a candidate at raw distance <= 0 from a kept
-  /// one (a duplicate) is always dropped, so duplicates never fill a list.  ip (raw distance
-  /// -<x, y>, negative for any positive inner product, so <= 0 does not mean a duplicate):
-  /// the alpha rule where d(p, p') >= 0, and where d(p, p') < 0 (no slack)
-  /// <p*, p'> > <p, p'>; copies of a kept item go through the same test.
-  /// `cand` (sorted or not, may contain p) is consumed.
+  /// remaining candidate p* and drops every p' it occludes: alpha * d(p*, p') < d(p, p')
+  /// (DiskANN's occlusion factor d(p, p') / d(p*, p') > alpha, on raw distances: squared L2
+  /// as in DiskANN, 1 - cos under cosine), and a candidate at raw distance <= 0 from a kept
+  /// one (a duplicate) is always dropped, so duplicates never fill a list.  ip is not a
+  /// metric (-<x, y> is negative, and an item is not its own nearest neighbour), so under
+  /// ip the rule runs in the MIPS-to-L2 augmented space x' = (x, sqrt(M^2 - |x|^2)), M the
+  /// largest norm (Bachrach et al. 2014; DiskANN's inner-product preprocessing), where the
+  /// order by distance to a query (q, 0) is the order by -<x, q>; the candidates' distances
+  /// are recomputed there.  `cand` (sorted or not, may contain p) is consumed.
   static std::vector<std::uint32_t> robust_prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R);
 
   /// Number of items.
