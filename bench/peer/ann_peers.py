@@ -12,6 +12,15 @@ import json, os, sys, time
 import numpy as np
 
 
+def _version(dist):
+    """The installed version of a PyPI distribution, for the JSON record."""
+    try:
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:
+        return "?"
+
+
 def write_fbin(path, x):
     x = np.ascontiguousarray(x, dtype=np.float32)
     with open(path, "wb") as f:
@@ -72,7 +81,7 @@ def diskann(dirn, R, L, alpha, T, Ls):
         secs = time.perf_counter() - t
         ids = res.identifiers if hasattr(res, "identifiers") else res[0]
         sweep.append({"L": l, "recall_at_10": recall(dirn, ids), "queries_per_second": q.shape[0] / secs})
-    return {"peer": "diskannpy " + getattr(dap, "__version__", "?"), "build_seconds": build, "sweep": sweep}
+    return {"peer": "diskannpy " + _version("diskannpy"), "build_seconds": build, "sweep": sweep}
 
 
 def hnsw(dirn, M, efc, T, efs):
@@ -92,7 +101,7 @@ def hnsw(dirn, M, efc, T, efs):
         ids, _ = p.knn_query(q, k=10, num_threads=T)
         secs = time.perf_counter() - t
         sweep.append({"ef": ef, "recall_at_10": recall(dirn, ids), "queries_per_second": q.shape[0] / secs})
-    return {"peer": "hnswlib", "build_seconds": build, "sweep": sweep}
+    return {"peer": "hnswlib " + _version("hnswlib"), "build_seconds": build, "sweep": sweep}
 
 
 if __name__ == "__main__":
