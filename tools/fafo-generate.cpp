@@ -78,6 +78,7 @@ double repeated_trigram_rate(const std::vector<int>& prompt, const std::vector<i
 }  // namespace
 
 int main(int argc, char** argv) {
+  prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file, device = "cpu";
   std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max";
   int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
@@ -273,6 +274,7 @@ int main(int argc, char** argv) {
         summary["prompt_tokens"] = ids.size();
         summary["repeated_trigram_rate"] = repeated_trigram_rate(ids, r.tokens);
         summary["threads"] = threads();
+        summary["omp_spin_count"] = openmp_spin_count();
         summary["device"] = engine->device();
         if (dc.method == decode::Method::fafo) {
           summary["kv_policy"] = kv_policy;

@@ -22,10 +22,12 @@
 #include "nn/trainer.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
+#include "util/threads.hpp"
 
 using namespace icmlkit;
 
 int main(int argc, char** argv) {
+  prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string model_path, text_path, output = "-", split = "all", device = "cpu";
   nn::CorpusOptions copt;
   copt.val_every = 0;

@@ -28,6 +28,7 @@
 using namespace icmlkit;
 
 int main(int argc, char** argv) {
+  prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string model_path, prompt, prompt_file, prompt_ids, output;
   int max_new = 64, top_logprobs = 5;
   lm::SamplerConfig sc;
@@ -156,7 +157,7 @@ int main(int argc, char** argv) {
             {"prefill_tokens_per_s", prefill_s > 0 ? n_prompt / prefill_s : 0.0},
             {"time_to_first_token_s", ttft},
             {"decode_tokens_per_s", decode_s > 0 && n_decode > 0 ? n_decode / decode_s : 0.0},
-            {"threads", threads()}, {"device", engine->device()}, {"compute_weights", model.token_embd.is_half() ? "f16" : "f32"},
+            {"threads", threads()}, {"omp_spin_count", openmp_spin_count()}, {"device", engine->device()}, {"compute_weights", model.token_embd.is_half() ? "f16" : "f32"},
             {"weight_bytes", model.weight_bytes()}};
         log::debug("{}", summary.dump());
         if (out.is_open()) {

@@ -25,6 +25,7 @@
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/progress.hpp"
+#include "util/threads.hpp"
 
 using namespace icmlkit;
 
@@ -90,6 +91,7 @@ std::string best_path_for(const std::string& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
   std::string rope = "half", export_path, export_dtype = "bf16";
   nn::CorpusOptions copt;

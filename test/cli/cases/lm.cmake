@@ -88,6 +88,15 @@ cli_case(lm-convert/stdout-refused --rc 2 --stderr "cannot go to stdout" -- ${LM
 # Killed by SIGPIPE (the reader of the streamed text went away) or SIGTERM: -o is not written and
 # its temporary beside it is removed too.
 set(KJV7M ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)
+# The LM tools re-execute themselves with GOMP_SPINCOUNT=1000 (short spins before sleeping:
+# a forward pass is dozens of short parallel regions, and long spins made a 4-token prefill
+# 30-60x slower whenever another process shared the cores); a GOMP_SPINCOUNT or
+# OMP_WAIT_POLICY the user set is kept.  Greedy output is the same either way.
+cli_case(lm/generate-short-openmp-spin-by-default --needs ${KJV7M} --rc 0
+  --file-jq a.jsonl "select(.summary) | .summary.omp_spin_count == \"1000\""
+  --file-jq b.jsonl "select(.summary) | .summary.omp_spin_count == \"300000\""
+  --file-jq c.jsonl "select(.summary) | .summary.omp_spin_count == \"\""
+  -- bash -c "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY ${LMGEN} ${KJV7M} --prompt 'And God said' -n 12 --threads 2 -o a.jsonl -q > a.txt && GOMP_SPINCOUNT=300000 ${LMGEN} ${KJV7M} --prompt 'And God said' -n 12 --threads 2 -o b.jsonl -q > b.txt && env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active ${LMGEN} ${KJV7M} --prompt 'And God said' -n 12 --threads 2 -o c.jsonl -q > c.txt && cmp a.txt b.txt && cmp a.txt c.txt")
 cli_case(lm/generate-sigpipe-leaves-no-temporary --needs ${KJV7M} --rc 0
   -- bash -c "${LMGEN} ${KJV7M} --prompt 'And God said' -n 1000 --ignore-eos -o r.jsonl | head -c 1 > /dev/null && sleep 0.3 && test ! -e r.jsonl && test $(ls -A | grep -c '[.]tmp[.]') = 0")
 cli_case(lm/generate-sigterm-leaves-no-temporary --needs ${KJV7M} --rc 0
