@@ -1,18 +1,65 @@
 #!/usr/bin/env bash
 # The GPU half of `make -f Makefile.shortcuts gpu-check` (after the CUDA build):
-#   1. the CUDA-vs-CPU tests (ctest names unit/cuda:* and unit/kernels:*);
+#   1. the CUDA-vs-CPU tests (doctest cases cuda:* and kernels:* of unit_tests);
 #   2. bench-gpu-engine: copy bandwidth, batch-1 decode of a 1.24 B-parameter random model and the
 #      share of the bandwidth it reaches, c(k) for k = 1..64;
 #   3. FAFO vs AR on the demo model data/models/kjv7m.h5 with fafo-generate --device cuda.
 # Prints everything to stdout; with $OUT set, also writes $OUT/gpu_check.json (and the parts).
 # Usage: scripts/gpu_check.sh BUILD_DIR
+#        scripts/gpu_check.sh --bundle BUNDLE   (BUNDLE: a directory or .tar.xz from
+#          scripts/gpu_bundle.sh, for a GPU machine without our Debian libraries or a
+#          package registry: its programs run with its own libraries and the machine's CUDA)
 set -uo pipefail
-build=${1:-build-gpu}
-bin=$build/bin
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
+if [ "${1:-}" = "--bundle" ]; then
+  bundle=${2:?usage: gpu_check.sh --bundle DIR_OR_TAR_XZ}
+  mkdir -p "$tmp/bundle"
+  if [ -f "$bundle" ]; then
+    tar -xJf "$bundle" -C "$tmp/bundle" --strip-components=1 || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
+  else
+    cp -a "$bundle/." "$tmp/bundle/" || { echo "gpu-check: cannot read $bundle" >&2; exit 2; }
+  fi
+  bundle=$tmp/bundle
+  [ -x "$bundle/bin/unit_tests" ] || { echo "gpu-check: not a gpu_bundle.sh bundle (no bin/unit_tests)" >&2; exit 2; }
+  # The bundled libstdc++ (GCC 12) needs glibc 2.36; a machine whose own libstdc++ is at least
+  # as new (GLIBCXX_3.4.30) keeps its own, which matches its C library.
+  sys_cxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+  if [ -n "$sys_cxx" ] && grep -q 'GLIBCXX_3\.4\.30' "$sys_cxx" 2>/dev/null; then
+    rm -f "$bundle/lib/libstdc++.so.6" "$bundle/lib/libgcc_s.so.1"
+  fi
+  cat "$bundle/MANIFEST" 2>/dev/null
+  bin=$bundle/bin
+  unit=$bin/unit_tests
+  # CUDA's runtime and cuBLAS from the machine: the toolkit's folders, else a pip wheel's.
+  cuda_libs=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libcublas.so.13" ] && cuda_libs="$cuda_libs:$d"
+  done
+  if [ -z "$cuda_libs" ]; then
+    d=$(find /usr /opt -name 'libcublas.so.13' -path '*nvidia*' 2>/dev/null | head -1)
+    [ -n "$d" ] && cuda_libs=":$(dirname "$d")"
+    d=$(find /usr /opt -name 'libcudart.so.13' 2>/dev/null | head -1)
+    [ -n "$d" ] && cuda_libs="$cuda_libs:$(dirname "$d")"
+  fi
+  export LD_LIBRARY_PATH="$bundle/lib$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$bin:$PATH"
+  missing=$(for p in "$bin"/*; do ldd "$p" 2>/dev/null | grep 'not found'; done | sort -u)
+  if [ -n "$missing" ]; then
+    echo "gpu-check: libraries not found with LD_LIBRARY_PATH=$LD_LIBRARY_PATH:" >&2
+    echo "$missing" >&2
+    exit 2
+  fi
+  "$bin/lm-generate" --version || { echo "gpu-check: the bundled lm-generate does not start here" >&2; exit 2; }
+else
+  build=${1:-build-gpu}
+  bin=$build/bin
+  unit=$build/test/unit/unit_tests
+fi
+# The demo-model test reads the repository's data/ (compiled-in path, overridable).
+export ICMLKIT_REPO_DATA="$root/data"
 
 if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L fails): the CUDA tests would only skip and the benchmarks cannot run" >&2
@@ -21,8 +68,8 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv
 
 echo "== gpu-check: CUDA tests"
-(cd "$build" && ctest -R '^unit/(cuda|kernels):' -V > "$tmp/ctest.log" 2>&1) && tests_ok=true || { tests_ok=false; status=1; }
-grep -E "skipped|Passed|Failed|tests passed|ERROR|CHECK|values:|INFO|gap|margin" "$tmp/ctest.log" || tail -n 40 "$tmp/ctest.log"
+"$unit" -tc='cuda:*,kernels:*' > "$tmp/ctest.log" 2>&1 && tests_ok=true || { tests_ok=false; status=1; }
+grep -E "skipped|TEST CASE|test cases|assertions|ERROR|FAILED|values:|INFO|gap|margin" "$tmp/ctest.log" | head -200 || tail -n 40 "$tmp/ctest.log"
 
 echo "== gpu-check: bench-gpu-engine"
 if "$bin/bench-gpu-engine" --ctx 512 --tokens 128 --kmax 64 --reps 5 > "$tmp/engine.json"; then

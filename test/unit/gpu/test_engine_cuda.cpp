@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -219,7 +220,10 @@ TEST_CASE("cuda: greedy FAFO and lookahead decode exactly the AR tokens on the G
 
 TEST_CASE("cuda: demo model data/models/kjv7m.h5 greedy decode agrees with the CPU") {
   if (no_device("cuda: kjv7m")) return;
-  const std::string path = std::string(ICMLKIT_REPO_DATA) + "/models/kjv7m.h5";
+  // The repository's data/ as compiled in; ICMLKIT_REPO_DATA overrides it (gpu_check.sh
+  // --bundle runs these tests from a copy of the repository at another path).
+  const char* data_env = std::getenv("ICMLKIT_REPO_DATA");
+  const std::string path = std::string(data_env != nullptr ? data_env : ICMLKIT_REPO_DATA) + "/models/kjv7m.h5";
   if (!std::filesystem::exists(path)) {
     std::fprintf(stderr, "cuda: kjv7m: skipped (%s absent)\n", path.c_str());
     return;
