@@ -683,13 +683,14 @@ struct CudaEngine::Impl {
     grow(Y, std::max(buf_rows(P.L, R) * Omax, buf_rows(P.LH, std::max(1, nl)) * std::size_t(c.vocab_size)) * 4);
     grow(logits, std::size_t(std::max(1, nl)) * c.vocab_size * 4);
     if (R > pend_cap) {
-      pend_cap = std::max(R, 2 * pend_cap);
-      const std::size_t n = std::size_t(c.n_layers) * pend_cap * nkv * hd * 4;
+      const int cap = std::max(R, 2 * pend_cap);
+      const std::size_t n = std::size_t(c.n_layers) * cap * nkv * hd * 4;
       DevBuf nk, nv;
       nk.reserve(n);
       nv.reserve(n);
       std::swap(pk, nk);
       std::swap(pv, nv);
+      pend_cap = cap;  // only once the buffers exist: a failed cudaMalloc leaves the old pair consistent
       drop_graphs();
     }
     pend_rows = R;
