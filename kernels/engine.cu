@@ -304,10 +304,10 @@ __global__ void argmax_kernel(const float* logits, int vocab, int* ids) {
 }
 
 /// Appends pending rows rows[0..n) at slots base.. of every (layer, KV head).
-/// grid (n_layers * nkv, n), block hd.
+/// grid (n, n_layers * nkv), block hd (rows on x: gridDim.y is limited to 65535).
 __global__ void commit_kernel(const float* pk, const float* pv, std::size_t pend_layer_stride, const int* rows, int base, int nkv,
                               int hd, int n_ctx, float* Kc, float* Vc) {
-  const int lh = blockIdx.x, i = blockIdx.y, e = threadIdx.x;
+  const int i = blockIdx.x, lh = blockIdx.y, e = threadIdx.x;
   const int layer = lh / nkv, g = lh % nkv;
   const std::size_t src = layer * pend_layer_stride + (std::size_t(rows[i]) * nkv + g) * hd + e;
   const std::size_t dst = (std::size_t(lh) * n_ctx + base + i) * hd + e;
@@ -754,7 +754,7 @@ struct CudaEngine::Impl {
     rowsbuf.reserve(rows.size() * 4);
     cuda_check(cudaMemcpyAsync(rowsbuf.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, st), "upload rows");
     const int hd = c.head_dim(), nkv = c.n_kv_heads;
-    commit_kernel<<<dim3(c.n_layers * nkv, static_cast<unsigned>(rows.size())), hd, 0, st>>>(
+    commit_kernel<<<dim3(static_cast<unsigned>(rows.size()), c.n_layers * nkv), hd, 0, st>>>(
         pk.as<float>(), pv.as<float>(), std::size_t(pend_cap) * nkv * hd, rowsbuf.as<int>(), len, nkv, hd, c.n_ctx, Kc.as<float>(),
         Vc.as<float>());
     launch_check("commit");
