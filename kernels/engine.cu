@@ -685,9 +685,11 @@ struct CudaEngine::Impl {
     if (R > pend_cap) {
       const int cap = std::max(R, 2 * pend_cap);
       const std::size_t n = std::size_t(c.n_layers) * cap * nkv * hd * 4;
+      // Zeroed: a layer skipped by skip_attn leaves its pending rows unwritten and commit still
+      // copies them (self-speculative drafts; never attended, but an uninitialised read).
       DevBuf nk, nv;
-      nk.reserve(n);
-      nv.reserve(n);
+      nk.reserve(n, true);
+      nv.reserve(n, true);
       std::swap(pk, nk);
       std::swap(pv, nv);
       pend_cap = cap;  // only once the buffers exist: a failed cudaMalloc leaves the old pair consistent
