@@ -70,6 +70,15 @@ double max_abs(const Matrix& a) {
   return mx;
 }
 
+/// max |cpu - gpu| / (1 + max |cpu|) over two matrices of the same shape.
+double rel_gap(const Matrix& cpu, const Matrix& gpu) {
+  REQUIRE(gpu.data.size() == cpu.data.size());
+  const double scale = 1.0 + max_abs(cpu);
+  double gap = 0;
+  for (std::size_t i = 0; i < cpu.data.size(); ++i) gap = std::max(gap, std::fabs(cpu.data[i] - gpu.data[i]) / scale);
+  return gap;
+}
+
 /// The same prefill + tree-masked, multi-view step on both engines; max |logit difference|
 /// relative to 1 + max |logit| over both forwards.
 double forward_gap(Engine& cpu, Engine& gpu) {
@@ -134,6 +143,32 @@ TEST_CASE("cuda: head_dim 128 and a GQA group of 4 match the CPU engine") {
   CpuEngine cpu(m);
   CudaEngine gpu(m);
   CHECK(forward_gap(cpu, gpu) <= 2e-3);
+}
+
+TEST_CASE("cuda: hidden states and skipped sublayers match the CPU engine") {
+  if (no_device("cuda: hidden and skips")) return;
+  // Truth: the CPU engine with the same options.  The embedding output is a widened f16 row on
+  // both devices (bitwise); later residual streams and the logits within the logits tolerance
+  // (2e-3 relative to 1 + max |value|, kernels/engine.hpp).  The hidden path is eager only (its
+  // per-layer host copies), and skip lists are never graphed: repeats use the same launches.
+  const Model m = model_in(cfg(RopeStyle::interleaved, false), io::h5::FloatStorage::f16, 19);
+  CpuEngine cpu(m);
+  CudaEngine gpu(m);
+  ForwardOptions opt;
+  opt.hidden = true;
+  opt.skip_attn = {0, 1, 0};
+  opt.skip_mlp = {0, 0, 1};
+  const Batch b = Batch::causal({3, 1, 4, 1, 5, 9, 2, 6}, 0);
+  for (int rep = 0; rep < 3; ++rep) {
+    const ForwardResult a = cpu.forward(b, opt), g = gpu.forward(b, opt);
+    REQUIRE(g.hidden.size() == a.hidden.size());
+    CHECK(g.hidden[0].data == a.hidden[0].data);
+    for (std::size_t l = 1; l < a.hidden.size(); ++l) {
+      INFO("layer " << l);
+      CHECK(rel_gap(a.hidden[l], g.hidden[l]) <= 2e-3);
+    }
+    CHECK(rel_gap(a.logits, g.logits) <= 2e-3);
+  }
 }
 
 TEST_CASE("cuda: batch-invariant mode gives a row the same bits alone and in any batch") {
