@@ -71,6 +71,23 @@ echo "== gpu-check: CUDA tests"
 "$unit" -tc='cuda:*,kernels:*' > "$tmp/ctest.log" 2>&1 && tests_ok=true || { tests_ok=false; status=1; }
 grep -E "skipped|TEST CASE|test cases|assertions|ERROR|FAILED|values:|INFO|gap|margin" "$tmp/ctest.log" | head -200 || tail -n 40 "$tmp/ctest.log"
 
+# Optional: the CUDA tests under compute-sanitizer (GPU_CHECK_SANITIZE=memcheck|racecheck|
+# synccheck|initcheck, ICMLKIT_CUDA_GRAPHS=0 so every launch is seen), at most
+# GPU_CHECK_SANITIZE_SECONDS (150) so the whole check stays inside one device command.
+if [ -n "${GPU_CHECK_SANITIZE:-}" ]; then
+  echo "== gpu-check: compute-sanitizer --tool $GPU_CHECK_SANITIZE on the CUDA tests"
+  if command -v compute-sanitizer > /dev/null; then
+    ICMLKIT_CUDA_GRAPHS=0 timeout "${GPU_CHECK_SANITIZE_SECONDS:-150}" compute-sanitizer --tool "$GPU_CHECK_SANITIZE" \
+      --error-exitcode 3 "$unit" -tc='cuda:*' > "$tmp/sanitizer.log" 2>&1
+    rc=$?
+    tail -n 30 "$tmp/sanitizer.log"
+    case $rc in 0) echo "compute-sanitizer: clean";; 124) echo "compute-sanitizer: stopped at the time limit";;
+      *) echo "compute-sanitizer: errors (exit $rc)"; status=1;; esac
+  else
+    echo "compute-sanitizer not found: skipped"
+  fi
+fi
+
 echo "== gpu-check: bench-gpu-engine"
 if "$bin/bench-gpu-engine" --ctx 512 --tokens 128 --kmax 64 --reps 5 > "$tmp/engine.json"; then
   cat "$tmp/engine.json"
@@ -120,5 +137,6 @@ cat "$tmp/gpu_check.json"
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
   cp "$tmp/gpu_check.json" "$tmp/engine.json" "$tmp/fafo.json" "$tmp/ctest.log" "$OUT/" 2>/dev/null || true
+  [ -f "$tmp/sanitizer.log" ] && cp "$tmp/sanitizer.log" "$OUT/"
 fi
 exit $status
