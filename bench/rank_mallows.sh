@@ -15,7 +15,9 @@
 #     assessors, and N = 5 (a weaker posterior), posterior at alpha = alpha0.  Accuracy = max and mean over items of the TV distance of the rank marginals
 #     to the exact subset-DP marginals.  Time-to-accuracy curves: pseudomallows-fit with
 #     --order v-mix (the authors' sampler: a fresh V order per draw), v (one V order, orientation
-#     chosen by the estimated KL) and search, over draw counts (CPU seconds of alpha, order and
+#     chosen by the estimated KL) and search, over draw counts, and v-mix-reweight (opt-in, not the
+#     paper's method: v-mix draws weighted by p~/q, pseudomallows-fit --reweight, whose marginals
+#     estimate p's, so it has no floor) (CPU seconds of alpha, order and
 #     draws: sampling_cpu_seconds, the KL diagnostic excluded); mallows-mcmc over iteration counts
 #     (one chain, 10% burn-in, random start, CPU seconds of the sampling).  Every rung is run with
 #     seeds 1-3, PM and MCMC rungs interleaved; a rung's accuracy and seconds are the medians.
@@ -24,10 +26,14 @@
 #     there).  Levels: 1.1 x the best accuracy of that PM order (max and mean TV: the most accurate
 #     level PM reaches, so both reach it), then fixed levels max TV 0.2/0.1/0.05, mean TV 0.1/0.05/0.02.
 # Times are process CPU seconds of the sampling/fit (the machines are shared; wall time is noisy).
-# Peer: BayesMallows built from its public repository (ocbe-uio/BayesMallows) with Debian's R into
-# build/bench-r/lib; its DESCRIPTION lists 'relations' (not in Debian, CRAN unreachable here),
-# used only for pairwise transitive closures, so the build drops that import.  Skipped with a
-# reason when R or the build is unavailable.
+# Peer: BayesMallows built from its public repository (ocbe-uio/BayesMallows; from a local git
+# mirror, BAYESMALLOWS_GIT, when there is one, else cloned) with Debian's R into build/bench-r/lib;
+# its DESCRIPTION lists 'relations' (not in Debian, CRAN unreachable here), used only for pairwise
+# transitive closures, so the build drops that import.  Skipped with a reason when R or the build
+# is unavailable.  Accounting: our MCMC's cpu_seconds cover the chain set-up and every iteration,
+# burn-in included (not the counting of the kept draws into marginals: about 8% more, by perf at
+# 1e6 iterations, n = 20); the peer's cover compute_mallows (set-up, every iteration, building its
+# output data frames); Pseudo-Mallows' cover alpha, the order, the draws and their marginals.
 # Usage: bash bench/rank_mallows.sh [BIN_DIR] [DATA_DIR]    Prints ONE JSON object on stdout.
 # RANK_BENCH_SECTIONS="potato sushi simulated" (the default) selects the parts to run.
 set -euo pipefail
@@ -57,6 +63,12 @@ peer_status="ok"
 if ! command -v Rscript >/dev/null; then peer_status="Rscript not found (apt-get install r-base-core r-cran-rcpparmadillo r-cran-ggplot2 r-cran-sets r-cran-rdpack r-cran-testthat)"
 elif [ ! -d "$lib/BayesMallows" ]; then
   src="$root/build/bench-r/BayesMallows"
+  # Source: a local git mirror (BAYESMALLOWS_GIT, a git dir; default the session mirror
+  # ../.mirror/ocbe-uio+BayesMallows/repo beside the checkout) or else a clone from GitHub.
+  mirror="${BAYESMALLOWS_GIT:-$root/../.mirror/ocbe-uio+BayesMallows/repo}"
+  if [ ! -d "$src" ] && [ -d "$mirror" ] && command -v git >/dev/null; then
+    mkdir -p "$src" && { git --git-dir="$mirror" archive HEAD | tar -x -C "$src"; } >&2 2>/dev/null || rm -rf "$src"
+  fi
   if [ ! -d "$src" ] && command -v git >/dev/null; then
     git clone -q --depth 1 https://github.com/ocbe-uio/BayesMallows "$src" >&2 2>/dev/null || true
   fi
@@ -73,12 +85,13 @@ fi
 pv="$data/potato_visual.csv"
 alpha=10.86
 # Pseudo-Mallows: the default order (v, the paper's conjectured form) and the KL-minimising search;
-# best of 3 runs (CPU seconds of the fit: order, draws, marginals, KL estimate; not the exact DP).
+# best of 3 runs (CPU seconds of alpha, the order, the draws and their marginals:
+# sampling_cpu_seconds, as in the simulated section; not the KL diagnostic, not the exact DP).
 pm_run() {  # pm_run OUT.json MARG.csv ARGS...
   local out=$1 marg=$2 best="" s; shift 2
   for rep in 1 2 3; do
     "$bin/pseudomallows-fit" "$pv" --alpha $alpha --exact --marginals "$marg" -q "$@" > "$tmp/r.json"
-    s=$(jq .cpu_seconds "$tmp/r.json")
+    s=$(jq .sampling_cpu_seconds "$tmp/r.json")
     if [ -z "$best" ] || awk -v a="$s" -v b="$best" 'BEGIN{exit !(a < b)}'; then best=$s; cp "$tmp/r.json" "$out"; fi
   done
 }
@@ -86,9 +99,9 @@ pm_run() {  # pm_run OUT.json MARG.csv ARGS...
 pm_run "$tmp/pm.json" "$tmp/pm.csv"
 pm_run "$tmp/pms.json" "$tmp/pms.csv" --order search
 pm_run "$tmp/pmx.json" "$tmp/pmx.csv" --order v-mix
-pm_s=$(jq .cpu_seconds "$tmp/pm.json"); pm_tv=$(tv "$tmp/pm.csv" "$tmp/exact.csv"); pm_kl=$(jq .exact.kl "$tmp/pm.json")
-pms_s=$(jq .cpu_seconds "$tmp/pms.json"); pms_tv=$(tv "$tmp/pms.csv" "$tmp/exact.csv"); pms_kl=$(jq .exact.kl "$tmp/pms.json")
-pmx_s=$(jq .cpu_seconds "$tmp/pmx.json"); pmx_tv=$(tv "$tmp/pmx.csv" "$tmp/exact.csv"); pmx_kl=$(jq .exact.kl_upper_bound "$tmp/pmx.json")
+pm_s=$(jq .sampling_cpu_seconds "$tmp/pm.json"); pm_tv=$(tv "$tmp/pm.csv" "$tmp/exact.csv"); pm_kl=$(jq .exact.kl "$tmp/pm.json")
+pms_s=$(jq .sampling_cpu_seconds "$tmp/pms.json"); pms_tv=$(tv "$tmp/pms.csv" "$tmp/exact.csv"); pms_kl=$(jq .exact.kl "$tmp/pms.json")
+pmx_s=$(jq .sampling_cpu_seconds "$tmp/pmx.json"); pmx_tv=$(tv "$tmp/pmx.csv" "$tmp/exact.csv"); pmx_kl=$(jq .exact.kl_upper_bound "$tmp/pmx.json")
 ours="[]"; peer="[]"
 for it in $ladder; do
   b=$((it / 10))
@@ -165,14 +178,15 @@ for NN in $sim_sizes; do
   sim="$tmp/sim_$size.csv"
   "$bin/mallows-mcmc" --simulate $NN --items 20 --alpha $sim_alpha --seed 2026 -o "$sim"
   "$bin/pseudomallows-fit" "$sim" --alpha $sim_alpha --exact --exact-marginals "$tmp/ref_$size.csv" -q --draws 10 > /dev/null
-  pm_jobs=(); for d in $pm_draws; do pm_jobs+=("v-mix $d" "v $d"); done; for d in $search_draws; do pm_jobs+=("search $d"); done
+  pm_jobs=(); for d in $pm_draws; do pm_jobs+=("v-mix $d" "v $d" "v-mix-reweight $d"); done; for d in $search_draws; do pm_jobs+=("search $d"); done
   mc_jobs=($mc_iters)
   for seed in 1 2 3; do
     k=0
     while [ $k -lt ${#pm_jobs[@]} ] || [ $k -lt ${#mc_jobs[@]} ]; do
       if [ $k -lt ${#pm_jobs[@]} ]; then
         set -- ${pm_jobs[$k]}
-        "$bin/pseudomallows-fit" "$sim" --alpha $sim_alpha --order "$1" --draws "$2" --seed $seed --threads 1 -q --marginals "$tmp/x.csv" > "$tmp/x.json"
+        if [ "$1" = v-mix-reweight ]; then pm_args=(--order v-mix --reweight); else pm_args=(--order "$1"); fi
+        "$bin/pseudomallows-fit" "$sim" --alpha $sim_alpha "${pm_args[@]}" --draws "$2" --seed $seed --threads 1 -q --marginals "$tmp/x.csv" > "$tmp/x.json"
         record "$size" pseudo_mallows "$1" "$2" $seed "$(jq .sampling_cpu_seconds "$tmp/x.json")" "$tmp/x.csv" "$tmp/ref_$size.csv"
       fi
       if [ $k -lt ${#mc_jobs[@]} ]; then

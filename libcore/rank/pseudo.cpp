@@ -143,6 +143,18 @@ int draw_threads(int count, int n, int blocks, int threads) {
   return small ? 1 : std::max(1, std::min(threads > 0 ? threads : icmlkit::threads(), blocks));
 }
 
+// Runs `body` (which holds an orphaned `omp for` over the draw blocks) on `nt` threads; with one
+// thread directly, where the `omp for` runs serially, without opening a parallel region.
+template <class Body>
+void run_draw_team(int nt, Body& body) {
+  if (nt == 1) {
+    body();
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  body();
+}
+
 // Draws `count` samples in blocks of 256 (block b seeded with derive_seed(seed, b)); `make_order(rng,
 // buf)` returns the item order of the next draw (it may fill `buf` [n] and use `rng`).
 template <class MakeOrder>
@@ -156,8 +168,7 @@ PseudoDraws draw_blocks(const PseudoMallows& q, int count, std::uint64_t seed, i
   d.log_q.resize(static_cast<std::size_t>(count));
   const int nt = draw_threads(count, n, blocks, threads);
   std::vector<std::vector<double>> marg(static_cast<std::size_t>(nt), std::vector<double>(static_cast<std::size_t>(n) * static_cast<std::size_t>(n), 0.0));
-#pragma omp parallel num_threads(nt)
-  {
+  auto body = [&] {
     const int tid = omp_get_thread_num();
     std::vector<int> fr(static_cast<std::size_t>(n)), obuf(static_cast<std::size_t>(n));
     std::vector<double> p(PseudoMallows::work_size(n));
@@ -172,7 +183,8 @@ PseudoDraws draw_blocks(const PseudoMallows& q, int count, std::uint64_t seed, i
             q.sample_into(rng, order, d.rho.data() + static_cast<std::ptrdiff_t>(s) * n, fr.data(), p.data(), acc);
       }
     }
-  }
+  };
+  run_draw_team(nt, body);
   // Row-major accumulators [item][rank] summed in thread order (deterministic for a fixed nt).
   d.marginals = Eigen::MatrixXd::Zero(n, n);
   for (const auto& a : marg)
@@ -271,8 +283,7 @@ KlEstimate neg_elbo(const PseudoMallows& q, int samples, std::uint64_t seed, int
   const int blocks = (samples + draw_block - 1) / draw_block;
   std::vector<double> b1(static_cast<std::size_t>(blocks)), b2(static_cast<std::size_t>(blocks));
   const int nt = draw_threads(samples, n, blocks, threads);
-#pragma omp parallel num_threads(nt)
-  {
+  auto body = [&] {
     std::vector<int> r(static_cast<std::size_t>(n)), fr(static_cast<std::size_t>(n));
     std::vector<double> p(PseudoMallows::work_size(n));
 #pragma omp for schedule(static)
@@ -291,7 +302,8 @@ KlEstimate neg_elbo(const PseudoMallows& q, int samples, std::uint64_t seed, int
       b1[static_cast<std::size_t>(b)] = s1;
       b2[static_cast<std::size_t>(b)] = s2;
     }
-  }
+  };
+  run_draw_team(nt, body);
   double s1 = 0, s2 = 0;
   for (int b = 0; b < blocks; ++b) {
     s1 += b1[static_cast<std::size_t>(b)];
@@ -312,6 +324,37 @@ KlEstimate neg_elbo(const PseudoMallows& q, const PseudoDraws& d) {
     s2 += v * v;
   }
   return mean_and_se(s1, s2, samples);
+}
+
+ReweightedMarginals reweight_draws(const PseudoMallows& q, const PseudoDraws& d) {
+  const int n = q.n();
+  const auto count = d.log_q.size();
+  if (count == 0) throw UsageError("Pseudo-Mallows reweighting: no draws");
+  std::vector<double> lw(count);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::size_t s = 0; s < count; ++s) {
+    const int* r = d.rho.data() + static_cast<std::ptrdiff_t>(s) * n;
+    double lt = 0;
+    for (int i = 0; i < n; ++i) lt += q.log_weight(i, r[i]);
+    lw[s] = lt - d.log_q[s];
+    mx = std::max(mx, lw[s]);
+  }
+  double s1 = 0, s2 = 0;
+  for (double& w : lw) {
+    w = std::exp(w - mx);
+    s1 += w;
+    s2 += w * w;
+  }
+  ReweightedMarginals out;
+  out.marginals = Eigen::MatrixXd::Zero(n, n);
+  for (std::size_t s = 0; s < count; ++s) {
+    const int* r = d.rho.data() + static_cast<std::ptrdiff_t>(s) * n;
+    const double w = lw[s] / s1;
+    for (int i = 0; i < n; ++i) out.marginals(i, r[i]) += w;
+    out.max_weight = std::max(out.max_weight, w);
+  }
+  out.ess = s1 * s1 / s2;
+  return out;
 }
 
 namespace {

@@ -84,6 +84,20 @@ PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, i
 /// when `consensus` is not a permutation of q's n items, UsageError when count < 1.
 PseudoDraws draw_pseudo_v_mixture(const PseudoMallows& q, const Perm& consensus, int count, std::uint64_t seed, int threads = 0);
 
+/// Opt-in, NOT the paper's method: self-normalised importance reweighting of draws from q towards
+/// the exact posterior p.  Draw s gets the weight w_s ∝ exp(log p~(rho_s) - log q(rho_s)) (log q
+/// exact, from the draw), normalised to sum 1; the marginals are sum_s w_s 1[rho_s(i) = r], which
+/// converge to p's (not q's) as the draws grow, at a rate set by the effective sample size.  For
+/// V-mixture draws (draw_pseudo_v_mixture) log q is the drawing component's log q_V: importance
+/// sampling on the joint space of (V, rho) with V uniform, still consistent for p.
+struct ReweightedMarginals {
+  Eigen::MatrixXd marginals;  ///< [n items, n ranks] weighted estimate of p's marginals
+  double ess = 0;             ///< Kish effective sample size (sum w)^2 / sum w^2, in [1, draws]
+  double max_weight = 0;      ///< largest normalised weight
+};
+/// Reweights the draws `d` of q (see above).  Throws UsageError when `d` holds no draws.
+ReweightedMarginals reweight_draws(const PseudoMallows& q, const PseudoDraws& d);
+
 /// Monte Carlo estimate of E_q[log q_V - log p~] (KL(q_V || p) - log Z_p) with its standard error.
 struct KlEstimate {
   double value = 0;

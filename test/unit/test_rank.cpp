@@ -700,6 +700,41 @@ TEST_CASE("rank: Pseudo-Mallows fast draws equal the textbook sequential draws")
   for (const auto& [p, pr] : prob) CHECK(std::abs(count[p] / 60000.0 - pr) < 5 * std::sqrt(pr * (1 - pr) / 60000) + 1e-9);
 }
 
+TEST_CASE("rank: importance reweighting of Pseudo-Mallows draws recovers the exact posterior marginals") {
+  // Truth: p's marginals from the subset DP (n = 6).  The self-normalised estimate from 200,000
+  // draws of q must be within 6 sd of them, sd = sqrt(p (1 - p) / ESS) (the usual Kish
+  // approximation of the SNIS error), while q's own marginals are farther than that from p's
+  // in some cell with p > 0.01 (else the check could not fail).  With all log weights equal, q = p = uniform:
+  // every weight is 1 / draws, ESS = draws exactly (to rounding).
+  const int n = 6;
+  const RankMatrix R = random_ranks(5, n, 46);
+  const Eigen::MatrixXd lw = itemwise_log_weights(R, 6.0, Metric::footrule);
+  const SubsetPosterior sp(lw);
+  const Eigen::MatrixXd pm = sp.marginals();
+  const PseudoMallows q(lw, Perm{5, 4, 3, 2, 1, 0});
+  const int S = 200000;
+  const PseudoDraws d = draw_pseudo(q, S, 47, 1);
+  const ReweightedMarginals rw = reweight_draws(q, d);
+  CHECK(rw.ess > 1000);
+  CHECK(rw.ess <= S);
+  CHECK(rw.marginals.rowwise().sum().isOnes(1e-9));  // 200,000 rounded terms: error ~ 2e-11
+  double worst = 0, q_off = 0;
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r) {
+      const double sd = std::sqrt(pm(i, r) * (1 - pm(i, r)) / rw.ess) + 1e-12;
+      worst = std::max(worst, std::abs(rw.marginals(i, r) - pm(i, r)) / sd);
+      if (pm(i, r) > 0.01) q_off = std::max(q_off, std::abs(d.marginals(i, r) - pm(i, r)) / sd);
+    }
+  CHECK(worst < 6);
+  CHECK(q_off > 6);
+  const Eigen::MatrixXd flat = Eigen::MatrixXd::Constant(n, n, -1.0);
+  const PseudoMallows u(flat, identity(n));
+  const ReweightedMarginals ru = reweight_draws(u, draw_pseudo(u, 5000, 48, 1));
+  CHECK(ru.ess == doctest::Approx(5000).epsilon(1e-9));
+  CHECK(ru.max_weight == doctest::Approx(1.0 / 5000).epsilon(1e-9));
+  CHECK_THROWS_AS(reweight_draws(u, PseudoDraws{}), UsageError);
+}
+
 TEST_CASE("rank: Pseudo-Mallows KL estimate plus log Z equals the exact KL") {
   // Truth: KL(q || p) = sum_rho q (log q - log p) by enumeration at n = 7 with p from the subset
   // DP.  Tolerance 5 standard errors of the 20,000-draw estimate.
