@@ -19,7 +19,7 @@
 #     paper's method: v-mix draws weighted by p~/q, pseudomallows-fit --reweight, whose marginals
 #     estimate p's, so it has no floor) (CPU seconds of alpha, order and
 #     draws: sampling_cpu_seconds, the KL diagnostic excluded); mallows-mcmc over iteration counts
-#     (one chain, 10% burn-in, random start, CPU seconds of the sampling).  Every rung is run with
+#     (one chain, 10% burn-in, random start, CPU seconds of the sampling and the marginals).  Every rung is run with
 #     seeds 1-3, PM and MCMC rungs interleaved; a rung's accuracy and seconds are the medians.
 #     Time to an accuracy = the first rung whose median accuracy is at or below it; the
 #     PM-over-MCMC speed-up at each stated level is MCMC time / PM time (null where one never gets
@@ -30,10 +30,11 @@
 # mirror, BAYESMALLOWS_GIT, when there is one, else cloned) with Debian's R into build/bench-r/lib;
 # its DESCRIPTION lists 'relations' (not in Debian, CRAN unreachable here), used only for pairwise
 # transitive closures, so the build drops that import.  Skipped with a reason when R or the build
-# is unavailable.  Accounting: our MCMC's cpu_seconds cover the chain set-up and every iteration,
-# burn-in included (not the counting of the kept draws into marginals: about 8% more, by perf at
-# 1e6 iterations, n = 20); the peer's cover compute_mallows (set-up, every iteration, building its
-# output data frames); Pseudo-Mallows' cover alpha, the order, the draws and their marginals.
+# is unavailable.  Accounting: our MCMC's seconds are cpu_seconds (the chain set-up and every
+# iteration, burn-in included) plus marginals_cpu_seconds (counting the kept draws into marginals),
+# since Pseudo-Mallows' seconds (alpha, the order, the draws and their marginals) include its
+# marginals; iterations/s against the peer use cpu_seconds alone, as the peer's cover
+# compute_mallows (set-up, every iteration, building its output data frames) and not its marginals.
 # Usage: bash bench/rank_mallows.sh [BIN_DIR] [DATA_DIR]    Prints ONE JSON object on stdout.
 # RANK_BENCH_SECTIONS="potato sushi simulated" (the default) selects the parts to run.
 set -euo pipefail
@@ -106,8 +107,8 @@ ours="[]"; peer="[]"
 for it in $ladder; do
   b=$((it / 10))
   "$bin/mallows-mcmc" "$pv" --fix-alpha --alpha $alpha --iterations $it --burnin $b --marginals "$tmp/m.csv" -q --threads 1 > "$tmp/m.json"
-  ours=$(jq -c --argjson it $it --argjson tv "$(tv "$tmp/m.csv" "$tmp/exact.csv")" --argjson s "$(jq .cpu_seconds "$tmp/m.json")" \
-    '. + [{iterations: $it, seconds: $s, max_tv: $tv}]' <<<"$ours")
+  ours=$(jq -c --argjson it $it --argjson tv "$(tv "$tmp/m.csv" "$tmp/exact.csv")" --argjson s "$(jq '.cpu_seconds + .marginals_cpu_seconds' "$tmp/m.json")" \
+    --argjson sc "$(jq .cpu_seconds "$tmp/m.json")" '. + [{iterations: $it, seconds: $s, sampling_seconds: $sc, max_tv: $tv}]' <<<"$ours")
   if [ "$peer_status" = ok ]; then
     pj=$(Rscript "$here/peer/bayesmallows_mcmc.R" "$lib" "$pv" $it $b $alpha "$tmp/p.csv" 2>/dev/null | tail -1) || { peer_status="BayesMallows run failed"; continue; }
     peer=$(jq -c --argjson it $it --argjson tv "$(tv "$tmp/p.csv" "$tmp/exact.csv")" --argjson s "$(jq .cpu_seconds <<<"$pj")" \
@@ -124,7 +125,7 @@ potato=$(jq -n "$reach"' {alpha: $a, pseudo_mallows: {order: "v", seconds: $pms,
   pm_speedup_at_equal_accuracy: (if reach($ours; $pmtv) then reach($ours; $pmtv) / $pms else null end),
   pm_search_speedup_at_equal_accuracy: (if reach($ours; $pstv) then reach($ours; $pstv) / $pss else null end),
   pm_v_mix_speedup_at_equal_accuracy: (if reach($ours; $pxtv) then reach($ours; $pxtv) / $pxs else null end),
-  iterations_per_second: {ours: ($ours[-1].iterations / $ours[-1].seconds),
+  iterations_per_second: {ours: ($ours[-1].iterations / $ours[-1].sampling_seconds),
                           bayesmallows: (if ($peer | length) > 0 then $peer[-1].iterations / $peer[-1].seconds else null end)},
   seconds_to_tv_0_1: {ours: reach($ours; 0.1), bayesmallows: reach($peer; 0.1)},
   seconds_to_tv_0_05: {ours: reach($ours; 0.05), bayesmallows: reach($peer; 0.05)}}' \
@@ -152,13 +153,13 @@ if [[ "$sections" == *" sushi "* ]] && [ -f "$data/sushi_rankings.csv" ]; then
   so="[]"
   for it in 500 2000 10000 50000; do
     "$bin/mallows-mcmc" "$su" --fix-alpha --alpha $sa --iterations $it --burnin $((it / 10)) --marginals "$tmp/s.csv" -q --threads 1 > "$tmp/s.json"
-    so=$(jq -c --argjson it $it --argjson tv "$(tv "$tmp/s.csv" "$tmp/ref.csv")" --argjson s "$(jq .cpu_seconds "$tmp/s.json")" '. + [{iterations: $it, seconds: $s, max_tv: $tv}]' <<<"$so")
+    so=$(jq -c --argjson it $it --argjson tv "$(tv "$tmp/s.csv" "$tmp/ref.csv")" --argjson s "$(jq '.cpu_seconds + .marginals_cpu_seconds' "$tmp/s.json")" '. + [{iterations: $it, seconds: $s, max_tv: $tv}]' <<<"$so")
   done
   sushi=$(jq -nc "$reach"' {alpha: $a, reference: "exact subset DP (n = 10)",
     pseudo_mallows: {seconds: $pms, max_tv: $pmtv}, mallows_mcmc: $so,
     mcmc_seconds_to_pm_accuracy: reach($so; $pmtv),
     pm_speedup_at_equal_accuracy: (if reach($so; $pmtv) then reach($so; $pmtv) / $pms else null end)}' \
-    --argjson a $sa --argjson pms "$(jq .cpu_seconds "$tmp/spm.json")" --argjson pmtv "$(tv "$tmp/spm.csv" "$tmp/ref.csv")" --argjson so "$so")
+    --argjson a $sa --argjson pms "$(jq .sampling_cpu_seconds "$tmp/spm.json")" --argjson pmtv "$(tv "$tmp/spm.csv" "$tmp/ref.csv")" --argjson so "$so")
 fi
 # ---- simulated: the authors' full-data regime ----
 sim_alpha=2
@@ -192,7 +193,7 @@ for NN in $sim_sizes; do
       if [ $k -lt ${#mc_jobs[@]} ]; then
         it=${mc_jobs[$k]}
         "$bin/mallows-mcmc" "$sim" --fix-alpha --alpha $sim_alpha --iterations $it --burnin $((it / 10)) --seed $seed --threads 1 -q --marginals "$tmp/x.csv" > "$tmp/x.json"
-        record "$size" mallows_mcmc "" "$it" $seed "$(jq .cpu_seconds "$tmp/x.json")" "$tmp/x.csv" "$tmp/ref_$size.csv"
+        record "$size" mallows_mcmc "" "$it" $seed "$(jq '.cpu_seconds + .marginals_cpu_seconds' "$tmp/x.json")" "$tmp/x.csv" "$tmp/ref_$size.csv"
       fi
       k=$((k + 1))
     done

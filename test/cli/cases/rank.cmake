@@ -58,6 +58,9 @@ cli_case(mallows-mcmc/burnin-too-long --rc 2 --stderr "burn-in \\(100\\) must be
 cli_case(mallows-mcmc/bad-samples-extension --rc 2 --stderr "HDF5" --no-file s.csv -- ${MM} ${FX}/rank_small.csv --samples s.csv)
 cli_case(mallows-mcmc/error-model-on-ranks --rc 2 --stderr "applies to pairwise data" -- ${MM} ${FX}/rank_small.csv --error-model bernoulli)
 cli_case(mallows-mcmc/exact-needs-fixed-alpha --rc 2 --stderr "needs a fixed alpha" -- ${MM} ${FX}/rank_small.csv --exact)
+# The CPU time of the marginals is reported apart from the chains' (the benchmark adds them).
+cli_case(mallows-mcmc/cpu-seconds-split --rc 0 --jq "(.cpu_seconds | type) == \"number\" and .marginals_cpu_seconds >= 0"
+  -- ${MM} ${FX}/rank_small.csv --fix-alpha --alpha 2 --iterations 2000 --burnin 200)
 cli_case(mallows-mcmc/zero-alpha --rc 2 --stderr "must be > 0" -- ${MM} ${FX}/rank_small.csv --alpha 0)
 
 # ---- pseudomallows-fit ----------------------------------------------------------------------------
