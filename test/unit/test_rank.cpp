@@ -1004,6 +1004,27 @@ TEST_CASE("rank: CP and MAP consensus, scalar summary") {
   double f;
   CHECK(map_consensus(draws, 3, &f) == Perm{0, 1, 2});
   CHECK(f == doctest::Approx(2.0 / 3));
+  // Against a std::map count of 5,000 draws from a few hundred distinct rankings of 6 items (many
+  // ties in the top count): the most frequent draw, the lexicographically first of equally
+  // frequent ones (the map's iteration order), its share, and the ordering is its inverse.
+  Rng rng(49);
+  std::vector<Perm> pool;
+  for (int k = 0; k < 300; ++k) pool.push_back(random_perm(6, rng));
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<int> dr;
+    std::map<Perm, int> count;
+    for (int s = 0; s < 5000; ++s) {
+      const Perm& p = pool[rng.below(rep == 2 ? 5 : 300)];
+      dr.insert(dr.end(), p.begin(), p.end());
+      ++count[p];
+    }
+    auto best = count.begin();
+    for (auto it = count.begin(); it != count.end(); ++it)
+      if (it->second > best->second) best = it;
+    double fr = 0;
+    CHECK(map_consensus(dr, 6, &fr) == inverse(best->first));
+    CHECK(fr == best->second / 5000.0);
+  }
   const auto s = scalar_summary({1, 2, 3, 4, 5});
   CHECK(s["mean"].get<double>() == 3);
   CHECK(s["median"].get<double>() == 3);
