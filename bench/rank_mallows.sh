@@ -56,6 +56,8 @@ tv_both() {  # "MAX MEAN" over items of the total variation between two marginal
   paste -d, "$1" "$2" | awk -F, 'NR>1{d=$3-$6; if(d<0)d=-d; s[$1]+=d} END{m=0; t=0; k=0; for(i in s){if(s[i]>m)m=s[i]; t+=s[i]; k++} print m/2, t/(2*k)}'
 }
 ladder="50 100 200 500 1000 2000 5000 10000 20000 50000 100000"
+# Time to reach an accuracy: the first ladder rung at or below it (null when never reached).
+reach='def reach($c; $t): ([$c[] | select(.max_tv <= $t) | .seconds] | first) // null;'
 
 sections=" ${RANK_BENCH_SECTIONS:-potato sushi simulated} "
 potato=null; peer_status="not run (potato section not selected)"
@@ -119,8 +121,6 @@ for it in $ladder; do
       '. + [{iterations: $it, seconds: $s, max_tv: $tv}]' <<<"$peer")
   fi
 done
-# Time to reach an accuracy: the first ladder rung at or below it (null when never reached).
-reach='def reach($c; $t): ([$c[] | select(.max_tv <= $t) | .seconds] | first) // null;'
 potato=$(jq -n "$reach"' {alpha: $a, pseudo_mallows: {order: "v", seconds: $pms, max_tv: $pmtv, kl: $pmkl},
   pseudo_mallows_search: {order: "search", seconds: $pss, max_tv: $pstv, kl: $pskl},
   pseudo_mallows_v_mix: {order: "v-mix", seconds: $pxs, max_tv: $pxtv, kl_upper_bound: $pxkl},
