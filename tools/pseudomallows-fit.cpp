@@ -60,7 +60,7 @@ double estimate_alpha(const rank::RankMatrix& R, rank::Metric m, const rank::Per
 
 int main(int argc, char** argv) {
   std::string input, output = "-", metric = "footrule", missing = "fail", order_policy = "v", alpha_text = "estimate";
-  bool header = false, exact = false;
+  bool header = false, exact = false, reweight = false;
   int draws_n = 10000, kl_samples = 2000, search_iters = 200, search_starts = 10, random_orders = 0;
   double lambda = 0.001;
   rank::DrawOutputs outs;
@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
         app.add_option("--search-iters", search_iters, "Order search: swap proposals")->capture_default_str()->transform(cli::count(0, 10000000));
         app.add_option("--kl-samples", kl_samples, "Draws for each KL / ELBO estimate")->capture_default_str()->transform(cli::count(10, 100000000));
         app.add_option("--draws", draws_n, "Draws from q for marginals, consensus and --samples")->capture_default_str()->transform(cli::count(1, 100000000));
+        app.add_flag("--reweight", reweight,
+                     "Opt-in, not the paper's method: weight each draw by p~/q (self-normalised importance sampling\n"
+                     "with q's exact log q) so the marginals estimate the exact posterior's, not q's; reports the\n"
+                     "effective sample size.  The MAP consensus stays that of q's unweighted draws");
         app.add_option("--random-orders", random_orders, "Also report the KL of this many uniformly random orders")->capture_default_str()->check(cli::int_range(0, 100000));
         app.add_flag("--exact", exact, "Exact log Z_p and marginals by the subset DP (n <= 24): KL(q || p) and the max total-variation distance of the marginals");
         app.add_option("--exact-marginals", exact_marginals, "With --exact: also write the exact marginals, .csv or .h5");
@@ -110,6 +114,8 @@ int main(int argc, char** argv) {
         rank::check_draw_outputs(outs);
         rank::check_draw_outputs({"", exact_marginals, ""});
         if (!exact_marginals.empty() && !exact) throw UsageError("--exact-marginals needs --exact", "--exact-marginals");
+        if (reweight && !outs.samples.empty())
+          throw UsageError("--samples holds q's unweighted draws, which --reweight does not describe: drop one", "--reweight");
         const rank::Metric m = rank::parse_metric(metric, "--metric");
         if (m != rank::Metric::footrule && m != rank::Metric::spearman)
           throw UsageError("Pseudo-Mallows needs an item-wise distance: footrule or spearman", "--metric");
@@ -197,11 +203,14 @@ int main(int argc, char** argv) {
         const rank::Perm consensus = rank::mean_rank_order(R);
         rank::PseudoDraws pd = mix ? rank::draw_pseudo_v_mixture(q, consensus, draws_n, derive_seed(seed, 1), threads)
                                    : rank::draw_pseudo(q, draws_n, derive_seed(seed, 1), threads);
+        rank::ReweightedMarginals rw;
+        if (reweight) rw = rank::reweight_draws(q, pd);
         // CPU seconds of alpha, the order and the draws with their marginals (not the KL diagnostic).
         const double sampling_cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
         const std::vector<int>& draws = pd.rho;
-        // Rao-Blackwellised marginals: the mean over draws of every factor's conditional probabilities.
-        const Eigen::MatrixXd& marg = pd.marginals;
+        // Rao-Blackwellised marginals of q: the mean over draws of every factor's conditional
+        // probabilities; with --reweight, the importance-weighted estimate of p's marginals.
+        const Eigen::MatrixXd& marg = reweight ? rw.marginals : pd.marginals;
         // v-mix: the mean of the components' log q_V - log p~, an upper bound of the mixture's (KL + log Z).
         const auto ne = mix ? rank::neg_elbo(q, rank::draw_pseudo_v_mixture(q, consensus, kl_samples, derive_seed(seed, 2), threads))
                             : rank::neg_elbo(q, kl_samples, derive_seed(seed, 2), threads);
@@ -211,6 +220,10 @@ int main(int argc, char** argv) {
                            {"alpha_estimated", estimate}, {"order_policy", order_policy}, {"v_mixture", mix}, {"search_start", order_policy == "search" ? start_name : ""}, {"order", rank::one_based(order)},
                            {"draws", draws_n}, {"neg_elbo", {{"value", ne.value}, {"se", ne.se}, {"samples", kl_samples}}}};
         if (rd.omitted) out["omitted_assessors"] = rd.omitted;
+        if (reweight)
+          out["importance"] = {{"what", "self-normalised importance weights p~/q of the draws; marginals are of p"},
+                               {"ess", rw.ess}, {"ess_fraction", rw.ess / draws_n}, {"max_weight", rw.max_weight},
+                               {"map_consensus", "of q's unweighted draws"}};
         out.update(rank::consensus_json(marg, draws, n));
         out["seconds"] = fit_seconds;
         out["cpu_seconds"] = fit_cpu;

@@ -162,7 +162,7 @@ LogZEstimate log_z_importance(int n, double alpha, Metric m, int samples, Rng& r
 #pragma omp parallel num_threads(nt)
   {
     std::vector<int> order(static_cast<std::size_t>(n)), r(static_cast<std::size_t>(n)), fr(static_cast<std::size_t>(n));
-    std::vector<double> p(static_cast<std::size_t>(n));
+    std::vector<double> p(PseudoMallows::work_size(n));
 #pragma omp for schedule(dynamic, 1)
     for (int b = 0; b < blocks; ++b) {
       Rng br(derive_seed(seed, static_cast<std::uint64_t>(b)));

@@ -17,7 +17,11 @@ PseudoMallows::PseudoMallows(Eigen::MatrixXd logw, Perm order) : logw_(std::move
     throw InputError("Pseudo-Mallows: the weight matrix must be [n, n] for an order of n items");
   if (!is_permutation(order_)) throw InputError("Pseudo-Mallows: the variational order is not a permutation of the items");
   w_.resize(logw_.rows(), logw_.cols());
-  for (Eigen::Index i = 0; i < logw_.rows(); ++i) w_.row(i) = (logw_.row(i).array() - logw_.row(i).maxCoeff()).exp();
+  row_max_.resize(static_cast<std::size_t>(logw_.rows()));
+  for (Eigen::Index i = 0; i < logw_.rows(); ++i) {
+    row_max_[static_cast<std::size_t>(i)] = logw_.row(i).maxCoeff();
+    w_.row(i) = (logw_.row(i).array() - row_max_[static_cast<std::size_t>(i)]).exp();
+  }
 }
 
 namespace {
@@ -32,75 +36,142 @@ double PseudoMallows::sample_into(Rng& rng, int* out, int* fr, double* p, double
 
 double PseudoMallows::sample_into(Rng& rng, const int* order, int* out, int* fr, double* p, double* marg) const {
   const int n = this->n();
+  double* bs = p + n;  // block sums, [(n + 3) / 4]
   for (int t = 0; t < n; ++t) fr[t] = t;
-  double lq = 0;
+  // log q = sum_k [log w(item_k, pick_k) - log tot_k]: the first term is read from logw_ (minus the
+  // shift of the weights used), the second accumulated as a product of the totals, folded into a
+  // logarithm only when it leaves [1e-30, 1e30] (tot is in (1e-250, n], so the product never
+  // under- or overflows): about one logarithm per draw instead of n.
+  double lq = 0, prod = 1;
   int m = n;
   for (int k = 0; k < n; ++k) {
     const int item = order[k];
     const double* wrow = w_.data() + static_cast<std::ptrdiff_t>(item) * n;
-    double tot = 0;
-    for (int t = 0; t < m; ++t) tot += (p[t] = wrow[fr[t]]);
+    // The weights of the free ranks, in blocks of four consecutive entries of fr: block sums bs[j]
+    // (independent of one another) and the total from two accumulators, so the chains of
+    // dependent additions are m/8 long, not m.
+    const int full = m / 4;
+    double a0 = 0, a1 = 0;
+    int t = 0;
+    for (int j = 0; j < full; ++j, t += 4) {
+      const double x0 = p[t] = wrow[fr[t]], x1 = p[t + 1] = wrow[fr[t + 1]];
+      const double x2 = p[t + 2] = wrow[fr[t + 2]], x3 = p[t + 3] = wrow[fr[t + 3]];
+      const double b = (x0 + x1) + (x2 + x3);
+      bs[j] = b;
+      if (j & 1)
+        a1 += b;
+      else
+        a0 += b;
+    }
+    int nb = full;
+    if (t < m) {
+      double b = 0;
+      for (; t < m; ++t) b += (p[t] = wrow[fr[t]]);
+      bs[nb++] = b;
+      a0 += b;
+    }
+    double tot = a0 + a1;
+    double shift = row_max_[static_cast<std::size_t>(item)];
     if (!(tot > tiny_total)) {
       double mx = -std::numeric_limits<double>::infinity();
-      for (int t = 0; t < m; ++t) mx = std::max(mx, logw_(item, fr[t]));
+      for (int v = 0; v < m; ++v) mx = std::max(mx, logw_(item, fr[v]));
       tot = 0;
-      for (int t = 0; t < m; ++t) tot += (p[t] = std::exp(logw_(item, fr[t]) - mx));
+      for (int j = 0; j < nb; ++j) {
+        double b = 0;
+        for (int v = 4 * j; v < std::min(m, 4 * j + 4); ++v) b += (p[v] = std::exp(logw_(item, fr[v]) - mx));
+        bs[j] = b;
+        tot += b;
+      }
+      shift = mx;
     }
+    // Inverse CDF over the free ranks in the order of fr: first the block, then the entry in it.
     double u = rng.uniform() * tot;
-    int pick = m - 1;
-    for (int t = 0; t < m; ++t) {
-      u -= p[t];
-      if (u < 0) {
-        pick = t;
-        break;
+    int pick = -1, j = 0;
+    for (; j < nb; ++j) {
+      if (u < bs[j]) break;
+      u -= bs[j];
+    }
+    if (j < nb) {
+      for (int v = 4 * j, hi = std::min(m, 4 * j + 4); v < hi; ++v) {
+        u -= p[v];
+        if (u < 0) {
+          pick = v;
+          break;
+        }
       }
     }
-    if (p[pick] == 0) {  // rounding at the end of the scan: take the last positive weight
+    if (pick < 0) {  // rounding at the end of the scan: take the last positive weight
+      pick = m - 1;
       while (pick > 0 && p[pick] == 0) --pick;
     }
     if (marg) {
       double* mrow = marg + static_cast<std::ptrdiff_t>(item) * n;
       const double inv = 1.0 / tot;
-      for (int t = 0; t < m; ++t) mrow[fr[t]] += p[t] * inv;
+      for (int v = 0; v < m; ++v) mrow[fr[v]] += p[v] * inv;
     }
-    lq += std::log(p[pick] / tot);
-    out[item] = fr[pick];
+    const int r = fr[pick];
+    lq += logw_(item, r) - shift;
+    prod *= tot;
+    if (prod < 1e-30 || prod > 1e30) {
+      lq -= std::log(prod);
+      prod = 1;
+    }
+    out[item] = r;
     fr[pick] = fr[--m];
   }
-  return lq;
+  return lq - std::log(prod);
 }
 
 Perm PseudoMallows::sample(Rng& rng, double* logq) const {
   Perm r(static_cast<std::size_t>(n()));
   std::vector<int> fr(static_cast<std::size_t>(n()));
-  std::vector<double> p(static_cast<std::size_t>(n()));
+  std::vector<double> p(work_size(n()));
   const double lq = sample_into(rng, r.data(), fr.data(), p.data());
   if (logq) *logq = lq;
   return r;
 }
 
 namespace {
+// Draws are made in blocks of this many, block b from its own stream derive_seed(seed, b).
+constexpr int draw_block = 256;
+
+// Threads for `count` draws of n items in `blocks` blocks: below ~1e7 proposal steps (a few ms) a
+// parallel region costs more than it saves, and far more CPU time when the cores are
+// oversubscribed (threads spin at the barrier).
+int draw_threads(int count, int n, int blocks, int threads) {
+  const bool small = static_cast<double>(count) * n * n < 1e7;
+  return small ? 1 : std::max(1, std::min(threads > 0 ? threads : icmlkit::threads(), blocks));
+}
+
+// Runs `body` (which holds an orphaned `omp for` over the draw blocks) on `nt` threads; with one
+// thread directly, where the `omp for` runs serially, without opening a parallel region.
+template <class Body>
+void run_draw_team(int nt, Body& body) {
+  if (nt == 1) {
+    body();
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  body();
+}
+
 // Draws `count` samples in blocks of 256 (block b seeded with derive_seed(seed, b)); `make_order(rng,
 // buf)` returns the item order of the next draw (it may fill `buf` [n] and use `rng`).
 template <class MakeOrder>
 PseudoDraws draw_blocks(const PseudoMallows& q, int count, std::uint64_t seed, int threads, MakeOrder make_order) {
   if (count < 1) throw UsageError("Pseudo-Mallows: the number of draws must be >= 1");
   const int n = q.n();
-  constexpr int block = 256;
+  constexpr int block = draw_block;
   const int blocks = (count + block - 1) / block;
   PseudoDraws d;
   d.rho.resize(static_cast<std::size_t>(count) * static_cast<std::size_t>(n));
   d.log_q.resize(static_cast<std::size_t>(count));
-  // Below ~1e7 proposal steps (a few ms) a parallel region costs more than it saves, and far more
-  // CPU time when the cores are oversubscribed (threads spin at the barrier).
-  const bool small = static_cast<double>(count) * n * n < 1e7;
-  const int nt = small ? 1 : std::max(1, std::min(threads > 0 ? threads : icmlkit::threads(), blocks));
+  const int nt = draw_threads(count, n, blocks, threads);
   std::vector<std::vector<double>> marg(static_cast<std::size_t>(nt), std::vector<double>(static_cast<std::size_t>(n) * static_cast<std::size_t>(n), 0.0));
-#pragma omp parallel num_threads(nt)
-  {
+  auto body = [&] {
     const int tid = omp_get_thread_num();
     std::vector<int> fr(static_cast<std::size_t>(n)), obuf(static_cast<std::size_t>(n));
-    std::vector<double> p(static_cast<std::size_t>(n));
+    std::vector<double> p(PseudoMallows::work_size(n));
     double* acc = marg[static_cast<std::size_t>(tid)].data();
 #pragma omp for schedule(static)
     for (int b = 0; b < blocks; ++b) {
@@ -112,7 +183,8 @@ PseudoDraws draw_blocks(const PseudoMallows& q, int count, std::uint64_t seed, i
             q.sample_into(rng, order, d.rho.data() + static_cast<std::ptrdiff_t>(s) * n, fr.data(), p.data(), acc);
       }
     }
-  }
+  };
+  run_draw_team(nt, body);
   // Row-major accumulators [item][rank] summed in thread order (deterministic for a fixed nt).
   d.marginals = Eigen::MatrixXd::Zero(n, n);
   for (const auto& a : marg)
@@ -192,7 +264,7 @@ KlEstimate mean_and_se(double s1, double s2, int samples) {
 KlEstimate neg_elbo(const PseudoMallows& q, int samples, Rng& rng) {
   const int n = q.n();
   std::vector<int> r(static_cast<std::size_t>(n)), fr(static_cast<std::size_t>(n));
-  std::vector<double> p(static_cast<std::size_t>(n));
+  std::vector<double> p(PseudoMallows::work_size(n));
   double s1 = 0, s2 = 0;
   for (int s = 0; s < samples; ++s) {
     const double lq = q.sample_into(rng, r.data(), fr.data(), p.data());
@@ -204,7 +276,40 @@ KlEstimate neg_elbo(const PseudoMallows& q, int samples, Rng& rng) {
 }
 
 KlEstimate neg_elbo(const PseudoMallows& q, int samples, std::uint64_t seed, int threads) {
-  return neg_elbo(q, draw_pseudo(q, samples, seed, threads));
+  // The draws of draw_pseudo(q, samples, seed): the same blocks and block seeds, but neither the
+  // draws nor the marginals are kept.  Per-block sums added in block order (thread-independent).
+  if (samples < 1) throw UsageError("Pseudo-Mallows: the number of draws must be >= 1");
+  const int n = q.n();
+  const int blocks = (samples + draw_block - 1) / draw_block;
+  std::vector<double> b1(static_cast<std::size_t>(blocks)), b2(static_cast<std::size_t>(blocks));
+  const int nt = draw_threads(samples, n, blocks, threads);
+  auto body = [&] {
+    std::vector<int> r(static_cast<std::size_t>(n)), fr(static_cast<std::size_t>(n));
+    std::vector<double> p(PseudoMallows::work_size(n));
+#pragma omp for schedule(static)
+    for (int b = 0; b < blocks; ++b) {
+      Rng rng(derive_seed(seed, static_cast<std::uint64_t>(b)));
+      const int hi = std::min(samples, (b + 1) * draw_block);
+      double s1 = 0, s2 = 0;
+      for (int s = b * draw_block; s < hi; ++s) {
+        const double lq = q.sample_into(rng, r.data(), fr.data(), p.data());
+        double lt = 0;
+        for (int i = 0; i < n; ++i) lt += q.log_weight(i, r[static_cast<std::size_t>(i)]);
+        const double v = lq - lt;
+        s1 += v;
+        s2 += v * v;
+      }
+      b1[static_cast<std::size_t>(b)] = s1;
+      b2[static_cast<std::size_t>(b)] = s2;
+    }
+  };
+  run_draw_team(nt, body);
+  double s1 = 0, s2 = 0;
+  for (int b = 0; b < blocks; ++b) {
+    s1 += b1[static_cast<std::size_t>(b)];
+    s2 += b2[static_cast<std::size_t>(b)];
+  }
+  return mean_and_se(s1, s2, samples);
 }
 
 KlEstimate neg_elbo(const PseudoMallows& q, const PseudoDraws& d) {
@@ -219,6 +324,37 @@ KlEstimate neg_elbo(const PseudoMallows& q, const PseudoDraws& d) {
     s2 += v * v;
   }
   return mean_and_se(s1, s2, samples);
+}
+
+ReweightedMarginals reweight_draws(const PseudoMallows& q, const PseudoDraws& d) {
+  const int n = q.n();
+  const auto count = d.log_q.size();
+  if (count == 0) throw UsageError("Pseudo-Mallows reweighting: no draws");
+  std::vector<double> lw(count);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::size_t s = 0; s < count; ++s) {
+    const int* r = d.rho.data() + static_cast<std::ptrdiff_t>(s) * n;
+    double lt = 0;
+    for (int i = 0; i < n; ++i) lt += q.log_weight(i, r[i]);
+    lw[s] = lt - d.log_q[s];
+    mx = std::max(mx, lw[s]);
+  }
+  double s1 = 0, s2 = 0;
+  for (double& w : lw) {
+    w = std::exp(w - mx);
+    s1 += w;
+    s2 += w * w;
+  }
+  ReweightedMarginals out;
+  out.marginals = Eigen::MatrixXd::Zero(n, n);
+  for (std::size_t s = 0; s < count; ++s) {
+    const int* r = d.rho.data() + static_cast<std::ptrdiff_t>(s) * n;
+    const double w = lw[s] / s1;
+    for (int i = 0; i < n; ++i) out.marginals(i, r[i]) += w;
+    out.max_weight = std::max(out.max_weight, w);
+  }
+  out.ess = s1 * s1 / s2;
+  return out;
 }
 
 namespace {

@@ -20,8 +20,9 @@ namespace icmlkit::rank {
 
 /// q_V for fixed log weights L(i, r) = -(alpha/n) sum_j f(R_ji, r) ([n items, n ranks]).
 /// The factor weights exp(L(i, r) - max_r L(i, r)) are precomputed once (row per item), so a
-/// draw costs O(n^2) additions and n logarithms, no exponentials and no allocation; a factor
-/// whose remaining weights all underflow falls back to log-space arithmetic for that step.
+/// draw costs O(n^2) additions over the free ranks, about one logarithm (log q accumulates the
+/// factors' totals as a product), no exponentials and no allocation; a factor whose remaining
+/// weights all underflow falls back to log-space arithmetic for that step.
 class PseudoMallows {
  public:
   /// `logw`: [n, n] log weights; `order`: a permutation of the items (V).  Throws InputError when
@@ -29,8 +30,12 @@ class PseudoMallows {
   PseudoMallows(Eigen::MatrixXd logw, Perm order);
   /// One draw rho ~ q_V; `logq` (optional) receives log q_V(rho) exactly.
   Perm sample(Rng& rng, double* logq = nullptr) const;
+  /// Size of the `weights` work space of sample_into for n items: n + (n + 3) / 4.
+  static std::size_t work_size(int n) { return static_cast<std::size_t>(n) + static_cast<std::size_t>(n + 3) / 4; }
   /// Allocation-free draw: writes the 0-based ranks of items 0..n-1 to `out` [n], uses
-  /// `free_ranks` [n] and `weights` [n] as work space, and returns log q_V(out).  When `marg` is not null
+  /// `free_ranks` [n] and `weights` [work_size(n)] as work space, and returns log q_V(out).
+  /// Each factor is drawn by inverse CDF over the free ranks (in the work-space order of
+  /// `free_ranks`, scanned in blocks of four).  When `marg` is not null
   /// ([n items x n ranks], row-major) it adds the factor probabilities q(rho_v = r | earlier
   /// ranks) of every step: their expectation is the marginal q(rho_v = r), so their mean over
   /// draws is a Rao-Blackwellised (lower-variance) estimate of q's marginals.
@@ -40,6 +45,8 @@ class PseudoMallows {
   double sample_into(Rng& rng, const int* order, int* out, int* free_ranks, double* weights, double* marg = nullptr) const;
   /// Exact log q_V(r) of a complete ranking.
   double log_q(const Perm& r) const;
+  /// L(i, r): the log weight of item i at 0-based rank r.
+  double log_weight(int i, int r) const { return logw_(i, r); }
   /// log p~(r) = sum_i L(i, r_i) (the unnormalised target).
   double log_target(const Perm& r) const;
   /// The variational order V.
@@ -50,6 +57,7 @@ class PseudoMallows {
  private:
   Eigen::MatrixXd logw_;
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w_;  // exp(L - row max)
+  std::vector<double> row_max_;                                               // max_r L(i, r)
   Perm order_;
 };
 
@@ -75,6 +83,20 @@ PseudoDraws draw_pseudo(const PseudoMallows& q, int count, std::uint64_t seed, i
 /// unbiased for q_mix's marginals.  Blocks, seeds and threading as draw_pseudo.  Throws InputError
 /// when `consensus` is not a permutation of q's n items, UsageError when count < 1.
 PseudoDraws draw_pseudo_v_mixture(const PseudoMallows& q, const Perm& consensus, int count, std::uint64_t seed, int threads = 0);
+
+/// Opt-in, NOT the paper's method: self-normalised importance reweighting of draws from q towards
+/// the exact posterior p.  Draw s gets the weight w_s ∝ exp(log p~(rho_s) - log q(rho_s)) (log q
+/// exact, from the draw), normalised to sum 1; the marginals are sum_s w_s 1[rho_s(i) = r], which
+/// converge to p's (not q's) as the draws grow, at a rate set by the effective sample size.  For
+/// V-mixture draws (draw_pseudo_v_mixture) log q is the drawing component's log q_V: importance
+/// sampling on the joint space of (V, rho) with V uniform, still consistent for p.
+struct ReweightedMarginals {
+  Eigen::MatrixXd marginals;  ///< [n items, n ranks] weighted estimate of p's marginals
+  double ess = 0;             ///< Kish effective sample size (sum w)^2 / sum w^2, in [1, draws]
+  double max_weight = 0;      ///< largest normalised weight
+};
+/// Reweights the draws `d` of q (see above).  Throws UsageError when `d` holds no draws.
+ReweightedMarginals reweight_draws(const PseudoMallows& q, const PseudoDraws& d);
 
 /// Monte Carlo estimate of E_q[log q_V - log p~] (KL(q_V || p) - log Z_p) with its standard error.
 struct KlEstimate {

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <numeric>
 
 #include "io/atomic_file.hpp"
@@ -46,16 +45,32 @@ Perm cp_consensus(const Eigen::MatrixXd& marginals, std::vector<double>* cumprob
 }
 
 Perm map_consensus(const std::vector<int>& draws, int n, double* freq) {
-  std::map<std::vector<int>, int> count;
+  // Sort the draw indices by the draws' contents (lexicographic), then take the longest run of
+  // equal draws, the lexicographically first among equally long runs: no allocation per draw.
   const std::size_t S = draws.size() / static_cast<std::size_t>(n);
-  for (std::size_t s = 0; s < S; ++s)
-    ++count[std::vector<int>(draws.begin() + static_cast<std::ptrdiff_t>(s * static_cast<std::size_t>(n)),
-                             draws.begin() + static_cast<std::ptrdiff_t>((s + 1) * static_cast<std::size_t>(n)))];
-  auto best = count.begin();
-  for (auto it = count.begin(); it != count.end(); ++it)
-    if (it->second > best->second) best = it;
-  if (freq) *freq = S ? static_cast<double>(best->second) / static_cast<double>(S) : 0.0;
-  return inverse(best->first);
+  if (S == 0) {
+    if (freq) *freq = 0.0;
+    return {};
+  }
+  const int* base = draws.data();
+  auto row = [&](std::size_t s) { return base + s * static_cast<std::size_t>(n); };
+  std::vector<std::size_t> idx(S);
+  std::iota(idx.begin(), idx.end(), std::size_t{0});
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+    return std::lexicographical_compare(row(a), row(a) + n, row(b), row(b) + n);
+  });
+  std::size_t best = idx[0], best_len = 0;
+  for (std::size_t i = 0; i < S;) {
+    std::size_t j = i + 1;
+    while (j < S && std::equal(row(idx[i]), row(idx[i]) + n, row(idx[j]))) ++j;
+    if (j - i > best_len) {
+      best_len = j - i;
+      best = idx[i];
+    }
+    i = j;
+  }
+  if (freq) *freq = static_cast<double>(best_len) / static_cast<double>(S);
+  return inverse(Perm(row(best), row(best) + n));
 }
 
 nlohmann::json scalar_summary(const std::vector<double>& x) {

@@ -612,6 +612,129 @@ TEST_CASE("rank: Pseudo-Mallows q is a normalised distribution with exact log q"
   for (const auto& [p, c] : count) CHECK(std::abs(c / static_cast<double>(S) - prob[p]) < 5 * std::sqrt(prob[p] / S) + 1e-4);
 }
 
+// The textbook sequential draw from q_V, written independently of PseudoMallows::sample_into:
+// factor k puts item order[k] on a free rank with probability exp(L(i, r) - lse over the free ranks),
+// computed in log space from scratch, and picks it by inverse CDF over the free ranks listed as
+// sample_into lists them (0..n-1, a taken entry replaced by the last one).  Returns log q (the sum
+// of the picked log probabilities) and the ranks in `out`.
+double reference_draw(const Eigen::MatrixXd& lw, const Perm& order, Rng& rng, Perm& out) {
+  const int n = static_cast<int>(order.size());
+  std::vector<int> fr(static_cast<std::size_t>(n));
+  std::iota(fr.begin(), fr.end(), 0);
+  out.assign(static_cast<std::size_t>(n), -1);
+  double lq = 0;
+  for (int k = 0, m = n; k < n; ++k, --m) {
+    const int item = order[static_cast<std::size_t>(k)];
+    double mx = -1e300;
+    for (int t = 0; t < m; ++t) mx = std::max(mx, lw(item, fr[static_cast<std::size_t>(t)]));
+    double lse = 0;
+    for (int t = 0; t < m; ++t) lse += std::exp(lw(item, fr[static_cast<std::size_t>(t)]) - mx);
+    lse = mx + std::log(lse);
+    const double u = rng.uniform();
+    int pick = m - 1;
+    double cum = 0;
+    for (int t = 0; t < m; ++t) {
+      cum += std::exp(lw(item, fr[static_cast<std::size_t>(t)]) - lse);
+      if (u < cum) {
+        pick = t;
+        break;
+      }
+    }
+    const int r = fr[static_cast<std::size_t>(pick)];
+    lq += lw(item, r) - lse;
+    out[static_cast<std::size_t>(item)] = r;
+    fr[static_cast<std::size_t>(pick)] = fr[static_cast<std::size_t>(m - 1)];
+  }
+  return lq;
+}
+
+TEST_CASE("rank: Pseudo-Mallows fast draws equal the textbook sequential draws") {
+  // Truth: reference_draw above (log-space probabilities recomputed at every step, plain
+  // cumulative sum) fed the same uniform stream.  The fast path (precomputed weights, block-sum
+  // scan, log q from a product of totals) must pick the same rank at every step of every draw
+  // (it can differ only when a uniform falls within ~1e-15 of a CDF boundary: with these fixed
+  // seeds it does not), and its log q must agree to 1e-12 relative.  Sizes 2..13 cover every
+  // remainder of the blocks of four; the last case has log weights spanning thousands of nats,
+  // where the precomputed weights underflow and the log-space fallback runs.  The draws'
+  // frequencies then match the exact q, exp(log_q) summed over all rankings (n = 5, 5 sd).
+  for (int n : {2, 3, 4, 5, 7, 9, 13}) {
+    for (double scale : {3.0, 4000.0}) {
+      const RankMatrix R = random_ranks(4, n, 40 + static_cast<std::uint64_t>(n));
+      Eigen::MatrixXd lw = itemwise_log_weights(R, 3.0, Metric::footrule);
+      if (scale > 100) {
+        Rng wr(41);
+        for (int i = 0; i < n; ++i)
+          for (int r = 0; r < n; ++r) lw(i, r) = scale * wr.normal();
+      }
+      Rng orng(42);
+      const Perm order = random_perm(n, orng);
+      const PseudoMallows q(lw, order);
+      Rng a(43), b(43);
+      std::vector<int> out(static_cast<std::size_t>(n)), fr(static_cast<std::size_t>(n)), other(static_cast<std::size_t>(n));
+      std::vector<double> w(PseudoMallows::work_size(n));
+      int same = 0, draws = 2000;
+      double worst = 0;
+      for (int s = 0; s < draws; ++s) {
+        // Every other draw with a fresh item order (the sequential importance-sampling and V-mixture use).
+        const Perm o = s % 2 ? random_perm(n, orng) : order;
+        std::copy(o.begin(), o.end(), other.begin());
+        const double lf = q.sample_into(a, other.data(), out.data(), fr.data(), w.data());
+        Perm ref;
+        const double lr = reference_draw(lw, o, b, ref);
+        same += std::equal(out.begin(), out.end(), ref.begin());
+        worst = std::max(worst, std::abs(lf - lr) / std::max(1.0, std::abs(lr)));
+      }
+      INFO("n = " << n << ", scale = " << scale);
+      CHECK(same == draws);
+      CHECK(worst < 1e-12);
+    }
+  }
+  const int n = 5;
+  const Eigen::MatrixXd lw = itemwise_log_weights(random_ranks(6, n, 44), 4.0, Metric::footrule);
+  const PseudoMallows q(lw, Perm{2, 0, 4, 1, 3});
+  std::map<Perm, double> prob;
+  for (const auto& p : all_perms(n)) prob[p] = std::exp(q.log_q(p));
+  const PseudoDraws d = draw_pseudo(q, 60000, 45, 1);
+  std::map<Perm, int> count;
+  for (int s = 0; s < 60000; ++s) ++count[Perm(d.rho.begin() + s * n, d.rho.begin() + (s + 1) * n)];
+  for (const auto& [p, pr] : prob) CHECK(std::abs(count[p] / 60000.0 - pr) < 5 * std::sqrt(pr * (1 - pr) / 60000) + 1e-9);
+}
+
+TEST_CASE("rank: importance reweighting of Pseudo-Mallows draws recovers the exact posterior marginals") {
+  // Truth: p's marginals from the subset DP (n = 6).  The self-normalised estimate from 200,000
+  // draws of q must be within 6 sd of them, sd = sqrt(p (1 - p) / ESS) (the usual Kish
+  // approximation of the SNIS error), while q's own marginals are farther than that from p's
+  // in some cell with p > 0.01 (else the check could not fail).  With all log weights equal, q = p = uniform:
+  // every weight is 1 / draws, ESS = draws exactly (to rounding).
+  const int n = 6;
+  const RankMatrix R = random_ranks(5, n, 46);
+  const Eigen::MatrixXd lw = itemwise_log_weights(R, 6.0, Metric::footrule);
+  const SubsetPosterior sp(lw);
+  const Eigen::MatrixXd pm = sp.marginals();
+  const PseudoMallows q(lw, Perm{5, 4, 3, 2, 1, 0});
+  const int S = 200000;
+  const PseudoDraws d = draw_pseudo(q, S, 47, 1);
+  const ReweightedMarginals rw = reweight_draws(q, d);
+  CHECK(rw.ess > 1000);
+  CHECK(rw.ess <= S);
+  CHECK(rw.marginals.rowwise().sum().isOnes(1e-9));  // 200,000 rounded terms: error ~ 2e-11
+  double worst = 0, q_off = 0;
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < n; ++r) {
+      const double sd = std::sqrt(pm(i, r) * (1 - pm(i, r)) / rw.ess) + 1e-12;
+      worst = std::max(worst, std::abs(rw.marginals(i, r) - pm(i, r)) / sd);
+      if (pm(i, r) > 0.01) q_off = std::max(q_off, std::abs(d.marginals(i, r) - pm(i, r)) / sd);
+    }
+  CHECK(worst < 6);
+  CHECK(q_off > 6);
+  const Eigen::MatrixXd flat = Eigen::MatrixXd::Constant(n, n, -1.0);
+  const PseudoMallows u(flat, identity(n));
+  const ReweightedMarginals ru = reweight_draws(u, draw_pseudo(u, 5000, 48, 1));
+  CHECK(ru.ess == doctest::Approx(5000).epsilon(1e-9));
+  CHECK(ru.max_weight == doctest::Approx(1.0 / 5000).epsilon(1e-9));
+  CHECK_THROWS_AS(reweight_draws(u, PseudoDraws{}), UsageError);
+}
+
 TEST_CASE("rank: Pseudo-Mallows KL estimate plus log Z equals the exact KL") {
   // Truth: KL(q || p) = sum_rho q (log q - log p) by enumeration at n = 7 with p from the subset
   // DP.  Tolerance 5 standard errors of the 20,000-draw estimate.
@@ -881,6 +1004,27 @@ TEST_CASE("rank: CP and MAP consensus, scalar summary") {
   double f;
   CHECK(map_consensus(draws, 3, &f) == Perm{0, 1, 2});
   CHECK(f == doctest::Approx(2.0 / 3));
+  // Against a std::map count of 5,000 draws from a few hundred distinct rankings of 6 items (many
+  // ties in the top count): the most frequent draw, the lexicographically first of equally
+  // frequent ones (the map's iteration order), its share, and the ordering is its inverse.
+  Rng rng(49);
+  std::vector<Perm> pool;
+  for (int k = 0; k < 300; ++k) pool.push_back(random_perm(6, rng));
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<int> dr;
+    std::map<Perm, int> count;
+    for (int s = 0; s < 5000; ++s) {
+      const Perm& p = pool[rng.below(rep == 2 ? 5 : 300)];
+      dr.insert(dr.end(), p.begin(), p.end());
+      ++count[p];
+    }
+    auto best = count.begin();
+    for (auto it = count.begin(); it != count.end(); ++it)
+      if (it->second > best->second) best = it;
+    double fr = 0;
+    CHECK(map_consensus(dr, 6, &fr) == inverse(best->first));
+    CHECK(fr == best->second / 5000.0);
+  }
   const auto s = scalar_summary({1, 2, 3, 4, 5});
   CHECK(s["mean"].get<double>() == 3);
   CHECK(s["median"].get<double>() == 3);

@@ -58,6 +58,9 @@ cli_case(mallows-mcmc/burnin-too-long --rc 2 --stderr "burn-in \\(100\\) must be
 cli_case(mallows-mcmc/bad-samples-extension --rc 2 --stderr "HDF5" --no-file s.csv -- ${MM} ${FX}/rank_small.csv --samples s.csv)
 cli_case(mallows-mcmc/error-model-on-ranks --rc 2 --stderr "applies to pairwise data" -- ${MM} ${FX}/rank_small.csv --error-model bernoulli)
 cli_case(mallows-mcmc/exact-needs-fixed-alpha --rc 2 --stderr "needs a fixed alpha" -- ${MM} ${FX}/rank_small.csv --exact)
+# The CPU time of the marginals is reported apart from the chains' (the benchmark adds them).
+cli_case(mallows-mcmc/cpu-seconds-split --rc 0 --jq "(.cpu_seconds | type) == \"number\" and .marginals_cpu_seconds >= 0"
+  -- ${MM} ${FX}/rank_small.csv --fix-alpha --alpha 2 --iterations 2000 --burnin 200)
 cli_case(mallows-mcmc/zero-alpha --rc 2 --stderr "must be > 0" -- ${MM} ${FX}/rank_small.csv --alpha 0)
 
 # ---- pseudomallows-fit ----------------------------------------------------------------------------
@@ -115,6 +118,15 @@ cli_case(mallows-mcmc/log-z-out-of-reach --rc 2 --stderr "out of reach here .*lo
 cli_case(mallows-mcmc/no-input --rc 2 --stderr "an input file is required" -- ${MM} --iterations 10)
 cli_case(pseudomallows-fit/exact-marginals --rc 0 --file e.csv --file-jq e.csv.meta.json ".meta.tool == \"pseudomallows-fit\""
   -- ${PM} ${FX}/rank_small.csv --alpha 1 --exact --exact-marginals e.csv)
+# --reweight (opt-in importance weights p~/q): on rank_small (n = 5) the weighted marginals approach
+# the exact ones from the subset DP: max TV within 5 sd per cell summed over the 5 ranks, sd =
+# sqrt(0.25 / ESS), i.e. 12.5 sqrt(0.25 / ESS); q's own marginals miss them by more (exact.max_tv
+# of the plain run); ESS is reported and at most the number of draws.
+cli_case(pseudomallows-fit/reweight
+  --rc 0 --file-jq w.json ".exact.max_tv < 12.5 * ((0.25 / .importance.ess) | sqrt) and .importance.ess <= 100000 and .importance.ess > 1000"
+  --file-jq q.json "(.importance | not) and .exact.max_tv > 0.05"
+  -- bash -c "${PM} ${FX}/rank_small.csv --alpha 4 --order identity --exact --draws 100000 --reweight -o w.json && ${PM} ${FX}/rank_small.csv --alpha 4 --order identity --exact --draws 100000 -o q.json")
+cli_case(pseudomallows-fit/reweight-no-samples --rc 2 --stderr "unweighted draws" --no-file s.h5 -- ${PM} ${FX}/rank_small.csv --alpha 2 --reweight --samples s.h5)
 cli_case(pseudomallows-fit/exact-marginals-needs-exact --rc 2 --stderr "needs --exact" -- ${PM} ${FX}/rank_small.csv --exact-marginals e.csv)
 # Simulated Mallows data (mallows-mcmc --simulate; the authors' full-data regime, here n = 8,
 # N = 40, alpha0 = 2): 40 complete rankings that the rank reader accepts (it rejects ties and
