@@ -199,6 +199,7 @@ int main(int argc, char** argv) {
         // leaves an existing log untouched.
         if (!io::is_stdout(log_path) && std::filesystem::path(log_path).extension() != ".jsonl")
           throw UsageError("--log must end in .jsonl", "--log");
+        io::check_output_dir(log_path);
         std::unique_ptr<std::ofstream> log_file;
         auto emit = [&](const nlohmann::json& j) {
           if (!io::is_stdout(log_path) && !log_file) {

@@ -29,10 +29,6 @@ std::string one_line(std::string s) {
   return s;
 }
 
-}  // namespace
-
-namespace {
-
 // CLI11's own wording of a bad flag value, in ours ("must be ..., got ...").  Truth for the
 // patterns: the messages CLI11 2.1 produces (test_cli.cpp takes them from real parses).
 std::string plain_value_message(const std::string& msg) {
@@ -42,7 +38,8 @@ std::string plain_value_message(const std::string& msg) {
   static const std::regex no_value(R"(^\d+ required .* missing$)");                    // flag without its value
   std::smatch m;
   if (std::regex_match(msg, m, range))
-    return fmt::format("must be a number in {}..{}, got {}", std::stod(m[2]), std::stod(m[3]), m[1].str());
+    return fmt::format("must be a number in {}..{}, got {}", std::strtod(m[2].str().c_str(), nullptr),
+                       std::strtod(m[3].str().c_str(), nullptr), m[1].str());
   if (std::regex_match(msg, m, member)) {
     std::string choices = m[2];
     for (std::size_t p = 0; (p = choices.find(',', p)) != std::string::npos; p += 2) choices.replace(p, 1, ", ");

@@ -108,3 +108,6 @@ cli_case(lm-eval/max-tokens-exact
   --rc 0 --file-jq all.json ".[0].tokens == 111 and .[1].tokens == .[0].tokens and .[1].loss == .[0].loss and .[1].windows == 3"
   --file-jq all.json ".[2].tokens == 100 and .[2].windows == 1"
   -- bash -c "head -n 5 ${KJVX} > k5.tsv && ${LMEVAL} ${LO_KJV7M} k5.tsv --column 2 --seq-len 40 -q > a.json && ${LMEVAL} ${LO_KJV7M} ${KJVX} --column 2 --seq-len 40 --max-tokens $(jq .tokens a.json) -q > b.json && ${LMEVAL} ${LO_KJV7M} ${KJVX} --column 2 --max-tokens 100 -q > c.json && jq -s . a.json b.json c.json > all.json")
+# --log in a missing directory fails before the corpus is read (here the corpus is missing too).
+cli_case(lm-train/log-dir-checked-first --rc 1 --stderr "^lm-train: error: output directory does not exist \\(nodir\\)$" --no-file m.h5
+  -- ${LMTRAIN} missing.txt --vocab-size 400 --steps 2 -o m.h5 --log nodir/l.jsonl)
