@@ -107,35 +107,33 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         app_ptr = &app;
         app.add_option("model", model_path, "Model (.h5, .gguf, or a Hugging Face directory)")->required();
-        lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids);
-        app.add_option("--prompt-tokens", prompt_tokens, "Keep only the first N prompt tokens (0 = all)")->check(cli::int_range(0, 1 << 24));
+        lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids, prompt_tokens);
         app.add_option("--method", method, "ar | prompt-lookup | lookahead | self-spec | fafo")->capture_default_str()
             ->check(CLI::IsMember({"ar", "prompt-lookup", "lookahead", "self-spec", "fafo"}));
         app.add_option("-n,--max-new-tokens", dc.max_new_tokens, "Tokens to generate at most")->capture_default_str()->check(cli::int_range(1, 1 << 24));
         lm::add_sampler_flags(app, dc.sampler);
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
-        app.add_option("--window", dc.window, "Lookahead/FAFO: Jacobi window W (columns)")->capture_default_str();
-        app.add_option("--ngram", dc.ngram, "Lookahead/FAFO: n-gram size N (N-1 window levels)")->capture_default_str();
-        app.add_option("--guesses", dc.guesses, "Lookahead/FAFO: candidate n-grams G verified per step (also the pool's per-key size)")->capture_default_str();
-        app.add_option("--pld-max-ngram", dc.pld_max_ngram, "Prompt lookup: longest suffix matched")->capture_default_str();
-        app.add_option("--pld-min-ngram", dc.pld_min_ngram, "Prompt lookup: shortest suffix matched")->capture_default_str();
-        app.add_option("--draft", dc.pld_draft, "Prompt lookup: tokens proposed; self-spec: most tokens drafted (default 8)")->capture_default_str();
+        app.add_option("--window", dc.window, "Lookahead/FAFO: Jacobi window W (columns)")->capture_default_str()->check(cli::int_range(1, 256));
+        app.add_option("--ngram", dc.ngram, "Lookahead/FAFO: n-gram size N (N-1 window levels)")->capture_default_str()->check(cli::int_range(2, 32));
+        app.add_option("--guesses", dc.guesses, "Lookahead/FAFO: candidate n-grams G verified per step (also the pool's per-key size)")->capture_default_str()->check(cli::int_range(0, 256));
+        app.add_option("--pld-max-ngram", dc.pld_max_ngram, "Prompt lookup: longest suffix matched")->capture_default_str()->check(cli::int_range(1, 1 << 20));
+        app.add_option("--pld-min-ngram", dc.pld_min_ngram, "Prompt lookup: shortest suffix matched")->capture_default_str()->check(cli::int_range(1, 1 << 20));
+        app.add_option("--draft", dc.pld_draft, "Prompt lookup: tokens proposed; self-spec: most tokens drafted (default 8)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--skip-set", skip_file, "Self-spec: skip set (JSON written by --search-skip-set)");
-        app.add_option("--draft-stop", dc.draft_stop, "Self-spec: stop drafting when the draft's top probability is below this")->capture_default_str();
+        app.add_option("--draft-stop", dc.draft_stop, "Self-spec: stop drafting when the draft's top probability is below this")->capture_default_str()->check(CLI::Range(0.0, 1.0));
         app.add_option("--kv-policy", kv_policy, "FAFO: streaming | h2o | tova | snapkv")->capture_default_str()
             ->check(CLI::IsMember({"streaming", "h2o", "tova", "snapkv"}));
-        app.add_option("--kv-budget", dc.kv.budget, "FAFO: cache slots the drafting rows see per layer and KV head")->capture_default_str();
-        app.add_option("--kv-sinks", dc.kv.sinks, "streaming: attention-sink slots kept (-1 = min(4, budget - 1))")->capture_default_str();
-        app.add_option("--kv-recent", dc.kv.recent, "h2o: recent slots kept (-1 = budget/2)")->capture_default_str();
-        app.add_option("--kv-window", dc.kv.window, "snapkv: observation window")->capture_default_str();
-        app.add_option("--kv-kernel", dc.kv.kernel, "snapkv: pooling kernel (odd)")->capture_default_str();
+        app.add_option("--kv-budget", dc.kv.budget, "FAFO: cache slots the drafting rows see per layer and KV head")->capture_default_str()->check(cli::int_range(1, 1 << 24));
+        app.add_option("--kv-sinks", dc.kv.sinks, "streaming: attention-sink slots kept (-1 = min(4, budget - 1))")->capture_default_str()->check(cli::int_range(-1, 1 << 24));
+        app.add_option("--kv-recent", dc.kv.recent, "h2o: recent slots kept (-1 = budget/2)")->capture_default_str()->check(cli::int_range(-1, 1 << 24));
+        app.add_option("--kv-window", dc.kv.window, "snapkv: observation window")->capture_default_str()->check(cli::int_range(1, 1 << 24));
+        app.add_option("--kv-kernel", dc.kv.kernel, "snapkv: pooling kernel (odd)")->capture_default_str()->check(cli::int_range(1, 1 << 24));
         app.add_option("--kv-pool", kv_pool, "snapkv: max | avg pooling")->capture_default_str()->check(CLI::IsMember({"max", "avg"}));
         lm::add_device_flag(app, device);
         app.add_option("--compare", compare, "Also decode with this method (ar) and report speedup and identical_to_ar")
             ->check(CLI::IsMember({"ar"}));
         app.add_option("-o,--output", output, "Per-step records and summary (.jsonl)");
-        app.add_flag("--no-text", quiet_text, "Do not print the generated text");
-        app.add_flag("--no-stream", no_stream, "Print the text once at the end instead of as tokens are accepted");
+        lm::add_text_flags(app, quiet_text, no_stream);
         app.add_option("--search-skip-set", search_out, "Search a self-spec skip set on --calibration prompts, write it here (.json), exit");
         app.add_option("--calibration", calibration, "Calibration prompts, one per line (for --search-skip-set)");
         app.add_option("--calibration-tokens", calib_tokens, "Tokens generated per calibration prompt")->capture_default_str()->check(cli::int_range(1, 4096));
@@ -150,11 +148,7 @@ int main(int argc, char** argv) {
         if (searching && calibration.empty()) throw UsageError("--search-skip-set needs --calibration prompts");
         if (searching && std::filesystem::path(search_out).extension() != ".json")
           throw UsageError("the skip set is JSON: give a path ending in .json", "--search-skip-set " + search_out);
-        for (const std::string& path : {search_out, output}) {
-          const auto dir = std::filesystem::path(path).parent_path();
-          if (!path.empty() && !dir.empty() && !std::filesystem::is_directory(dir))
-            throw UsageError("output directory does not exist", path);
-        }
+        if (searching) io::check_output_dir(search_out);  // -o is checked by run_tool
         if (dc.sampler.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
         dc.method = decode::parse_method(method);
         if (app->count("--draft") == 0 && dc.method == decode::Method::self_spec) dc.pld_draft = 8;
@@ -234,10 +228,7 @@ int main(int argc, char** argv) {
           return;
         }
 
-        std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov);
-        if (prompt_tokens > 0 && static_cast<int>(ids.size()) > prompt_tokens) ids.resize(prompt_tokens);
-        if (prompt_tokens > 0 && static_cast<int>(ids.size()) < prompt_tokens)
-          throw InputError(fmt::format("prompt has {} tokens, fewer than --prompt-tokens {}", ids.size(), prompt_tokens));
+        std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov, prompt_tokens);
         if (static_cast<int>(ids.size()) >= c.n_ctx)
           throw InputError(fmt::format("prompt has {} tokens, no room to generate in the context of n_ctx = {}", ids.size(), c.n_ctx));
         if (!skip_file.empty()) {

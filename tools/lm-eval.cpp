@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
       "Mean cross-entropy (nats per token) and perplexity exp(loss) of a checkpoint on a text: documents are\n"
       "read and tokenized as lm-train does (BOS before each document), joined and cut into non-overlapping\n"
       "windows of --seq-len tokens (the last one shorter); every token after the first is predicted once.\n"
-      "--split val with --val-every 20 evaluates exactly lm-train's held-out documents.  JSON result:\n"
+      "--split val with --val-every 20 evaluates exactly lm-train's held-out documents; --max-tokens N\n"
+      "scores only the first N predicted tokens (the windows are cut from those).  JSON result:\n"
       "loss, perplexity, bits_per_token, tokens (predicted tokens counted), windows, split, meta.",
       "  lm-eval kjv.h5 ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val\n"
       "  lm-eval kjv.h5 psalm23.txt --seq-len 256 -o eval.json\n"};
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
         app.add_option("--seq-len", seq_len, "Window length (default the model's n_ctx)")->check(cli::int_range(1, 1 << 20));
         app.add_option("--batch", batch, "Windows per forward")->capture_default_str()->check(cli::int_range(1, 1 << 16));
         lm::add_device_flag(app, device);
-        app.add_option("--max-tokens", max_tokens, "Stop after about this many tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
+        app.add_option("--max-tokens", max_tokens, "Score only the first N predicted tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
       },
       [&](cli::Context& ctx) {
         io::require_json_path(output);

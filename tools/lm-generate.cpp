@@ -30,9 +30,9 @@ using namespace icmlkit;
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string model_path, prompt, prompt_file, prompt_ids, output;
-  int max_new = 64, top_logprobs = 5;
+  int max_new = 64, top_logprobs = 5, prompt_tokens = 0;
   lm::SamplerConfig sc;
-  bool ignore_eos = false, no_stream = false;
+  bool ignore_eos = false, no_text = false, no_stream = false;
   std::string weights = "auto", device = "cpu";
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
@@ -41,25 +41,26 @@ int main(int argc, char** argv) {
       "forward, then one decode step per new token (full KV cache).  The prompt is text (--prompt,\n"
       "--prompt-file, or stdin when neither is given), tokenized with the model's own SentencePiece\n"
       "tokenizer with BOS prepended when the model says add_bos, or raw token ids (--prompt-ids, taken\n"
-      "verbatim).  Generated text goes to stdout as it is made, in whole UTF-8 characters (byte-fallback\n"
-      "tokens of an unfinished character wait for the rest; bytes that form none print as U+FFFD); -o x.jsonl writes a {\"meta\"} line, one record per\n"
+      "verbatim); --prompt-tokens N keeps its first N tokens.  Generated text goes to stdout as it is made,\n"
+      "in whole UTF-8 characters (byte-fallback tokens of an unfinished character wait for the rest; bytes\n"
+      "that form none print as U+FFFD; --no-text prints none); -o x.jsonl writes a {\"meta\"} line, one record per\n"
       "token (step, id, piece, logprob, top_ids, top_logprobs) and a final {\"summary\"} (prompt and\n"
       "generated tokens, prefill and decode tokens/s, time to first token, stop reason).\n"
       "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.",
       "  lm-generate model.h5 --prompt 'In the beginning' -n 40\n"
-      "  lm-generate model.h5 --prompt-file prompt.txt --temperature 0.8 --top-p 0.95 --seed 7 -o run.jsonl\n"
+      "  lm-generate model.h5 --prompt-file prompt.txt --prompt-tokens 128 --temperature 0.8 --top-p 0.95 --seed 7 -o run.jsonl --no-text\n"
       "  lm-generate model.h5 --prompt-ids 1,450,3186 -n 16 -o ids.jsonl --no-stream\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
         app_ptr = &app;
         app.add_option("model", model_path, "Native checkpoint (.h5)")->required();
-        lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids);
+        lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids, prompt_tokens);
         app.add_option("-n,--max-new-tokens", max_new, "Tokens to generate at most")->capture_default_str()->transform(cli::count(0, 1 << 24));
         lm::add_sampler_flags(app, sc);
         app.add_option("--top-logprobs", top_logprobs, "Top ids recorded per token in -o")->capture_default_str()->check(cli::int_range(0, 100));
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
-        app.add_flag("--no-stream", no_stream, "Print the text once at the end instead of token by token");
+        lm::add_text_flags(app, no_text, no_stream);
         app.add_option("-o,--output", output, "Per-token records (.jsonl)");
         lm::add_device_flag(app, device);
         app.add_option("--weights", weights, "Compute weights: auto (f16 when the file stores f16), f32, f16 (exact f16 only)")
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
         std::unique_ptr<lm::Tokenizer> tok;
         if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(model.tokenizer_model, model_path + ":/tokenizer/model");
 
-        std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov);
+        std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov, prompt_tokens);
         if (static_cast<int>(ids.size()) > c.n_ctx)
           throw InputError(fmt::format("prompt has {} tokens, longer than n_ctx = {}", ids.size(), c.n_ctx), model_path);
         const int n_prompt = static_cast<int>(ids.size());
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
         double ttft = 0.0;
         std::vector<int> gen;
         std::optional<lm::TextStream> stream;
-        if (tok && !no_stream) stream.emplace(*tok);
+        if (tok && !no_stream && !no_text) stream.emplace(*tok);
         std::string stop = max_new == 0 ? (requested > 0 ? "n_ctx" : "max_new_tokens") : "";
         Stopwatch decode_timer;
         for (int step = 0; step < max_new; ++step) {
@@ -144,9 +145,9 @@ int main(int argc, char** argv) {
           engine->commit_all();
         }
         const double decode_s = decode_timer.seconds();
-        if (tok) {
+        if (!no_text && tok) {
           std::cout << (stream ? stream->finish() : tok->decode(gen)) << "\n" << std::flush;
-        } else {
+        } else if (!no_text) {
           for (std::size_t i = 0; i < gen.size(); ++i) std::cout << (i ? " " : "") << gen[i];
           std::cout << "\n";
         }

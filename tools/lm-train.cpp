@@ -181,11 +181,11 @@ int main(int argc, char** argv) {
           throw UsageError("give --init, --tokenizer or --vocab-size", "--vocab-size");
         if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
         if (t.steps == 0 && tokens_budget == 0) throw UsageError("give --steps or --tokens", "--steps");
+        if (resume && overwrite) throw UsageError("give --resume or --overwrite, not both");
         if (resume)  // the usual way to resume is the same command line plus --resume: say, don't refuse
           for (const char* flag : {"--init", "--preset", "--config", "--tokenizer", "--vocab-size"})
             if (app->count(flag) > 0)
               log::warn("{} is ignored with --resume: the model and tokenizer come from -o {}", flag, output);
-        if (resume && overwrite) throw UsageError("give --resume or --overwrite, not both");
         // Forgetting --resume must not throw away a run: -o holding training state is kept.
         if (!resume && !overwrite && nn::holds_training_state(output))
           throw UsageError(fmt::format("-o {} already holds a training run: --resume continues it, --overwrite replaces it", output));
@@ -201,6 +201,7 @@ int main(int argc, char** argv) {
         // leaves an existing log untouched.
         if (!io::is_stdout(log_path) && std::filesystem::path(log_path).extension() != ".jsonl")
           throw UsageError("--log must end in .jsonl", "--log");
+        io::check_output_dir(log_path);
         std::unique_ptr<std::ofstream> log_file;
         auto emit = [&](const nlohmann::json& j) {
           if (!io::is_stdout(log_path) && !log_file) {

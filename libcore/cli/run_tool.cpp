@@ -10,7 +10,9 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <regex>
 
+#include "io/atomic_file.hpp"
 #include "util/build_info_access.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -27,16 +29,40 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// CLI11's own wording of a bad flag value, in ours ("must be ..., got ...").  Truth for the
+// patterns: the messages CLI11 2.1 produces (test_cli.cpp takes them from real parses).
+std::string plain_value_message(const std::string& msg) {
+  static const std::regex range(R"(^Value (.*) not in range (\S+) to (\S+)$)");       // CLI::Range
+  static const std::regex member(R"(^(.*) not in \{(.*)\}$)");                         // CLI::IsMember
+  static const std::regex repeated(R"(^At Most 1 required but received (\d+)$)");     // flag given twice
+  static const std::regex no_value(R"(^\d+ required .* missing$)");                    // flag without its value
+  std::smatch m;
+  if (std::regex_match(msg, m, range))
+    return fmt::format("must be a number in {}..{}, got {}", std::strtod(m[2].str().c_str(), nullptr),
+                       std::strtod(m[3].str().c_str(), nullptr), m[1].str());
+  if (std::regex_match(msg, m, member)) {
+    std::string choices = m[2];
+    for (std::size_t p = 0; (p = choices.find(',', p)) != std::string::npos; p += 2) choices.replace(p, 1, ", ");
+    return fmt::format("must be one of {}, got '{}'", choices, m[1].str());
+  }
+  if (std::regex_match(msg, m, repeated)) return fmt::format("given {} times; give it once", m[1].str());
+  if (std::regex_match(msg, m, no_value)) return "needs a value";
+  return msg;
+}
+
 }  // namespace
 
 std::string describe_parse_error(const std::string& what) {
   // CLI11 2.1 reports a failed conversion as "Could not convert: --flag = value".
-  const std::string prefix = "Could not convert: ";
-  const auto eq = what.find(" = ");
-  if (what.rfind(prefix, 0) != 0 || eq == std::string::npos) return what;
-  const std::string flag = what.substr(prefix.size(), eq - prefix.size());
-  const std::string value = what.substr(eq + 3);
-  return flag + ": cannot read '" + value + "' (not a number of the right kind, or out of range)";
+  const std::string convert = "Could not convert: ";
+  if (const auto eq = what.find(" = "); what.rfind(convert, 0) == 0 && eq != std::string::npos)
+    return fmt::format("cannot read '{}': not a number of the right kind, or out of range ({})", what.substr(eq + 3),
+                       what.substr(convert.size(), eq - convert.size()));
+  // A bad value of one flag: "--flag: message" (our validators, CLI11's Range and IsMember).
+  const auto colon = what.find(": ");
+  if (what.size() > 1 && what[0] == '-' && colon != std::string::npos && what.find(' ') > colon)
+    return plain_value_message(what.substr(colon + 2)) + " (" + what.substr(0, colon) + ")";
+  return what + " (run with --help for usage)";
 }
 
 namespace {
@@ -160,7 +186,7 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
     } catch (const CLI::Success&) {
       return 0;
     } catch (const CLI::ParseError& e) {
-      return fail(info.name, describe_parse_error(e.what()) + " (run with --help for usage)", 2);
+      return fail(info.name, describe_parse_error(e.what()), 2);
     }
     log::set_level(ctx.common.quiet ? log::Level::quiet
                                     : (ctx.common.verbose > 0 ? log::Level::verbose : log::Level::normal));
@@ -169,6 +195,8 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
     ctx.prov.version = std::string(build_summary()["version"]);
     ctx.prov.command = io::shell_join(argc, argv);
     ctx.prov.seed = ctx.common.seed;
+    // An output that cannot be written fails now, not after the work (DESIGN.md: exit 1).
+    if (const CLI::Option* out = app.get_option_no_throw("--output")) io::check_output_dir(out->as<std::string>());
     body(ctx);
     std::cout.flush();
     if (!std::cout) return fail(info.name, "cannot write to standard output", 1);

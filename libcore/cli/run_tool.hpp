@@ -39,13 +39,18 @@ struct Context {
 };
 
 /// Runs a tool.  `setup` adds the tool's options to the app; `body` does the work after a
-/// successful parse.  Returns the process exit code; never throws.
+/// successful parse and after a check that the directory of -o/--output (when the tool has
+/// one and it is not stdout) exists and is writable (io::check_output_dir, exit 1).  Returns
+/// the process exit code; never throws.
 int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<void(CLI::App&)>& setup,
              const std::function<void(Context&)>& body);
 
-/// Rewrites a CLI11 parse message for the user: "Could not convert: --w = abc" becomes
-/// "--w: cannot read 'abc' (not a number of the right kind, or out of range)"; other
-/// messages are returned unchanged.
+/// Rewrites a CLI11 parse message into the one-line form "<what> (<where>)": a bad flag value
+/// "--flag: message" becomes "message (--flag)", with CLI11's own wording made ours
+/// ("Value 0.5 not in range 1.000000 to 10.000000" -> "must be a number in 1..10, got 0.5";
+/// "x not in {a,b}" -> "must be one of a, b, got 'x'"); "Could not convert: --w = abc" becomes
+/// "cannot read 'abc': not a number of the right kind, or out of range (--w)"; any other
+/// message (unknown flag, missing argument) gets " (run with --help for usage)".
 std::string describe_parse_error(const std::string& what);
 
 /// Flag validators with short messages ("must be > 0", "must be an integer in 0..100000").

@@ -76,11 +76,27 @@ void unregister_pending(int slot) {
 }
 }  // namespace
 
-AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
-  fs::path dir = target_.parent_path();
-  if (dir.empty()) dir = ".";
+namespace {
+// The directory an entry at `path` lives in ("." for a bare name; "a/b/" is the entry "a/b").
+fs::path containing_dir(fs::path path) {
+  if (!path.has_filename()) path = path.parent_path();
+  fs::path dir = path.parent_path();
+  return dir.empty() ? fs::path(".") : dir;
+}
+}  // namespace
+
+void check_output_dir(const std::string& path) {
+  if (is_stdout(path)) return;
+  const fs::path dir = containing_dir(path);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw RuntimeError("output directory does not exist", dir.string());
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw RuntimeError("output directory is not writable", dir.string());
+}
+
+AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
+  check_output_dir(target_.string());
+  const fs::path dir = containing_dir(target_);
+  std::error_code ec;
   if (fs::is_directory(target_, ec)) throw RuntimeError("output path is a directory", target_.string());
   std::string name = ".";
   name += target_.filename().string();

@@ -16,7 +16,8 @@ namespace icmlkit::io {
 /// A pending output file.  Write to `temp_path()` (any library may open it), then commit().
 class AtomicFile {
  public:
-  /// `target`: the final path.  Throws RuntimeError when its directory does not exist.
+  /// `target`: the final path.  Throws RuntimeError when its directory does not exist or is not
+  /// writable (check_output_dir), or when the target is a directory.
   explicit AtomicFile(std::filesystem::path target);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -34,6 +35,13 @@ class AtomicFile {
   bool committed_ = false;
   int slot_ = -1;  ///< entry in the table the signal handler cleans up (-1: none)
 };
+
+/// Checks, before any work is done, that a file can be created at `path`: the directory that
+/// would hold it exists and is writable ("dir/" counts as the entry "dir", so a tool that makes
+/// an output directory needs only its parent).  Does nothing for stdout ("-" or empty).  Throws
+/// RuntimeError naming the directory (exit 1, like an unreadable input).  run_tool calls it for
+/// every tool's -o/--output; AtomicFile calls it again when the file is opened.
+void check_output_dir(const std::string& path);
 
 /// Writes `bytes` to `path` atomically; `path` "-" or empty writes to stdout.
 /// Throws RuntimeError when the file cannot be written.

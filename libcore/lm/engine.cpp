@@ -27,15 +27,16 @@ double engine_loss(Engine& engine, const std::vector<int>& stream, int S, int ba
     for (int t = 0; t < n; ++t) sum -= log_softmax_at(fr.logits.row(t), V, stream[o + t + 1]);
     tokens += n;
   };
-  const std::int64_t targets = std::int64_t(stream.size()) - 1, full = targets / S;
+  const std::int64_t all = std::int64_t(stream.size()) - 1;
+  const std::int64_t targets = max_tokens > 0 ? std::min(all, max_tokens) : all, full = targets / S;  // the first ones
   std::int64_t w = 0;
-  while (w < full && (max_tokens <= 0 || tokens < max_tokens)) {
+  while (w < full) {
     const std::int64_t b = std::min<std::int64_t>(std::max(1, batch), full - w);
     for (std::int64_t i = 0; i < b; ++i) window(std::size_t(w + i) * S, S);
     w += b;
   }
   const std::int64_t rest = targets - full * S;
-  if (rest > 0 && (max_tokens <= 0 || tokens < max_tokens)) window(std::size_t(full) * S, static_cast<int>(rest));
+  if (rest > 0) window(std::size_t(full) * S, static_cast<int>(rest));
   engine.clear();
   return sum;
 }

@@ -1,6 +1,7 @@
 #include "lm/prompt.hpp"
 
 #include <cctype>
+#include <limits>
 #include <sstream>
 
 #include <fmt/core.h>
@@ -12,10 +13,16 @@
 
 namespace icmlkit::lm {
 
-void add_prompt_flags(CLI::App& app, std::string& text, std::string& file, std::string& ids) {
+void add_prompt_flags(CLI::App& app, std::string& text, std::string& file, std::string& ids, int& prompt_tokens) {
   app.add_option("--prompt", text, "Prompt text");
   app.add_option("--prompt-file", file, "File holding the prompt text (- for stdin)");
   app.add_option("--prompt-ids", ids, "Prompt as comma-separated token ids");
+  app.add_option("--prompt-tokens", prompt_tokens, "Keep only the first N prompt tokens (0 = all)")->check(cli::int_range(0, 1 << 24));
+}
+
+void add_text_flags(CLI::App& app, bool& no_text, bool& no_stream) {
+  app.add_flag("--no-text", no_text, "Do not print the generated text");
+  app.add_flag("--no-stream", no_stream, "Print the text once at the end instead of as tokens are made");
 }
 
 void add_sampler_flags(CLI::App& app, SamplerConfig& sc) {
@@ -44,6 +51,8 @@ std::vector<int> parse_token_ids(const std::string& text, const std::string& whe
     }
     while (used < item.size() && std::isspace(static_cast<unsigned char>(item[used]))) ++used;
     if (used == 0 || used != item.size()) throw UsageError("not a comma-separated list of token ids: '" + item + "'", where);
+    if (v < 0 || v > std::numeric_limits<int>::max())
+      throw UsageError(fmt::format("token ids are integers in 0..{}, got {}", std::numeric_limits<int>::max(), v), where);
     ids.push_back(static_cast<int>(v));
   }
   if (ids.empty()) throw UsageError("empty list of token ids", where);
@@ -67,20 +76,28 @@ void check_prompt_sources(const CLI::App& app, const std::string& file, const st
 
 std::vector<int> resolve_prompt(const CLI::App& app, const std::string& text, const std::string& file,
                                 const std::string& ids_text, const Tokenizer* tok, const ModelConfig& c,
-                                const std::string& model_path, io::Provenance& prov) {
+                                const std::string& model_path, io::Provenance& prov, int prompt_tokens) {
+  std::vector<int> ids;
   if (!ids_text.empty()) {
-    std::vector<int> ids = parse_token_ids(ids_text, "--prompt-ids");
+    ids = parse_token_ids(ids_text, "--prompt-ids");
     for (int id : ids)
-      if (id < 0 || id >= c.vocab_size)
+      if (id >= c.vocab_size)
         throw InputError(fmt::format("token id {} outside the vocabulary [0, {})", id, c.vocab_size), "--prompt-ids");
-    return ids;
+  } else {
+    if (!tok) throw InputError("the model has no tokenizer (/tokenizer/model): use --prompt-ids", model_path);
+    if (app.count("--prompt") > 0 && file.empty()) {
+      ids = encode_prompt(tok, c, text, "--prompt", model_path);
+    } else {
+      const std::string src = file.empty() ? "-" : file;
+      const std::string content = io::read_file(src);
+      prov.add_input(src, io::sha256_hex(content));
+      ids = encode_prompt(tok, c, content, src == "-" ? "stdin" : src, model_path);
+    }
   }
-  if (!tok) throw InputError("the model has no tokenizer (/tokenizer/model): use --prompt-ids", model_path);
-  if (app.count("--prompt") > 0 && file.empty()) return encode_prompt(tok, c, text, "--prompt", model_path);
-  const std::string src = file.empty() ? "-" : file;
-  const std::string content = io::read_file(src);
-  prov.add_input(src, io::sha256_hex(content));
-  return encode_prompt(tok, c, content, src == "-" ? "stdin" : src, model_path);
+  if (prompt_tokens > 0 && static_cast<int>(ids.size()) < prompt_tokens)
+    throw InputError(fmt::format("prompt has {} tokens, fewer than --prompt-tokens {}", ids.size(), prompt_tokens));
+  if (prompt_tokens > 0) ids.resize(prompt_tokens);
+  return ids;
 }
 
 }  // namespace icmlkit::lm

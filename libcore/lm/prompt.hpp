@@ -14,8 +14,13 @@
 namespace icmlkit::lm {
 
 /// Adds --prompt, --prompt-file and --prompt-ids (raw option values; see parse_token_ids and
-/// encode_prompt) to a generating tool.
-void add_prompt_flags(CLI::App& app, std::string& text, std::string& file, std::string& ids);
+/// encode_prompt) and --prompt-tokens N (0..2^24, 0 = all; pass it to resolve_prompt) to a
+/// generating tool.
+void add_prompt_flags(CLI::App& app, std::string& text, std::string& file, std::string& ids, int& prompt_tokens);
+
+/// Adds --no-text (print no generated text) and --no-stream (print it once at the end rather
+/// than as tokens are made) to a generating tool.
+void add_text_flags(CLI::App& app, bool& no_text, bool& no_stream);
 
 /// Adds --temperature (>= 0), --top-k (0..2^24) and --top-p ([0, 1]; 0 must still be refused by
 /// SamplerConfig::validate) writing into `sc`.
@@ -26,7 +31,8 @@ void add_sampler_flags(CLI::App& app, SamplerConfig& sc);
 void add_device_flag(CLI::App& app, std::string& device);
 
 /// Parses "1,450,3186" (whitespace after an id allowed).  Throws UsageError naming `where`
-/// for an empty list or an item that is not an integer.  Ids are not range-checked.
+/// for an empty list, an item that is not an integer, or a negative id (all malformed flag
+/// values).  Ids are not checked against a vocabulary.
 std::vector<int> parse_token_ids(const std::string& text, const std::string& where);
 
 /// Encodes prompt text with the model's tokenizer and prepends bos_id when config.add_bos.
@@ -41,11 +47,12 @@ void check_prompt_sources(const CLI::App& app, const std::string& file, const st
 
 /// The prompt as token ids, from whichever source the flags name: --prompt-ids (range-checked
 /// against the vocabulary), --prompt text, --prompt-file, or stdin when none is given (the
-/// file's SHA-256 goes into `prov`).  Text is encoded with encode_prompt.  Throws UsageError
-/// for a malformed id list and InputError for ids outside [0, vocab_size), unreadable files,
-/// a model without a tokenizer or an empty prompt.
+/// file's SHA-256 goes into `prov`).  Text is encoded with encode_prompt.  `prompt_tokens` > 0
+/// keeps the first that many tokens (--prompt-tokens).  Throws UsageError for a malformed id
+/// list and InputError for ids outside [0, vocab_size), unreadable files, a model without a
+/// tokenizer, an empty prompt, or a prompt shorter than `prompt_tokens`.
 std::vector<int> resolve_prompt(const CLI::App& app, const std::string& text, const std::string& file,
                                 const std::string& ids, const Tokenizer* tok, const ModelConfig& config,
-                                const std::string& model_path, io::Provenance& prov);
+                                const std::string& model_path, io::Provenance& prov, int prompt_tokens = 0);
 
 }  // namespace icmlkit::lm

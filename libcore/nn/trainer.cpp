@@ -31,11 +31,12 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
   if (stream.size() < 2) return r;
   TrainCache<float> cache;
   double sum = 0;
-  const std::int64_t targets = std::int64_t(stream.size()) - 1;
+  const std::int64_t all = std::int64_t(stream.size()) - 1;
+  const std::int64_t targets = max_tokens > 0 ? std::min(all, max_tokens) : all;  // the first ones
   const std::int64_t full = targets / S;
   std::vector<int> in, tg;
   std::int64_t w = 0;
-  while (w < full && (max_tokens <= 0 || r.tokens < max_tokens)) {
+  while (w < full) {
     const int b = static_cast<int>(std::min<std::int64_t>(batch, full - w));
     in.clear();
     tg.clear();
@@ -46,7 +47,7 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
     w += b;
   }
   const std::int64_t rest = targets - full * S;
-  if (rest > 0 && (max_tokens <= 0 || r.tokens < max_tokens)) {
+  if (rest > 0) {
     const std::size_t o = std::size_t(full) * S;
     in.assign(stream.begin() + o, stream.begin() + o + rest);
     tg.assign(stream.begin() + o + 1, stream.begin() + o + rest + 1);
@@ -163,8 +164,9 @@ nlohmann::json Trainer::load(const std::string& path) {
     if (!saved.contains(it.key()) || saved[it.key()] != it.value())
       throw InputError(fmt::format("resume: option {} is {} here but {} in the checkpoint{}", it.key(), it.value().dump(),
                                    saved.contains(it.key()) ? saved[it.key()].dump() : "absent",
-                                   it.key() == "steps" ? " (--steps, or --tokens which sets them, fix the learning-rate schedule, so a "
-                                                         "run cannot be lengthened by resuming; start a new run with --init from it)"
+                                   it.key() == "steps" ? "; the step count (set by --steps or --tokens) fixes the learning-rate "
+                                                         "schedule, so it cannot change on resume (to train longer, start a new run "
+                                                         "with --init from the checkpoint)"
                                                        : ""),
                        path);
   std::int64_t step = 0, tokens = 0, ep = 0, pos = 0;

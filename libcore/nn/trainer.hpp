@@ -51,7 +51,8 @@ struct EvalResult {
 };
 
 /// Loss of `params` on every non-overlapping window of `stream` (the last, shorter window
-/// included), `batch` windows per forward, stopping once max_tokens (> 0) targets are counted.
+/// included), `batch` windows per forward.  max_tokens > 0 scores only the first max_tokens
+/// targets (the same as evaluating stream[0, max_tokens]), so `tokens` is at most max_tokens.
 EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int seq_len, int batch,
                     std::int64_t max_tokens = 0);
 

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <unistd.h>
 
@@ -120,6 +121,29 @@ TEST_CASE("io: atomic writes never leave partial files or clobber good ones") {
   for (const auto& e : fs::directory_iterator(p.parent_path())) tmp += e.path().filename().string().find(".tmp.") != std::string::npos;
   CHECK(tmp == 0);
   CHECK_THROWS_AS(io::write_text("/nonexistent-dir/x.json", "x"), RuntimeError);
+}
+
+// Truth: the file system itself (a directory made here, one that is not, one made read-only).
+TEST_CASE("io: check_output_dir refuses a missing or read-only directory, naming it") {
+  const fs::path dir = scratch("out", "outdir");
+  fs::create_directories(dir);
+  CHECK_NOTHROW(io::check_output_dir((dir / "x.json").string()));
+  CHECK_NOTHROW(io::check_output_dir("-"));
+  CHECK_NOTHROW(io::check_output_dir(""));
+  CHECK_NOTHROW(io::check_output_dir("bare-name.json"));             // the current directory
+  CHECK_NOTHROW(io::check_output_dir((dir / "new-hf-dir/").string()));  // a directory to be made: its parent counts
+  CHECK(message_of([&] { io::check_output_dir((dir / "nodir" / "x.json").string()); }) ==
+        "output directory does not exist (" + (dir / "nodir").string() + ")");
+  CHECK_THROWS_AS(io::AtomicFile(dir / "nodir" / "x.json"), RuntimeError);
+  CHECK_THROWS_AS(io::check_output_dir((dir / "nodir" / "x.json").string()), RuntimeError);  // exit 1, not 2
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+  if (::geteuid() == 0) {
+    MESSAGE("running as root, which may write anywhere: the read-only directory check is not exercised");
+  } else {
+    CHECK(message_of([&] { io::check_output_dir((dir / "x.json").string()); }) ==
+          "output directory is not writable (" + dir.string() + ")");
+  }
+  fs::permissions(dir, fs::perms::owner_all);
 }
 
 TEST_CASE("io: --where filters and drop_largest") {

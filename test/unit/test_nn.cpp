@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "lm/engine.hpp"
 #include "lm/forward.hpp"
 #include "lm/model.hpp"
 #include "nn/adamw.hpp"
@@ -502,6 +503,40 @@ TEST_CASE("nn evaluate: mean loss over all windows including the short last one"
   }
   CHECK(r.loss == doctest::Approx(sum / 29).epsilon(1e-6));
   CHECK(r.perplexity() == doctest::Approx(std::exp(sum / 29)).epsilon(1e-6));
+}
+
+// --max-tokens N (lm-eval) scores exactly the first N targets: the same as the stream cut to
+// N + 1 tokens.  Truth: the engine on the windows of the cut stream ([0, 8) and [8, 13) for
+// N = 13), log-softmax in double; tolerance float logits, as above.  Before the fix the cap was
+// checked per batch of windows, so 13 scored all 29 (or 16) targets.
+TEST_CASE("nn evaluate and engine_loss: max_tokens scores exactly the first max_tokens targets") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.3);
+  auto P = params_from_model<float>(m);
+  const auto stream = random_stream(30, m.config.vocab_size, 5);
+  for (const int n : {13, 8, 3}) {
+    double sum = 0;
+    for (int o = 0; o < n; o += 8) {
+      const int len = std::min(8, n - o);
+      lm::KvCache kv(m.config);
+      const std::vector<int> seq(stream.begin() + o, stream.begin() + o + len);
+      const auto res = lm::forward(m, kv, lm::Batch::causal(seq, 0));
+      for (int t = 0; t < len; ++t) {
+        double z = 0;
+        for (int v = 0; v < m.config.vocab_size; ++v) z += std::exp(double(res.logits.row(t)[v]));
+        sum += std::log(z) - res.logits.row(t)[stream[o + t + 1]];
+      }
+    }
+    const EvalResult r = evaluate(P, stream, 8, 2, n);
+    CHECK(r.tokens == n);
+    CHECK(r.loss == doctest::Approx(sum / n).epsilon(1e-6));
+    const auto engine = lm::open_engine(m, lm::Device::cpu);
+    std::int64_t counted = 0;
+    const double esum = lm::engine_loss(*engine, stream, 8, 2, n, counted);
+    CHECK(counted == n);
+    CHECK(esum / n == doctest::Approx(sum / n).epsilon(1e-6));
+  }
+  // A cap beyond the stream scores it all.
+  CHECK(evaluate(P, stream, 8, 2, 1000).tokens == 29);
 }
 
 // Gradient accumulation: accum micro-batches of b windows take the same step as one batch of

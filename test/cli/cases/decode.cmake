@@ -20,13 +20,13 @@ cli_case(fafo/sampling-seeded
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 3 --method lookahead > a.txt && ${FAFO} m.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 3 --method lookahead > b.txt && ${FAFO} m.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 4 --method lookahead > c.txt && cmp a.txt b.txt && ! cmp -s a.txt c.txt")
 
 # ---- bad input ----------------------------------------------------------------------------------
-cli_case(fafo/window-zero --rc 2 --stderr "window W must be in" --tool fafo-generate --no-file r.jsonl
+cli_case(fafo/window-zero --rc 2 --stderr "must be an integer in 1\\.\\.256, got 0 \\(--window\\)$" --tool fafo-generate --no-file r.jsonl
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method lookahead --window 0 -o r.jsonl")
-cli_case(fafo/ngram-one --rc 2 --stderr "n-gram size N must be in" --tool fafo-generate
+cli_case(fafo/ngram-one --rc 2 --stderr "must be an integer in 2\\.\\.32, got 1 \\(--ngram\\)$" --tool fafo-generate
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method fafo --ngram 1")
-cli_case(fafo/budget-zero --rc 2 --stderr "KV budget must be >= 1" --tool fafo-generate
+cli_case(fafo/budget-zero --rc 2 --stderr "must be an integer in 1\\.\\.16777216, got 0 \\(--kv-budget\\)$" --tool fafo-generate
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method fafo --kv-budget 0")
-cli_case(fafo/guesses-too-many --rc 2 --stderr "guess set size G" --tool fafo-generate
+cli_case(fafo/guesses-too-many --rc 2 --stderr "must be an integer in 0\\.\\.256, got 1000 \\(--guesses\\)$" --tool fafo-generate
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method lookahead --guesses 1000")
 cli_case(fafo/prompt-fills-context --rc 1 --stderr "no room to generate in the context of n_ctx = 128" --tool fafo-generate --no-file r.jsonl
   -- bash -c "${FAFO_MODEL} && cat ${FX}/genesis.txt ${FX}/genesis.txt > long.txt && ${FAFO} m.h5 --prompt-file long.txt -o r.jsonl")
@@ -41,9 +41,9 @@ cli_case(fafo/skip-set-not-json --rc 1 --stderr "not JSON" --tool fafo-generate
 cli_case(fafo/bad-output-extension --rc 2 --stderr "ending in .jsonl" --no-file r.json -- ${FAFO} x.h5 --prompt x -o r.json)
 cli_case(fafo/unknown-method --rc 2 -- ${FAFO} x.h5 --prompt x --method medusa)
 cli_case(fafo/missing-model --rc 1 --stderr "cannot read file" -- ${FAFO} nope.h5 --prompt x)
-cli_case(fafo/search-output-dir-checked-first --rc 2 --stderr "output directory does not exist" -- ${FAFO} x.h5 --calibration c.txt --search-skip-set nodir/s.json)
+cli_case(fafo/search-output-dir-checked-first --rc 1 --stderr "output directory does not exist \\(nodir\\)$" -- ${FAFO} x.h5 --calibration c.txt --search-skip-set nodir/s.json)
 cli_case(fafo/empty-prompt-ids --rc 2 --stderr "empty list of token ids" --tool fafo-generate -- bash -c "${FAFO} x.h5 --prompt-ids ''")
-cli_case(fafo/negative-sinks --rc 2 --stderr "sink count must be >= 0" --tool fafo-generate
+cli_case(fafo/negative-sinks --rc 2 --stderr "must be an integer in -1\\.\\.16777216, got -5 \\(--kv-sinks\\)$" --tool fafo-generate
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --method fafo --kv-sinks -5")
 cli_case(fafo/flag-unused-by-method --rc 2 --stderr "--kv-budget is not used by --method lookahead" --no-file r.jsonl
   -- ${FAFO} x.h5 --prompt x --method lookahead --kv-budget 8 -o r.jsonl)
@@ -61,3 +61,6 @@ cli_case(fafo/demo-model-lossless --needs ${DEMO_MODEL}
   --rc 0 --file-jq all.json "([.[] | .identical_to_ar] | all) and (length == 6) and ([.[] | .generated_tokens == 32] | all)"
   --file-jq all.json "([.[] | select(.method != \"ar\") | .mean_accepted_per_step > 1.1] | all)"
   -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method prompt-lookup -o a.jsonl && ${DEMO_RUN} --method lookahead ${DEMO_W} -o b.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy streaming --kv-budget 16 -o c.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy h2o --kv-budget 16 -o d.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy tova --kv-budget 16 -o e.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy snapkv --kv-budget 48 -o f.jsonl && cat *.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
+# An int flag given a value beyond int says the allowed range, like every other range error.
+cli_case(fafo/window-out-of-range --rc 2 --stderr "^fafo-generate: error: must be an integer in 1\\.\\.256, got 99999999999 \\(--window\\)$"
+  -- ${FAFO} ${DEMO_MODEL} --prompt-ids 1,2 --window 99999999999)

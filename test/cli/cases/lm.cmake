@@ -107,3 +107,18 @@ cli_case(lm/generate-stream-valid-utf8
 do ${LMGEN} m.h5 --prompt-ids 1 --temperature 1 --seed $s -n 60 --ignore-eos -q > a$s.txt && ${LMGEN} m.h5 --prompt-ids 1 --temperature 1 --seed $s -n 60 --ignore-eos --no-stream -q > b$s.txt && iconv -f UTF-8 -t UTF-8 a$s.txt > /dev/null && cmp a$s.txt b$s.txt || exit 1
 done
 grep -c $(printf '\\xef\\xbf\\xbd') b*.txt | grep -qv ':0$'")
+
+# ---- lm-generate: the prompt and text flags fafo-generate has (shared through lm::add_prompt_flags / add_text_flags) ----
+set(LO_KJV ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)
+# --prompt-tokens 16 keeps the first 16 prompt tokens (the summary counts them); --no-text prints
+# nothing and leaves the per-token records as they are without it.
+cli_case(lm-generate/prompt-tokens-and-no-text
+  --rc 0 --file-jq a.json ".[-1].summary.prompt_tokens == 16 and .[-1].summary.generated_tokens == 6"
+  -- bash -c "${LMGEN} ${LO_KJV} --prompt-file ${FX}/genesis.txt --prompt-tokens 16 -n 6 --ignore-eos --no-text -o a.jsonl > out.txt && test ! -s out.txt && ${LMGEN} ${LO_KJV} --prompt-file ${FX}/genesis.txt --prompt-tokens 16 -n 6 --ignore-eos -o b.jsonl > text.txt && test -s text.txt && cmp <(jq -c .id a.jsonl) <(jq -c .id b.jsonl) && jq -s . a.jsonl > a.json")
+cli_case(lm-generate/prompt-tokens-too-many --rc 1 --stderr "prompt has 4 tokens, fewer than --prompt-tokens 500" --no-file r.jsonl
+  -- ${LMGEN} ${LO_KJV} --prompt-ids 1,2,3,4 --prompt-tokens 500 -o r.jsonl)
+# A negative id is a malformed flag value like "1,,2": exit 2, one line naming the flag.
+cli_case(lm-generate/prompt-ids-negative --rc 2 --stderr "token ids are integers in 0\\.\\.2147483647, got -2 \\(--prompt-ids\\)$"
+  -- ${LMGEN} ${LO_KJV} --prompt-ids 1,-2)
+cli_case(lm-generate/prompt-ids-empty-item --rc 2 --stderr "not a comma-separated list of token ids: '' \\(--prompt-ids\\)$"
+  -- ${LMGEN} ${LO_KJV} --prompt-ids 1,,2)

@@ -58,7 +58,7 @@ cli_case(lm-eval/no-tokenizer --rc 1 --stderr "no tokenizer" --tool lm-eval
 # ---- the real KJV (../shared/data; skipped when absent) ------------------------------------------------
 # --doc-column 1 groups the 31,102 verses into the 1,189 chapters; every 20th chapter (59) is validation.
 cli_case(lm-eval/kjv-chapter-split --needs ${SHARED}/corpus/kjv.tsv
-  --rc 0 --file-jq v.json ".documents == 59 and .split == \"val\" and .tokens >= 2000" --file-jq t.json ".documents == 1130"
+  --rc 0 --file-jq v.json ".documents == 59 and .split == \"val\" and .tokens == 2000" --file-jq t.json ".documents == 1130 and .tokens == 500"
   -- bash -c "${TRAIN_SMALL_STR} --steps 2 -o m.h5 -q > /dev/null && ${LMEVAL} m.h5 ${SHARED}/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val --max-tokens 2000 --threads 1 -o v.json -q && ${LMEVAL} m.h5 ${SHARED}/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split train --max-tokens 500 --threads 1 -o t.json -q")
 # Shape from a JSON config, length from --tokens (ceil(1000 / (4 x 64)) = 4 steps); the checkpoint has the shape.
 cli_case(lm-train/json-config-and-token-budget
@@ -70,7 +70,7 @@ cli_case(lm-train/existing-run-not-overwritten --rc 2 --stderr "already holds a 
   -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && cp m.h5 keep.h5 && (${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q || (rc=$? && cmp -s m.h5 keep.h5 && exit $rc || exit 9))")
 cli_case(lm-train/overwrite-replaces-run --rc 0
   -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 6 --overwrite -o m.h5 -q > /dev/null && h5dump -a /train/step m.h5 | grep -q '(0): 6'")
-cli_case(lm-train/resume-longer-run-explained --rc 1 --stderr "option steps is 6 here but 4 in the checkpoint .*--init" --tool lm-train
+cli_case(lm-train/resume-longer-run-explained --rc 1 --stderr "option steps is 6 here but 4 in the checkpoint. the step count \\(set by --steps or --tokens\\) fixes the learning-rate schedule, so it cannot change on resume \\(to train longer, start a new run with --init from the checkpoint\\)" --tool lm-train
   -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 6 --resume -o m.h5 -q")
 cli_case(lm-train/resume-finished-run --rc 0 --stderr "already finished .step 4 of 4.*no steps trained in this call" --tool lm-train
   -- bash -c "${TRAIN_SMALL_STR} --steps 4 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 4 --resume -o m.h5 2>&1 > /dev/null | tr '\\n' ' ' >&2")
@@ -88,10 +88,26 @@ cli_case(lm-train/resume-allow-corpus-change
 cli_case(lm-train/tokens-scientific-notation
   --rc 0 --file-jq log.json ".[-1].summary.steps == 4 and .[-1].summary.tokens == 1024"
   -- bash -c "${TRAIN_SMALL_STR} --tokens 1.024e3 --eval-tokens 1e3 --eval-every 2e0 -o m.h5 -q > l.jsonl && jq -s . l.jsonl > log.json")
-cli_case(lm-train/tokens-not-whole --rc 2 --stderr "--tokens: must be a whole number, got 2.5" --no-file m.h5
+cli_case(lm-train/tokens-not-whole --rc 2 --stderr "must be a whole number, got 2.5 \\(--tokens\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --tokens 2.5 -o m.h5)
-cli_case(lm-train/steps-out-of-range --rc 2 --stderr "--steps: must be an integer in 1\\.\\.1099511627776, got 1e20" --no-file m.h5
+cli_case(lm-train/steps-out-of-range --rc 2 --stderr "must be an integer in 1\\.\\.1099511627776, got 1e20 \\(--steps\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 1e20 -o m.h5)
 cli_case(nn/eval-reads-gzip-corpus
   --rc 0 --file-jq b.json ".tokens > 100 and .loss > 0"
   -- bash -c "$<TARGET_FILE:tokenizer-train> ${FX}/genesis.txt --chunk-lines 3 --vocab-size 400 -o t.model -q && $<TARGET_FILE:lm-init> --tokenizer t.model --preset tiny --n-ctx 64 -o m.h5 -q && gzip -c ${FX}/genesis.txt > g.txt.gz && $<TARGET_FILE:lm-eval> m.h5 ${FX}/genesis.txt -q > a.json && $<TARGET_FILE:lm-eval> m.h5 g.txt.gz -q > b.json && test $(jq .loss a.json) = $(jq .loss b.json) && test $(jq .tokens a.json) = $(jq .tokens b.json)")
+
+# ---- lm-train: --resume with --overwrite is a usage error, alone (no "ignored with --resume" warnings first) ----
+cli_case(lm-train/resume-and-overwrite-usage-error-alone --rc 2 --stderr "^lm-train: error: give --resume or --overwrite, not both$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 4 --resume --overwrite -o m.h5)
+# ---- lm-eval --max-tokens N scores exactly the first N predicted tokens ----------------------------
+# Truth: the same corpus cut to its first 5 rows (documents) scores T = 111 tokens in 3 windows of
+# --seq-len 40; the whole file with --max-tokens T must give the same tokens and the same loss
+# (bitwise: the same windows).  And --max-tokens 100 reports 100 tokens in one window.
+set(LO_KJV7M ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)
+cli_case(lm-eval/max-tokens-exact
+  --rc 0 --file-jq all.json ".[0].tokens == 111 and .[1].tokens == .[0].tokens and .[1].loss == .[0].loss and .[1].windows == 3"
+  --file-jq all.json ".[2].tokens == 100 and .[2].windows == 1"
+  -- bash -c "head -n 5 ${KJVX} > k5.tsv && ${LMEVAL} ${LO_KJV7M} k5.tsv --column 2 --seq-len 40 -q > a.json && ${LMEVAL} ${LO_KJV7M} ${KJVX} --column 2 --seq-len 40 --max-tokens $(jq .tokens a.json) -q > b.json && ${LMEVAL} ${LO_KJV7M} ${KJVX} --column 2 --max-tokens 100 -q > c.json && jq -s . a.json b.json c.json > all.json")
+# --log in a missing directory fails before the corpus is read (here the corpus is missing too).
+cli_case(lm-train/log-dir-checked-first --rc 1 --stderr "^lm-train: error: output directory does not exist \\(nodir\\)$" --no-file m.h5
+  -- ${LMTRAIN} missing.txt --vocab-size 400 --steps 2 -o m.h5 --log nodir/l.jsonl)

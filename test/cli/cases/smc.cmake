@@ -12,8 +12,8 @@ cli_case(smc-optimize/omp-wait-policy-passive-by-default
 cli_case(smc-optimize/step-size-above-its-max --rc 2 --stderr "--step-size 0.2 is above --step-size-max 0.05" -- ${SMC} --problem gmm-reward --step-size 0.2 --step-size-max 0.05)
 cli_case(smc-optimize/step-size-min-above-max --rc 2 --stderr "--step-size-min 2 is above --step-size-max 1" -- ${SMC} --problem toy --step-size-min 2 --step-size-max 1)
 cli_case(smc-optimize/theta0-nan --rc 2 --stderr "must be a finite number .--theta0." -- ${SMC} --problem toy --theta0 nan)
-cli_case(smc-optimize/seed-negative --rc 2 --stderr "--seed: must be a whole number" -- ${SMC} --problem toy --seed -1)
-cli_case(smc-optimize/seed-out-of-range --rc 2 --stderr "--seed: out of range" -- ${SMC} --problem toy --seed 18446744073709551616)
+cli_case(smc-optimize/seed-negative --rc 2 --stderr "must be a whole number in 0\\.\\.18446744073709551615, got -1 \\(--seed\\)$" -- ${SMC} --problem toy --seed -1)
+cli_case(smc-optimize/seed-out-of-range --rc 2 --stderr "out of range 0\\.\\.18446744073709551615, got 18446744073709551616 \\(--seed\\)$" -- ${SMC} --problem toy --seed 18446744073709551616)
 cli_case(smc-optimize/adapt-flag-needs-sosmc --rc 2 --stderr "--adapt-factor is only used by --method sosmc" -- ${SMC} --problem toy --method pgd --adapt-factor 1.05)
 cli_case(smc-optimize/ebm-train-lr-needs-ebm --rc 2 --stderr "--ebm-train-lr is only used by the ebm-reward and digits-ebm problems" -- ${SMC} --problem toy --ebm-train-lr 0.01)
 cli_case(smc-optimize/toy-em-exact
@@ -100,8 +100,8 @@ cli_case(smc-optimize/pgd-no-lr-no-note --rc 0
   -- bash -c "${SMC} --problem toy --method pgd --steps 5 2> err.txt > /dev/null && test ! -s err.txt")
 # Step-size adaptation flags: out-of-range values are usage errors; --adapt-factor 1 (the
 # reference sosmc_ula's own default) keeps gamma at --step-size.
-cli_case(smc-optimize/adapt-factor-below-one --rc 2 --stderr "adapt-factor: Value 0.5 not in range" -- ${SMC} --adapt-factor 0.5)
-cli_case(smc-optimize/step-size-min-positive --rc 2 --stderr "step-size-min: must be > 0" -- ${SMC} --step-size-min 0)
+cli_case(smc-optimize/adapt-factor-below-one --rc 2 --stderr "must be a number in 1\\.\\.10, got 0\\.5 \\(--adapt-factor\\)$" -- ${SMC} --adapt-factor 0.5)
+cli_case(smc-optimize/step-size-min-positive --rc 2 --stderr "must be > 0, got 0 \\(--step-size-min\\)$" -- ${SMC} --step-size-min 0)
 cli_case(smc-optimize/adapt-factor-one-keeps-gamma
   --rc 0 --jq ".final_step_size == 0.01"
   -- ${SMC} --problem toy --steps 50 --adapt-factor 1)
