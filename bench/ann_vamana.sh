@@ -17,7 +17,7 @@ bin=${1:-./build/bin}
 n=${ANN_N:-200000}; dim=${ANN_DIM:-64}; nq=${ANN_NQ:-1000}; T=${ANN_THREADS:-$(nproc)}
 R=${ANN_R:-64}; L=${ANN_L:-100}; alpha=${ANN_ALPHA:-1.2}
 venv=${ANN_VENV:-build/bench-venv-ann}
-sweep=10,12,15,20,25,30,40,50,60,80,100,150,200
+sweep=10,12,13,14,15,16,17,18,20,25,30,40,50,60,80,100,150,200
 command -v jq >/dev/null || { echo '{"skipped": "jq not found"}'; exit 0; }
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || { echo '{"skipped": "python3-numpy not found"}'; exit 0; }
 [ -x "$bin/bimetric-index" ] || { echo "ann_vamana.sh: $bin/bimetric-index not built" >&2; exit 1; }
