@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   ann::SharedFlags f;
   std::string output = "-", index_path, mode = "bimetric";
   std::vector<std::uint64_t> quotas{100};
+  CLI::Option* quota_opt = nullptr;       // -Q: refused outside the quota modes
+  CLI::Option* index_type_opt = nullptr;  // --index-type: must match a loaded --index
   std::vector<int> search_L{5000};
   int k = 10, seeds = -1;
   double c_bound = 0;
@@ -44,13 +46,14 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         ann::add_shared_flags(app, f);
+        index_type_opt = app.get_option("--index-type");
         app.add_option("--index", index_path, "Index from bimetric-index (default: build one in memory with the build flags)");
         app.add_option("--queries", f.data.queries, "Query vectors in the true representation (default: /test of an HDF5 ITEMS, or --holdout)");
         app.add_option("--proxy-queries", f.data.proxy_queries, "The queries' proxy vectors (with --proxy-file and --queries)");
         app.add_option("--mode", mode, "bimetric, rerank, proxy, exact-d, exact-D")->capture_default_str()
             ->check(CLI::IsMember({"bimetric", "rerank", "proxy", "exact-d", "exact-D"}));
         app.add_option("-k", k, "Neighbours per query")->capture_default_str()->check(cli::int_range(1, 100000));
-        app.add_option("-Q,--quota", quotas, "D-call quota Q per query; a comma list sweeps")->delimiter(',')->check(cli::int_range(1, 1000000000));
+        quota_opt = app.add_option("-Q,--quota", quotas, "D-call quota Q per query; a comma list sweeps")->delimiter(',')->check(cli::int_range(1, 1000000000));
         app.add_option("--search-L", search_L, "Proxy-stage beam width on the graph; a comma list sweeps")->delimiter(',')
             ->check(cli::int_range(1, 10000000));
         app.add_option("--seeds", seeds, "bimetric on a graph: seeds from the proxy list (default: the paper's min(max(100, Q/2), list))")
@@ -66,6 +69,8 @@ int main(int argc, char** argv) {
         io::require_json_path(output);
         set_threads(ctx.common.threads);
         const ann::Mode m = ann::parse_mode(mode, "--mode");
+        if (quota_opt->count() > 0 && m != ann::Mode::bimetric && m != ann::Mode::rerank)
+          throw UsageError("only --mode bimetric and rerank spend a D-call quota", "-Q");
         const ann::DataOptions o = ann::finish_shared_flags(f, ctx.common.seed);
         const ann::BimetricData data = ann::load_bimetric_data(o, true, ctx.prov);
         const std::size_t n = data.D.size(), nq = data.qD.size();
@@ -80,12 +85,18 @@ int main(int argc, char** argv) {
         if (!index_path.empty()) {
           std::string saved;
           idx = ann::load_index(index_path, n, &saved);
+          if (index_type_opt->count() > 0 && f.index_type != idx.type())
+            throw UsageError(fmt::format("the index file holds a {} index, not {}", idx.type(), f.index_type), "--index-type");
           ctx.prov.add_input(index_path, io::sha256_file(index_path));
           nlohmann::json b = nlohmann::json::parse(saved, nullptr, false);
           const nlohmann::json want = ann::build_description(data, f, ctx.common.seed);
           for (const char* key : {"items_sha256", "items", "proxy", "proxy_dim", "proxy_metric", "holdout"})
             if (b.is_discarded() || !b.contains(key) || b[key] != want[key])
-              throw InputError(fmt::format("the index was built from other data ('{}' differs)", key), index_path);
+              throw InputError(b.is_discarded() || !b.contains(key)
+                                   ? fmt::format("the index has no build record of '{}'", key)
+                                   : fmt::format("the index was built with {} = {}, this run has {} (other data or proxy flags)", key,
+                                                 b[key].dump(), want[key].dump()),
+                               index_path);
           if (o.holdout && b.value("seed", std::uint64_t{0}) != ctx.common.seed)
             throw InputError("the index was built with another --seed (the holdout split differs)", index_path);
         } else if (needs_index) {

@@ -15,7 +15,7 @@ void add_shared_flags(CLI::App& app, SharedFlags& f) {
   app.add_option("--holdout", f.data.holdout, "Take N random rows of ITEMS (seeded by --seed) as queries; the rest are the items")
       ->check(cli::int_range(0, 100000000));
   app.add_flag("--no-header", f.data.read.no_header, "CSV files have no header row");
-  app.add_flag("--label-last", f.data.read.label_last, "CSV: the last column is a class label, not a coordinate");
+  app.add_flag("--label-last", f.data.read.label_last, "CSV: the last column of the items and query files is a class label, not a coordinate (proxy files are read whole)");
   app.add_option("--skip-lines", f.data.read.skip_lines, "CSV lines to skip first")->check(cli::int_range(0, 1000000));
   app.add_option("--index-type", f.index_type, "vamana (DiskANN graph) or cover-tree")->capture_default_str()
       ->check(CLI::IsMember({"vamana", "cover-tree"}));

@@ -33,8 +33,12 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
   std::string query_source = true_queries.n ? o.items + ":/test" : "";
   Vectors proxy_items, proxy_queries;
   bool have_proxy_queries = false;
+  // Proxy files are embeddings of the same items: every column is a coordinate (--label-last
+  // names the class label of the true file and query file only).
+  VectorReadOptions proxy_read = o.read;
+  proxy_read.label_last = false;
   if (!o.proxy_file.empty()) {
-    VectorFile p = read_vectors(o.proxy_file, o.read);
+    VectorFile p = read_vectors(o.proxy_file, proxy_read);
     prov.add_input(o.proxy_file, p.sha256);
     if (p.items.n != true_items.n)
       throw InputError(fmt::format("the proxy file has {} vectors, the true file has {}", p.items.n, true_items.n), o.proxy_file);
@@ -54,7 +58,7 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
     query_source = o.queries;
     if (!o.proxy_file.empty()) {
       if (o.proxy_queries.empty()) throw UsageError("with a proxy file and a query file, give the queries' proxy vectors too", "--proxy-queries");
-      VectorFile pq = read_vectors(o.proxy_queries, o.read);
+      VectorFile pq = read_vectors(o.proxy_queries, proxy_read);
       prov.add_input(o.proxy_queries, pq.sha256);
       if (pq.items.n != true_queries.n)
         throw InputError(fmt::format("{} proxy queries for {} queries", pq.items.n, true_queries.n), o.proxy_queries);

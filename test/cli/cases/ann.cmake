@@ -65,7 +65,7 @@ cli_case(bimetric/corrupt-index --rc 1 --tool bimetric-search --stderr "not an H
   -- bash -c "echo garbage > bad.h5 && ${BSR} ${FX}/ann_small.csv --holdout 2 --index bad.h5 -o o.json")
 cli_case(bimetric/truncated-index --rc 1 --tool bimetric-search --no-file o.json
   -- bash -c "${BIX} ${FX}/ann_small.csv --holdout 2 -R 8 -L 16 -o i.h5 > /dev/null && head -c 3000 i.h5 > cut.h5 && ${BSR} ${FX}/ann_small.csv --holdout 2 --index cut.h5 -o o.json")
-cli_case(bimetric/index-from-other-data --rc 1 --tool bimetric-search --stderr "index was built from other data" --no-file o.json
+cli_case(bimetric/index-from-other-data --rc 1 --tool bimetric-search --stderr "index was built with proxy = .pool1d:2., this run has .same." --no-file o.json
   -- bash -c "${BIX} ${FX}/ann_small.csv --holdout 2 -R 8 -L 16 --proxy pool1d:2 -o i.h5 > /dev/null && ${BSR} ${FX}/ann_small.csv --holdout 2 --index i.h5 -o o.json")
 cli_case(bimetric/index-item-count --rc 1 --tool bimetric-search --stderr "index has 38 items, the data has 37" --no-file o.json
   -- bash -c "${BIX} ${FX}/ann_small.csv --holdout 2 -R 8 -L 16 -o i.h5 > /dev/null && ${BSR} ${FX}/ann_small.csv --holdout 3 --index i.h5 -o o.json")
@@ -82,3 +82,19 @@ cli_case(bimetric/index-passes-1 --needs ${DIGITS}
 cli_case(bimetric/index-passes-3-refused --needs ${DIGITS}
   --rc 2 --stderr "passes" --no-file p3.h5
   -- ${BIX} ${DIG} --proxy same --passes 3 -o p3.h5)
+# --label-last drops the class label of the items file only: a proxy file (another embedding
+# of the same items) is read whole.  Before, its last coordinate was dropped silently
+# (proxy_dim 3 for a 4-column proxy; a newcomer's finding).
+cli_case(bimetric/label-last-keeps-proxy-columns --needs ${DIGITS} --rc 0
+  --file-jq out.json ".data.proxy_dim == 4 and .data.true_dim == 64"
+  -- bash -c "zcat ${DIGITS} | head -300 > items.csv && cut -d, -f1-4 items.csv > proxy.csv && ${BIX} items.csv --no-header --label-last --proxy-file proxy.csv -R 8 -L 16 -o idx.h5 -q > out.json")
+# -Q is refused where no quota is spent (it was silently ignored, so "-Q 5 -k 10" passed in
+# exact-D mode although Q < k is refused elsewhere); --index-type must match a loaded index
+# (it was ignored, so a cover-tree request ran Vamana); a build-record mismatch names the
+# field and both values (it said "other data" when only --metric had changed).
+cli_case(bimetric/quota-refused-outside-quota-modes --needs ${DIGITS} --rc 2 --stderr "only --mode bimetric and rerank spend a D-call quota \\(-Q\\)"
+  -- ${BSR} ${DIG} --proxy pool:4 --mode exact-D -Q 5)
+cli_case(bimetric/index-type-must-match-loaded-index --needs ${DIGITS} --rc 2 --tool bimetric-search --stderr "holds a vamana index, not cover-tree \\(--index-type\\)"
+  -- bash -c "${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 8 -L 16 -o idx.h5 -q > /dev/null && ${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 --index idx.h5 --index-type cover-tree -q")
+cli_case(bimetric/index-mismatch-names-field --needs ${DIGITS} --rc 1 --tool bimetric-search --stderr "built with proxy_metric = .ip., this run has .l2."
+  -- bash -c "${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 --metric ip -R 8 -L 16 -o idx.h5 -q > /dev/null && ${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 --metric l2 --index idx.h5 -q")
