@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ctime>
 #include <numeric>
+#include <unordered_set>
 
 #include "cli/count.hpp"
 #include "cli/run_tool.hpp"
@@ -220,10 +221,23 @@ int main(int argc, char** argv) {
                            {"alpha_estimated", estimate}, {"order_policy", order_policy}, {"v_mixture", mix}, {"search_start", order_policy == "search" ? start_name : ""}, {"order", rank::one_based(order)},
                            {"draws", draws_n}, {"neg_elbo", {{"value", ne.value}, {"se", ne.se}, {"samples", kl_samples}}}};
         if (rd.omitted) out["omitted_assessors"] = rd.omitted;
-        if (reweight)
+        if (reweight) {
+          // The ESS counts draws, not rankings: when q has collapsed onto a few rankings their
+          // equal weights give a full ESS although p's mass elsewhere is never seen.
+          std::unordered_set<std::uint64_t> distinct;
+          for (std::size_t d = 0; d < draws.size() / n; ++d) {
+            std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the ranking
+            for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint64_t>(draws[d * n + i])) * 1099511628211ull;
+            distinct.insert(h);
+          }
           out["importance"] = {{"what", "self-normalised importance weights p~/q of the draws; marginals are of p"},
                                {"ess", rw.ess}, {"ess_fraction", rw.ess / draws_n}, {"max_weight", rw.max_weight},
-                               {"map_consensus", "of q's unweighted draws"}};
+                               {"distinct_draws", distinct.size()}, {"map_consensus", "of q's unweighted draws"}};
+          if (static_cast<double>(distinct.size()) < 0.1 * rw.ess)
+            log::warn("the {} draws hold only {} distinct rankings: the ESS {:.0f} counts repeated draws, and posterior mass q "
+                      "never reaches is not seen; check neg_elbo (or --exact) before trusting the reweighted marginals",
+                      draws_n, distinct.size(), rw.ess);
+        }
         out.update(rank::consensus_json(marg, draws, n));
         out["seconds"] = fit_seconds;
         out["cpu_seconds"] = fit_cpu;

@@ -144,3 +144,9 @@ cli_case(mallows-mcmc/simulate-needs-items --rc 2 --stderr "needs --items" -- ${
 cli_case(mallows-mcmc/simulate-needs-alpha --rc 2 --stderr "--simulate needs the model's --alpha" --no-file sim.csv -- ${MM} --simulate 5 --items 4 -o sim.csv)
 cli_case(mallows-mcmc/simulate-no-mcmc-flags --rc 2 --stderr "--iterations is not used by --simulate" --no-file sim.csv -- ${MM} --simulate 5 --items 4 --alpha 2 --iterations 100 -o sim.csv)
 cli_case(mallows-mcmc/simulate-not-itemwise --rc 2 --stderr "item-wise metric" --no-file sim.csv -- ${MM} --simulate 5 --items 4 --metric kendall -o sim.csv)
+# --reweight when q has collapsed onto one ranking (sushi at alpha 1.7, where the exact max TV is
+# 1.0): equal weights give a full ESS, so the output counts the distinct rankings and warns.
+cli_case(pseudomallows-fit/reweight-collapsed-q-warns --needs ${RK}/sushi_rankings.csv --rc 0
+  --stderr "warning: the 2000 draws hold only 1 distinct rankings"
+  --jq ".importance.distinct_draws == 1 and .importance.ess == 2000"
+  -- ${PM} ${RK}/sushi_rankings.csv --alpha 1.7 --reweight --draws 2000)
