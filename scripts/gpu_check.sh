@@ -16,6 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 status=0
 if [ "${1:-}" = "--bundle" ]; then
   bundle=${2:?usage: gpu_check.sh --bundle DIR_OR_TAR_XZ}
+  [ -e "$bundle" ] || { echo "gpu-check: no bundle at $bundle (make -f Makefile.shortcuts gpu-bundle makes one)" >&2; exit 2; }
   mkdir -p "$tmp/bundle"
   if [ -f "$bundle" ]; then
     tar -xJf "$bundle" -C "$tmp/bundle" --strip-components=1 || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }

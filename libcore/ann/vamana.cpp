@@ -403,7 +403,8 @@ VamanaGraph VamanaGraph::load(const io::h5::Handle& file, const std::string& gro
     std::uint32_t deg = 0;
     for (std::size_t c = 0; c < sh.cols; ++c) {
       const std::int64_t v = adj[i * sh.cols + c];
-      if (v < 0) break;
+      if (v == -1) break;  // -1 pads a list shorter than R
+      if (v < 0) throw InputError(fmt::format("neighbour id {} is negative (only -1, padding, may be)", v), fmt::format("{}, item {}", label, i));
       if (v >= static_cast<std::int64_t>(sh.rows))
         throw InputError(fmt::format("neighbour id {} out of range", v), fmt::format("{}, item {}", label, i));
       out.nbrs_[i * sh.cols + deg++] = static_cast<std::uint32_t>(v);

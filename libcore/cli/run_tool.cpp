@@ -92,6 +92,16 @@ CLI::Validator positive() {
       "NUMBER > 0");
 }
 
+CLI::Validator unit_interval_open_left() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(v, x) || !std::isfinite(x)) return "'" + v + "' is not a number";
+        return x > 0 && x <= 1 ? "" : "must be a number in (0, 1], got " + v;
+      },
+      "NUMBER in (0, 1]");
+}
+
 CLI::Validator non_negative() {
   return CLI::Validator(
       [](std::string& v) -> std::string {

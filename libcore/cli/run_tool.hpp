@@ -55,6 +55,8 @@ std::string describe_parse_error(const std::string& what);
 
 /// Flag validators with short messages ("must be > 0", "must be an integer in 0..100000").
 CLI::Validator positive();
+/// Validator for a probability in (0, 1] (nucleus top-p, fractions that may not be zero).
+CLI::Validator unit_interval_open_left();
 CLI::Validator non_negative();
 CLI::Validator int_range(long long lo, long long hi);
 

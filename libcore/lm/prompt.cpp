@@ -28,7 +28,7 @@ void add_text_flags(CLI::App& app, bool& no_text, bool& no_stream) {
 void add_sampler_flags(CLI::App& app, SamplerConfig& sc) {
   app.add_option("--temperature", sc.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
   app.add_option("--top-k", sc.top_k, "Sample among the k most likely (0 = all)")->capture_default_str()->check(cli::int_range(0, 1 << 24));
-  app.add_option("--top-p", sc.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--top-p", sc.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(cli::unit_interval_open_left());
 }
 
 void add_device_flag(CLI::App& app, std::string& device) {

@@ -124,7 +124,7 @@ RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool heade
     }
     check_partial_ranking(r.data(), n, where);
     if (missing && policy == MissingPolicy::fail)
-      throw InputError("missing rank (choose --missing augment or omit)", where);
+      throw InputError("missing rank, and --missing is fail (--help lists the other policies)", where);
     if (missing && policy == MissingPolicy::omit) {
       ++d.omitted;
       continue;

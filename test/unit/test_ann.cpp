@@ -557,6 +557,25 @@ TEST_CASE("ann: index save/load round trip, corrupt and mismatched files") {
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
   }
   CHECK_THROWS_AS(load_index(scratch("cut.h5").string(), 300, nullptr), InputError);
+  // Neighbour lists: -1 pads a short list; any other negative id is corruption (it used to end
+  // the list silently, like -1).
+  for (const std::int32_t bad : {-1, -7}) {
+    const std::string path = scratch("neg.h5").string();
+    {
+      auto f = io::h5::create_file(path);
+      auto g = io::h5::create_group(f, "graph");
+      h5_write_ints(g, "neighbors", {1, bad, 0, -1}, {2, 2});
+      io::h5::write_attr(g, "medoid", "0");
+    }
+    auto f = io::h5::open_file(path);
+    if (bad == -1) {
+      const VamanaGraph g = VamanaGraph::load(f, "graph", 2, "neg.h5");
+      CHECK(g.degree(0) == 1);
+      CHECK(g.degree(1) == 1);
+    } else {
+      CHECK_THROWS_AS(VamanaGraph::load(f, "graph", 2, "neg.h5"), InputError);
+    }
+  }
 }
 
 TEST_CASE("ann: recall@k counts ties and the distortion of identical metrics is 1") {

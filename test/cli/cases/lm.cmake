@@ -40,7 +40,8 @@ cli_case(lm/generate-two-prompts --rc 2 --stderr "one of --prompt" --tool lm-gen
   -- bash -c "${LMINIT} --preset tiny -o bare.h5 -q && ${LMGEN} bare.h5 --prompt a --prompt-ids 1")
 cli_case(lm/generate-bad-extension --rc 2 --stderr "ending in .jsonl" --no-file r.json --tool lm-generate
   -- bash -c "${LMINIT} --preset tiny -o bare.h5 -q && ${LMGEN} bare.h5 --prompt-ids 1 -o r.json")
-cli_case(lm/generate-bad-top-p --rc 2 -- ${LMGEN} x.h5 --prompt a --top-p 0)
+cli_case(lm/generate-bad-top-p --rc 2 --stderr "must be a number in \\(0, 1., got 0 \\(--top-p\\)" -- ${LMGEN} x.h5 --prompt a --top-p 0)
+cli_case(lm/generate-top-p-above-one --rc 2 --stderr "must be a number in \\(0, 1., got 1.5 \\(--top-p\\)" -- ${LMGEN} x.h5 --prompt a --top-p 1.5)
 cli_case(lm/init-heads-not-divisible --rc 2 --stderr "not divisible by n_kv_heads" --no-file m.h5
   -- ${LMINIT} --preset tiny --n-heads 4 --n-kv-heads 3 -o m.h5)
 cli_case(lm/init-unknown-dtype --rc 2 --no-file m.h5 -- ${LMINIT} --preset tiny --dtype fp8 -o m.h5)

@@ -25,7 +25,7 @@ cli_case(mallows-mcmc/potato-partial-vs-pairwise --needs ${RK}/potato_visual.csv
   --rc 0 --tool mallows-mcmc
   -- bash -c "${PV10} && ${MM} pv10.csv --missing augment --iterations 30000 --burnin 5000 --chains 4 --marginals a.csv > pa.json && ${MM} pv10.csv --missing augment --as-pairwise --iterations 30000 --burnin 5000 --chains 4 --marginals b.csv > pb.json && jq -e -s '(.[0].alpha.mean / .[1].alpha.mean - 1 | fabs) < 0.05 and ([.[0].cp_consensus[:8][].item] == [.[1].cp_consensus[:8][].item]) and .[0].data == \"partial rankings\" and .[1].data == \"implied pairwise\" and .[0].rhat.rho_max < 1.1' pa.json pb.json && test $(bash ${RH} erank-diff a.csv b.csv | awk '{print ($1 < 2.5)}') = 1")
 cli_case(mallows-mcmc/missing-needs-policy --needs ${RK}/potato_visual.csv --tool mallows-mcmc
-  --rc 1 --stderr "missing rank \\(choose --missing augment or omit\\) \\(pv10.csv, line 1\\)" --no-file out.json
+  --rc 1 --stderr "missing rank, and --missing is fail \\(--help lists the other policies\\) \\(pv10.csv, line 1\\)" --no-file out.json
   -- bash -c "${PV10} && ${MM} pv10.csv -o out.json")
 # Beach preferences (pairwise, 60 assessors): the CP consensus BayesMallows publishes.
 cli_case(mallows-mcmc/beach-published-consensus --needs ${RK}/beach_preferences.csv
