@@ -96,7 +96,7 @@ cli_case(pseudomallows-fit/fixed-order-spearman
   -- ${PM} ${FX}/rank_small.csv --order identity --metric spearman --alpha 1.5)
 cli_case(pseudomallows-fit/not-itemwise --rc 2 --stderr "footrule or spearman" -- ${PM} ${FX}/rank_small.csv --metric kendall)
 cli_case(pseudomallows-fit/no-augmentation --rc 2 --stderr "needs complete rankings" -- ${PM} ${FX}/rank_partial.csv --missing augment)
-cli_case(pseudomallows-fit/partial-fails --rc 1 --stderr "missing rank .*line 2" --no-file out.json -- ${PM} ${FX}/rank_partial.csv -o out.json)
+cli_case(pseudomallows-fit/partial-fails --rc 1 --stderr "missing rank.*line 2" --no-file out.json -- ${PM} ${FX}/rank_partial.csv -o out.json)
 cli_case(pseudomallows-fit/partial-omit --rc 0 --jq ".n_assessors == 2 and .omitted_assessors == 2" -- ${PM} ${FX}/rank_partial.csv --missing omit --alpha 1)
 cli_case(pseudomallows-fit/bad-alpha --rc 2 --stderr "alpha must be a number in .0, 1e6. or" -- ${PM} ${FX}/rank_small.csv --alpha -1)
 cli_case(pseudomallows-fit/huge-alpha --rc 2 --stderr "alpha must be a number in .0, 1e6. or" -- ${PM} ${FX}/rank_small.csv --alpha 1e308)
