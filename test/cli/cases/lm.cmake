@@ -116,6 +116,9 @@ set(LO_KJV ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)
 cli_case(lm-generate/prompt-tokens-and-no-text
   --rc 0 --file-jq a.json ".[-1].summary.prompt_tokens == 16 and .[-1].summary.generated_tokens == 6"
   -- bash -c "${LMGEN} ${LO_KJV} --prompt-file ${FX}/genesis.txt --prompt-tokens 16 -n 6 --ignore-eos --no-text -o a.jsonl > out.txt && test ! -s out.txt && ${LMGEN} ${LO_KJV} --prompt-file ${FX}/genesis.txt --prompt-tokens 16 -n 6 --ignore-eos -o b.jsonl > text.txt && test -s text.txt && cmp <(jq -c .id a.jsonl) <(jq -c .id b.jsonl) && jq -s . a.jsonl > a.json")
+# --no-text without -o would print nothing and exit 0 (a newcomer's finding): a usage error.
+cli_case(lm-generate/no-text-needs-output --rc 2 --stderr "without -o the run would print nothing.*\\(--no-text\\)"
+  -- ${LMGEN} ${LO_KJV} --prompt-ids 1,2,3 -n 4 --no-text)
 cli_case(lm-generate/prompt-tokens-too-many --rc 1 --stderr "prompt has 4 tokens, fewer than --prompt-tokens 500" --no-file r.jsonl
   -- ${LMGEN} ${LO_KJV} --prompt-ids 1,2,3,4 --prompt-tokens 500 -o r.jsonl)
 # A negative id is a malformed flag value like "1,,2": exit 2, one line naming the flag.
