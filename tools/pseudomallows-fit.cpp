@@ -5,7 +5,6 @@
 #include <cmath>
 #include <ctime>
 #include <numeric>
-#include <unordered_set>
 
 #include "cli/count.hpp"
 #include "cli/run_tool.hpp"
@@ -224,19 +223,14 @@ int main(int argc, char** argv) {
         if (reweight) {
           // The ESS counts draws, not rankings: when q has collapsed onto a few rankings their
           // equal weights give a full ESS although p's mass elsewhere is never seen.
-          std::unordered_set<std::uint64_t> distinct;
-          for (std::size_t d = 0; d < draws.size() / n; ++d) {
-            std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the ranking
-            for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint64_t>(draws[d * n + i])) * 1099511628211ull;
-            distinct.insert(h);
-          }
+          const std::size_t distinct = rank::distinct_draws(draws, n);
           out["importance"] = {{"what", "self-normalised importance weights p~/q of the draws; marginals are of p"},
                                {"ess", rw.ess}, {"ess_fraction", rw.ess / draws_n}, {"max_weight", rw.max_weight},
-                               {"distinct_draws", distinct.size()}, {"map_consensus", "of q's unweighted draws"}};
-          if (static_cast<double>(distinct.size()) < 0.1 * rw.ess)
+                               {"distinct_draws", distinct}, {"map_consensus", "of q's unweighted draws"}};
+          if (static_cast<double>(distinct) < 0.1 * rw.ess)
             log::warn("the {} draws hold only {} distinct rankings: the ESS {:.0f} counts repeated draws, and posterior mass q "
                       "never reaches is not seen; check neg_elbo (or --exact) before trusting the reweighted marginals",
-                      draws_n, distinct.size(), rw.ess);
+                      draws_n, distinct, rw.ess);
         }
         out.update(rank::consensus_json(marg, draws, n));
         out["seconds"] = fit_seconds;

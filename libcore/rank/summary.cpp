@@ -44,14 +44,12 @@ Perm cp_consensus(const Eigen::MatrixXd& marginals, std::vector<double>* cumprob
   return order;
 }
 
-Perm map_consensus(const std::vector<int>& draws, int n, double* freq) {
-  // Sort the draw indices by the draws' contents (lexicographic), then take the longest run of
-  // equal draws, the lexicographically first among equally long runs: no allocation per draw.
+namespace {
+// Sorts the draw indices by the draws' contents (lexicographic) and calls run(first, length)
+// for each run of equal draws, in lexicographic order: no allocation per draw.
+template <class Run>
+void for_each_distinct_draw(const std::vector<int>& draws, int n, const Run& run) {
   const std::size_t S = draws.size() / static_cast<std::size_t>(n);
-  if (S == 0) {
-    if (freq) *freq = 0.0;
-    return {};
-  }
   const int* base = draws.data();
   auto row = [&](std::size_t s) { return base + s * static_cast<std::size_t>(n); };
   std::vector<std::size_t> idx(S);
@@ -59,18 +57,35 @@ Perm map_consensus(const std::vector<int>& draws, int n, double* freq) {
   std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
     return std::lexicographical_compare(row(a), row(a) + n, row(b), row(b) + n);
   });
-  std::size_t best = idx[0], best_len = 0;
   for (std::size_t i = 0; i < S;) {
     std::size_t j = i + 1;
     while (j < S && std::equal(row(idx[i]), row(idx[i]) + n, row(idx[j]))) ++j;
-    if (j - i > best_len) {
-      best_len = j - i;
-      best = idx[i];
-    }
+    run(row(idx[i]), j - i);
     i = j;
   }
+}
+}  // namespace
+
+Perm map_consensus(const std::vector<int>& draws, int n, double* freq) {
+  // The longest run of equal draws, the lexicographically first among equally long runs.
+  const std::size_t S = draws.size() / static_cast<std::size_t>(n);
+  if (S == 0) {
+    if (freq) *freq = 0.0;
+    return {};
+  }
+  const int* best = nullptr;
+  std::size_t best_len = 0;
+  for_each_distinct_draw(draws, n, [&](const int* first, std::size_t len) {
+    if (len > best_len) best = first, best_len = len;
+  });
   if (freq) *freq = static_cast<double>(best_len) / static_cast<double>(S);
-  return inverse(Perm(row(best), row(best) + n));
+  return inverse(Perm(best, best + n));
+}
+
+std::size_t distinct_draws(const std::vector<int>& draws, int n) {
+  std::size_t count = 0;
+  for_each_distinct_draw(draws, n, [&](const int*, std::size_t) { ++count; });
+  return count;
 }
 
 nlohmann::json scalar_summary(const std::vector<double>& x) {

@@ -24,6 +24,8 @@ Perm cp_consensus(const Eigen::MatrixXd& marginals, std::vector<double>* cumprob
 
 /// Maximum a posteriori consensus estimated by the most frequent draw; `freq` receives its share.
 Perm map_consensus(const std::vector<int>& draws, int n, double* freq = nullptr);
+/// Number of distinct rankings among the draws (flat, n values each).
+std::size_t distinct_draws(const std::vector<int>& draws, int n);
 
 /// mean, sd, 2.5/50/97.5% quantiles of scalar draws as JSON.
 nlohmann::json scalar_summary(const std::vector<double>& x);

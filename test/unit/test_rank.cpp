@@ -1024,6 +1024,7 @@ TEST_CASE("rank: CP and MAP consensus, scalar summary") {
     double fr = 0;
     CHECK(map_consensus(dr, 6, &fr) == inverse(best->first));
     CHECK(fr == best->second / 5000.0);
+    CHECK(distinct_draws(dr, 6) == count.size());  // the map's key count is the truth
   }
   const auto s = scalar_summary({1, 2, 3, 4, 5});
   CHECK(s["mean"].get<double>() == 3);
