@@ -149,7 +149,6 @@ int main(int argc, char** argv) {
         if (searching && std::filesystem::path(search_out).extension() != ".json")
           throw UsageError("the skip set is JSON: give a path ending in .json", "--search-skip-set " + search_out);
         if (searching) io::check_output_dir(search_out);  // -o is checked by run_tool
-        if (dc.sampler.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
         dc.method = decode::parse_method(method);
         if (app->count("--draft") == 0 && dc.method == decode::Method::self_spec) dc.pld_draft = 8;
         dc.draft_max = dc.pld_draft;

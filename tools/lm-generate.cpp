@@ -71,7 +71,6 @@ int main(int argc, char** argv) {
         lm::check_prompt_sources(*app, prompt_file, prompt_ids);
         if (!output.empty() && std::filesystem::path(output).extension() != ".jsonl")
           throw UsageError("the per-token output is JSON Lines: give a path ending in .jsonl", "-o " + output);
-        if (sc.top_p <= 0.0) throw UsageError("top-p must be in (0, 1]", "--top-p");
         if (no_text && output.empty()) throw UsageError("without -o the run would print nothing: give -o run.jsonl, or drop it", "--no-text");
         sc.seed = ctx.common.seed;
         const std::string model_sha = lm::model_sha256(model_path);

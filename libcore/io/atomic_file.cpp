@@ -74,9 +74,7 @@ int register_pending(const std::string& path) {
 void unregister_pending(int slot) {
   if (slot >= 0) g_slots[slot].state.store(0, std::memory_order_release);
 }
-}  // namespace
 
-namespace {
 // The directory an entry at `path` lives in ("." for a bare name; "a/b/" is the entry "a/b").
 fs::path containing_dir(fs::path path) {
   if (!path.has_filename()) path = path.parent_path();
