@@ -29,12 +29,8 @@ double engine_loss(Engine& engine, const std::vector<int>& stream, int S, int ba
   };
   const std::int64_t all = std::int64_t(stream.size()) - 1;
   const std::int64_t targets = max_tokens > 0 ? std::min(all, max_tokens) : all, full = targets / S;  // the first ones
-  std::int64_t w = 0;
-  while (w < full) {
-    const std::int64_t b = std::min<std::int64_t>(std::max(1, batch), full - w);
-    for (std::int64_t i = 0; i < b; ++i) window(std::size_t(w + i) * S, S);
-    w += b;
-  }
+  (void)batch;  // windows run one at a time: each is its own causal forward on the engine
+  for (std::int64_t w = 0; w < full; ++w) window(std::size_t(w) * S, S);
   const std::int64_t rest = targets - full * S;
   if (rest > 0) window(std::size_t(full) * S, static_cast<int>(rest));
   engine.clear();
