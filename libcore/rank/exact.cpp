@@ -104,20 +104,38 @@ Eigen::MatrixXd itemwise_log_weights(const RankMatrix& ranks, double alpha, Metr
   if (!is_itemwise(m)) throw InputError(fmt::format("the {} distance does not split over items", metric_name(m)));
   const int n = static_cast<int>(ranks.cols());
   const Eigen::Index N = ranks.rows();
-  Eigen::MatrixXd c = Eigen::MatrixXd::Zero(n, n);
+  Eigen::MatrixXd c(n, n);
   const bool in_range = (ranks.array() >= 0).all() && (ranks.array() < n).all();
-  if (in_range && N > n) {
-    // More assessors than items: count each item's ranks first (h(k, i) = #{j : R_ji = k}), then
-    // c(i, r) = sum_k h(k, i) d(k, r): O(N n + n^3) instead of O(N n^2).  The distances are
-    // integers, so both sums are exact and give the same matrix.
-    Eigen::MatrixXd h = Eigen::MatrixXd::Zero(n, n);
-    for (Eigen::Index j = 0; j < N; ++j)
-      for (int i = 0; i < n; ++i) h(ranks(j, i), i) += 1;
-    Eigen::MatrixXd d(n, n);
-    for (int k = 0; k < n; ++k)
-      for (int r = 0; r < n; ++r) d(k, r) = item_distance(k, r, m);
-    c.noalias() = h.transpose() * d;
+  if (in_range) {
+    // From each item's rank counts h(k) = #{j : R_ji = k}, every c(i, r) = sum_k h(k) f(k, r) in
+    // O(N n + n^2): footrule by the recurrence S(r + 1) = S(r) + #{k <= r} - #{k > r}, Spearman
+    // from the first two moments, Hamming as N - h(r).  All terms are integers below 2^53, so the
+    // sums are exact and equal the direct O(N n^2) sum.
+    std::vector<double> h(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      std::fill(h.begin(), h.end(), 0.0);
+      for (Eigen::Index j = 0; j < N; ++j) h[static_cast<std::size_t>(ranks(j, i))] += 1;
+      double m1 = 0, m2 = 0;
+      for (int k = 0; k < n; ++k) {
+        m1 += h[static_cast<std::size_t>(k)] * k;
+        m2 += h[static_cast<std::size_t>(k)] * k * k;
+      }
+      const double total = static_cast<double>(N);
+      if (m == Metric::footrule) {
+        double s = m1, below = 0;  // S(0) = sum_k h(k) k
+        for (int r = 0; r < n; ++r) {
+          c(i, r) = s;
+          below += h[static_cast<std::size_t>(r)];
+          s += below - (total - below);
+        }
+      } else if (m == Metric::spearman) {
+        for (int r = 0; r < n; ++r) c(i, r) = m2 - 2.0 * r * m1 + static_cast<double>(r) * r * total;
+      } else {
+        for (int r = 0; r < n; ++r) c(i, r) = total - h[static_cast<std::size_t>(r)];
+      }
+    }
   } else {
+    c.setZero();
     for (Eigen::Index j = 0; j < N; ++j)
       for (int i = 0; i < n; ++i)
         for (int r = 0; r < n; ++r) c(i, r) += item_distance(ranks(j, i), r, m);

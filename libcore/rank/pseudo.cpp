@@ -30,96 +30,120 @@ namespace {
 constexpr double tiny_total = 1e-250;
 }  // namespace
 
+// One factor step of one draw: item `item` over the m free ranks fr[0..m).  Fills the work space
+// (p[v]: weight of rank fr[v]; c[v]: running sum of p within its block of four entries; bs[j]:
+// running sum of the block totals), draws the entry by inverse CDF with the uniform `u01`, and
+// returns its index in fr; `tot` receives the total weight and `shift` the log of the weights'
+// unit (the row maximum, or the free maximum after the log-space fallback).
+[[gnu::always_inline]] inline int PseudoMallows::factor_step(int item, int m, const int* fr, double* p, double* bs, double* c, double u01, double& tot,
+                               double& shift) const {
+  const int n = this->n();
+  const double* wrow = w_.data() + static_cast<std::ptrdiff_t>(item) * n;
+  // All sums are formed before the uniform is used, so the draw itself is a few comparisons
+  // that do not wait on one another (no chain of subtractions, no data-dependent loop exit).
+  const int full = m / 4;
+  double run = 0;
+  int t = 0;
+  for (int j = 0; j < full; ++j, t += 4) {
+    const double x0 = p[t] = wrow[fr[t]], x1 = p[t + 1] = wrow[fr[t + 1]];
+    const double x2 = p[t + 2] = wrow[fr[t + 2]], x3 = p[t + 3] = wrow[fr[t + 3]];
+    const double s01 = x0 + x1;
+    c[t] = x0;
+    c[t + 1] = s01;
+    c[t + 2] = s01 + x2;
+    run += s01 + (x2 + x3);
+    bs[j] = run;
+  }
+  int nb = full;
+  if (t < m) {
+    double b = 0;
+    for (; t < m; ++t) c[t] = (b += (p[t] = wrow[fr[t]]));
+    run += b;
+    bs[nb++] = run;
+  }
+  tot = run;
+  shift = row_max_[static_cast<std::size_t>(item)];
+  if (!(tot > tiny_total)) {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int v = 0; v < m; ++v) mx = std::max(mx, logw_(item, fr[v]));
+    tot = 0;
+    for (int j = 0; j < nb; ++j) {
+      double b = 0;
+      for (int v = 4 * j; v < std::min(m, 4 * j + 4); ++v) c[v] = (b += (p[v] = std::exp(logw_(item, fr[v]) - mx)));
+      bs[j] = (tot += b);
+    }
+    shift = mx;
+  }
+  // Inverse CDF: the block j is the number of block running sums at or below u, the entry in it
+  // the number of its running sums at or below what is left of u.
+  const double u = u01 * tot;
+  int j = 0;
+  for (int b = 0; b < nb; ++b) j += (u >= bs[b]);
+  if (j < nb) {
+    const int lo = 4 * j, last = std::min(m, lo + 4) - 1;
+    const double left = u - (j > 0 ? bs[j - 1] : 0.0);
+    int k = 0;
+    for (int v = lo; v < last; ++v) k += (left >= c[v]);
+    if (p[lo + k] > 0) return lo + k;
+  }
+  // Rounding at a boundary (u at or past the total, or on a zero weight): the last positive weight.
+  int pick = m - 1;
+  while (pick > 0 && p[pick] == 0) --pick;
+  return pick;
+}
+
+template <int L>
+void PseudoMallows::sample_lanes(Rng& rng, const int* const* order, int* const* out, int* const* fr, double* const* work,
+                                 double* marg, double* logq) const {
+  const int n = this->n();
+  const std::size_t nb_max = static_cast<std::size_t>(n + 3) / 4;
+  // log q = sum_k [log w(item_k, pick_k) - log tot_k]: the first term is read from logw_ (minus the
+  // shift of the weights used), the second accumulated as a product of the totals, folded into a
+  // logarithm only when it leaves [1e-30, 1e30] (tot is in (1e-250, n], so the product never
+  // under- or overflows): about one logarithm per draw instead of n.
+  double lq[L], prod[L];
+  for (int l = 0; l < L; ++l) {
+    for (int t = 0; t < n; ++t) fr[l][t] = t;
+    lq[l] = 0;
+    prod[l] = 1;
+  }
+  // The L draws advance factor by factor together: each factor's pick depends on the previous
+  // one's (through the free ranks), and the other lanes' independent steps fill that wait.
+  for (int k = 0, m = n; k < n; ++k, --m) {
+    for (int l = 0; l < L; ++l) {
+      double* p = work[l];
+      double* bs = p + n;
+      double* c = bs + nb_max;
+      const int item = order[l][k];
+      double tot, shift;
+      const int pick = factor_step(item, m, fr[l], p, bs, c, rng.uniform(), tot, shift);
+      if (marg) {
+        double* mrow = marg + static_cast<std::ptrdiff_t>(item) * n;
+        const double inv = 1.0 / tot;
+        for (int v = 0; v < m; ++v) mrow[fr[l][v]] += p[v] * inv;
+      }
+      const int r = fr[l][pick];
+      lq[l] += logw_(item, r) - shift;
+      prod[l] *= tot;
+      if (prod[l] < 1e-30 || prod[l] > 1e30) {
+        lq[l] -= std::log(prod[l]);
+        prod[l] = 1;
+      }
+      out[l][item] = r;
+      fr[l][pick] = fr[l][m - 1];
+    }
+  }
+  for (int l = 0; l < L; ++l) logq[l] = lq[l] - std::log(prod[l]);
+}
+
 double PseudoMallows::sample_into(Rng& rng, int* out, int* fr, double* p, double* marg) const {
   return sample_into(rng, order_.data(), out, fr, p, marg);
 }
 
 double PseudoMallows::sample_into(Rng& rng, const int* order, int* out, int* fr, double* p, double* marg) const {
-  const int n = this->n();
-  double* bs = p + n;  // block sums, [(n + 3) / 4]
-  for (int t = 0; t < n; ++t) fr[t] = t;
-  // log q = sum_k [log w(item_k, pick_k) - log tot_k]: the first term is read from logw_ (minus the
-  // shift of the weights used), the second accumulated as a product of the totals, folded into a
-  // logarithm only when it leaves [1e-30, 1e30] (tot is in (1e-250, n], so the product never
-  // under- or overflows): about one logarithm per draw instead of n.
-  double lq = 0, prod = 1;
-  int m = n;
-  for (int k = 0; k < n; ++k) {
-    const int item = order[k];
-    const double* wrow = w_.data() + static_cast<std::ptrdiff_t>(item) * n;
-    // The weights of the free ranks, in blocks of four consecutive entries of fr: block sums bs[j]
-    // (independent of one another) and the total from two accumulators, so the chains of
-    // dependent additions are m/8 long, not m.
-    const int full = m / 4;
-    double a0 = 0, a1 = 0;
-    int t = 0;
-    for (int j = 0; j < full; ++j, t += 4) {
-      const double x0 = p[t] = wrow[fr[t]], x1 = p[t + 1] = wrow[fr[t + 1]];
-      const double x2 = p[t + 2] = wrow[fr[t + 2]], x3 = p[t + 3] = wrow[fr[t + 3]];
-      const double b = (x0 + x1) + (x2 + x3);
-      bs[j] = b;
-      if (j & 1)
-        a1 += b;
-      else
-        a0 += b;
-    }
-    int nb = full;
-    if (t < m) {
-      double b = 0;
-      for (; t < m; ++t) b += (p[t] = wrow[fr[t]]);
-      bs[nb++] = b;
-      a0 += b;
-    }
-    double tot = a0 + a1;
-    double shift = row_max_[static_cast<std::size_t>(item)];
-    if (!(tot > tiny_total)) {
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int v = 0; v < m; ++v) mx = std::max(mx, logw_(item, fr[v]));
-      tot = 0;
-      for (int j = 0; j < nb; ++j) {
-        double b = 0;
-        for (int v = 4 * j; v < std::min(m, 4 * j + 4); ++v) b += (p[v] = std::exp(logw_(item, fr[v]) - mx));
-        bs[j] = b;
-        tot += b;
-      }
-      shift = mx;
-    }
-    // Inverse CDF over the free ranks in the order of fr: first the block, then the entry in it.
-    double u = rng.uniform() * tot;
-    int pick = -1, j = 0;
-    for (; j < nb; ++j) {
-      if (u < bs[j]) break;
-      u -= bs[j];
-    }
-    if (j < nb) {
-      for (int v = 4 * j, hi = std::min(m, 4 * j + 4); v < hi; ++v) {
-        u -= p[v];
-        if (u < 0) {
-          pick = v;
-          break;
-        }
-      }
-    }
-    if (pick < 0) {  // rounding at the end of the scan: take the last positive weight
-      pick = m - 1;
-      while (pick > 0 && p[pick] == 0) --pick;
-    }
-    if (marg) {
-      double* mrow = marg + static_cast<std::ptrdiff_t>(item) * n;
-      const double inv = 1.0 / tot;
-      for (int v = 0; v < m; ++v) mrow[fr[v]] += p[v] * inv;
-    }
-    const int r = fr[pick];
-    lq += logw_(item, r) - shift;
-    prod *= tot;
-    if (prod < 1e-30 || prod > 1e30) {
-      lq -= std::log(prod);
-      prod = 1;
-    }
-    out[item] = r;
-    fr[pick] = fr[--m];
-  }
-  return lq - std::log(prod);
+  double lq = 0;
+  sample_lanes<1>(rng, &order, &out, &fr, &p, marg, &lq);
+  return lq;
 }
 
 Perm PseudoMallows::sample(Rng& rng, double* logq) const {
@@ -155,6 +179,45 @@ void run_draw_team(int nt, Body& body) {
   body();
 }
 
+// Work space of one thread's draws, taken two at a time (PseudoMallows::sample_lanes).
+struct LaneSpace {
+  std::vector<int> fr, obuf;
+  std::vector<double> work;
+  int* frs[2];
+  double* works[2];
+  explicit LaneSpace(int n)
+      : fr(2 * static_cast<std::size_t>(n)), obuf(2 * static_cast<std::size_t>(n)), work(2 * PseudoMallows::work_size(n)) {
+    frs[0] = fr.data();
+    frs[1] = fr.data() + n;
+    works[0] = work.data();
+    works[1] = work.data() + PseudoMallows::work_size(n);
+  }
+};
+
+// Draws lo..hi-1 of a block from `rng`: in pairs, and the odd last one alone.  `make_order(rng,
+// buf)` gives a draw's item order (it may fill `buf` [n]), `out(s)` the rank buffer [n] of draw s,
+// and `done(s, log_q)` is called for each draw once it is complete.  Marginals go to `marg`.
+template <class MakeOrder, class Out, class Done>
+void draw_range(const PseudoMallows& q, Rng& rng, int lo, int hi, LaneSpace& ls, double* marg, MakeOrder& make_order,
+                Out out, Done done) {
+  const int n = q.n();
+  int s = lo;
+  for (; s + 1 < hi; s += 2) {
+    const int* orders[2];
+    orders[0] = make_order(rng, ls.obuf.data());
+    orders[1] = make_order(rng, ls.obuf.data() + n);
+    int* outs[2] = {out(s), out(s + 1)};
+    double lq[2];
+    q.sample_lanes<2>(rng, orders, outs, ls.frs, ls.works, marg, lq);
+    done(s, lq[0]);
+    done(s + 1, lq[1]);
+  }
+  if (s < hi) {
+    const int* order = make_order(rng, ls.obuf.data());
+    done(s, q.sample_into(rng, order, out(s), ls.frs[0], ls.works[0], marg));
+  }
+}
+
 // Draws `count` samples in blocks of 256 (block b seeded with derive_seed(seed, b)); `make_order(rng,
 // buf)` returns the item order of the next draw (it may fill `buf` [n] and use `rng`).
 template <class MakeOrder>
@@ -170,18 +233,14 @@ PseudoDraws draw_blocks(const PseudoMallows& q, int count, std::uint64_t seed, i
   std::vector<std::vector<double>> marg(static_cast<std::size_t>(nt), std::vector<double>(static_cast<std::size_t>(n) * static_cast<std::size_t>(n), 0.0));
   auto body = [&] {
     const int tid = omp_get_thread_num();
-    std::vector<int> fr(static_cast<std::size_t>(n)), obuf(static_cast<std::size_t>(n));
-    std::vector<double> p(PseudoMallows::work_size(n));
+    LaneSpace ls(n);
     double* acc = marg[static_cast<std::size_t>(tid)].data();
 #pragma omp for schedule(static)
     for (int b = 0; b < blocks; ++b) {
       Rng rng(derive_seed(seed, static_cast<std::uint64_t>(b)));
-      const int hi = std::min(count, (b + 1) * block);
-      for (int s = b * block; s < hi; ++s) {
-        const int* order = make_order(rng, obuf.data());
-        d.log_q[static_cast<std::size_t>(s)] =
-            q.sample_into(rng, order, d.rho.data() + static_cast<std::ptrdiff_t>(s) * n, fr.data(), p.data(), acc);
-      }
+      draw_range(q, rng, b * block, std::min(count, (b + 1) * block), ls, acc, make_order,
+                 [&](int s) { return d.rho.data() + static_cast<std::ptrdiff_t>(s) * n; },
+                 [&](int s, double lq) { d.log_q[static_cast<std::size_t>(s)] = lq; });
     }
   };
   run_draw_team(nt, body);
@@ -222,7 +281,17 @@ PseudoDraws draw_pseudo_v_mixture(const PseudoMallows& q, const Perm& consensus,
   const int* c = consensus.data();
   const std::size_t n = consensus.size();
   return draw_blocks(q, count, seed, threads, [c, n](Rng& rng, int* buf) {
-    fill_v_order(c, n, buf, [&rng](std::size_t) { return rng.uniform() < 0.5; });
+    // The orientation coins come from the bits of one 64-bit number per 64 pairs.
+    fill_v_order(c, n, buf, [&rng, bits = std::uint64_t{0}, left = 0](std::size_t) mutable {
+      if (left == 0) {
+        bits = rng.bits();
+        left = 64;
+      }
+      const bool worse_first = bits & 1;
+      bits >>= 1;
+      --left;
+      return worse_first;
+    });
     return static_cast<const int*>(buf);
   });
 }
@@ -283,22 +352,25 @@ KlEstimate neg_elbo(const PseudoMallows& q, int samples, std::uint64_t seed, int
   const int blocks = (samples + draw_block - 1) / draw_block;
   std::vector<double> b1(static_cast<std::size_t>(blocks)), b2(static_cast<std::size_t>(blocks));
   const int nt = draw_threads(samples, n, blocks, threads);
+  const int* order = q.order().data();
+  auto fixed_order = [order](Rng&, int*) { return order; };
   auto body = [&] {
-    std::vector<int> r(static_cast<std::size_t>(n)), fr(static_cast<std::size_t>(n));
-    std::vector<double> p(PseudoMallows::work_size(n));
+    LaneSpace ls(n);
+    std::vector<int> r(2 * static_cast<std::size_t>(n));  // the ranks of a pair of draws
 #pragma omp for schedule(static)
     for (int b = 0; b < blocks; ++b) {
       Rng rng(derive_seed(seed, static_cast<std::uint64_t>(b)));
-      const int hi = std::min(samples, (b + 1) * draw_block);
       double s1 = 0, s2 = 0;
-      for (int s = b * draw_block; s < hi; ++s) {
-        const double lq = q.sample_into(rng, r.data(), fr.data(), p.data());
-        double lt = 0;
-        for (int i = 0; i < n; ++i) lt += q.log_weight(i, r[static_cast<std::size_t>(i)]);
-        const double v = lq - lt;
-        s1 += v;
-        s2 += v * v;
-      }
+      draw_range(q, rng, b * draw_block, std::min(samples, (b + 1) * draw_block), ls, nullptr, fixed_order,
+                 [&](int s) { return r.data() + (s % 2) * n; },
+                 [&](int s, double lq) {
+                   const int* rs = r.data() + (s % 2) * n;
+                   double lt = 0;
+                   for (int i = 0; i < n; ++i) lt += q.log_weight(i, rs[i]);
+                   const double v = lq - lt;
+                   s1 += v;
+                   s2 += v * v;
+                 });
       b1[static_cast<std::size_t>(b)] = s1;
       b2[static_cast<std::size_t>(b)] = s2;
     }

@@ -30,12 +30,12 @@ class PseudoMallows {
   PseudoMallows(Eigen::MatrixXd logw, Perm order);
   /// One draw rho ~ q_V; `logq` (optional) receives log q_V(rho) exactly.
   Perm sample(Rng& rng, double* logq = nullptr) const;
-  /// Size of the `weights` work space of sample_into for n items: n + (n + 3) / 4.
-  static std::size_t work_size(int n) { return static_cast<std::size_t>(n) + static_cast<std::size_t>(n + 3) / 4; }
+  /// Size of the `weights` work space of sample_into for n items: 2n + (n + 3) / 4.
+  static std::size_t work_size(int n) { return 2 * static_cast<std::size_t>(n) + static_cast<std::size_t>(n + 3) / 4; }
   /// Allocation-free draw: writes the 0-based ranks of items 0..n-1 to `out` [n], uses
   /// `free_ranks` [n] and `weights` [work_size(n)] as work space, and returns log q_V(out).
   /// Each factor is drawn by inverse CDF over the free ranks (in the work-space order of
-  /// `free_ranks`, scanned in blocks of four).  When `marg` is not null
+  /// `free_ranks`, located in blocks of four by comparisons against running sums).  When `marg` is not null
   /// ([n items x n ranks], row-major) it adds the factor probabilities q(rho_v = r | earlier
   /// ranks) of every step: their expectation is the marginal q(rho_v = r), so their mean over
   /// draws is a Rao-Blackwellised (lower-variance) estimate of q's marginals.
@@ -43,6 +43,13 @@ class PseudoMallows {
   /// sample_into with another item order `order` [n] (a permutation, not checked) for this draw
   /// only: the sequential importance-sampling proposal of log Z draws a fresh order per sample.
   double sample_into(Rng& rng, const int* order, int* out, int* free_ranks, double* weights, double* marg = nullptr) const;
+  /// L draws at once, in lockstep factor by factor (their independent steps overlap in the CPU):
+  /// draw l uses order[l], writes out[l], with work space fr[l] [n] and work[l] [work_size(n)];
+  /// log q of draw l goes to logq[l].  The uniforms are taken factor by factor, lane by lane.
+  /// Marginals as sample_into.  Defined for L = 1 and 2.
+  template <int L>
+  void sample_lanes(Rng& rng, const int* const* order, int* const* out, int* const* fr, double* const* work, double* marg,
+                    double* logq) const;
   /// Exact log q_V(r) of a complete ranking.
   double log_q(const Perm& r) const;
   /// L(i, r): the log weight of item i at 0-based rank r.
@@ -59,6 +66,9 @@ class PseudoMallows {
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w_;  // exp(L - row max)
   std::vector<double> row_max_;                                               // max_r L(i, r)
   Perm order_;
+  // One factor of a draw (see pseudo.cpp): returns the picked index into fr.
+  int factor_step(int item, int m, const int* fr, double* p, double* bs, double* c, double u01, double& tot,
+                  double& shift) const;
 };
 
 /// `count` draws from q_V, in parallel (OpenMP over blocks of 256 draws, block b seeded with

@@ -395,6 +395,33 @@ TEST_CASE("rank: leap-and-shift keeps a permutation and is reversible with the s
     }
 }
 
+TEST_CASE("rank: item-wise log weights sum to the Mallows log likelihood of every ranking") {
+  // Truth: sum_i L(i, r_i) = -(alpha/n) sum_j d(R_j, r), with d the whole-ranking distance, for
+  // every r of n = 7 items; fewer and more assessors than items, each item-wise metric.
+  const int n = 7;
+  const double alpha = 1.7;
+  for (const int N : {3, 40}) {
+    const RankMatrix R = random_ranks(N, n, 30 + static_cast<std::uint64_t>(N));
+    for (const Metric m : {Metric::footrule, Metric::spearman, Metric::hamming}) {
+      CAPTURE(N);
+      CAPTURE(metric_name(m));
+      const Eigen::MatrixXd lw = itemwise_log_weights(R, alpha, m);
+      double worst = 0;
+      for (const Perm& r : all_perms(n)) {
+        double lhs = 0, d = 0;
+        for (int i = 0; i < n; ++i) lhs += lw(i, r[static_cast<std::size_t>(i)]);
+        for (Eigen::Index j = 0; j < R.rows(); ++j) {
+          Perm rj(static_cast<std::size_t>(n));
+          for (int i = 0; i < n; ++i) rj[static_cast<std::size_t>(i)] = R(j, i);
+          d += distance(rj, r, m);
+        }
+        worst = std::max(worst, std::abs(lhs + alpha / n * d));
+      }
+      CHECK(worst < 1e-9);
+    }
+  }
+}
+
 TEST_CASE("rank: MCMC with fixed alpha converges to the exact posterior (footrule, L = 2)") {
   // Truth: subset-DP marginals.  Tolerance: max TV 0.03 after 200,000 iterations of a well-mixing
   // chain on n = 6 (Monte Carlo error ~0.005).
@@ -650,7 +677,7 @@ double reference_draw(const Eigen::MatrixXd& lw, const Perm& order, Rng& rng, Pe
 
 TEST_CASE("rank: Pseudo-Mallows fast draws equal the textbook sequential draws") {
   // Truth: reference_draw above (log-space probabilities recomputed at every step, plain
-  // cumulative sum) fed the same uniform stream.  The fast path (precomputed weights, block-sum
+  // cumulative sum) fed the same uniform stream.  The fast path (precomputed weights, running-sum
   // scan, log q from a product of totals) must pick the same rank at every step of every draw
   // (it can differ only when a uniform falls within ~1e-15 of a CDF boundary: with these fixed
   // seeds it does not), and its log q must agree to 1e-12 relative.  Sizes 2..13 cover every
@@ -697,7 +724,27 @@ TEST_CASE("rank: Pseudo-Mallows fast draws equal the textbook sequential draws")
   const PseudoDraws d = draw_pseudo(q, 60000, 45, 1);
   std::map<Perm, int> count;
   for (int s = 0; s < 60000; ++s) ++count[Perm(d.rho.begin() + s * n, d.rho.begin() + (s + 1) * n)];
-  for (const auto& [p, pr] : prob) CHECK(std::abs(count[p] / 60000.0 - pr) < 5 * std::sqrt(pr * (1 - pr) / 60000) + 1e-9);
+  // 5 sd of the binomial count, plus 4 draws for the rankings of tiny probability, whose counts
+  // are Poisson (expected 0.03 draws: P(5 or more) ~ 1e-10); the draws come two at a time here
+  // (PseudoMallows::sample_lanes), one at a time above.
+  for (const auto& [p, pr] : prob) {
+    const double expected = 60000 * pr;
+    CHECK(std::abs(count[p] - expected) < 5 * std::sqrt(expected * (1 - pr)) + 4);
+  }
+}
+
+TEST_CASE("rank: the streaming KL estimate sees the same draws as draw_pseudo") {
+  // Truth: neg_elbo over the kept draws of draw_pseudo (log q - log p~ recomputed from the ranks)
+  // equals the streaming neg_elbo with the same seed, which draws without keeping them: same
+  // blocks, same pairs of lanes, an odd count (the last draw alone), several blocks and threads.
+  const int n = 7;
+  const PseudoMallows q(itemwise_log_weights(random_ranks(5, n, 46), 2.5, Metric::footrule), Perm{3, 0, 6, 2, 5, 1, 4});
+  for (const int threads : {1, 2}) {
+    const PseudoDraws d = draw_pseudo(q, 1001, 47, threads);
+    const KlEstimate kept = neg_elbo(q, d), streamed = neg_elbo(q, 1001, 47, threads);
+    CHECK(streamed.value == doctest::Approx(kept.value).epsilon(1e-12));
+    CHECK(streamed.se == doctest::Approx(kept.se).epsilon(1e-9));
+  }
 }
 
 TEST_CASE("rank: importance reweighting of Pseudo-Mallows draws recovers the exact posterior marginals") {
