@@ -230,5 +230,17 @@ curves=$(jq -sc '
 simulated=$(jq -c 'map(select(.size != "potato_visual"))' <<<"$curves")
 [ "$potato" = null ] || potato=$(jq -c --argjson c "$curves" '. + {time_to_accuracy: ($c | map(select(.size == "potato_visual")) | first)}' <<<"$potato")
 
-jq -nc --argjson p "$potato" --argjson s "$sushi" --argjson sim "$simulated" --arg peer "$peer_status" --arg nproc "$(nproc)" \
-  '{bench: "rank_mallows", accuracy: "max (and, simulated, mean) over items of the total-variation distance of the rank marginals", potato_visual: $p, sushi: $s, simulated_mallows: $sim, peer_status: $peer, nproc: ($nproc | tonumber)}'
+# The same comparison timed inside one process (bench-rank-warm, bench/rank_warm.cpp): thread CPU
+# time in ns, one untimed run per rung, then the median over 31 seeds.  The tools' own timings
+# above include cold caches, page faults and lazy binding, tens of microseconds that dwarf PM's
+# work at the few tens of draws it needs.
+in_process="[]"
+if [ -x "$bin/bench-rank-warm" ]; then
+  for cs in "${curve_sets[@]}"; do
+    read -r size sim sim_alpha <<<"$cs"
+    in_process=$(jq -c --argjson w "$("$bin/bench-rank-warm" "$sim" "$sim_alpha" --name "$size")" '. + [$w]' <<<"$in_process")
+  done
+fi
+
+jq -nc --argjson p "$potato" --argjson s "$sushi" --argjson sim "$simulated" --argjson ip "$in_process" --arg peer "$peer_status" --arg nproc "$(nproc)" \
+  '{bench: "rank_mallows", accuracy: "max (and, simulated, mean) over items of the total-variation distance of the rank marginals", potato_visual: $p, sushi: $s, simulated_mallows: $sim, in_process: $ip, peer_status: $peer, nproc: ($nproc | tonumber)}'

@@ -146,7 +146,10 @@ int main(int argc, char** argv) {
           return o;
         };
         auto named_order = [&](const std::string& name) {
-          if (name == "v" || name == "v-random" || name == "v-mix") {
+          // v-mix draws a fresh V order per draw: q's own order is only the component shown (and
+          // the one --alpha estimate fits), so it takes every pair's better item first, no coins.
+          if (name == "v-mix") return rank::v_order(R);
+          if (name == "v" || name == "v-random") {
             Rng r(derive_seed(seed, 8));
             return rank::v_order(R, r);
           }
