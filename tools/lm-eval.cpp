@@ -23,6 +23,7 @@
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/threads.hpp"
+#include "util/timer.hpp"
 
 using namespace icmlkit;
 
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
         const auto stream = nn::tokenize_documents(tok, chosen, c.add_bos ? c.bos_id : -1, text_path);
         if (stream.size() < 2) throw InputError("text has fewer than 2 tokens", text_path);
         nn::EvalResult r;
+        const Stopwatch sw;  // the scoring only (not loading or tokenising)
         if (dev == lm::Device::cpu) {
           auto params = nn::params_from_model<float>(model);
           r = nn::evaluate(params, stream, seq_len, batch, max_tokens);
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
           const double sum = lm::engine_loss(*engine, stream, seq_len, batch, max_tokens, r.tokens);
           r.loss = r.tokens > 0 ? sum / double(r.tokens) : 0.0;
         }
+        const double seconds = sw.seconds();
         nlohmann::json out{{"loss", r.loss},
                            {"perplexity", r.perplexity()},
                            {"bits_per_token", r.loss / std::log(2.0)},
@@ -104,6 +107,10 @@ int main(int argc, char** argv) {
                            {"split", split},
                            {"seq_len", seq_len},
                            {"device", engine ? engine->device() : std::string("cpu")},
+                           {"seconds", seconds},
+                           {"tokens_per_second", seconds > 0 ? double(r.tokens) / seconds : 0.0},
+                           {"threads", threads()},
+                           {"omp_spin_count", openmp_spin_count()},
                            {"meta", ctx.prov.to_json()}};
         io::write_json(output, out);
         log::info("loss {:.4f} nats/token, perplexity {:.3f} over {} tokens", r.loss, r.perplexity(), r.tokens);

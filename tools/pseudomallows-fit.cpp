@@ -230,6 +230,9 @@ int main(int argc, char** argv) {
           out["importance"] = {{"what", "self-normalised importance weights p~/q of the draws; marginals are of p"},
                                {"ess", rw.ess}, {"ess_fraction", rw.ess / draws_n}, {"max_weight", rw.max_weight},
                                {"distinct_draws", distinct}, {"map_consensus", "of q's unweighted draws"}};
+          if (rw.ess < 100)
+            log::warn("the importance weights leave an effective sample size of {:.1f} of the {} draws: the reweighted "
+                      "marginals rest on a few draws; raise --draws", rw.ess, draws_n);
           if (static_cast<double>(distinct) < 0.1 * rw.ess)
             log::warn("the {} draws hold only {} distinct rankings: the ESS {:.0f} counts repeated draws, and posterior mass q "
                       "never reaches is not seen; check neg_elbo (or --exact) before trusting the reweighted marginals",

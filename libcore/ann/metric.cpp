@@ -196,7 +196,7 @@ void check_and_normalise(float* x, std::size_t dim, Metric m, const std::string&
 }  // namespace
 
 Space::Space(Vectors v, Metric m, const std::string& label) : v_(std::move(v)), m_(m) {
-  for (std::size_t i = 0; i < v_.n; ++i) check_and_normalise(v_.row(i), v_.dim, m_, fmt::format("{}, item {}", label, i));
+  for (std::size_t i = 0; i < v_.n; ++i) check_and_normalise(v_.row(i), v_.dim, m_, fmt::format("{}, item {}, data row {}", label, i, i + 1));
 }
 
 std::vector<float> Space::prepare_query(const float* q, std::size_t dim, const std::string& where) const {

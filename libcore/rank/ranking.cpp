@@ -115,10 +115,15 @@ RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool heade
         continue;
       }
       const auto v = parse_int(c);
-      if (!v)
-        throw InputError(fmt::format("rank '{}' of item {} is not an integer{}", c, i + 1,
-                                     rows.empty() && !header ? " (a header row? use --header)" : ""),
-                         where);
+      if (!v) {
+        // A first line naming the pairwise columns is a pairwise file, not a header of ranks.
+        const bool pairwise_header = rows.empty() && line.find("bottom_item") != std::string::npos &&
+                                     line.find("top_item") != std::string::npos;
+        const char* hint = pairwise_header ? " (a file of pairwise preferences: mallows-mcmc reads it with --pairwise)"
+                           : rows.empty() && !header ? " (a header row? use --header)"
+                                                     : "";
+        throw InputError(fmt::format("rank '{}' of item {} is not an integer{}", c, i + 1, hint), where);
+      }
       if (*v < 1 || *v > n) throw InputError(fmt::format("rank {} of item {} is out of range 1..{}", *v, i + 1, n), where);
       r[static_cast<std::size_t>(i)] = static_cast<int>(*v - 1);
     }

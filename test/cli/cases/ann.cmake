@@ -57,7 +57,7 @@ cli_case(bimetric/query-dimension-mismatch --rc 1 --stderr "queries have 3 coord
   -- ${BSR} ${FX}/ann_small.csv --queries ${FX}/ann_queries3.csv -o o.json)
 cli_case(bimetric/empty-file --rc 1 --stderr "empty file" --no-file i.h5 -- ${BIX} ${FX}/ann_empty.fbin -o i.h5)
 cli_case(bimetric/nan-value --rc 1 --stderr "non-numeric|non-finite" --no-file i.h5 -- ${BIX} ${FX}/ann_nan.csv -o i.h5)
-cli_case(bimetric/zero-vector-cosine --rc 1 --stderr "zero vector: cosine distance is undefined.*item 9" --no-file i.h5
+cli_case(bimetric/zero-vector-cosine --rc 1 --stderr "zero vector: cosine distance is undefined.*item 9, data row 10" --no-file i.h5
   -- ${BIX} ${FX}/ann_zero.csv --metric cosine -o i.h5)
 cli_case(bimetric/k-exceeds-n --rc 1 --stderr "k = 50 exceeds the 38 items" --no-file o.json
   -- ${BSR} ${FX}/ann_small.csv --holdout 2 -k 50 -Q 60 -o o.json)

@@ -77,7 +77,7 @@ cli_case(lm-convert/hf-dir-without-config --rc 1 --stderr "no config.json" --too
 
 # ---- newcomer findings -----------------------------------------------------------------------------
 cli_case(lm/eval-and-train-read-gguf --rc 0
-  -- bash -c "${MKMODEL} && ${LMCONV} m.h5 -o m.gguf -q && $<TARGET_FILE:lm-eval> m.gguf ${FX}/genesis.txt --seq-len 32 --max-tokens 200 -q > e.json && jq -e '.tokens > 0' e.json && $<TARGET_FILE:lm-train> ${FX}/genesis.txt --init m.gguf --steps 2 --batch 2 --seq-len 32 --threads 1 -o t.h5 -q > /dev/null && test -s t.h5")
+  -- bash -c "${MKMODEL} && ${LMCONV} m.h5 -o m.gguf -q && $<TARGET_FILE:lm-eval> m.gguf ${FX}/genesis.txt --seq-len 32 --max-tokens 200 -q > e.json && jq -e '.tokens > 0 and .seconds > 0 and .tokens_per_second > 0 and .threads >= 1' e.json && $<TARGET_FILE:lm-train> ${FX}/genesis.txt --init m.gguf --steps 2 --batch 2 --seq-len 32 --threads 1 -o t.h5 -q > /dev/null && test -s t.h5")
 cli_case(lm/train-failure-keeps-existing-log --rc 1 --tool lm-train --stderr "cannot read file"
   -- bash -c "echo '{\"precious\": 1}' > keep.jsonl && $<TARGET_FILE:lm-train> missing.txt --preset tiny --vocab-size 400 --steps 2 -o k.h5 --log keep.jsonl || ( r=$? && grep -q precious keep.jsonl && exit $r )")
 cli_case(lm/init-needs-h5 --rc 2 --stderr "ending in .h5" --no-file m.gguf -- ${LMINIT} --preset tiny -o m.gguf)

@@ -150,3 +150,13 @@ cli_case(pseudomallows-fit/reweight-collapsed-q-warns --needs ${RK}/sushi_rankin
   --stderr "warning: the 2000 draws hold only 1 distinct rankings"
   --jq ".importance.distinct_draws == 1 and .importance.ess == 2000"
   -- ${PM} ${RK}/sushi_rankings.csv --alpha 1.7 --reweight --draws 2000)
+# --reweight on potato_visual with 100 draws: q and p differ enough that the weights leave an ESS of
+# about 5 (measured 5.4), far below 100, and the tool says so.
+cli_case(pseudomallows-fit/reweight-low-ess-warns --needs ${RK}/potato_visual.csv --rc 0
+  --stderr "warning: the importance weights leave an effective sample size of [0-9.]+ of the 100 draws"
+  --jq ".importance.ess < 100"
+  -- ${PM} ${RK}/potato_visual.csv --alpha 10.86 --order v-mix --reweight --draws 100)
+# A pairwise file (assessor,bottom_item,top_item header) read as rankings: the error says --pairwise.
+cli_case(mallows-mcmc/pairwise-file-without-flag --needs ${RK}/beach_preferences.csv --rc 1
+  --stderr "a file of pairwise preferences: mallows-mcmc reads it with --pairwise"
+  -- ${MM} ${RK}/beach_preferences.csv --iterations 100 --burnin 10)
