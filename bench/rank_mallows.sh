@@ -231,7 +231,7 @@ simulated=$(jq -c 'map(select(.size != "potato_visual"))' <<<"$curves")
 [ "$potato" = null ] || potato=$(jq -c --argjson c "$curves" '. + {time_to_accuracy: ($c | map(select(.size == "potato_visual")) | first)}' <<<"$potato")
 
 # The same comparison timed inside one process (bench-rank-warm, bench/rank_warm.cpp): thread CPU
-# time in ns, one untimed run per rung, then the median over 31 seeds.  The tools' own timings
+# time in ns, one untimed run per rung, the median over 31 seeds, the least of 3 rounds.  The tools' own timings
 # above include cold caches, page faults and lazy binding, tens of microseconds that dwarf PM's
 # work at the few tens of draws it needs.
 in_process="[]"
