@@ -136,6 +136,11 @@ void PseudoMallows::sample_lanes(Rng& rng, const int* const* order, int* const* 
   for (int l = 0; l < L; ++l) logq[l] = lq[l] - std::log(prod[l]);
 }
 
+template void PseudoMallows::sample_lanes<1>(Rng&, const int* const*, int* const*, int* const*, double* const*, double*,
+                                              double*) const;
+template void PseudoMallows::sample_lanes<2>(Rng&, const int* const*, int* const*, int* const*, double* const*, double*,
+                                              double*) const;
+
 double PseudoMallows::sample_into(Rng& rng, int* out, int* fr, double* p, double* marg) const {
   return sample_into(rng, order_.data(), out, fr, p, marg);
 }
@@ -158,6 +163,7 @@ Perm PseudoMallows::sample(Rng& rng, double* logq) const {
 namespace {
 // Draws are made in blocks of this many, block b from its own stream derive_seed(seed, b).
 constexpr int draw_block = 256;
+static_assert(draw_block % 2 == 0, "draws go in pairs from each block's first draw, so a pair's draws are s even and s + 1");
 
 // Threads for `count` draws of n items in `blocks` blocks: below ~1e7 proposal steps (a few ms) a
 // parallel region costs more than it saves, and far more CPU time when the cores are
