@@ -121,7 +121,10 @@ int main(int argc, char** argv) {
         }
         io::require_json_path(output);
         rank::check_draw_outputs(outs);
+        io::check_distinct_outputs({{"-o", output}, {"--samples", outs.samples}, {"--marginals", outs.marginals}, {"--heatmap", outs.heatmap}},
+                                   {input});
         if (!log_z_query.empty()) {
+          if (!input.empty()) throw UsageError("--log-z reads no input (it evaluates the partition function alone)", input);
           const auto colon = log_z_query.find(':');
           const auto nn = colon == std::string::npos ? std::nullopt : io::parse_double(log_z_query.substr(0, colon));
           const auto aa = colon == std::string::npos ? std::nullopt : io::parse_double(log_z_query.substr(colon + 1));
@@ -162,6 +165,8 @@ int main(int argc, char** argv) {
         o.threads = ctx.common.threads;
         if (o.burnin >= o.iterations) throw UsageError(fmt::format("burn-in ({}) must be below the iterations ({})", o.burnin, o.iterations), "--burnin");
         if (pairwise && implied) throw UsageError("--as-pairwise reads a rank CSV; the input is already pairwise", "--as-pairwise");
+        if (!pairwise && app_ptr->count("--items") > 0)
+          throw UsageError("--items is for --pairwise or --simulate; a rank file's columns are its items", "--items");
         if (!pairwise && !implied && o.error_model != rank::ErrorModel::none)
           throw UsageError("the Bernoulli error model applies to pairwise data", "--error-model");
         if (exact && !o.fix_alpha) throw UsageError("the exact comparison needs a fixed alpha (--fix-alpha)", "--exact");
@@ -189,11 +194,14 @@ int main(int argc, char** argv) {
             if (rd.has_missing()) source_kind = "partial rankings";
           }
         }
+        data.source = input;
         const int n = data.n_items;
         if (exact && (source_kind != "rankings" || !rank::is_itemwise(o.metric) || n > rank::subset_dp_max_n))
           throw UsageError(fmt::format("--exact needs complete rankings, an item-wise metric and n <= {}", rank::subset_dp_max_n), "--exact");
         if (omitted) log::info("omitted {} assessors with missing ranks", omitted);
         const auto res = rank::run_mcmc(data, o);
+        if (const std::size_t kept = res.chains.front().alpha.size(); kept < 100)
+          log::warn("only {} draws kept per chain ((--iterations - --burnin) / --thin): too few for the marginals or R-hat", kept);
 
         std::vector<int> draws, chain_of;
         std::vector<double> alpha, theta;

@@ -8,6 +8,7 @@
 
 #include "cli/count.hpp"
 #include "cli/run_tool.hpp"
+#include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/table.hpp"
 #include "rank/exact.hpp"
@@ -81,8 +82,20 @@ int main(int argc, char** argv) {
         app.add_option("input", input, "Rank CSV, no header, one assessor per line; - = stdin")->required();
         app.add_flag("--header", header, "Rank CSV has a header row to skip");
         app.add_option("--missing", missing, "Missing ranks: fail or omit the assessor (augmentation: use mallows-mcmc)")
-            ->capture_default_str()->check(CLI::IsMember({"augment", "fail", "omit"}));
-        app.add_option("--metric", metric, "footrule or spearman")->capture_default_str()->check(CLI::IsMember({"footrule", "spearman", "kendall", "cayley", "hamming", "ulam"}));
+            ->capture_default_str()
+            ->check(CLI::Validator(
+                [](std::string& v) -> std::string {
+                  if (v == "augment") return "pseudomallows-fit needs complete rankings: use --missing omit, or mallows-mcmc --missing augment";
+                  return v == "fail" || v == "omit" ? "" : "must be fail or omit";
+                },
+                "fail|omit"));
+        app.add_option("--metric", metric, "footrule or spearman (the item-wise distances)")
+            ->capture_default_str()
+            ->check(CLI::Validator(
+                [](std::string& v) -> std::string {
+                  return v == "footrule" || v == "spearman" ? "" : "Pseudo-Mallows needs an item-wise distance: footrule or spearman";
+                },
+                "footrule|spearman"));
         app.add_option("--alpha", alpha_text, "A fixed alpha > 0, or 'estimate' (maximise the ELBO over alpha)")->capture_default_str();
         app.add_option("--lambda", lambda, "Rate of the exponential prior on alpha (estimate)")->capture_default_str()->check(cli::positive());
         app.add_option("--order", order_policy,
@@ -113,14 +126,16 @@ int main(int argc, char** argv) {
         io::require_json_path(output);
         rank::check_draw_outputs(outs);
         rank::check_draw_outputs({"", exact_marginals, ""});
+        io::check_distinct_outputs({{"-o", output},
+                                    {"--samples", outs.samples},
+                                    {"--marginals", outs.marginals},
+                                    {"--heatmap", outs.heatmap},
+                                    {"--exact-marginals", exact_marginals}},
+                                   {input});
         if (!exact_marginals.empty() && !exact) throw UsageError("--exact-marginals needs --exact", "--exact-marginals");
         if (reweight && !outs.samples.empty())
           throw UsageError("--samples holds q's unweighted draws, which --reweight does not describe: drop one", "--reweight");
         const rank::Metric m = rank::parse_metric(metric, "--metric");
-        if (m != rank::Metric::footrule && m != rank::Metric::spearman)
-          throw UsageError("Pseudo-Mallows needs an item-wise distance: footrule or spearman", "--metric");
-        if (missing == "augment")
-          throw UsageError("pseudomallows-fit needs complete rankings: use --missing omit, or mallows-mcmc --missing augment", "--missing");
         double alpha = 0;
         const bool estimate = alpha_text == "estimate";
         if (!estimate) {

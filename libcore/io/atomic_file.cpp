@@ -11,6 +11,8 @@
 #include <iostream>
 #include <string>
 
+#include <fmt/core.h>
+
 #include "util/error.hpp"
 
 namespace icmlkit::io {
@@ -89,6 +91,25 @@ void check_output_dir(const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw RuntimeError("output directory does not exist", dir.string());
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw RuntimeError("output directory is not writable", dir.string());
+}
+
+void check_distinct_outputs(const std::vector<NamedOutput>& outputs, const std::vector<std::string>& inputs) {
+  const auto resolved = [](const std::string& p) {
+    std::error_code ec;
+    const fs::path r = fs::weakly_canonical(fs::path(p), ec);
+    return ec ? fs::absolute(fs::path(p)).lexically_normal() : r;
+  };
+  std::vector<std::pair<fs::path, const NamedOutput*>> seen;
+  for (const NamedOutput& o : outputs) {
+    if (is_stdout(o.path)) continue;
+    const fs::path r = resolved(o.path);
+    for (const auto& [q, other] : seen)
+      if (q == r) throw UsageError(fmt::format("{} and {} name the same file; give each output its own path", other->flag, o.flag), o.path);
+    for (const std::string& in : inputs)
+      if (!in.empty() && in != "-" && resolved(in) == r)
+        throw UsageError(fmt::format("{} would overwrite the input file; write the output elsewhere", o.flag), o.path);
+    seen.emplace_back(r, &o);
+  }
 }
 
 AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {

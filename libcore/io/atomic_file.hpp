@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace icmlkit::io {
 
@@ -42,6 +43,17 @@ class AtomicFile {
 /// RuntimeError naming the directory (exit 1, like an unreadable input).  run_tool calls it for
 /// every tool's -o/--output; AtomicFile calls it again when the file is opened.
 void check_output_dir(const std::string& path);
+
+/// An output of a tool: the flag that names it and its path (empty or "-": none, or stdout).
+struct NamedOutput {
+  std::string flag, path;
+};
+
+/// Checks, before any work is done, that no two outputs share a file and that no output is one
+/// of the `inputs` (paths compared after resolving ".", ".." and symbolic links, so "a.h5" and
+/// "./a.h5" clash).  Stdout and empty paths are skipped.  Throws UsageError naming both flags
+/// (exit 2): a later write would silently replace the earlier output, or the input.
+void check_distinct_outputs(const std::vector<NamedOutput>& outputs, const std::vector<std::string>& inputs);
 
 /// Writes `bytes` to `path` atomically; `path` "-" or empty writes to stdout.
 /// Throws RuntimeError when the file cannot be written.

@@ -411,7 +411,8 @@ McmcResult run_mcmc(const MallowsData& data, const McmcOptions& opt) {
     for (std::size_t j = 0; j < data.prefs.size(); ++j)
       if (consistent_ranking(n, data.prefs[j]).empty())
         throw InputError("inconsistent pairwise preferences (a cycle); choose an error model with --error-model bernoulli",
-                         j < data.labels.size() ? "assessor " + data.labels[j] : fmt::format("assessor number {}", j + 1));
+                         fmt::format("{}{}", data.source.empty() ? "" : data.source + ", ",
+                                     j < data.labels.size() ? "assessor " + data.labels[j] : fmt::format("assessor number {}", j + 1)));
   }
   McmcResult res;
   res.n_items = n;

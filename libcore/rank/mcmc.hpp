@@ -25,6 +25,7 @@ struct MallowsData {
   RankMatrix ranks;  ///< [assessors, items]; missing_rank marks latent ranks.  Empty for pairwise data.
   std::vector<std::vector<Preference>> prefs;  ///< per assessor; empty for rank data
   std::vector<std::string> labels;  ///< optional assessor names for error messages (file ids)
+  std::string source;               ///< optional file the data came from, for error messages
   /// Number of assessors.
   int assessors() const { return prefs.empty() ? static_cast<int>(ranks.rows()) : static_cast<int>(prefs.size()); }
 };

@@ -186,11 +186,18 @@ void write_draws_h5(const std::string& path, const std::vector<int>& rho, int n,
   af.commit();
 }
 
+namespace {
+// Throws RuntimeError (exit 1) when gnuplot is not on the PATH.
+void require_gnuplot() {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
+    throw RuntimeError("gnuplot is not installed (apt-get install gnuplot-nox)", "--heatmap");
+}
+}  // namespace
+
 void write_heatmap(const std::string& png, const Eigen::MatrixXd& marginals, const Perm& consensus_order,
                    const std::string& title) {
   if (extension(png) != ".png") throw UsageError("the heat map is a .png", "--heatmap " + png);
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
-    throw RuntimeError("gnuplot is not installed (apt-get install gnuplot-nox)", "--heatmap");
+  require_gnuplot();
   io::AtomicFile af(png);
   const std::string dat = af.temp_path().string() + ".dat", gp = af.temp_path().string() + ".gp";
   const int n = static_cast<int>(marginals.rows());
@@ -234,6 +241,7 @@ void check_draw_outputs(const DrawOutputs& out) {
   if (!out.marginals.empty() && ext(out.marginals) != ".csv" && ext(out.marginals) != ".h5" && ext(out.marginals) != ".hdf5")
     throw UsageError("marginals are written as .csv or .h5", "--marginals " + out.marginals);
   if (!out.heatmap.empty() && ext(out.heatmap) != ".png") throw UsageError("the heat map is a .png", "--heatmap " + out.heatmap);
+  if (!out.heatmap.empty()) require_gnuplot();
 }
 
 nlohmann::json consensus_json(const Eigen::MatrixXd& marginals, const std::vector<int>& draws, int n) {
@@ -250,9 +258,10 @@ nlohmann::json consensus_json(const Eigen::MatrixXd& marginals, const std::vecto
 void write_draw_outputs(const DrawOutputs& out, const std::vector<int>& draws, int n, const std::vector<double>& alpha,
                         const std::vector<int>& chain, const std::vector<double>& theta, const Eigen::MatrixXd& marginals,
                         const io::Provenance& prov, const std::string& title) {
+  // The heat map first: gnuplot is the step most likely to fail, and then nothing is written.
+  if (!out.heatmap.empty()) write_heatmap(out.heatmap, marginals, cp_consensus(marginals), title);
   if (!out.samples.empty()) write_draws_h5(out.samples, draws, n, alpha, chain, theta, marginals, prov);
   if (!out.marginals.empty()) write_marginals(out.marginals, marginals, prov);
-  if (!out.heatmap.empty()) write_heatmap(out.heatmap, marginals, cp_consensus(marginals), title);
 }
 
 }  // namespace icmlkit::rank

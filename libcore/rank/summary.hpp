@@ -66,7 +66,8 @@ struct DrawOutputs {
   std::string heatmap;    ///< --heatmap: PNG
 };
 
-/// Checks the output paths' extensions before any work (UsageError naming the flag).
+/// Checks the output paths' extensions before any work (UsageError naming the flag) and, for a
+/// heat map, that gnuplot is installed (RuntimeError).
 void check_draw_outputs(const DrawOutputs& out);
 
 /// The consensus part of a result: "cp_consensus" (rank, item, cumulative probability),

@@ -32,7 +32,7 @@ cli_case(mallows-mcmc/beach-published-consensus --needs ${RK}/beach_preferences.
   --rc 0 --jq "[.cp_consensus[].item] == [9,6,3,11,15,10,1,7,5,13,4,8,12,14,2] and .data == \"pairwise\" and .rhat.alpha < 1.1"
   -- ${MM} ${RK}/beach_preferences.csv --pairwise --iterations 20000 --burnin 5000 --chains 4)
 cli_case(mallows-mcmc/bernoulli-needs-error-model --needs ${RK}/bernoulli_data.csv
-  --rc 1 --stderr "choose an error model with --error-model bernoulli \\(assessor 1\\)" --no-file out.json
+  --rc 1 --stderr "choose an error model with --error-model bernoulli \\(.*bernoulli_data.csv, assessor 1\\)" --no-file out.json
   -- ${MM} ${RK}/bernoulli_data.csv --pairwise -o out.json)
 cli_case(mallows-mcmc/bernoulli-error-model --needs ${RK}/bernoulli_data.csv
   --rc 0 --jq ".theta.mean > 0.05 and .theta.mean < 0.2 and .rhat.theta < 1.1"
@@ -50,7 +50,7 @@ cli_case(mallows-mcmc/rank-not-integer --rc 1 --stderr "rank 'x' of item 3 is no
 cli_case(mallows-mcmc/ragged --rc 1 --stderr "row has 4 ranks, the first row has 5 \\(.*line 2\\)" -- ${MM} ${FX}/rank_ragged.csv)
 cli_case(mallows-mcmc/empty-file --rc 1 --stderr "no rankings \\(empty file\\)" -- ${MM} ${FX}/rank_empty.csv)
 cli_case(mallows-mcmc/missing-file --rc 1 -- ${MM} no_such_file.csv)
-cli_case(mallows-mcmc/pairwise-cycle --rc 1 --stderr "choose an error model" -- ${MM} ${FX}/pairwise_cycle.csv --pairwise)
+cli_case(mallows-mcmc/pairwise-cycle --rc 1 --stderr "choose an error model with --error-model bernoulli .*pairwise_cycle.csv, assessor" -- ${MM} ${FX}/pairwise_cycle.csv --pairwise)
 cli_case(mallows-mcmc/pairwise-bad-item --rc 1 --stderr "item 0 is not a positive integer \\(.*row 2" -- ${MM} ${FX}/pairwise_bad_item.csv --pairwise)
 cli_case(mallows-mcmc/pairwise-items-too-few --rc 1 --stderr "item 4 is out of range 1..3" -- ${MM} ${FX}/pairwise_ok.csv --pairwise --items 3)
 cli_case(mallows-mcmc/bad-metric --rc 2 -- ${MM} ${FX}/rank_small.csv --metric euclid)
@@ -160,3 +160,19 @@ cli_case(pseudomallows-fit/reweight-low-ess-warns --needs ${RK}/potato_visual.cs
 cli_case(mallows-mcmc/pairwise-file-without-flag --needs ${RK}/beach_preferences.csv --rc 1
   --stderr "a file of pairwise preferences: mallows-mcmc reads it with --pairwise"
   -- ${MM} ${RK}/beach_preferences.csv --iterations 100 --burnin 10)
+# Outputs that would replace one another or the input are refused before any work (exit 2).
+cli_case(mallows-mcmc/outputs-same-path --rc 2 --stderr "--samples and --marginals name the same file" --no-file a.h5
+  -- ${MM} ${FX}/rank_small.csv --iterations 200 --burnin 20 --samples a.h5 --marginals a.h5)
+# (exit 2 only when the tool exits 2 and p.csv is left as it was)
+cli_case(mallows-mcmc/output-overwrites-input --tool mallows-mcmc --rc 2 --stderr "--marginals would overwrite the input file"
+  -- bash -c "cp ${FX}/rank_small.csv p.csv && ( ${MM} p.csv --iterations 200 --burnin 20 --marginals ./p.csv || test \$? -eq 2 ) && cmp -s p.csv ${FX}/rank_small.csv && exit 2")
+cli_case(pseudomallows-fit/exact-marginals-overwrites-input --tool pseudomallows-fit --rc 2 --stderr "--exact-marginals would overwrite the input file"
+  -- bash -c "cp ${FX}/rank_small.csv p.csv && ${PM} p.csv --alpha 2 --exact --exact-marginals p.csv")
+# A missing gnuplot is found before the run: nothing is written (not even the other outputs).
+cli_case(mallows-mcmc/heatmap-without-gnuplot --tool mallows-mcmc --rc 1 --stderr "gnuplot is not installed" --no-file m.csv --no-file s.h5
+  -- bash -c "PATH=/nonexistent ${MM} ${FX}/rank_small.csv --iterations 200 --burnin 20 --marginals m.csv --samples s.h5 --heatmap h.png")
+# Flags that would be ignored are refused; too few kept draws are warned about.
+cli_case(mallows-mcmc/log-z-with-input --rc 2 --stderr "--log-z reads no input" -- ${MM} ${FX}/rank_small.csv --log-z 5:2)
+cli_case(mallows-mcmc/items-with-rank-file --rc 2 --stderr "--items is for --pairwise or --simulate" -- ${MM} ${FX}/rank_small.csv --items 3)
+cli_case(mallows-mcmc/thin-leaves-few-draws --rc 0 --stderr "warning: only 9 draws kept per chain"
+  -- ${MM} ${FX}/rank_small.csv --iterations 1000 --burnin 100 --thin 100)
