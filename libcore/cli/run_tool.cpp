@@ -58,6 +58,23 @@ std::string describe_parse_error(const std::string& what) {
   if (const auto eq = what.find(" = "); what.rfind(convert, 0) == 0 && eq != std::string::npos)
     return fmt::format("cannot read '{}': not a number of the right kind, or out of range ({})", what.substr(eq + 3),
                        what.substr(convert.size(), eq - convert.size()));
+  // "The following argument(s) was/were not expected: w_k ... w_1": CLI11 2.1 lists the words
+  // last to first; name them in command-line order.
+  if (const auto at = what.find(" not expected: "); what.rfind("The following argument", 0) == 0 && at != std::string::npos) {
+    std::vector<std::string> words;
+    std::string w;
+    for (const char ch : what.substr(at + 15) + " ") {
+      if (ch != ' ') {
+        w += ch;
+      } else if (!w.empty()) {
+        words.push_back(w);
+        w.clear();
+      }
+    }
+    std::string ordered;
+    for (auto it = words.rbegin(); it != words.rend(); ++it) ordered += (ordered.empty() ? "" : " ") + *it;
+    return fmt::format("unexpected argument{}: {} (run with --help for usage)", words.size() == 1 ? "" : "s", ordered);
+  }
   // A bad value of one flag: "--flag: message" (our validators, CLI11's Range and IsMember).
   const auto colon = what.find(": ");
   if (what.size() > 1 && what[0] == '-' && colon != std::string::npos && what.find(' ') > colon)

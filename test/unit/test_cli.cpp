@@ -113,8 +113,15 @@ TEST_CASE("cli: bad flag values read '<what> (<flag>)', CLI11's range and choice
   CHECK(cli::describe_parse_error(cli11_message([&](CLI::App& a) { a.add_option("--n", n); }, {"--n", "1", "--n", "2"})) ==
         "given 2 times; give it once (--n)");
   CHECK(cli::describe_parse_error(cli11_message([&](CLI::App& a) { a.add_option("--m", s); }, {"--m"})) == "needs a value (--m)");
-  // Not about one flag's value: kept, with the pointer to --help.
-  const std::string unknown = cli11_message([&](CLI::App& a) { a.add_option("--n", n); }, {"--bogus"});
-  REQUIRE(!unknown.empty());
-  CHECK(cli::describe_parse_error(unknown) == unknown + " (run with --help for usage)");
+  // Unexpected words: named in command-line order (CLI11 2.1 lists them last to first), with the
+  // pointer to --help.
+  CHECK(cli::describe_parse_error(cli11_message([&](CLI::App& a) { a.add_option("--n", n); }, {"--bogus"})) ==
+        "unexpected argument: --bogus (run with --help for usage)");
+  std::string pos;
+  CHECK(cli::describe_parse_error(cli11_message([&](CLI::App& a) { a.add_option("in", pos); }, {"x", "--a", "1", "--b", "2"})) ==
+        "unexpected arguments: --a 1 --b 2 (run with --help for usage)");
+  // Anything else: kept, with the pointer to --help.
+  const std::string other = cli11_message([&](CLI::App& a) { a.add_option("--n", n)->required(); }, {});
+  REQUIRE(!other.empty());
+  CHECK(cli::describe_parse_error(other) == other + " (run with --help for usage)");
 }

@@ -63,5 +63,8 @@ cli_case(cli/choice-message --rc 2 --stderr "^fafo-generate: error: must be one 
   -- $<TARGET_FILE:fafo-generate> m.h5 --method foo)
 cli_case(cli/validator-message-flag-last --rc 2 --stderr "^smc-optimize: error: must be an integer in 1\\.\\.10000000, got 0 \\(--particles\\)$"
   -- $<TARGET_FILE:smc-optimize> --particles 0)
-cli_case(cli/unknown-flag-points-to-help --rc 2 --stderr "^smc-optimize: error: The following argument was not expected: --bogus \\(run with --help for usage\\)$"
+cli_case(cli/unknown-flag-points-to-help --rc 2 --stderr "^smc-optimize: error: unexpected argument: --bogus \\(run with --help for usage\\)$"
   -- $<TARGET_FILE:smc-optimize> --bogus)
+# Several unexpected words are named in command-line order (CLI11 lists them last to first).
+cli_case(cli/unexpected-words-in-order --rc 2 --stderr "^mallows-mcmc: error: unexpected arguments: --draws 0 --foo bar \\(run with --help for usage\\)$"
+  -- $<TARGET_FILE:mallows-mcmc> x.csv --draws 0 --foo bar)
