@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   std::vector<std::uint64_t> quotas{100};
   CLI::Option* quota_opt = nullptr;       // -Q: refused outside the quota modes
   CLI::Option* index_type_opt = nullptr;  // --index-type: must match a loaded --index
+  CLI::App* app_ptr = nullptr;
   std::vector<int> search_L{5000};
   int k = 10, seeds = -1;
   double c_bound = 0;
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         ann::add_shared_flags(app, f);
         index_type_opt = app.get_option("--index-type");
+        app_ptr = &app;
         app.add_option("--index", index_path, "Index from bimetric-index (default: build one in memory with the build flags)");
         app.add_option("--queries", f.data.queries, "Query vectors in the true representation (default: /test of an HDF5 ITEMS, or --holdout)");
         app.add_option("--proxy-queries", f.data.proxy_queries, "The queries' proxy vectors (with --proxy-file and --queries)");
@@ -87,6 +89,10 @@ int main(int argc, char** argv) {
           idx = ann::load_index(index_path, n, &saved);
           if (index_type_opt->count() > 0 && f.index_type != idx.type())
             throw UsageError(fmt::format("the index file holds a {} index, not {}", idx.type(), f.index_type), "--index-type");
+          // The build flags would be silently ignored: the loaded index is already built.
+          for (const char* flag : {"-R", "-L", "--alpha", "--passes"})
+            if (app_ptr->count(flag) > 0)
+              throw UsageError(fmt::format("{} is a build parameter; the --index given is already built (drop one of them)", flag), flag);
           ctx.prov.add_input(index_path, io::sha256_file(index_path));
           nlohmann::json b = nlohmann::json::parse(saved, nullptr, false);
           const nlohmann::json want = ann::build_description(data, f, ctx.common.seed);

@@ -1,6 +1,7 @@
 #include "ann/vectors.hpp"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
 
 namespace icmlkit::ann {
 namespace {
@@ -116,6 +118,9 @@ VectorFile read_csv(const std::string& path, const std::string& bytes, const Vec
   if (ends_with(path, ".tsv") || ends_with(path, ".tsv.gz")) ro.delimiter = '\t';
   else ro.delimiter = ',';
   const io::Table t = io::Table::parse_csv(bytes, label, ro);
+  if (ro.header && std::all_of(t.names().begin(), t.names().end(), [](const std::string& c) { return io::parse_double(c).has_value(); }))
+    log::warn("{}: the header row is all numbers ({}, ...); it was read as column names, not as a vector: if it is data, "
+              "pass --no-header", path, t.names().front());
   std::size_t cols = t.cols();
   if (opt.label_last) {
     if (cols < 2) throw InputError("--label-last needs at least two columns", path);

@@ -98,3 +98,9 @@ cli_case(bimetric/index-type-must-match-loaded-index --needs ${DIGITS} --rc 2 --
   -- bash -c "${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 8 -L 16 -o idx.h5 -q > /dev/null && ${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 --index idx.h5 --index-type cover-tree -q")
 cli_case(bimetric/index-mismatch-names-field --needs ${DIGITS} --rc 1 --tool bimetric-search --stderr "built with proxy_metric = .ip., this run has .l2."
   -- bash -c "${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 --metric ip -R 8 -L 16 -o idx.h5 -q > /dev/null && ${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 --metric l2 --index idx.h5 -q")
+# A build flag given with a loaded --index would be ignored: refused (exit 2).
+cli_case(bimetric/build-flag-with-index --tool bimetric-search --rc 2 --stderr "-R is a build parameter. the --index given is already built" --no-file o.json
+  -- bash -c "${BIX} ${FX}/ann_small.csv --holdout 2 -R 8 -L 16 -o i.h5 > /dev/null && ${BSR} ${FX}/ann_small.csv --holdout 2 --index i.h5 -R 4 -o o.json")
+# A CSV whose first row is all numbers, read with its default header: a warning says --no-header.
+cli_case(bimetric/numeric-header-warns --tool bimetric-index --rc 0 --stderr "warning: .*the header row is all numbers .*pass --no-header"
+  -- bash -c "tail -n +2 ${FX}/ann_small.csv > v.csv && ${BIX} v.csv -R 8 -L 16 -o i.h5")
