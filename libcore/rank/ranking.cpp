@@ -85,6 +85,13 @@ std::optional<long long> parse_int(const std::string& s) {
 
 }  // namespace
 
+namespace {
+// Whether a CSV line is the header of a pairwise file (assessor, bottom_item, top_item).
+bool names_pairwise_columns(const std::string& line) {
+  return line.find("bottom_item") != std::string::npos && line.find("top_item") != std::string::npos;
+}
+}  // namespace
+
 RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool header) {
   const std::string text = io::read_maybe_gzip(path);
   RankData d;
@@ -98,7 +105,11 @@ RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool heade
   std::vector<std::vector<int>> rows;
   while (std::getline(in, line)) {
     ++lineno;
-    if (header && lineno == 1) continue;
+    if (header && lineno == 1) {
+      if (names_pairwise_columns(line))
+        throw InputError("a file of pairwise preferences: mallows-mcmc reads it with --pairwise", fmt::format("{}, line 1", path));
+      continue;
+    }
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto cells = split_line(line, delim);
     const std::string where = fmt::format("{}, line {}", path, lineno);
@@ -117,8 +128,7 @@ RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool heade
       const auto v = parse_int(c);
       if (!v) {
         // A first line naming the pairwise columns is a pairwise file, not a header of ranks.
-        const bool pairwise_header = rows.empty() && line.find("bottom_item") != std::string::npos &&
-                                     line.find("top_item") != std::string::npos;
+        const bool pairwise_header = rows.empty() && names_pairwise_columns(line);
         const char* hint = pairwise_header ? " (a file of pairwise preferences: mallows-mcmc reads it with --pairwise)"
                            : rows.empty() && !header ? " (a header row? use --header)"
                                                      : "";

@@ -176,3 +176,6 @@ cli_case(mallows-mcmc/log-z-with-input --rc 2 --stderr "--log-z reads no input" 
 cli_case(mallows-mcmc/items-with-rank-file --rc 2 --stderr "--items is for --pairwise or --simulate" -- ${MM} ${FX}/rank_small.csv --items 3)
 cli_case(mallows-mcmc/thin-leaves-few-draws --rc 0 --stderr "warning: only 9 draws kept per chain"
   -- ${MM} ${FX}/rank_small.csv --iterations 1000 --burnin 100 --thin 100)
+cli_case(pseudomallows-fit/pairwise-file-with-header-flag --needs ${RK}/beach_preferences.csv --rc 1
+  --stderr "a file of pairwise preferences: mallows-mcmc reads it with --pairwise .*line 1"
+  -- ${PM} ${RK}/beach_preferences.csv --header --alpha 2)
