@@ -199,6 +199,12 @@ int main(int argc, char** argv) {
         if (exact && (source_kind != "rankings" || !rank::is_itemwise(o.metric) || n > rank::subset_dp_max_n))
           throw UsageError(fmt::format("--exact needs complete rankings, an item-wise metric and n <= {}", rank::subset_dp_max_n), "--exact");
         if (omitted) log::info("omitted {} assessors with missing ranks", omitted);
+        if (!outs.samples.empty()) {
+          const double bytes = 4.0 * n * o.chains * std::floor(double(o.iterations - o.burnin) / o.thin);
+          if (bytes > 1e9)
+            log::warn("--samples will hold about {:.1f} GB of draws ({} chains x {} kept x {} items, int32); --thin keeps fewer",
+                      bytes / 1e9, o.chains, (o.iterations - o.burnin) / o.thin, n);
+        }
         const auto res = rank::run_mcmc(data, o);
         if (const std::size_t kept = res.chains.front().alpha.size(); kept < 100)
           log::warn("only {} draws kept per chain ((--iterations - --burnin) / --thin): too few for the marginals or R-hat", kept);
