@@ -96,8 +96,9 @@ void check_output_dir(const std::string& path) {
 void check_distinct_outputs(const std::vector<NamedOutput>& outputs, const std::vector<std::string>& inputs) {
   const auto resolved = [](const std::string& p) {
     std::error_code ec;
-    const fs::path r = fs::weakly_canonical(fs::path(p), ec);
-    return ec ? fs::absolute(fs::path(p)).lexically_normal() : r;
+    const fs::path abs = fs::absolute(fs::path(p), ec).lexically_normal();
+    const fs::path r = fs::weakly_canonical(abs, ec);  // symbolic links of the existing part resolved
+    return ec ? abs : r;
   };
   std::vector<std::pair<fs::path, const NamedOutput*>> seen;
   for (const NamedOutput& o : outputs) {

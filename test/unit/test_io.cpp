@@ -146,6 +146,31 @@ TEST_CASE("io: check_output_dir refuses a missing or read-only directory, naming
   fs::permissions(dir, fs::perms::owner_all);
 }
 
+// Truth: the paths are built here to name one file in different spellings (relative with and
+// without "./", "..", absolute, a symbolic link to the directory), existing or not.
+TEST_CASE("io: check_distinct_outputs refuses two outputs or an output and an input naming one file") {
+  const fs::path dir = scratch("d", "distinct");
+  fs::create_directories(dir / "sub");
+  const fs::path link = dir.parent_path() / "distinct-link";
+  fs::remove(link);
+  fs::create_directory_symlink(dir, link);
+  const fs::path here = fs::current_path();
+  fs::current_path(dir);
+  const std::string in = (dir / "in.csv").string();
+  io::write_text(in, "x\n1\n");
+  using O = io::NamedOutput;
+  CHECK_NOTHROW(io::check_distinct_outputs({{"-o", "a.json"}, {"--samples", "a.h5"}, {"--log", "-"}, {"--x", ""}, {"--y", "-"}}, {in}));
+  CHECK(message_of([&] { io::check_distinct_outputs({O{"-o", "new.h5"}, O{"--best", "./new.h5"}}, {}); }) ==
+        "-o and --best name the same file; give each output its own path (./new.h5)");
+  CHECK_THROWS_AS(io::check_distinct_outputs({O{"-o", "sub/../new.h5"}, O{"--best", (dir / "new.h5").string()}}, {}), UsageError);
+  CHECK_THROWS_AS(io::check_distinct_outputs({O{"-o", "x.h5"}, O{"--best", (link / "x.h5").string()}}, {}), UsageError);
+  CHECK(message_of([&] { io::check_distinct_outputs({O{"--marginals", "./in.csv"}}, {in}); }) ==
+        "--marginals would overwrite the input file; write the output elsewhere (./in.csv)");
+  CHECK_NOTHROW(io::check_distinct_outputs({O{"--marginals", "sub/in.csv"}}, {in}));
+  fs::current_path(here);
+  fs::remove(link);
+}
+
 TEST_CASE("io: --where filters and drop_largest") {
   Table t = Table::parse_csv("name,loss\na,3\nb,1\nc,2\nd,5\n", "w.csv");
   CHECK(io::filter_rows(t, {"loss<3"}) == std::vector<std::size_t>{1, 2});
