@@ -47,7 +47,10 @@ int main(int argc, char** argv) {
         app.add_option("--rms-eps", c.rms_eps, "RMSNorm epsilon")->check(cli::positive());
         app.add_flag("--tied", tied, "LM head shares the token embedding");
         app.add_option("--dtype", dtype, "Storage of matrices: f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
-        app.add_option("--init-std", init_std, "Standard deviation of the random matrices")->check(cli::positive());
+        // Beyond 1e3 the f32 weights of a forward pass overflow long before any use (1e300 gave inf weights).
+        app.add_option("--init-std", init_std, "Standard deviation of the random matrices, in (0, 1000]")
+            ->check(cli::positive())
+            ->check(CLI::Range(0.0, 1000.0));
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;

@@ -171,8 +171,11 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
         if (std::filesystem::path(output).extension() != ".h5") throw UsageError("-o must end in .h5", "-o");
-        io::check_distinct_outputs({{"-o", output}, {"--best", best_path.empty() ? best_path_for(output) : best_path}, {"--log", log_path}},
-                                   {corpus_path, tokenizer_path, config_path});
+        io::check_distinct_outputs({{"-o", output},
+                                    {"--best", best_path.empty() ? best_path_for(output) : best_path},
+                                    {"--export", export_path},
+                                    {"--log", log_path}},
+                                   {corpus_path, tokenizer_path, config_path, init_path});
         if (!init_path.empty() && (!config_path.empty() || !preset.empty() || app->count("--vocab-size") || !tokenizer_path.empty()))
           throw UsageError("--init takes the shape and tokenizer from the checkpoint; drop --config/--preset/--vocab-size/--tokenizer", "--init");
         for (const char* f : {"--d-model", "--n-layers", "--n-heads", "--n-kv-heads", "--d-ff", "--n-ctx", "--tied", "--rope-style"})

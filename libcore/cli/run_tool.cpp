@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -223,7 +224,19 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
     ctx.prov.command = io::shell_join(argc, argv);
     ctx.prov.seed = ctx.common.seed;
     // An output that cannot be written fails now, not after the work (DESIGN.md: exit 1).
-    if (const CLI::Option* out = app.get_option_no_throw("--output")) io::check_output_dir(out->as<std::string>());
+    if (const CLI::Option* out = app.get_option_no_throw("--output")) {
+      const std::string o = out->as<std::string>();
+      io::check_output_dir(o);
+      // -o naming an existing file that another argument gives (an input, as a rule) would replace it.
+      for (const CLI::Option* opt : app.get_options()) {
+        if (opt == out) continue;
+        for (const std::string& v : opt->results()) {
+          std::error_code ec;
+          if (!v.empty() && v != "-" && std::filesystem::exists(v, ec) && io::same_file_path(v, o))
+            throw UsageError(fmt::format("-o names the file given to {}; write the output elsewhere", opt->get_name()), o);
+        }
+      }
+    }
     body(ctx);
     std::cout.flush();
     if (!std::cout) return fail(info.name, "cannot write to standard output", 1);

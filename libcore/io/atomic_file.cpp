@@ -93,23 +93,29 @@ void check_output_dir(const std::string& path) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw RuntimeError("output directory is not writable", dir.string());
 }
 
+namespace {
+fs::path resolved_path(const std::string& p) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(fs::path(p), ec).lexically_normal();
+  const fs::path r = fs::weakly_canonical(abs, ec);  // symbolic links of the existing part resolved
+  return ec ? abs : r;
+}
+}  // namespace
+
+bool same_file_path(const std::string& a, const std::string& b) {
+  return !is_stdout(a) && !is_stdout(b) && resolved_path(a) == resolved_path(b);
+}
+
 void check_distinct_outputs(const std::vector<NamedOutput>& outputs, const std::vector<std::string>& inputs) {
-  const auto resolved = [](const std::string& p) {
-    std::error_code ec;
-    const fs::path abs = fs::absolute(fs::path(p), ec).lexically_normal();
-    const fs::path r = fs::weakly_canonical(abs, ec);  // symbolic links of the existing part resolved
-    return ec ? abs : r;
-  };
-  std::vector<std::pair<fs::path, const NamedOutput*>> seen;
+  std::vector<const NamedOutput*> seen;
   for (const NamedOutput& o : outputs) {
     if (is_stdout(o.path)) continue;
-    const fs::path r = resolved(o.path);
-    for (const auto& [q, other] : seen)
-      if (q == r) throw UsageError(fmt::format("{} and {} name the same file; give each output its own path", other->flag, o.flag), o.path);
+    for (const NamedOutput* other : seen)
+      if (same_file_path(other->path, o.path))
+        throw UsageError(fmt::format("{} and {} name the same file; give each output its own path", other->flag, o.flag), o.path);
     for (const std::string& in : inputs)
-      if (!in.empty() && in != "-" && resolved(in) == r)
-        throw UsageError(fmt::format("{} would overwrite the input file; write the output elsewhere", o.flag), o.path);
-    seen.emplace_back(r, &o);
+      if (same_file_path(in, o.path)) throw UsageError(fmt::format("{} would overwrite the input file; write the output elsewhere", o.flag), o.path);
+    seen.push_back(&o);
   }
 }
 

@@ -44,6 +44,10 @@ class AtomicFile {
 /// every tool's -o/--output; AtomicFile calls it again when the file is opened.
 void check_output_dir(const std::string& path);
 
+/// Whether two paths name one file: compared as absolute paths with ".", ".." and the symbolic
+/// links of their existing part resolved (the files need not exist).  Stdout ("-", "") never matches.
+bool same_file_path(const std::string& a, const std::string& b);
+
 /// An output of a tool: the flag that names it and its path (empty or "-": none, or stdout).
 struct NamedOutput {
   std::string flag, path;

@@ -35,10 +35,33 @@ bool valid_utf8(std::string_view s) noexcept {
   return true;
 }
 
+namespace {
+// SentencePiece's status text without its source location and failed condition
+// ("./src/x.cc(580) [cond] Message. ..." -> "Message. ..."), and with our flag spellings.
+std::string sentencepiece_message(std::string m) {
+  if (m.rfind("./src/", 0) == 0 || m.rfind("src/", 0) == 0) {
+    // The condition may hold brackets of its own: skip to the "] " that closes the first "[".
+    int depth = 0;
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      if (m[i] == '[') ++depth;
+      if (m[i] == ']' && --depth == 0) {
+        m = m.substr(std::min(m.size(), i + 2));
+        break;
+      }
+    }
+  }
+  for (const auto& [theirs, ours] : {std::pair<std::string, std::string>{"--character_coverage", "--character-coverage"},
+                                     {"vocab_size", "--vocab-size"}}) {
+    for (std::size_t at = m.find(theirs); at != std::string::npos; at = m.find(theirs, at + ours.size())) m.replace(at, theirs.size(), ours);
+  }
+  return m.find_first_not_of(" .") == std::string::npos ? "not in SentencePiece's format" : m;
+}
+}  // namespace
+
 Tokenizer::Tokenizer(const std::string& model_bytes, const std::string& where)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   const auto st = sp_->LoadFromSerializedProto(model_bytes);
-  if (!st.ok()) throw InputError("invalid SentencePiece model: " + std::string(st.message()), where);
+  if (!st.ok()) throw InputError("invalid SentencePiece model: " + sentencepiece_message(std::string(st.message())), where);
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -109,7 +132,7 @@ std::string train_tokenizer(const std::vector<std::string>& sentences, const Tok
   VectorIterator it(sentences);
   std::string proto;
   const auto st = sentencepiece::SentencePieceTrainer::Train(kw, &it, &proto);
-  if (!st.ok()) throw InputError("tokenizer training failed: " + std::string(st.message()));
+  if (!st.ok()) throw InputError("tokenizer training failed: " + sentencepiece_message(std::string(st.message())));
   return proto;
 }
 

@@ -68,3 +68,12 @@ cli_case(cli/unknown-flag-points-to-help --rc 2 --stderr "^smc-optimize: error: 
 # Several unexpected words are named in command-line order (CLI11 lists them last to first).
 cli_case(cli/unexpected-words-in-order --rc 2 --stderr "^mallows-mcmc: error: unexpected arguments: --draws 0 --foo bar \\(run with --help for usage\\)$"
   -- $<TARGET_FILE:mallows-mcmc> x.csv --draws 0 --foo bar)
+# -o naming a file another argument reads is refused before any work (run_tool, every tool):
+# exit 2 only when the tool exits 2 and the input is left as it was.
+cli_case(cli/output-is-input --tool tokenizer-train --rc 2 --stderr "-o names the file given to text"
+  -- bash -c "cp ${FX}/genesis.txt t.txt && ( $<TARGET_FILE:tokenizer-train> t.txt --vocab-size 400 -o ./t.txt || test \$? -eq 2 ) && cmp -s t.txt ${FX}/genesis.txt && exit 2")
+# SentencePiece's messages without its source location; an overflowing --init-std is refused.
+cli_case(cli/sentencepiece-message --rc 1 --stderr "^tokenizer-train: error: tokenizer training failed: Vocabulary size too high .200000.. Please set it to a value"
+  -- $<TARGET_FILE:tokenizer-train> ${FX}/genesis.txt --vocab-size 200000 -o t.model)
+cli_case(cli/lm-init-std-range --rc 2 --stderr "must be a number in 0..1000, got 1e300 .--init-std." --no-file x.h5
+  -- $<TARGET_FILE:lm-init> --preset tiny --vocab-size 300 --init-std 1e300 -o x.h5)

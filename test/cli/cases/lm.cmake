@@ -129,3 +129,5 @@ cli_case(lm-generate/prompt-ids-empty-item --rc 2 --stderr "not a comma-separate
 # -o and --best naming one file would overwrite each other: refused before any work (exit 2).
 cli_case(lm/train-best-same-as-output --rc 2 --stderr "-o and --best name the same file" --no-file m.h5
   -- $<TARGET_FILE:lm-train> ${FX}/genesis.txt --vocab-size 300 --steps 2 --batch 2 --seq-len 32 -o m.h5 --best ./m.h5)
+cli_case(lm/train-export-same-as-output --rc 2 --stderr "-o and --export name the same file" --no-file m.h5
+  -- $<TARGET_FILE:lm-train> ${FX}/genesis.txt --vocab-size 400 --steps 2 --batch 2 --seq-len 32 -o m.h5 --export ./m.h5)
