@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
         io::TableReadOptions ro;
         ro.header = !a.no_header;
         io::Table t = io::Table::read(a.query, ro);
+        if (t.has(a.pred_col))
+          throw UsageError(fmt::format("the query file already has a column '{}'; name the predictions otherwise", a.pred_col), "--pred-col");
         ctx.prov.add_input(a.query, t.sha256());
         Eigen::ArrayXd pred;
         if (law_name == "infolaw") {

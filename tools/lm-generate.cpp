@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app_ptr = &app;
-        app.add_option("model", model_path, "Native checkpoint (.h5)")->required();
+        app.add_option("model", model_path, "Model (.h5, .gguf, or a Hugging Face directory)")->required();
         lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids, prompt_tokens);
         app.add_option("-n,--max-new-tokens", max_new, "Tokens to generate at most")->capture_default_str()->transform(cli::count(0, 1 << 24));
         lm::add_sampler_flags(app, sc);

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         app.add_option("fit", fit_path, "mixlaw-fit result (JSON)")->required();
         app.add_option("-o,--output", output, "Output JSON file (- = stdout)")->capture_default_str();
-        app.add_option("--law", law, "Which fitted law to use when the file holds several");
+        app.add_option("--law", law, "Which fitted law to use when the file holds several (default: the only one, else capacity-noise, the paper's law)");
         app.add_option("--params", params, "Model size N (millions of parameters)")->required()->check(cli::positive());
         app.add_option("--tokens", tokens, "Training tokens D (billions)")->required()->check(cli::positive());
         app.add_option("--domain-weights", domain_weights,

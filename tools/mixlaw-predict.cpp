@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
         app.add_option("fit", fit_path, "mixlaw-fit result (JSON)")->required();
         app.add_option("mixtures", query, "Table of mixtures (weight columns per --weight-pattern); - for stdin")->required();
         app.add_option("-o,--output", output, "Output table; format from the extension (- = JSON on stdout)")->capture_default_str();
-        app.add_option("--law", law, "Which fitted law to use when the file holds several");
+        app.add_option("--law", law, "Which fitted law to use when the file holds several (default: the only one, else capacity-noise, the paper's law)");
         app.add_option("--weight-pattern", weight_pattern, "Weight column names, {} = domain")->capture_default_str();
         app.add_option("--params-col", params_col, "Column of model size N (millions)");
         app.add_option("--tokens-col", tokens_col, "Column of tokens D (billions)");

@@ -77,3 +77,6 @@ cli_case(cli/sentencepiece-message --rc 1 --stderr "^tokenizer-train: error: tok
   -- $<TARGET_FILE:tokenizer-train> ${FX}/genesis.txt --vocab-size 200000 -o t.model)
 cli_case(cli/lm-init-std-range --rc 2 --stderr "must be a number in 0..1000, got 1e300 .--init-std." --no-file x.h5
   -- $<TARGET_FILE:lm-init> --preset tiny --vocab-size 300 --init-std 1e300 -o x.h5)
+# infolaw-predict would replace an input column with its predictions: refused before any work.
+cli_case(cli/pred-col-exists --rc 2 --stderr "the query file already has a column 'params'. name the predictions otherwise .--pred-col." --no-file p.csv
+  -- $<TARGET_FILE:infolaw-predict> ${FX}/datablations_published.json ${FX}/published_queries.csv --pred-col params -o p.csv)
