@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
           auto params = nn::params_from_model<float>(model);
           r = nn::evaluate(params, stream, seq_len, batch, max_tokens);
         } else {  // the inference engine on the device: one causal forward per window
-          const double sum = lm::engine_loss(*engine, stream, seq_len, batch, max_tokens, r.tokens);
+          const double sum = lm::engine_loss(*engine, stream, seq_len, max_tokens, r.tokens);
           r.loss = r.tokens > 0 ? sum / double(r.tokens) : 0.0;
         }
         const double seconds = sw.seconds();

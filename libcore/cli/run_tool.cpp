@@ -11,6 +11,8 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <sstream>
+#include <iterator>
 #include <regex>
 
 #include "io/atomic_file.hpp"
@@ -62,16 +64,8 @@ std::string describe_parse_error(const std::string& what) {
   // "The following argument(s) was/were not expected: w_k ... w_1": CLI11 2.1 lists the words
   // last to first; name them in command-line order.
   if (const auto at = what.find(" not expected: "); what.rfind("The following argument", 0) == 0 && at != std::string::npos) {
-    std::vector<std::string> words;
-    std::string w;
-    for (const char ch : what.substr(at + 15) + " ") {
-      if (ch != ' ') {
-        w += ch;
-      } else if (!w.empty()) {
-        words.push_back(w);
-        w.clear();
-      }
-    }
+    std::istringstream list(what.substr(at + 15));
+    const std::vector<std::string> words{std::istream_iterator<std::string>(list), std::istream_iterator<std::string>()};
     std::string ordered;
     for (auto it = words.rbegin(); it != words.rend(); ++it) ordered += (ordered.empty() ? "" : " ") + *it;
     return fmt::format("unexpected argument{}: {} (run with --help for usage)", words.size() == 1 ? "" : "s", ordered);

@@ -14,8 +14,7 @@ Device parse_device(const std::string& name, const std::string& flag) {
 
 const char* device_name(Device d) noexcept { return d == Device::cuda ? "cuda" : "cpu"; }
 
-double engine_loss(Engine& engine, const std::vector<int>& stream, int S, int batch, std::int64_t max_tokens,
-                   std::int64_t& tokens) {
+double engine_loss(Engine& engine, const std::vector<int>& stream, int S, std::int64_t max_tokens, std::int64_t& tokens) {
   tokens = 0;
   double sum = 0.0;
   if (stream.size() < 2 || S < 1) return 0.0;
@@ -29,7 +28,6 @@ double engine_loss(Engine& engine, const std::vector<int>& stream, int S, int ba
   };
   const std::int64_t all = std::int64_t(stream.size()) - 1;
   const std::int64_t targets = max_tokens > 0 ? std::min(all, max_tokens) : all, full = targets / S;  // the first ones
-  (void)batch;  // windows run one at a time: each is its own causal forward on the engine
   for (std::int64_t w = 0; w < full; ++w) window(std::size_t(w) * S, S);
   const std::int64_t rest = targets - full * S;
   if (rest > 0) window(std::size_t(full) * S, static_cast<int>(rest));

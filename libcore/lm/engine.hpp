@@ -71,11 +71,10 @@ class CpuEngine final : public Engine {
 
 /// Summed next-token cross-entropy (nats) of `stream` on `engine`, over the windows
 /// nn::evaluate uses: non-overlapping windows of `seq_len` targets (the last, shorter one
-/// included); max_tokens > 0 scores only the first max_tokens targets (as nn::evaluate; `batch`
-/// is kept for that signature and does not change the result).  Each window is one causal forward from an empty cache, log-softmax in
-/// double.  `tokens` receives the targets counted.  Throws what engine.forward throws.
-double engine_loss(Engine& engine, const std::vector<int>& stream, int seq_len, int batch, std::int64_t max_tokens,
-                   std::int64_t& tokens);
+/// included); max_tokens > 0 scores only the first max_tokens targets (as nn::evaluate).  Each
+/// window is one causal forward from an empty cache, log-softmax in double.  `tokens` receives the
+/// targets counted.  Throws what engine.forward throws.
+double engine_loss(Engine& engine, const std::vector<int>& stream, int seq_len, std::int64_t max_tokens, std::int64_t& tokens);
 
 }  // namespace icmlkit::lm
 

@@ -83,13 +83,13 @@ std::optional<long long> parse_int(const std::string& s) {
   return static_cast<long long>(*v);
 }
 
-}  // namespace
-
-namespace {
-// Whether a CSV line is the header of a pairwise file (assessor, bottom_item, top_item).
+// Whether a CSV line is the header of a pairwise file (assessor, bottom_item, top_item), and
+// what to say then.
 bool names_pairwise_columns(const std::string& line) {
   return line.find("bottom_item") != std::string::npos && line.find("top_item") != std::string::npos;
 }
+constexpr const char* pairwise_file_hint = "a file of pairwise preferences: mallows-mcmc reads it with --pairwise";
+
 }  // namespace
 
 RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool header) {
@@ -107,7 +107,7 @@ RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool heade
     ++lineno;
     if (header && lineno == 1) {
       if (names_pairwise_columns(line))
-        throw InputError("a file of pairwise preferences: mallows-mcmc reads it with --pairwise", fmt::format("{}, line 1", path));
+        throw InputError(pairwise_file_hint, fmt::format("{}, line 1", path));
       continue;
     }
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -129,9 +129,9 @@ RankData read_rank_csv(const std::string& path, MissingPolicy policy, bool heade
       if (!v) {
         // A first line naming the pairwise columns is a pairwise file, not a header of ranks.
         const bool pairwise_header = rows.empty() && names_pairwise_columns(line);
-        const char* hint = pairwise_header ? " (a file of pairwise preferences: mallows-mcmc reads it with --pairwise)"
-                           : rows.empty() && !header ? " (a header row? use --header)"
-                                                     : "";
+        const std::string hint = pairwise_header ? fmt::format(" ({})", pairwise_file_hint)
+                                 : rows.empty() && !header ? " (a header row? use --header)"
+                                                           : "";
         throw InputError(fmt::format("rank '{}' of item {} is not an integer{}", c, i + 1, hint), where);
       }
       if (*v < 1 || *v > n) throw InputError(fmt::format("rank {} of item {} is out of range 1..{}", *v, i + 1, n), where);

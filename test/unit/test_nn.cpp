@@ -531,7 +531,7 @@ TEST_CASE("nn evaluate and engine_loss: max_tokens scores exactly the first max_
     CHECK(r.loss == doctest::Approx(sum / n).epsilon(1e-6));
     const auto engine = lm::open_engine(m, lm::Device::cpu);
     std::int64_t counted = 0;
-    const double esum = lm::engine_loss(*engine, stream, 8, 2, n, counted);
+    const double esum = lm::engine_loss(*engine, stream, 8, n, counted);
     CHECK(counted == n);
     CHECK(esum / n == doctest::Approx(sum / n).epsilon(1e-6));
   }
