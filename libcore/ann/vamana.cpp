@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <fmt/core.h>
 #include <mutex>
+#include <utility>
 #include <omp.h>
 
 #include "ann/h5matrix.hpp"
@@ -15,14 +17,13 @@
 namespace icmlkit::ann {
 
 void SearchScratch::reset(std::size_t n) {
-  if (tag.size() != n) {
-    tag.assign(n, 0);
-    epoch = 0;
+  const std::size_t words = (n + 63) / 64;
+  if (seen.size() != words || touched.size() > words / 4) {  // wiping the words is then cheaper
+    seen.assign(words, 0);
+  } else {
+    for (const std::uint32_t u : touched) seen[u >> 6] = 0;
   }
-  if (++epoch == 0) {  // wrapped: clear the tags once every 2^32 searches
-    std::fill(tag.begin(), tag.end(), 0);
-    epoch = 1;
-  }
+  touched.clear();
   beam.clear();
   pool.clear();
   visited.clear();
@@ -39,26 +40,49 @@ bool occludes(float alpha, float d_kept_cand, float d_p_cand) noexcept {
   return d_kept_cand <= 0.0f || alpha * d_kept_cand < d_p_cand;
 }
 
+// The (distance, id) order of Neighbor as one unsigned 64-bit key: the float's bits made
+// monotone (sign bit flipped for positives, all bits for negatives; -0 taken as +0), then
+// the id.
+inline std::uint64_t order_key(float dist, std::uint32_t id) noexcept {
+  std::uint32_t u;
+  dist += 0.0f;  // -0 -> +0 (they compare equal as floats)
+  std::memcpy(&u, &dist, sizeof u);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (std::uint64_t{u} << 32) | id;
+}
+
 // Inserts c into the sorted list of capacity L (ordered by distance, then id, as
-// Neighbor); returns the position or L when it did not enter.
+// Neighbor); returns the position or L when it did not enter.  The position is found by a
+// branch-free binary search on order_key (the comparisons are unpredictable).
 std::size_t pool_insert(SearchScratch& s, const Neighbor& c, std::size_t L) {
   std::vector<BeamEntry>& b = s.beam;
-  const auto before = [](const Neighbor& x, const BeamEntry& y) { return x.dist < y.dist || (x.dist == y.dist && x.id < y.id); };
-  if (b.size() == L && !before(c, b.back())) return L;
-  const auto it = std::upper_bound(b.begin(), b.end(), c, before);
-  const std::size_t pos = static_cast<std::size_t>(it - b.begin());
+  const std::uint64_t key = order_key(c.dist, c.id);
+  if (b.size() == L && key >= order_key(b.back().dist, b.back().id)) return L;
+  // pos = the number of entries before c.
+  const BeamEntry* lo = b.data();
+  std::size_t len = b.size();
+  while (len > 0) {
+    const std::size_t half = len / 2;
+    const bool right = order_key(lo[half].dist, lo[half].id) < key;
+    lo = right ? lo + half + 1 : lo;
+    len = right ? len - half - 1 : half;
+  }
+  const std::size_t pos = static_cast<std::size_t>(lo - b.data());
   if (b.size() == L) b.pop_back();
   b.insert(b.begin() + static_cast<std::ptrdiff_t>(pos), BeamEntry{c.id, c.dist, 0});
   return pos;
 }
 
 // DiskANN GreedySearch: expand the closest unexpanded candidate, keep the best L seen.
-// `gather(id, visit)` calls visit(u) for each out-neighbour u of id (the build reads a
-// node's list under that node's lock; a query reads the frozen graph directly).
-template <class Gather>
-void greedy(std::size_t n, std::uint32_t start, QueryDistance& q, std::size_t L, SearchScratch& s, const Gather& gather) {
+// `row(id)` returns node id's out-list as {pointer, degree} (the build reads a live list
+// through relaxed atomic loads, see build(); a query reads the frozen graph), and
+// `prefetch_row(id)` asks the cache for that list: while a node's neighbours are evaluated,
+// the list of the next candidate in line to be expanded is fetched.
+template <class Row, class PrefetchRow>
+void greedy(std::size_t n, std::uint32_t start, QueryDistance& q, std::size_t L, SearchScratch& s, const Row& row,
+            const PrefetchRow& prefetch_row) {
   s.reset(n);
-  s.tag[start] = s.epoch;
+  s.visit(start);
   pool_insert(s, {start, q(start)}, L);
   std::size_t cursor = 0;
   while (cursor < s.beam.size()) {
@@ -69,13 +93,18 @@ void greedy(std::size_t n, std::uint32_t start, QueryDistance& q, std::size_t L,
     s.beam[cursor].expanded = 1;
     const Neighbor cur{s.beam[cursor].id, s.beam[cursor].dist};
     s.visited.push_back(cur);
+    for (std::size_t nx = cursor + 1; nx < s.beam.size(); ++nx)
+      if (!s.beam[nx].expanded) {
+        prefetch_row(s.beam[nx].id);
+        break;
+      }
     // Gather the unvisited neighbours, then evaluate them as one prefetched batch.
+    const auto [nb, deg] = row(cur.id);
     s.ids.clear();
-    gather(cur.id, [&s](std::uint32_t u) {
-      if (s.tag[u] == s.epoch) return;
-      s.tag[u] = s.epoch;
-      s.ids.push_back(u);
-    });
+    for (std::uint32_t m = 0; m < deg; ++m) {
+      const std::uint32_t u = __atomic_load_n(nb + m, __ATOMIC_RELAXED);
+      if (s.visit(u)) s.ids.push_back(u);
+    }
     s.dists.resize(s.ids.size());
     q.batch(s.ids.data(), s.ids.size(), s.dists.data());
     std::size_t best = s.beam.size();
@@ -87,11 +116,15 @@ void greedy(std::size_t n, std::uint32_t start, QueryDistance& q, std::size_t L,
   }
 }
 
+// Prefetches the `count` ids from `p` (the cache lines they span).
+inline void prefetch_ids(const std::uint32_t* p, std::size_t count) noexcept {
+  for (std::size_t b = 0; b < count * sizeof(std::uint32_t); b += 64) __builtin_prefetch(reinterpret_cast<const char*>(p) + b);
+}
+
 void greedy(const VamanaGraph& g, QueryDistance& q, std::size_t L, SearchScratch& s) {
-  greedy(g.size(), g.medoid(), q, L, s, [&g](std::uint32_t id, const auto& visit) {
-    const std::uint32_t* nb = g.neighbors(id);
-    for (std::uint32_t m = 0, deg = g.degree(id); m < deg; ++m) visit(nb[m]);
-  });
+  greedy(
+      g.size(), g.medoid(), q, L, s, [&g](std::uint32_t id) { return std::pair{g.neighbors(id), g.degree(id)}; },
+      [&g](std::uint32_t id) { prefetch_ids(g.neighbors(id), g.degree(id)); });
 }
 
 }  // namespace
@@ -100,36 +133,44 @@ namespace {
 
 // Buffers of one RobustPrune call, kept per thread so the build does not allocate per insert.
 struct PruneScratch {
-  std::vector<std::uint8_t> gone;
-  std::vector<std::uint32_t> ids, pos;
-  std::vector<float> dists;
+  std::vector<std::uint32_t> ids;  // the candidates still alive (not kept, not occluded), by distance to p
+  std::vector<float> dp;           // their distances to p
+  std::vector<float> dists;        // their distances to the last kept one
 };
 
-// RobustPrune (see robust_prune) into `out`.  The distances from each kept p* to the
-// remaining candidates are evaluated as one batch (rows prefetched).
+// RobustPrune (see robust_prune) into `out`.  The alive candidates are kept compacted in
+// order; the distances from each kept p* to all of them are evaluated as one batch (rows
+// prefetched), and the ones p* occludes are dropped in the same sweep.
 void prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R, PruneScratch& b,
            std::vector<std::uint32_t>& out) {
   std::sort(cand.begin(), cand.end());
   cand.erase(std::unique(cand.begin(), cand.end(), [](const Neighbor& x, const Neighbor& y) { return x.id == y.id; }), cand.end());
   out.clear();
-  b.gone.assign(cand.size(), 0);
+  b.ids.clear();
+  b.dp.clear();
+  for (const Neighbor& c : cand)
+    if (c.id != p) {
+      b.ids.push_back(c.id);
+      b.dp.push_back(c.dist);
+    }
   const float* base = d.vectors().data.data();
   const std::size_t dim = d.dim();
-  for (std::size_t i = 0; i < cand.size(); ++i) {
-    if (b.gone[i] || cand[i].id == p) continue;
-    out.push_back(cand[i].id);
+  std::size_t alive = b.ids.size(), first = 0;  // alive candidates: ids[first, alive)
+  while (first < alive) {
+    const std::uint32_t kept = b.ids[first++];
+    out.push_back(kept);
     if (out.size() >= static_cast<std::size_t>(R)) break;
-    b.ids.clear();
-    b.pos.clear();
-    for (std::size_t j = i + 1; j < cand.size(); ++j) {
-      if (b.gone[j] || cand[j].id == p) continue;
-      b.ids.push_back(cand[j].id);
-      b.pos.push_back(static_cast<std::uint32_t>(j));
+    const std::size_t m = alive - first;
+    b.dists.resize(m);
+    raw_distances(d.metric(), d.vectors().row(kept), base, dim, b.ids.data() + first, m, b.dists.data());
+    std::size_t w = first;
+    for (std::size_t t = 0; t < m; ++t) {
+      if (occludes(alpha, b.dists[t], b.dp[first + t])) continue;
+      b.ids[w] = b.ids[first + t];
+      b.dp[w] = b.dp[first + t];
+      ++w;
     }
-    b.dists.resize(b.ids.size());
-    raw_distances(d.metric(), d.vectors().row(cand[i].id), base, dim, b.ids.data(), b.ids.size(), b.dists.data());
-    for (std::size_t t = 0; t < b.ids.size(); ++t)
-      if (occludes(alpha, b.dists[t], cand[b.pos[t]].dist)) b.gone[b.pos[t]] = 1;
+    alive = w;
   }
 }
 
@@ -251,6 +292,8 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
     out.resize(deg);
     for (std::uint32_t m = 0; m < deg; ++m) out[m] = load_id(j * cap + m);
   };
+  std::uint32_t* const nbrs = g.nbrs_.data();  // the flat lists and degrees, for the search's row reads
+  std::uint32_t* const degs = g.degree_.data();
   std::vector<float> pass_alpha{1.0f, p.alpha};
   if (p.passes == 1) pass_alpha.erase(pass_alpha.begin());
   for (const float a : pass_alpha) {
@@ -263,9 +306,15 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
       for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(n); ++t) {
         const std::uint32_t pt = order[static_cast<std::size_t>(t)];
         QueryDistance q(d, d.vectors().row(pt));
-        greedy(n, g.medoid_, q, L, bs.search, [&](std::uint32_t id, const auto& visit) {
-          for (std::uint32_t m = 0, deg = load_degree(id); m < deg; ++m) visit(load_id(id * cap + m));
-        });
+        greedy(
+            n, g.medoid_, q, L, bs.search,
+            [nbrs, degs, cap](std::uint32_t id) {
+              return std::pair{static_cast<const std::uint32_t*>(nbrs + id * cap), __atomic_load_n(degs + id, __ATOMIC_ACQUIRE)};
+            },
+            [nbrs, degs, cap](std::uint32_t id) {
+              __builtin_prefetch(degs + id);
+              prefetch_ids(nbrs + id * cap, cap);
+            });
         bs.cand.assign(bs.search.visited.begin(), bs.search.visited.end());
         read_list(pt, bs.list);
         add_candidates(d, pt, bs.list.data(), bs.list.size(), bs.cand, bs.buf);
@@ -340,8 +389,7 @@ std::vector<Neighbor> VamanaGraph::quota_search(QueryDistance& D, const std::vec
   const std::uint64_t start = D.calls();
   for (const std::uint32_t id : seeds) {
     if (D.calls() - start >= quota) break;
-    if (s.tag[id] == s.epoch) continue;
-    s.tag[id] = s.epoch;
+    if (!s.visit(id)) continue;
     const Neighbor c{id, D(id)};
     done.push_back(c);
     heap.push_back(c);
@@ -354,9 +402,9 @@ std::vector<Neighbor> VamanaGraph::quota_search(QueryDistance& D, const std::vec
     const std::uint32_t* nb = neighbors(cur.id);
     for (std::uint32_t m = 0; m < degree(cur.id); ++m) {
       const std::uint32_t u = nb[m];
-      if (s.tag[u] == s.epoch) continue;
+      if (s.visited_item(u)) continue;
       if (D.calls() - start >= quota) break;
-      s.tag[u] = s.epoch;
+      s.visit(u);
       const Neighbor c{u, D(u)};
       done.push_back(c);
       heap.push_back(c);

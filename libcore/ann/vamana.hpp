@@ -37,19 +37,30 @@ struct BeamEntry {
   std::uint32_t expanded = 0;
 };
 
-/// Per-thread scratch for searches over n items (visited tags, candidate list); reused so
+/// Per-thread scratch for searches over n items (visited set, candidate list); reused so
 /// the hot loop does not allocate.
 struct SearchScratch {
-  std::vector<std::uint32_t> tag;   ///< visit epoch per item
-  std::uint32_t epoch = 0;
+  std::vector<std::uint64_t> seen;     ///< visited set: one bit per item (n / 8 bytes, cache resident)
+  std::vector<std::uint32_t> touched;  ///< the items marked since reset, to clear their bits
   std::vector<BeamEntry> beam;      ///< greedy search: sorted candidate list (capacity L)
   std::vector<Neighbor> pool;       ///< beam search result; quota search frontier heap
   std::vector<Neighbor> visited;    ///< expanded nodes (build: the prune candidates)
   std::vector<double> dcache;       ///< cover tree: distance per evaluated item
   std::vector<std::uint32_t> ids;   ///< a node's unvisited neighbours, evaluated as one batch
   std::vector<float> dists;         ///< their distances
-  /// Starts a new search over `n` items.
+  /// Starts a new search over `n` items (clears the visited set).
   void reset(std::size_t n);
+  /// Whether item u is marked visited.
+  bool visited_item(std::uint32_t u) const { return (seen[u >> 6] >> (u & 63)) & 1u; }
+  /// Marks item u visited; returns false when it already was.
+  bool visit(std::uint32_t u) {
+    std::uint64_t& w = seen[u >> 6];
+    const std::uint64_t bit = std::uint64_t{1} << (u & 63);
+    if (w & bit) return false;
+    w |= bit;
+    touched.push_back(u);
+    return true;
+  }
 };
 
 /// A directed graph with out-degree <= R, stored flat: neighbours of i are
