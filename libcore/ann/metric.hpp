@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,28 @@ Metric parse_metric(const std::string& name, const std::string& flag);
 /// "l2", "ip" or "cosine".
 std::string metric_name(Metric m);
 
+/// A std::allocator whose storage starts on a 64-byte cache line (malloc gives 16 bytes), so
+/// a row whose size is a multiple of 64 bytes (dim a multiple of 16) spans whole lines: a
+/// 64-float row is 4 lines, not 5.  Throws std::bad_alloc as operator new.
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() noexcept = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
+};
+
+/// Float storage of vector sets: cache-line aligned (see CacheLineAllocator).
+using FloatBuffer = std::vector<float, CacheLineAllocator<float>>;
+
 /// Row-major float32 vectors [n, dim] in one contiguous buffer.
 struct Vectors {
   std::size_t n = 0, dim = 0;
-  std::vector<float> data;  ///< n * dim values
+  FloatBuffer data;  ///< n * dim values, cache-line aligned
   /// Pointer to row i.
   const float* row(std::size_t i) const noexcept { return data.data() + i * dim; }
   float* row(std::size_t i) noexcept { return data.data() + i * dim; }

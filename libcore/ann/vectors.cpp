@@ -40,7 +40,8 @@ void check_finite(const Vectors& v, const std::string& label) {
 Vectors from_h5(const io::h5::Handle& f, const std::string& name, const std::string& label) {
   Shape2 s;
   Vectors v;
-  v.data = h5_read_floats(f, name, label, s);
+  const std::vector<float> values = h5_read_floats(f, name, label, s);
+  v.data.assign(values.begin(), values.end());
   v.n = s.rows;
   v.dim = s.cols;
   return v;

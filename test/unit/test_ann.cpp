@@ -146,12 +146,15 @@ TEST_CASE("ann: fbin, fvecs, HDF5 and CSV readers agree with what was written") 
   const auto h5 = scratch("ab.h5");
   {
     auto f = io::h5::create_file(h5.string());
-    h5_write_floats(f, "train", v.data, {7, 5});
+    h5_write_floats(f, "train", std::vector<float>(v.data.begin(), v.data.end()), {7, 5});
     h5_write_floats(f, "test", std::vector<float>(v.data.begin(), v.data.begin() + 10), {2, 5});
     io::h5::close_file(f, "ab.h5");
   }
   const auto hv = read_vectors(h5.string());
   CHECK(hv.items.data == v.data);
+  // Vector storage starts on a cache line (the distance kernel's rows then span whole lines).
+  CHECK(reinterpret_cast<std::uintptr_t>(hv.items.data.data()) % 64 == 0);
+  CHECK(reinterpret_cast<std::uintptr_t>(read_vectors(fbin.string()).items.data.data()) % 64 == 0);
   CHECK(hv.queries.n == 2);
   CHECK(hv.queries.row(1)[4] == v.row(1)[4]);
   // CSV without header, label last.
@@ -186,9 +189,9 @@ TEST_CASE("ann: proxy transforms by hand and by exact identities") {
   // 4x4 image 0..15, 2x2 pooling: top-left block {0,1,4,5} -> 2.5, etc. (by hand).
   const Vectors p = ProxyTransform("pool:2", img, "--proxy").apply(img);
   REQUIRE(p.dim == 4);
-  CHECK(p.data == std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f});
+  CHECK(p.data == FloatBuffer{2.5f, 4.5f, 10.5f, 12.5f});
   const Vectors p1 = ProxyTransform("pool1d:4", img, "--proxy").apply(img);
-  CHECK(p1.data == std::vector<float>{1.5f, 5.5f, 9.5f, 13.5f});
+  CHECK(p1.data == FloatBuffer{1.5f, 5.5f, 9.5f, 13.5f});
   CHECK_THROWS_AS(ProxyTransform("pool:3", img, "--proxy"), UsageError);
   CHECK_THROWS_AS(ProxyTransform("pca:0", img, "--proxy"), UsageError);
   CHECK_THROWS_AS(ProxyTransform("blur:2", img, "--proxy"), UsageError);
