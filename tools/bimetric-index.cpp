@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
           out["L"] = f.vamana.L;
           out["alpha"] = f.vamana.alpha;
           out["passes"] = f.vamana.passes;
+          out["pass_seconds"] = idx.graph->pass_seconds();
           out["max_degree"] = mx;
           out["mean_degree"] = static_cast<double>(sum) / static_cast<double>(idx.graph->size());
           out["medoid"] = idx.graph->medoid();

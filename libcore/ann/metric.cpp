@@ -6,6 +6,9 @@
 #include <immintrin.h>
 #endif
 #include <fmt/core.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "util/error.hpp"
 
@@ -195,6 +198,18 @@ BatchKernel kernel() noexcept {
 }
 
 }  // namespace
+
+void huge_page_advice(void* p, std::size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const std::uintptr_t lo = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const std::uintptr_t hi = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 float raw_distance(Metric m, const float* a, const float* b, std::size_t dim) noexcept {
   // One row through the batch kernel: item 0 of a "matrix" that starts at b.

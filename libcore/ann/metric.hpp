@@ -27,19 +27,37 @@ Metric parse_metric(const std::string& name, const std::string& flag);
 /// "l2", "ip" or "cosine".
 std::string metric_name(Metric m);
 
+/// Asks the kernel to back [p, p + bytes) with transparent huge pages (Linux madvise
+/// MADV_HUGEPAGE on the whole 2 MiB pages inside); a no-op elsewhere or when refused.
+void huge_page_advice(void* p, std::size_t bytes) noexcept;
+
 /// A std::allocator whose storage starts on a 64-byte cache line (malloc gives 16 bytes), so
 /// a row whose size is a multiple of 64 bytes (dim a multiple of 16) spans whole lines: a
-/// 64-float row is 4 lines, not 5.  Throws std::bad_alloc as operator new.
+/// 64-float row is 4 lines, not 5.  Blocks of 4 MiB or more are aligned to 2 MiB and offered
+/// to the kernel's transparent huge pages (madvise; see huge_page_advice): graph searches
+/// touch rows all over such a buffer, and with 4 KiB pages nearly every row costs a TLB
+/// miss.  Throws std::bad_alloc as operator new.
 template <class T>
 struct CacheLineAllocator {
   using value_type = T;
   CacheLineAllocator() noexcept = default;
   template <class U>
   CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  T* allocate(std::size_t n) {
+    const std::size_t bytes = n * sizeof(T);
+    void* p = ::operator new(bytes, alignment(bytes));
+    if (bytes >= kHugeFrom) huge_page_advice(p, bytes);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { ::operator delete(p, alignment(n * sizeof(T))); }
   template <class U>
   bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
+
+ private:
+  static constexpr std::size_t kHugeFrom = std::size_t{4} << 20;
+  static std::align_val_t alignment(std::size_t bytes) noexcept {
+    return std::align_val_t{bytes >= kHugeFrom ? std::size_t{2} << 20 : std::size_t{64}};
+  }
 };
 
 /// Float storage of vector sets: cache-line aligned (see CacheLineAllocator).

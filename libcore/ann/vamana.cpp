@@ -13,6 +13,7 @@
 #include "io/table.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
+#include "util/timer.hpp"
 
 namespace icmlkit::ann {
 
@@ -297,6 +298,7 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
   std::vector<float> pass_alpha{1.0f, p.alpha};
   if (p.passes == 1) pass_alpha.erase(pass_alpha.begin());
   for (const float a : pass_alpha) {
+    const Stopwatch pass_clock;
     for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
     for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
 #pragma omp parallel if (n >= 256)
@@ -362,6 +364,7 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
         g.degree_[j] = static_cast<std::uint32_t>(bs.kept.size());
       }
     }
+    g.pass_seconds_.push_back(pass_clock.seconds());
   }
   // Compact to R slots per node.
   for (std::size_t i = 0; i < n; ++i)

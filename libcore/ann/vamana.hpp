@@ -114,6 +114,8 @@ class VamanaGraph {
   std::uint32_t degree(std::size_t i) const noexcept { return degree_[i]; }
   /// Out-neighbours of item i.
   const std::uint32_t* neighbors(std::size_t i) const noexcept { return nbrs_.data() + i * stride_; }
+  /// Wall seconds of each build pass (empty for a loaded graph; not saved).
+  const std::vector<double>& pass_seconds() const noexcept { return pass_seconds_; }
 
   /// Saves structure and parameters in group `group` of an open HDF5 file.
   void save(const io::h5::Handle& file, const std::string& group, const VamanaParams& p) const;
@@ -126,7 +128,8 @@ class VamanaGraph {
   std::size_t stride_ = 0;  // slots per node: ceil(1.3 R) during the build (DiskANN's slack), R after
   std::uint32_t medoid_ = 0;
   std::vector<std::uint32_t> degree_;
-  std::vector<std::uint32_t> nbrs_;
+  std::vector<std::uint32_t, CacheLineAllocator<std::uint32_t>> nbrs_;  // cache-line aligned, huge pages when large
+  std::vector<double> pass_seconds_;
 };
 
 }  // namespace icmlkit::ann

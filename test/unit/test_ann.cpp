@@ -116,6 +116,23 @@ TEST_CASE("ann: the batch distance kernel agrees with naive double loops and wit
   }
 }
 
+TEST_CASE("ann: vector buffers start on a cache line, large ones on a 2 MiB page") {
+  const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  for (const std::size_t n : {1u, 17u, 1000u, 100000u}) {
+    const FloatBuffer b(n, 1.0f);
+    CHECK(addr(b.data()) % 64 == 0);
+  }
+  // 4 MiB and more: aligned to the huge page size (the madvise covers whole huge pages).
+  FloatBuffer big((std::size_t{4} << 20) / sizeof(float) + 3, 2.0f);
+  CHECK(addr(big.data()) % (std::size_t{2} << 20) == 0);
+  CHECK(big.back() == 2.0f);
+  big.resize(10);
+  big.shrink_to_fit();  // reallocates small: deallocation must use the alignment it was given
+  CHECK(addr(big.data()) % 64 == 0);
+  std::vector<std::uint32_t, CacheLineAllocator<std::uint32_t>> ids(std::size_t{3} << 20, 7u);
+  CHECK(addr(ids.data()) % (std::size_t{2} << 20) == 0);
+}
+
 TEST_CASE("ann: fbin, fvecs, HDF5 and CSV readers agree with what was written") {
   const Vectors v = clustered(7, 5, 2, 11);
   const auto fbin = scratch("v.fbin");
