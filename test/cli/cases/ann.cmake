@@ -29,7 +29,7 @@ cli_case(bimetric/digits-index-then-search --needs ${DIGITS}
   --file-jq out.json ".results[-1].Q == 1600 and .results[-1].recall_at_k == 1 and .index_file == \"idx.h5\""
   --file-jq out.json "(.queries | length) == 800 and (.queries[0].ids | unique | length) == 10"
   --file-jq out.json ".distortion.pairs > 1000 and .distortion.quantiles.q50 > 0"
-  -- bash -c "${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:2 -R 32 -L 64 -o idx.h5 > b.json && jq -e '.max_degree <= 32' b.json && ${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:2 --index idx.h5 -Q 20,50,200,1600 -o out.json")
+  -- bash -c "${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:2 -R 32 -L 64 -o idx.h5 > b.json && jq -e '.max_degree <= 32 and (.pass_seconds | length) == 2 and (.pass_seconds | map(. > 0) | all)' b.json && ${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:2 --index idx.h5 -Q 20,50,200,1600 -o out.json")
 # Bimetric beats rerank at equal Q on digits over Q = 150..400 (d = 4x4 pooling: 4 coordinates,
 # D = 64-d L2; measured 0.866/0.912/0.964/0.980 vs 0.836/0.884/0.950/0.973).  Below Q = 200 the
 # paper's seed count min(max(100, Q/2), list) spends (almost) the whole quota on seeds, so the two
@@ -77,7 +77,7 @@ cli_case(bimetric/missing-file --rc 1 --stderr "cannot read file" -- ${BIX} nowh
 # --passes: 1 (one pass at alpha, as DiskANN's library) is recorded in the output; any other
 # value than 1 or 2 is a usage error (exit 2) and writes nothing.
 cli_case(bimetric/index-passes-1 --needs ${DIGITS}
-  --rc 0 --file p1.h5 --jq ".passes == 1 and .max_degree <= 16"
+  --rc 0 --file p1.h5 --jq ".passes == 1 and .max_degree <= 16 and (.pass_seconds | length) == 1"
   -- ${BIX} ${DIG} --proxy same -R 16 -L 32 --passes 1 -o p1.h5)
 cli_case(bimetric/index-passes-3-refused --needs ${DIGITS}
   --rc 2 --stderr "passes" --no-file p3.h5
