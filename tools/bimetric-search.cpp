@@ -118,6 +118,9 @@ int main(int argc, char** argv) {
           truth[static_cast<std::size_t>(qi)] = ann::brute_force(Dq, k);
         }
         const ann::Distortion dist = ann::measure_distortion(data.d, data.D, data.qd, data.qD, distortion_pairs, distortion_pairs, ctx.common.seed);
+        if (idx.tree && m == ann::Mode::bimetric && !(c_bound > 0) && !(dist.max_item_ratio > 0))
+          throw UsageError("the cover tree's bi-metric search needs the distortion bound c: give --distortion-bound, or --distortion-pairs > 0 to measure it",
+                           "--distortion-pairs");
         const double c = c_bound > 0 ? c_bound : std::max(1.0, dist.max_item_ratio);
         const bool quota_mode = m == ann::Mode::bimetric || m == ann::Mode::rerank;
         const bool uses_L = idx.graph && (quota_mode || m == ann::Mode::proxy);
@@ -182,7 +185,8 @@ int main(int argc, char** argv) {
         nlohmann::json dq = nlohmann::json::object();
         for (std::size_t i = 0; i < dist.probs.size(); ++i) dq[fmt::format("q{}", dist.probs[i] * 100)] = dist.quantiles[i];
         out["distortion"] = {{"ratio", "D/d (reported distances), random query-item pairs"}, {"pairs", dist.pairs}, {"quantiles", dq},
-                             {"item_pairs_min", dist.min_item_ratio}, {"item_pairs_max", dist.max_item_ratio},
+                             {"item_pairs_min", dist.max_item_ratio > 0 ? nlohmann::json(dist.min_item_ratio) : nlohmann::json()},
+                             {"item_pairs_max", dist.max_item_ratio > 0 ? nlohmann::json(dist.max_item_ratio) : nlohmann::json()},
                              {"C", dist.min_item_ratio > 0 ? nlohmann::json(dist.max_item_ratio / dist.min_item_ratio) : nlohmann::json()}};
         if (idx.tree && m == ann::Mode::bimetric) out["distortion_bound_c"] = c;
         out["results"] = results;

@@ -27,10 +27,14 @@ std::vector<std::vector<float>> prepare(const Space& s, const Vectors& q, const 
 BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Provenance& prov) {
   if (!o.proxy_file.empty() && o.proxy != "same")
     throw UsageError("give either a proxy file or a proxy transform, not both", "--proxy");
+  if (!o.proxy_queries.empty() && (o.proxy_file.empty() || o.queries.empty()))
+    throw UsageError("the queries' proxy vectors go with --proxy-file and --queries (otherwise the proxy queries come from the proxy file or transform)",
+                     "--proxy-queries");
   VectorFile items = read_vectors(o.items, o.read);
   prov.add_input(o.items, items.sha256);
   Vectors true_items = std::move(items.items), true_queries = std::move(items.queries);
   std::string query_source = true_queries.n ? o.items + ":/test" : "";
+  std::string proxy_query_source;  // where the proxy queries come from, for error messages
   Vectors proxy_items, proxy_queries;
   bool have_proxy_queries = false;
   // Proxy files are embeddings of the same items: every column is a coordinate (--label-last
@@ -46,6 +50,7 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
       throw InputError(fmt::format("the proxy file has {} test vectors, the true file has {}", p.queries.n, true_queries.n), o.proxy_file);
     proxy_items = std::move(p.items);
     proxy_queries = std::move(p.queries);
+    proxy_query_source = o.proxy_file + ":/test";
     have_proxy_queries = true;
   }
   if (!o.queries.empty()) {
@@ -62,7 +67,11 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
       prov.add_input(o.proxy_queries, pq.sha256);
       if (pq.items.n != true_queries.n)
         throw InputError(fmt::format("{} proxy queries for {} queries", pq.items.n, true_queries.n), o.proxy_queries);
+      if (pq.items.dim != proxy_items.dim)
+        throw InputError(fmt::format("proxy queries have {} coordinates, the proxy vectors have {}", pq.items.dim, proxy_items.dim),
+                         o.proxy_queries);
       proxy_queries = std::move(pq.items);
+      proxy_query_source = o.proxy_queries;
     }
   }
   if (o.holdout) {
@@ -81,6 +90,7 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
     if (have_proxy_queries) {
       proxy_queries = take_rows(proxy_items, qrows);
       proxy_items = take_rows(proxy_items, irows);
+      proxy_query_source = fmt::format("{} (holdout {} rows, seed {})", o.proxy_file, o.holdout, o.seed);
     }
     query_source = fmt::format("{} (holdout {} rows, seed {})", o.items, o.holdout, o.seed);
   }
@@ -90,6 +100,7 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
     ProxyTransform t(o.proxy, true_items, "--proxy");
     proxy_items = t.apply(true_items);
     proxy_queries = t.apply(true_queries);
+    proxy_query_source = query_source + " (proxy " + o.proxy + ")";
   }
   BimetricData out;
   out.describe = {{"items", true_items.n},          {"true_dim", true_items.dim},
@@ -101,7 +112,7 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
   out.D = Space(std::move(true_items), o.metric, o.items);
   out.d = Space(std::move(proxy_items), o.proxy_metric, o.proxy_file.empty() ? o.items + " (proxy " + o.proxy + ")" : o.proxy_file);
   out.qD = prepare(out.D, true_queries, query_source);
-  out.qd = prepare(out.d, proxy_queries, query_source + " (proxy)");
+  out.qd = prepare(out.d, proxy_queries, proxy_query_source);
   return out;
 }
 

@@ -1,6 +1,8 @@
 #include "ann/metric.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -224,6 +226,11 @@ void raw_distances(Metric m, const float* q, const float* base, std::size_t dim,
   kernel()(m, q, base, dim, ids, count, out);
 }
 
+double max_abs_value(std::size_t dim) noexcept {
+  // |x - y|^2 <= dim (2a)^2 and |<x, y>| <= dim a^2 stay below FLT_MAX / 4 for |x|, |y| <= a.
+  return std::sqrt(static_cast<double>(std::numeric_limits<float>::max()) / 16.0 / static_cast<double>(std::max<std::size_t>(dim, 1)));
+}
+
 double report_distance(Metric m, float raw) noexcept {
   if (m == Metric::l2) return raw > 0.0f ? std::sqrt(static_cast<double>(raw)) : 0.0;
   if (m == Metric::cosine) return std::min(2.0, std::max(0.0, static_cast<double>(raw)));
@@ -231,17 +238,24 @@ double report_distance(Metric m, float raw) noexcept {
 }
 
 namespace {
-// Checks finiteness; under cosine normalises in place and rejects zero vectors.
+// Checks finiteness; under cosine normalises in place (in double: a vector of subnormal
+// values has a reciprocal norm beyond float) and rejects zero vectors; under l2 and ip
+// rejects values so large that a float32 distance could overflow (|x| > max_abs_value(dim)).
 void check_and_normalise(float* x, std::size_t dim, Metric m, const std::string& where) {
   double ss = 0.0;
+  const double limit = max_abs_value(dim);
   for (std::size_t k = 0; k < dim; ++k) {
     if (!std::isfinite(x[k])) throw InputError(fmt::format("non-finite value {} in coordinate {}", x[k], k + 1), where);
+    if (m != Metric::cosine && std::abs(static_cast<double>(x[k])) > limit)
+      throw InputError(fmt::format("value {:g} in coordinate {} is too large: float32 distances between {}-d vectors overflow beyond |x| = {:.3g} (rescale the data)",
+                                   x[k], k + 1, dim, limit),
+                       where);
     ss += static_cast<double>(x[k]) * x[k];
   }
   if (m != Metric::cosine) return;
   if (ss == 0.0) throw InputError("zero vector: cosine distance is undefined for it", where);
-  const float inv = static_cast<float>(1.0 / std::sqrt(ss));
-  for (std::size_t k = 0; k < dim; ++k) x[k] *= inv;
+  const double norm = std::sqrt(ss);
+  for (std::size_t k = 0; k < dim; ++k) x[k] = static_cast<float>(static_cast<double>(x[k]) / norm);
 }
 }  // namespace
 

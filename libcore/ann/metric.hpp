@@ -72,6 +72,11 @@ struct Vectors {
   float* row(std::size_t i) noexcept { return data.data() + i * dim; }
 };
 
+/// The largest |coordinate| a Space accepts under l2 and ip for dim-long vectors:
+/// sqrt(FLT_MAX / (16 dim)), so no squared L2 distance or inner product overflows float32
+/// (about 1.1e18 at dim 64).  Cosine vectors are normalised and have no such limit.
+double max_abs_value(std::size_t dim) noexcept;
+
 /// Internal ("raw") distance between two dim-long vectors: squared L2, -<x,y>, or 1 - <x,y>
 /// (cosine on vectors already normalised).  Hot loop: no allocation, auto-vectorised.
 float raw_distance(Metric m, const float* a, const float* b, std::size_t dim) noexcept;
@@ -90,7 +95,7 @@ class Space {
  public:
   Space() = default;
   /// Takes the vectors.  Throws InputError naming `label` and the row when a value is not
-  /// finite or, under cosine, a vector is zero.
+  /// finite, under l2 or ip exceeds max_abs_value(dim), or, under cosine, a vector is zero.
   Space(Vectors v, Metric m, const std::string& label);
   /// Number of items.
   std::size_t size() const noexcept { return v_.n; }

@@ -34,7 +34,7 @@ Handle make_dataset(const Handle& loc, const std::string& name, hid_t type,
                     const std::vector<hsize_t>& dims) {
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
   Handle lcpl = link_props();
-  Handle ds(H5Dcreate2(loc.get(), name.c_str(), type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+  Handle ds(H5Dcreate2(loc.get(), name.c_str(), type, space.get(), lcpl.get(), untimed_dataset_plist().get(), H5P_DEFAULT));
   if (!ds) throw RuntimeError("cannot create HDF5 dataset", name);
   return ds;
 }

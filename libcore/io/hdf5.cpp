@@ -59,11 +59,18 @@ Handle open_group(const Handle& file, const std::string& group, const std::strin
 Handle create_group(const Handle& file, const std::string& group) {
   Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
   H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+  H5Pset_obj_track_times(gcpl.get(), 0);
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle g(H5Gcreate2(file.get(), group.c_str(), lcpl.get(), gcpl.get(), H5P_DEFAULT));
   if (!g) throw RuntimeError("cannot create HDF5 group", group);
   return g;
+}
+
+Handle untimed_dataset_plist() {
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (!dcpl || H5Pset_obj_track_times(dcpl.get(), 0) < 0) throw RuntimeError("cannot create an HDF5 dataset property list", "H5Pcreate");
+  return dcpl;
 }
 
 namespace {
@@ -135,7 +142,7 @@ Column read_column(const Handle& group, const std::string& name, const std::stri
 void write_doubles(const Handle& loc, const std::string& name, const std::vector<double>& v) {
   const hsize_t n = v.size();
   Handle space(H5Screate_simple(1, &n, nullptr));
-  Handle ds(H5Dcreate2(loc.get(), name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  Handle ds(H5Dcreate2(loc.get(), name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, untimed_dataset_plist().get(), H5P_DEFAULT));
   if (!ds || (n && H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0))
     throw RuntimeError("cannot write HDF5 dataset", name);
 }
@@ -153,7 +160,7 @@ void write_strings(const Handle& loc, const std::string& name, const std::vector
   const hsize_t n = v.size();
   Handle space(H5Screate_simple(1, &n, nullptr));
   Handle type = utf8_vlen_type();
-  Handle ds(H5Dcreate2(loc.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  Handle ds(H5Dcreate2(loc.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, untimed_dataset_plist().get(), H5P_DEFAULT));
   std::vector<const char*> ptrs(n);
   for (hsize_t i = 0; i < n; ++i) ptrs[i] = v[i].c_str();
   if (!ds || (n && H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0))

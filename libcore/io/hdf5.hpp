@@ -52,8 +52,12 @@ void close_file(Handle& file, const std::string& label);
 Handle create_file(const std::string& path);
 /// Opens a group ("/" for the root).  Throws InputError naming file and group.
 Handle open_group(const Handle& file, const std::string& group, const std::string& file_label);
-/// Creates a group that tracks link creation order.
+/// Creates a group that tracks link creation order (and no modification times).
 Handle create_group(const Handle& file, const std::string& group);
+/// A dataset creation property list that records no object times, so files written from
+/// the same inputs are byte-identical (HDF5 stamps each object with its creation time by
+/// default).  Pass it as H5Dcreate2's dcpl.  Throws RuntimeError.
+Handle untimed_dataset_plist();
 
 /// A 1-D dataset read as numbers or as strings.
 using Column = std::variant<std::vector<double>, std::vector<std::string>>;

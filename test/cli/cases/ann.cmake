@@ -53,6 +53,36 @@ cli_case(bimetric/proxy-file-and-queries
 # Bad input: exit 1 (data) or 2 (usage), one line, nothing written.
 cli_case(bimetric/proxy-count-mismatch --rc 1 --stderr "proxy file has 39 vectors, the true file has 40" --no-file i.h5
   -- ${BIX} ${FX}/ann_small.csv --proxy-file ${FX}/ann_proxy_short.csv -o i.h5)
+# The proxy queries' own file is named when they do not fit (a newcomer saw the true query
+# file named instead), and --proxy-queries without --proxy-file and --queries is refused
+# rather than silently ignored.
+cli_case(bimetric/proxy-query-dimension-names-its-file --rc 1 --no-file o.json
+  --stderr "proxy queries have 3 coordinates, the proxy vectors have 2 .*ann_queries3.csv"
+  -- ${BSR} ${FX}/ann_small.csv --proxy-file ${FX}/ann_proxy.csv --queries ${FX}/ann_queries.csv --proxy-queries ${FX}/ann_queries3.csv -k 5 -Q 10 -o o.json)
+cli_case(bimetric/proxy-queries-without-proxy-file --rc 2 --stderr "go with --proxy-file and --queries" --no-file o.json
+  -- ${BSR} ${FX}/ann_small.csv --queries ${FX}/ann_queries.csv --proxy-queries ${FX}/ann_proxy_queries.csv -k 5 -Q 10 -o o.json)
+cli_case(bimetric/proxy-queries-without-queries --rc 2 --stderr "go with --proxy-file and --queries" --no-file o.json
+  -- ${BSR} ${FX}/ann_small.csv --proxy-file ${FX}/ann_proxy.csv --proxy-queries ${FX}/ann_proxy_queries.csv --holdout 2 -k 5 -Q 10 -o o.json)
+# Finite values whose float32 distances overflow (|x| ~ 3.7e37) are refused under l2 and ip:
+# they gave null distances and recall 1 before.  Under cosine the same vectors are fine
+# (normalised in double), as are vectors of subnormal values (their reciprocal norm is beyond
+# float: recall was 0 before).  Truth for the cosine case: the data are 3 directions, so the
+# exact-D neighbours under cosine are exact (recall 1).
+cli_case(bimetric/overflowing-values-refused --rc 1 --tool bimetric-search --no-file o.json
+  --stderr "value 3.7e.37 in coordinate 2 is too large: float32 distances between 2-d vectors overflow"
+  -- bash -c "printf 'a,b\\n1,2\\n3,3.7e37\\n5,6\\n7,8\\n' > big.csv && ${BSR} big.csv --holdout 1 --mode exact-D -k 1 -o o.json")
+cli_case(bimetric/subnormal-vectors-under-cosine --rc 0 --jq ".results[0].recall_at_k == 1"
+  -- bash -c "printf 'a,b\\n1e-41,2e-41\\n3e-41,1e-41\\n2e-41,4e-41\\n6e-41,2e-41\\n1e-41,-1e-41\\n2e-41,-2e-41\\n' > tiny.csv && ${BSR} tiny.csv --holdout 2 --metric cosine --proxy-metric cosine --mode exact-d -k 2 --summary-only")
+# The cover tree's bi-metric search needs c; with no item pairs measured it silently used
+# c = 1 before.  An explicit --distortion-bound still works without pairs.
+cli_case(bimetric/cover-tree-needs-distortion --rc 2 --stderr "needs the distortion bound c" --no-file o.json
+  -- ${BSR} ${FX}/ann_small.csv --holdout 2 --proxy pca:2 --index-type cover-tree -Q 10 -k 3 --distortion-pairs 0 -o o.json)
+cli_case(bimetric/cover-tree-explicit-distortion --rc 0 --jq ".distortion_bound_c == 3 and .distortion.item_pairs_max == null"
+  -- ${BSR} ${FX}/ann_small.csv --holdout 2 --proxy pca:2 --index-type cover-tree -Q 10 -k 3 --distortion-pairs 0 --distortion-bound 3)
+# Same inputs, same seed, one thread: the index file is the same byte for byte (HDF5 stamps
+# objects with their creation time unless told not to; runs 1.1 s apart differ otherwise).
+cli_case(bimetric/index-file-byte-identical --needs ${DIGITS} --rc 0 --tool bimetric-index
+  -- bash -c "${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:2 -R 16 -L 32 --threads 1 -o a.h5 -q > /dev/null && mv a.h5 first.h5 && sleep 1.1 && ${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:2 -R 16 -L 32 --threads 1 -o a.h5 -q > /dev/null && cmp first.h5 a.h5")
 cli_case(bimetric/query-dimension-mismatch --rc 1 --stderr "queries have 3 coordinates, the items have 4" --no-file o.json
   -- ${BSR} ${FX}/ann_small.csv --queries ${FX}/ann_queries3.csv -o o.json)
 cli_case(bimetric/empty-file --rc 1 --stderr "empty file" --no-file i.h5 -- ${BIX} ${FX}/ann_empty.fbin -o i.h5)
