@@ -462,6 +462,9 @@ VamanaGraph VamanaGraph::load(const io::h5::Handle& file, const std::string& gro
     }
     out.degree_[i] = deg;
   }
+  if (sh.rows > 1 && out.degree_[out.medoid_] == 0)
+    throw InputError(fmt::format("the entry point (item {}) has no out-neighbours: a search would reach nothing else", out.medoid_),
+                     label + ":" + group);
   return out;
 }
 

@@ -119,7 +119,8 @@ class VamanaGraph {
 
   /// Saves structure and parameters in group `group` of an open HDF5 file.
   void save(const io::h5::Handle& file, const std::string& group, const VamanaParams& p) const;
-  /// Loads a saved graph; checks ids < n, degree <= R, and that n equals `n_expected`.
+  /// Loads a saved graph; checks ids < n, degree <= R, that n equals `n_expected`, and that the
+  /// entry point has out-neighbours when n > 1.
   /// Throws InputError naming `label` on any inconsistency.
   static VamanaGraph load(const io::h5::Handle& file, const std::string& group, std::size_t n_expected, const std::string& label);
 

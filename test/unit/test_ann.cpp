@@ -596,6 +596,21 @@ TEST_CASE("ann: index save/load round trip, corrupt and mismatched files") {
       CHECK_THROWS_AS(VamanaGraph::load(f, "graph", 2, "neg.h5"), InputError);
     }
   }
+  // An entry point without out-neighbours reaches nothing: every search would return the
+  // medoid alone (a newcomer's all -1 file was accepted and gave 1 id for k = 10).  A single
+  // item needs no edges.
+  for (const std::size_t n : {std::size_t{1}, std::size_t{3}}) {
+    const std::string path = scratch("edgeless.h5").string();
+    {
+      auto f = io::h5::create_file(path);
+      auto g = io::h5::create_group(f, "graph");
+      h5_write_ints(g, "neighbors", std::vector<std::int32_t>(n * 2, -1), {n, 2});
+      io::h5::write_attr(g, "medoid", "0");
+    }
+    auto f = io::h5::open_file(path);
+    if (n == 1) CHECK(VamanaGraph::load(f, "graph", 1, "edgeless.h5").degree(0) == 0);
+    else CHECK_THROWS_WITH_AS(VamanaGraph::load(f, "graph", n, "edgeless.h5"), doctest::Contains("entry point"), InputError);
+  }
 }
 
 TEST_CASE("ann: recall@k counts ties and the distortion of identical metrics is 1") {

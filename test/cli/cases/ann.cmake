@@ -30,13 +30,14 @@ cli_case(bimetric/digits-index-then-search --needs ${DIGITS}
   --file-jq out.json "(.queries | length) == 800 and (.queries[0].ids | unique | length) == 10"
   --file-jq out.json ".distortion.pairs > 1000 and .distortion.quantiles.q50 > 0"
   -- bash -c "${BIX} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:2 -R 32 -L 64 -o idx.h5 > b.json && jq -e '.max_degree <= 32 and (.pass_seconds | length) == 2 and (.pass_seconds | map(. > 0) | all)' b.json && ${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:2 --index idx.h5 -Q 20,50,200,1600 -o out.json")
-# Bimetric beats rerank at equal Q on digits over Q = 150..400 (d = 4x4 pooling: 4 coordinates,
-# D = 64-d L2; measured 0.866/0.912/0.964/0.980 vs 0.836/0.884/0.950/0.973).  Below Q = 200 the
+# Bimetric beats rerank at equal Q on digits over Q = 150..300 (d = 4x4 pooling: 4 coordinates,
+# D = 64-d L2; measured 0.8645/0.911/0.963 vs 0.836/0.8835/0.950 at the default seed, and at
+# every one of 8 holdout seeds; at Q = 400 rerank wins for 3 of the 8).  Below Q = 200 the
 # paper's seed count min(max(100, Q/2), list) spends (almost) the whole quota on seeds, so the two
 # coincide at Q <= 100 by construction.  One thread: the graph depends on the seed only.
 cli_case(bimetric/digits-bimetric-beats-rerank --needs ${DIGITS}
   --rc 0
-  -- bash -c "a=$(${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 32 -L 64 --threads 1 -Q 150,200,300,400 --summary-only -q | jq -c '[.results[].recall_at_k]') && b=$(${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 32 -L 64 --threads 1 -Q 150,200,300,400 --mode rerank --summary-only -q | jq -c '[.results[].recall_at_k]') && echo $a $b && jq -en \"$a as \\$a | $b as \\$b | [range(4)] | all(\\$a[.] > \\$b[.])\"")
+  -- bash -c "a=$(${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 32 -L 64 --threads 1 -Q 150,200,300 --summary-only -q | jq -c '[.results[].recall_at_k]') && b=$(${BSR} ${DIGITS} --no-header --label-last --holdout 200 --proxy pool:4 -R 32 -L 64 --threads 1 -Q 150,200,300 --mode rerank --summary-only -q | jq -c '[.results[].recall_at_k]') && echo $a $b && jq -en \"$a as \\$a | $b as \\$b | [range(3)] | all(\\$a[.] > \\$b[.])\"")
 cli_case(bimetric/digits-cover-tree --needs ${DIGITS}
   --rc 0 --file t.h5 --jq ".invariants | startswith(\"ok\")" --jq ".index_type == \"cover-tree\""
   -- ${BIX} ${DIG} --proxy pool:2 --index-type cover-tree -o t.h5)
