@@ -36,10 +36,7 @@ std::vector<T> read_any(const Handle& loc, const std::string& name, const std::s
 
 template <class T>
 void write_any(const Handle& loc, const std::string& name, const std::vector<T>& v, Shape2 shape, hid_t file_type, hid_t mem_type) {
-  hsize_t dims[2] = {shape.rows, shape.cols};
-  Handle space(H5Screate_simple(2, dims, nullptr));
-  Handle ds(H5Dcreate2(loc.get(), name.c_str(), file_type, space.get(), H5P_DEFAULT, io::h5::untimed_dataset_plist().get(), H5P_DEFAULT));
-  if (!ds) throw RuntimeError("cannot create dataset", name);
+  Handle ds = io::h5::create_dataset(loc, name, file_type, {shape.rows, shape.cols});
   if (!v.empty() && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
     throw RuntimeError("cannot write dataset", name);
 }

@@ -7,13 +7,13 @@
 
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <exception>
+#include <filesystem>
 #include <iostream>
-#include <new>
-#include <sstream>
 #include <iterator>
+#include <new>
 #include <regex>
+#include <sstream>
 
 #include "io/atomic_file.hpp"
 #include "util/build_info_access.hpp"

@@ -24,21 +24,6 @@ const char* storage_name(FloatStorage s) noexcept {
 
 namespace {
 
-Handle link_props() {
-  Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
-  H5Pset_create_intermediate_group(lcpl.get(), 1);
-  return lcpl;
-}
-
-Handle make_dataset(const Handle& loc, const std::string& name, hid_t type,
-                    const std::vector<hsize_t>& dims) {
-  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-  Handle lcpl = link_props();
-  Handle ds(H5Dcreate2(loc.get(), name.c_str(), type, space.get(), lcpl.get(), untimed_dataset_plist().get(), H5P_DEFAULT));
-  if (!ds) throw RuntimeError("cannot create HDF5 dataset", name);
-  return ds;
-}
-
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& label) {
   if (!exists(loc, name)) throw InputError("missing dataset", label);
   Handle ds(H5Dopen2(loc.get(), name.c_str(), H5P_DEFAULT));
@@ -102,7 +87,7 @@ void write_floats(const Handle& loc, const std::string& name, const float* data,
   const std::vector<hsize_t> hd(dims.begin(), dims.end());
   const std::size_t n = count_of(dims);
   if (as == FloatStorage::f32) {
-    Handle ds = make_dataset(loc, name, H5T_IEEE_F32LE, hd);
+    Handle ds = create_dataset(loc, name, H5T_IEEE_F32LE, hd);
     if (n && H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
       throw RuntimeError("cannot write HDF5 dataset", name);
     return;
@@ -110,7 +95,7 @@ void write_floats(const Handle& loc, const std::string& name, const float* data,
   std::vector<std::uint16_t> bits(n);
   for (std::size_t i = 0; i < n; ++i)
     bits[i] = as == FloatStorage::f16 ? num::f32_to_f16(data[i]) : num::f32_to_bf16(data[i]);
-  Handle ds = make_dataset(loc, name, H5T_STD_U16LE, hd);
+  Handle ds = create_dataset(loc, name, H5T_STD_U16LE, hd);
   if (n && H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data()) < 0)
     throw RuntimeError("cannot write HDF5 dataset", name);
   write_attr(ds, "dtype", storage_name(as));
@@ -149,7 +134,7 @@ FloatArray read_floats(const Handle& loc, const std::string& name, const std::st
 }
 
 void write_bytes(const Handle& loc, const std::string& name, const std::string& bytes) {
-  Handle ds = make_dataset(loc, name, H5T_STD_U8LE, {static_cast<hsize_t>(bytes.size())});
+  Handle ds = create_dataset(loc, name, H5T_STD_U8LE, {static_cast<hsize_t>(bytes.size())});
   if (!bytes.empty() && H5Dwrite(ds.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
     throw RuntimeError("cannot write HDF5 dataset", name);
 }

@@ -67,10 +67,15 @@ Handle create_group(const Handle& file, const std::string& group) {
   return g;
 }
 
-Handle untimed_dataset_plist() {
+Handle create_dataset(const Handle& loc, const std::string& name, hid_t file_type, const std::vector<hsize_t>& dims) {
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
-  if (!dcpl || H5Pset_obj_track_times(dcpl.get(), 0) < 0) throw RuntimeError("cannot create an HDF5 dataset property list", "H5Pcreate");
-  return dcpl;
+  H5Pset_obj_track_times(dcpl.get(), 0);
+  Handle ds(H5Dcreate2(loc.get(), name.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
+  if (!ds) throw RuntimeError("cannot create HDF5 dataset", name);
+  return ds;
 }
 
 namespace {
@@ -141,9 +146,8 @@ Column read_column(const Handle& group, const std::string& name, const std::stri
 
 void write_doubles(const Handle& loc, const std::string& name, const std::vector<double>& v) {
   const hsize_t n = v.size();
-  Handle space(H5Screate_simple(1, &n, nullptr));
-  Handle ds(H5Dcreate2(loc.get(), name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, untimed_dataset_plist().get(), H5P_DEFAULT));
-  if (!ds || (n && H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0))
+  Handle ds = create_dataset(loc, name, H5T_IEEE_F64LE, {n});
+  if (n && H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
     throw RuntimeError("cannot write HDF5 dataset", name);
 }
 
@@ -158,12 +162,11 @@ Handle utf8_vlen_type() {
 
 void write_strings(const Handle& loc, const std::string& name, const std::vector<std::string>& v) {
   const hsize_t n = v.size();
-  Handle space(H5Screate_simple(1, &n, nullptr));
   Handle type = utf8_vlen_type();
-  Handle ds(H5Dcreate2(loc.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, untimed_dataset_plist().get(), H5P_DEFAULT));
+  Handle ds = create_dataset(loc, name, type.get(), {n});
   std::vector<const char*> ptrs(n);
   for (hsize_t i = 0; i < n; ++i) ptrs[i] = v[i].c_str();
-  if (!ds || (n && H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0))
+  if (n && H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0)
     throw RuntimeError("cannot write HDF5 dataset", name);
 }
 

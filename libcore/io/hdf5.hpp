@@ -54,10 +54,11 @@ Handle create_file(const std::string& path);
 Handle open_group(const Handle& file, const std::string& group, const std::string& file_label);
 /// Creates a group that tracks link creation order (and no modification times).
 Handle create_group(const Handle& file, const std::string& group);
-/// A dataset creation property list that records no object times, so files written from
-/// the same inputs are byte-identical (HDF5 stamps each object with its creation time by
-/// default).  Pass it as H5Dcreate2's dcpl.  Throws RuntimeError.
-Handle untimed_dataset_plist();
+/// Creates dataset `name` (intermediate groups too) of HDF5 type `file_type` and shape `dims`
+/// under `loc`, recording no object times, so files written from the same inputs are
+/// byte-identical (HDF5 stamps each object with its creation time by default).  Every writer
+/// creates its datasets here.  Throws RuntimeError naming `name`.
+Handle create_dataset(const Handle& loc, const std::string& name, hid_t file_type, const std::vector<hsize_t>& dims);
 
 /// A 1-D dataset read as numbers or as strings.
 using Column = std::variant<std::vector<double>, std::vector<std::string>>;

@@ -117,19 +117,15 @@ namespace {
 std::string extension(const std::string& path) { return std::filesystem::path(path).extension().string(); }
 
 void write_int_matrix(const io::h5::Handle& loc, const std::string& name, const std::vector<int>& v, hsize_t rows, hsize_t cols) {
-  const hsize_t dims[2] = {rows, cols};
-  io::h5::Handle space(H5Screate_simple(2, dims, nullptr));
-  io::h5::Handle ds(H5Dcreate2(loc.get(), name.c_str(), H5T_STD_I32LE, space.get(), H5P_DEFAULT, io::h5::untimed_dataset_plist().get(), H5P_DEFAULT));
-  if (!ds || (rows * cols > 0 && H5Dwrite(ds.get(), H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0))
+  io::h5::Handle ds = io::h5::create_dataset(loc, name, H5T_STD_I32LE, {rows, cols});
+  if (rows * cols > 0 && H5Dwrite(ds.get(), H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
     throw RuntimeError("cannot write HDF5 dataset", name);
 }
 
 void write_double_matrix(const io::h5::Handle& loc, const std::string& name, const Eigen::MatrixXd& m) {
-  const hsize_t dims[2] = {static_cast<hsize_t>(m.rows()), static_cast<hsize_t>(m.cols())};
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rm = m;
-  io::h5::Handle space(H5Screate_simple(2, dims, nullptr));
-  io::h5::Handle ds(H5Dcreate2(loc.get(), name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, io::h5::untimed_dataset_plist().get(), H5P_DEFAULT));
-  if (!ds || H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, rm.data()) < 0)
+  io::h5::Handle ds = io::h5::create_dataset(loc, name, H5T_IEEE_F64LE, {static_cast<hsize_t>(m.rows()), static_cast<hsize_t>(m.cols())});
+  if (H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, rm.data()) < 0)
     throw RuntimeError("cannot write HDF5 dataset", name);
 }
 }  // namespace
