@@ -7,7 +7,10 @@
 //   - c_k: c(k) = time(k-row forward) / time(1-row forward) for k = 1..64 at the stated context,
 //     rows forming a causal chain (a verification batch), logits for every row; in the
 //     batch-invariant mode (fixed 64-row GEMM chunks) and the plain mode (GEMM of k rows).
-// Usage: bench-gpu-engine [--ctx N] [--tokens N] [--kmax N] [--reps N]
+// Usage: bench-gpu-engine [--ctx N] [--tokens N] [--kmax N] [--reps N] [--model llama-1b|tiny]
+//                         [--copy-mib N]
+// --model tiny (2 layers, d_model 128) and a small --copy-mib are for rehearsing this program on
+// the CUDA emulator (test/cuda_emu), whose numbers are CPU timings and mean nothing.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +42,20 @@ lm::ModelConfig llama_1b() {
   c.d_ff = 8192;
   c.n_ctx = 2048;
   c.rope_theta = 500000.0;
+  c.tied = true;
+  return c;
+}
+
+/// A 2-layer model for rehearsals on the CUDA emulator.
+lm::ModelConfig tiny() {
+  lm::ModelConfig c;
+  c.vocab_size = 512;
+  c.d_model = 128;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.d_ff = 256;
+  c.n_ctx = 1024;
   c.tied = true;
   return c;
 }
@@ -77,18 +94,29 @@ double time_rows(kernels::CudaEngine& e, int k, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ctx = 512, tokens = 128, kmax = 64, reps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int ctx = 512, tokens = 128, kmax = 64, reps = 5, copy_mib = 1024;
+  std::string model = "llama-1b";
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench-gpu-engine: error: %s needs a value\n", a.c_str());
+      return 2;
+    }
     const int v = std::atoi(argv[i + 1]);
-    if (a == "--ctx") ctx = v;
+    if (a == "--model") model = argv[i + 1];
+    else if (a == "--ctx") ctx = v;
     else if (a == "--tokens") tokens = v;
     else if (a == "--kmax") kmax = v;
     else if (a == "--reps") reps = v;
+    else if (a == "--copy-mib") copy_mib = v;
     else {
       std::fprintf(stderr, "bench-gpu-engine: error: unknown option %s\n", a.c_str());
       return 2;
     }
+  }
+  if ((model != "llama-1b" && model != "tiny") || ctx < 1 || tokens < 1 || kmax < 1 || reps < 1 || copy_mib < 1) {
+    std::fprintf(stderr, "bench-gpu-engine: error: --model is llama-1b or tiny; the counts must be positive\n");
+    return 2;
   }
   if (kernels::device_count() == 0) {
     std::fprintf(stderr, "bench-gpu-engine: error: no CUDA device\n");
@@ -97,15 +125,15 @@ int main(int argc, char** argv) {
   try {
     nlohmann::json out;
     out["device"] = kernels::device_name(0);
-    const double bw = kernels::measure_copy_bandwidth(std::size_t(1) << 30, 10);
-    out["bandwidth"] = {{"method", "cudaMemcpy device-to-device, 1 GiB, best of 10, (read + write) bytes / s"},
+    const double bw = kernels::measure_copy_bandwidth(std::size_t(copy_mib) << 20, 10);
+    out["bandwidth"] = {{"method", "cudaMemcpy device-to-device, " + std::to_string(copy_mib) + " MiB, best of 10, (read + write) bytes / s"},
                         {"bytes_per_s", bw}, {"GB_per_s", bw / 1e9}};
 
-    const lm::ModelConfig c = llama_1b();
+    const lm::ModelConfig c = model == "tiny" ? tiny() : llama_1b();
     kernels::CudaEngine e(c, 42, kernels::WeightPrecision::bf16, 0.02, true);
     const double bytes = double(e.bytes_per_forward());
     nlohmann::json dec;
-    dec["model"] = {{"shape", "Llama-3.2-1B (random weights, generated on the device)"}, {"params", c.n_params()},
+    dec["model"] = {{"shape", model == "tiny" ? "tiny (rehearsal)" : "Llama-3.2-1B (random weights, generated on the device)"}, {"params", c.n_params()},
                     {"weights", "bf16"}, {"d_model", c.d_model}, {"n_layers", c.n_layers}, {"vocab", c.vocab_size}};
     dec["context_start"] = ctx;
     dec["tokens"] = tokens;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/device.hpp"
+#include "kernels/launch.hpp"
 #include "util/error.hpp"
 
 namespace icmlkit::kernels {
@@ -141,6 +142,13 @@ struct Meta {
   const int* nb_off;       // [R + 1]
   const int* nb_idx;       // sorted in-batch keys per row, self included
 };
+
+#if defined(ICMLKIT_CUDA_EMU)
+/// For the CUDA emulator's launch checks (test/cuda_emu): the device pointers inside a Meta.
+inline void icmlkit_emu_pointers(const Meta& m, std::vector<const void*>& out) {
+  out.insert(out.end(), {m.tokens, m.row_view, m.view_count, m.view_off, m.view_slots, m.nb_off, m.nb_idx});
+}
+#endif
 
 constexpr int kAttnWarps = lm::dm::kAttnBlockKeys / lm::dm::kAttnWarpKeys;  // 4
 constexpr int kMaxHd = 256;
@@ -457,12 +465,12 @@ struct CudaEngine::Impl {
     m.cols = cols;
     const std::size_t n = std::size_t(rows) * cols;
     m.buf.reserve(n * wsize(wt));
-    random_kernel<<<grid_for(n), 256>>>(m.buf.p, wt, n, seed, static_cast<float>(sd));
+    ICMLKIT_LAUNCH(random_kernel, grid_for(n), 256, 0)(m.buf.p, wt, n, seed, static_cast<float>(sd));
     launch_check("random weights");
   }
   void ones(DevBuf& b, int n) {
     b.reserve(std::size_t(n) * 4);
-    fill_kernel<<<grid_for(n), 256>>>(b.as<float>(), n, 1.0f);
+    ICMLKIT_LAUNCH(fill_kernel, grid_for(n), 256, 0)(b.as<float>(), n, 1.0f);
     launch_check("fill");
   }
 
@@ -512,7 +520,7 @@ struct CudaEngine::Impl {
     const int R = P.R, d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads, dff = c.d_ff;
     const int dq = nh * hd, dkv = nkv * hd, nlh = c.n_layers * nkv;
     const Layout& L = P.L;
-    embed_kernel<<<R, 256, 0, st>>>(emb.buf.p, wt, P.m.tokens, d, x.as<float>());
+    ICMLKIT_LAUNCH(embed_kernel, R, 256, st)(emb.buf.p, wt, P.m.tokens, d, x.as<float>());
     launch_check("embedding");
     const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
     const int rope_threads = std::max(32, ((hd / 2 + 31) / 32) * 32);
@@ -521,30 +529,30 @@ struct CudaEngine::Impl {
       float* lpk = pk.as<float>() + l * P.pstride;
       float* lpv = pv.as<float>() + l * P.pstride;
       if (opt.skip_attn.empty() || !opt.skip_attn[l]) {
-        rmsnorm_act_kernel<<<R, 256, 0, st>>>(x.as<float>(), nullptr, d, D.attn_norm.as<float>(), c.rms_eps, act.p, L);
+        ICMLKIT_LAUNCH(rmsnorm_act_kernel, R, 256, st)(x.as<float>(), nullptr, d, D.attn_norm.as<float>(), c.rms_eps, act.p, L);
         launch_check("rmsnorm");
         gemm(D.qkv, L, R);
-        qkv_post_kernel<<<dim3(R, nh + 2 * nkv), rope_threads, 0, st>>>(Y.as<float>(), L, dq + 2 * dkv, nh, nkv, hd, P.cs, P.sn,
+        ICMLKIT_LAUNCH(qkv_post_kernel, dim3(R, nh + 2 * nkv), rope_threads, st)(Y.as<float>(), L, dq + 2 * dkv, nh, nkv, hd, P.cs, P.sn,
                                                                         c.rope_style == lm::RopeStyle::interleaved, q.as<float>(), lpk, lpv);
         launch_check("rope");
-        attention_kernel<<<dim3(R * nh, P.nsplit), 32 * kAttnWarps, 0, st>>>(q.as<float>(), nh, nkv, hd, c.n_ctx, l, nlh,
+        ICMLKIT_LAUNCH(attention_kernel, dim3(R * nh, P.nsplit), 32 * kAttnWarps, st)(q.as<float>(), nh, nkv, hd, c.n_ctx, l, nlh,
                                                                              Kc.as<float>(), Vc.as<float>(), lpk, lpv, P.m, scale,
                                                                              part.as<float>());
         launch_check("attention");
-        attn_merge_kernel<<<R * nh, 128, 0, st>>>(part.as<float>(), P.nsplit, nh, hd, act.p, L);
+        ICMLKIT_LAUNCH(attn_merge_kernel, R * nh, 128, st)(part.as<float>(), P.nsplit, nh, hd, act.p, L);
         launch_check("attention merge");
         gemm(D.wo, L, R);
-        residual_kernel<<<R, 256, 0, st>>>(Y.as<float>(), L, d, x.as<float>());
+        ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), L, d, x.as<float>());
         launch_check("residual");
       }
       if (opt.skip_mlp.empty() || !opt.skip_mlp[l]) {
-        rmsnorm_act_kernel<<<R, 256, 0, st>>>(x.as<float>(), nullptr, d, D.ffn_norm.as<float>(), c.rms_eps, act.p, L);
+        ICMLKIT_LAUNCH(rmsnorm_act_kernel, R, 256, st)(x.as<float>(), nullptr, d, D.ffn_norm.as<float>(), c.rms_eps, act.p, L);
         launch_check("rmsnorm");
         gemm(D.gu, L, R);
-        swiglu_kernel<<<R, 256, 0, st>>>(Y.as<float>(), L, dff, act.p);
+        ICMLKIT_LAUNCH(swiglu_kernel, R, 256, st)(Y.as<float>(), L, dff, act.p);
         launch_check("swiglu");
         gemm(D.down, L, R);
-        residual_kernel<<<R, 256, 0, st>>>(Y.as<float>(), L, d, x.as<float>());
+        ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), L, d, x.as<float>());
         launch_check("residual");
       }
       if (opt.hidden) {  // eager only (graphs are not used with hidden states)
@@ -553,13 +561,13 @@ struct CudaEngine::Impl {
     }
     if (P.nl > 0) {
       const DevMat& H = c.tied ? emb : head;
-      rmsnorm_act_kernel<<<P.nl, 256, 0, st>>>(x.as<float>(), P.lrows, d, out_norm.as<float>(), c.rms_eps, act.p, P.LH);
+      ICMLKIT_LAUNCH(rmsnorm_act_kernel, P.nl, 256, st)(x.as<float>(), P.lrows, d, out_norm.as<float>(), c.rms_eps, act.p, P.LH);
       launch_check("output norm");
       gemm(H, P.LH, P.nl);
-      logits_kernel<<<P.nl, 256, 0, st>>>(Y.as<float>(), P.LH, c.vocab_size, logits.as<float>());
+      ICMLKIT_LAUNCH(logits_kernel, P.nl, 256, st)(Y.as<float>(), P.LH, c.vocab_size, logits.as<float>());
       launch_check("logits");
       if (P.greedy) {
-        argmax_kernel<<<P.nl, 256, 0, st>>>(logits.as<float>(), c.vocab_size, ids.as<int>());
+        ICMLKIT_LAUNCH(argmax_kernel, P.nl, 256, st)(logits.as<float>(), c.vocab_size, ids.as<int>());
         launch_check("argmax");
       }
     }
@@ -729,7 +737,7 @@ struct CudaEngine::Impl {
       cuda_check(cudaGraphLaunch(exec, st), "cudaGraphLaunch");
     } else {
       if (opt.hidden) {  // the embedding output, then enqueue copies each layer's
-        embed_kernel<<<R, 256, 0, st>>>(emb.buf.p, wt, P.m.tokens, d, x.as<float>());
+        ICMLKIT_LAUNCH(embed_kernel, R, 256, st)(emb.buf.p, wt, P.m.tokens, d, x.as<float>());
         launch_check("embedding");
         cuda_check(cudaMemcpyAsync(hidden_host[0], x.p, std::size_t(R) * d * 4, cudaMemcpyDeviceToHost, st), "hidden");
       }
@@ -756,7 +764,7 @@ struct CudaEngine::Impl {
     rowsbuf.reserve(rows.size() * 4);
     cuda_check(cudaMemcpyAsync(rowsbuf.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, st), "upload rows");
     const int hd = c.head_dim(), nkv = c.n_kv_heads;
-    commit_kernel<<<dim3(static_cast<unsigned>(rows.size()), c.n_layers * nkv), hd, 0, st>>>(
+    ICMLKIT_LAUNCH(commit_kernel, dim3(static_cast<unsigned>(rows.size()), c.n_layers * nkv), hd, st)(
         pk.as<float>(), pv.as<float>(), std::size_t(pend_cap) * nkv * hd, rowsbuf.as<int>(), len, nkv, hd, c.n_ctx, Kc.as<float>(),
         Vc.as<float>());
     launch_check("commit");

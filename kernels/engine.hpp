@@ -11,7 +11,8 @@
 // residual adds and K/V commit are own kernels built on lm/device_math.hpp.
 //
 // Agreement with the CPU engine: not bitwise (different summation orders; a bf16 split of
-// the activations).  Stated tolerance, checked by test/unit/gpu/test_engine_cuda.cpp on a GPU:
+// the activations).  Stated tolerance, checked by test/unit/gpu/test_engine_cuda.cpp on a GPU
+// and, in every build, on the CPU through the CUDA emulator (test/cuda_emu):
 // logits within 2e-3 * (1 + max |logit|) of the CPU's for f32 and f16 models, 2e-2 for bf16;
 // greedy tokens equal wherever the CPU's top-2 logit margin exceeds that tolerance.
 //

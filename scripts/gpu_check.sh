@@ -9,12 +9,27 @@
 #        scripts/gpu_check.sh --bundle BUNDLE   (BUNDLE: a directory or .tar.xz from
 #          scripts/gpu_bundle.sh, for a GPU machine without our Debian libraries or a
 #          package registry: its programs run with its own libraries and the machine's CUDA)
+#        scripts/gpu_check.sh --emulated BIN_DIR UNIT_TESTS   (a rehearsal without a GPU: the
+#          programs and unit tests built against the CUDA emulator, test/cuda_emu; a tiny model,
+#          a few tokens; the numbers mean nothing, the plumbing is what it checks; ends with
+#          "gpu-check rehearsal: ok" when every part ran and FAFO was identical to AR)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
-if [ "${1:-}" = "--bundle" ]; then
+emulated=false
+tests='cuda:*,kernels:*'
+bench_args=(--ctx 512 --tokens 128 --kmax 64 --reps 5)
+fafo_tokens=256
+if [ "${1:-}" = "--emulated" ]; then
+  emulated=true
+  bin=${2:?usage: gpu_check.sh --emulated BIN_DIR UNIT_TESTS}
+  unit=${3:?usage: gpu_check.sh --emulated BIN_DIR UNIT_TESTS}
+  tests='cuda: refused*,kernels:*'  # the emulated build runs every CUDA test as its own ctest case
+  bench_args=(--model tiny --ctx 40 --tokens 4 --kmax 3 --reps 1 --copy-mib 4)
+  fafo_tokens=24
+elif [ "${1:-}" = "--bundle" ]; then
   bundle=${2:?usage: gpu_check.sh --bundle DIR_OR_TAR_XZ}
   [ -e "$bundle" ] || { echo "gpu-check: no bundle at $bundle (make -f Makefile.shortcuts gpu-bundle makes one)" >&2; exit 2; }
   mkdir -p "$tmp/bundle"
@@ -62,14 +77,17 @@ fi
 # The demo-model test reads the repository's data/ (compiled-in path, overridable).
 export ICMLKIT_REPO_DATA="$root/data"
 
-if ! nvidia-smi -L > /dev/null 2>&1; then
+if $emulated; then
+  echo "gpu-check: rehearsal on the CUDA emulator (CPU): no number below is a GPU number"
+elif ! nvidia-smi -L > /dev/null 2>&1; then
   echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L fails): the CUDA tests would only skip and the benchmarks cannot run" >&2
   exit 2
+else
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv
 
 echo "== gpu-check: CUDA tests"
-"$unit" -tc='cuda:*,kernels:*' > "$tmp/ctest.log" 2>&1 && tests_ok=true || { tests_ok=false; status=1; }
+"$unit" -tc="$tests" > "$tmp/ctest.log" 2>&1 && tests_ok=true || { tests_ok=false; status=1; }
 grep -E "skipped|TEST CASE|test cases|assertions|ERROR|FAILED|values:|INFO|gap|margin" "$tmp/ctest.log" | head -200 || tail -n 40 "$tmp/ctest.log"
 
 # Optional: the CUDA tests under compute-sanitizer (GPU_CHECK_SANITIZE=memcheck|racecheck|
@@ -90,7 +108,7 @@ if [ -n "${GPU_CHECK_SANITIZE:-}" ]; then
 fi
 
 echo "== gpu-check: bench-gpu-engine"
-if "$bin/bench-gpu-engine" --ctx 512 --tokens 128 --kmax 64 --reps 5 > "$tmp/engine.json"; then
+if "$bin/bench-gpu-engine" "${bench_args[@]}" > "$tmp/engine.json"; then
   cat "$tmp/engine.json"
 else
   echo '{"error": "bench-gpu-engine failed"}' > "$tmp/engine.json"
@@ -100,15 +118,15 @@ fi
 echo "== gpu-check: FAFO vs AR on kjv7m (fafo-generate --device cuda)"
 model=$root/data/models/kjv7m.h5
 prompt="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."
-fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n 256 --ignore-eos --compare ar --no-text -q)
+fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n "$fafo_tokens" --ignore-eos --compare ar --no-text -q)
 if "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo.jsonl" &&
    ICMLKIT_CUDA_GRAPHS=0 "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_ng.jsonl" &&
    "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_cpu.jsonl"; then
   jq -c 'select(.summary) | .summary' "$tmp/fafo.jsonl" > "$tmp/fafo_gpu.json"
   jq -c 'select(.summary) | .summary' "$tmp/fafo_ng.jsonl" > "$tmp/fafo_gpu_ng.json"
   jq -c 'select(.summary) | .summary' "$tmp/fafo_cpu.jsonl" > "$tmp/fafo_cpu.json"
-  jq -n --slurpfile g "$tmp/fafo_gpu.json" --slurpfile n "$tmp/fafo_gpu_ng.json" --slurpfile c "$tmp/fafo_cpu.json" '{
-      model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n 256 --ignore-eos --compare ar",
+  jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_gpu.json" --slurpfile n "$tmp/fafo_gpu_ng.json" --slurpfile c "$tmp/fafo_cpu.json" '{
+      model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
       cuda: {fafo_tokens_per_s: $g[0].decode_tokens_per_s, ar_tokens_per_s: $g[0].compare.decode_tokens_per_s,
              speedup: $g[0].speedup, identical_to_ar: $g[0].identical_to_ar, device: $g[0].device},
       cuda_no_graphs: {fafo_tokens_per_s: $n[0].decode_tokens_per_s, ar_tokens_per_s: $n[0].compare.decode_tokens_per_s,
@@ -116,8 +134,8 @@ if "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@
       cpu: {fafo_tokens_per_s: $c[0].decode_tokens_per_s, ar_tokens_per_s: $c[0].compare.decode_tokens_per_s,
             speedup: $c[0].speedup, identical_to_ar: $c[0].identical_to_ar}}' > "$tmp/fafo_summary.json"
   # The same tokens on both devices? (CUDA equals CPU within tolerance, not bitwise.)
-  "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n 256 --ignore-eos -q > "$tmp/ar_gpu.txt"
-  "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n 256 --ignore-eos -q > "$tmp/ar_cpu.txt"
+  "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_gpu.txt"
+  "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_cpu.txt"
   same=$(cmp -s "$tmp/ar_gpu.txt" "$tmp/ar_cpu.txt" && echo true || echo false)
   jq --argjson same "$same" '. + {ar_text_cuda_equals_cpu: $same}' "$tmp/fafo_summary.json" > "$tmp/fafo.json"
   cat "$tmp/fafo.json"
@@ -139,5 +157,16 @@ if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
   cp "$tmp/gpu_check.json" "$tmp/engine.json" "$tmp/fafo.json" "$tmp/ctest.log" "$OUT/" 2>/dev/null || true
   [ -f "$tmp/sanitizer.log" ] && cp "$tmp/sanitizer.log" "$OUT/"
+fi
+if $emulated && [ $status -eq 0 ]; then
+  if jq -e '.gpu_check | .cuda_tests_passed and (.engine.decode_b1.batch_invariant.tokens_per_s > 0)
+        and (.engine.c_k.batch_invariant.c | length > 0) and .fafo_kjv7m.cuda.identical_to_ar
+        and .fafo_kjv7m.cuda_no_graphs.identical_to_ar and (.fafo_kjv7m.ar_text_cuda_equals_cpu | type == "boolean")' \
+        "$tmp/gpu_check.json" > /dev/null; then
+    echo "gpu-check rehearsal: ok"
+  else
+    echo "gpu-check rehearsal: the summary lacks a part (see above)"
+    status=1
+  fi
 fi
 exit $status

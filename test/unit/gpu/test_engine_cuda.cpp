@@ -1,7 +1,7 @@
 // The CUDA engine against the CPU engine (kernels/engine.hpp states the tolerances tested
-// here).  Every test prints one "skipped" line and passes when no CUDA device exists, so CI
-// without a GPU compiles and lists them but cannot run them; `make -f Makefile.shortcuts
-// gpu-check` runs them on a GPU machine.
+// here).  In the nvcc build (unit_tests) every test prints one "skipped" line and passes when no
+// CUDA device exists; `make -f Makefile.shortcuts gpu-check` runs them on a GPU machine.  Every
+// build also runs them on the CPU through the CUDA emulator (test/cuda_emu, unit_tests_cuda_emu).
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
