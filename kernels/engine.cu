@@ -19,6 +19,13 @@
 #include "kernels/launch.hpp"
 #include "util/error.hpp"
 
+#if defined(ICMLKIT_CUDA_EMU)
+namespace icmlkit::lm::dm {
+/// For the CUDA emulator's launch checks (test/cuda_emu): the device pointer inside a layout.
+inline void icmlkit_emu_pointers(const GemmLayout& L, std::vector<const void*>& out) { out.push_back(L.scale); }
+}  // namespace icmlkit::lm::dm
+#endif
+
 namespace icmlkit::kernels {
 
 using lm::dm::WType;
@@ -74,7 +81,8 @@ using Layout = lm::dm::GemmLayout;
 
 /// Writes activation value v at (r, k) of a GEMM input with K columns.
 __device__ __forceinline__ void store_act(void* act, const Layout& L, int K, int r, int k, float v) { L.store(act, K, r, k, v); }
-/// Reads GEMM output (r, o) of a product with O columns: the sum of its terms.
+/// Reads GEMM output (r, o) of a product with O columns: the sum of its terms, divided by the
+/// row's scale when L has scales (GemmLayout::load).
 __device__ __forceinline__ float load_out(const float* Y, const Layout& L, int O, int r, int o) { return L.load(Y, O, r, o); }
 
 __device__ __forceinline__ float load_w(const void* w, WType t, std::size_t i) {
@@ -90,9 +98,35 @@ __global__ void embed_kernel(const void* emb, WType t, const int* tokens, int d,
   for (int i = threadIdx.x; i < d; i += blockDim.x) x[std::size_t(r) * d + i] = load_w(emb, t, base + i);
 }
 
-/// RMSNorm of row rows[r] (or r) of x, written as a GEMM input.  Block per row; double sums
-/// reduced in a fixed tree (blockDim = 256).
-__global__ void rmsnorm_act_kernel(const float* x, const int* rows, int d, const float* w, double eps, void* act, Layout L) {
+/// Largest |v| over the block's threads (a fixed tree; blockDim a power of two <= 256; every
+/// thread of the block calls it).  NaN values are ignored (fmaxf).
+__device__ __forceinline__ float block_max_abs(float v) {
+  __shared__ float red[256];
+  red[threadIdx.x] = fabsf(v);
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float m = red[0];
+  __syncthreads();  // red is free for the next call
+  return m;
+}
+
+/// With scale_out (f16 weights): the factor that brings the block's values (largest |v|
+/// over all threads is the max of each thread's `m`) into f16's range, stored at scale_out[r];
+/// else 1.  Every thread of the block calls it.
+__device__ __forceinline__ float row_scale(float m, float* scale_out, int r) {
+  if (scale_out == nullptr) return 1.0f;
+  const float s = lm::dm::f16_row_scale(block_max_abs(m));
+  if (threadIdx.x == 0) scale_out[r] = s;
+  return s;
+}
+
+/// RMSNorm of row rows[r] (or r) of x, written as a GEMM input (times row_scale with
+/// scale_out).  Block per row; double sums reduced in a fixed tree (blockDim = 256).
+__global__ void rmsnorm_act_kernel(const float* x, const int* rows, int d, const float* w, double eps, void* act, Layout L,
+                                   float* scale_out) {
   __shared__ double red[256];
   const int r = blockIdx.x;
   const float* xr = x + std::size_t(rows ? rows[r] : r) * d;
@@ -105,7 +139,11 @@ __global__ void rmsnorm_act_kernel(const float* x, const int* rows, int d, const
     __syncthreads();
   }
   const float inv = lm::dm::rms_inv(red[0], d, eps);
-  for (int i = threadIdx.x; i < d; i += blockDim.x) store_act(act, L, d, r, i, lm::dm::rms_apply(w[i], xr[i], inv));
+  float m = 0.0f;
+  if (scale_out != nullptr)
+    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, fabsf(lm::dm::rms_apply(w[i], xr[i], inv)));
+  const float s = row_scale(m, scale_out, r);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) store_act(act, L, d, r, i, lm::dm::rms_apply(w[i], xr[i], inv) * s);
 }
 
 /// QKV output -> RoPE'd q [R, dq] and the layer's pending K/V [R, nkv, hd].  grid (R, nh + 2 nkv),
@@ -243,27 +281,47 @@ __global__ void attention_kernel(const float* q, int nh, int nkv, int hd, int n_
   }
 }
 
+/// Attention output dimension e of head state `base` [nsplit, 2 + hd]: the split partial
+/// states merged in split order, normalised.
+__device__ __forceinline__ float merged_output(const float* base, int nsplit, int hd, int e) {
+  lm::dm::OnlineSoftmax tot;
+  tot.m = base[0];
+  tot.l = base[1];
+  float a = base[2 + e];
+  for (int s = 1; s < nsplit; ++s) {
+    const float* ps = base + std::size_t(s) * (2 + hd);
+    lm::dm::OnlineSoftmax o;
+    o.m = ps[0];
+    o.l = ps[1];
+    float cs, co;
+    tot.merge(o, cs, co);
+    a = a * cs + ps[2 + e] * co;
+  }
+  return a / tot.l;
+}
+
 /// Merges the split partial states of each (row, head) in split order and writes the
-/// normalised output as the input of the Wo GEMM.  grid R * nh, block 128.
-__global__ void attn_merge_kernel(const float* part, int nsplit, int nh, int hd, void* act, Layout L) {
+/// normalised output as the input of the Wo GEMM, or, with `out` (f16 weights: the row must be
+/// scaled first, pack_act_kernel), as f32 [R, nh * hd] into `out`.  grid R * nh, block 128.
+__global__ void attn_merge_kernel(const float* part, int nsplit, int nh, int hd, void* act, Layout L, float* out) {
   const int rh = blockIdx.x, r = rh / nh, h = rh % nh;
   const float* base = part + std::size_t(rh) * nsplit * (2 + hd);
   for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-    lm::dm::OnlineSoftmax tot;
-    tot.m = base[0];
-    tot.l = base[1];
-    float a = base[2 + e];
-    for (int s = 1; s < nsplit; ++s) {
-      const float* ps = base + std::size_t(s) * (2 + hd);
-      lm::dm::OnlineSoftmax o;
-      o.m = ps[0];
-      o.l = ps[1];
-      float cs, co;
-      tot.merge(o, cs, co);
-      a = a * cs + ps[2 + e] * co;
-    }
-    store_act(act, L, nh * hd, r, h * hd + e, a / tot.l);
+    const float v = merged_output(base, nsplit, hd, e);
+    if (out != nullptr) out[std::size_t(r) * nh * hd + h * hd + e] = v;
+    else store_act(act, L, nh * hd, r, h * hd + e, v);
   }
+}
+
+/// Rows of src [R, K] (f32) as a GEMM input, times row_scale (scale_out: f16 weights).
+/// grid R, block 256.
+__global__ void pack_act_kernel(const float* src, int K, void* act, Layout L, float* scale_out) {
+  const int r = blockIdx.x;
+  const float* row = src + std::size_t(r) * K;
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < K; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
+  const float s = row_scale(m, scale_out, r);
+  for (int i = threadIdx.x; i < K; i += blockDim.x) store_act(act, L, K, r, i, row[i] * s);
 }
 
 /// x[r, :] += GEMM output row r.
@@ -272,11 +330,16 @@ __global__ void residual_kernel(const float* Y, Layout L, int d, float* x) {
   for (int i = threadIdx.x; i < d; i += blockDim.x) x[std::size_t(r) * d + i] += load_out(Y, L, d, r, i);
 }
 
-/// Gate/up output [R, 2 dff] -> silu(gate) * up as the input of the down GEMM.
-__global__ void swiglu_kernel(const float* Y, Layout L, int dff, void* act) {
+/// Gate/up output [R, 2 dff] -> silu(gate) * up as the input of the down GEMM (times row_scale
+/// with scale_out, which must not be L.scale).  Block per row, blockDim = 256.
+__global__ void swiglu_kernel(const float* Y, Layout L, int dff, void* act, float* scale_out) {
   const int r = blockIdx.x;
-  for (int i = threadIdx.x; i < dff; i += blockDim.x)
-    store_act(act, L, dff, r, i, lm::dm::silu_mul(load_out(Y, L, 2 * dff, r, i), load_out(Y, L, 2 * dff, r, dff + i)));
+  auto value = [&](int i) { return lm::dm::silu_mul(load_out(Y, L, 2 * dff, r, i), load_out(Y, L, 2 * dff, r, dff + i)); };
+  float m = 0.0f;
+  if (scale_out != nullptr)
+    for (int i = threadIdx.x; i < dff; i += blockDim.x) m = fmaxf(m, fabsf(value(i)));
+  const float s = row_scale(m, scale_out, r);
+  for (int i = threadIdx.x; i < dff; i += blockDim.x) store_act(act, L, dff, r, i, value(i) * s);
 }
 
 /// Logits rows: GEMM output -> dense [n, vocab].
@@ -372,6 +435,7 @@ struct CudaEngine::Impl {
   DevBuf pk, pv;        // [n_layers, Rcap, nkv, hd]
   int pend_cap = 0, pend_rows = 0, len = 0;
   DevBuf x, q, act, Y, meta, ropes, logits, rowsbuf, part, ids;
+  DevBuf scale_a, scale_b;  // f16 weights: per-row GEMM input scales (two: swiglu reads one, writes the other)
 
   ~Impl() {
     drop_graphs();
@@ -506,6 +570,7 @@ struct CudaEngine::Impl {
     const int* lrows = nullptr;
     const float *cs = nullptr, *sn = nullptr;
     std::size_t pstride = 0;
+    float *sa = nullptr, *sb = nullptr;  // f16 weights only: row scales (GemmLayout::scale)
   };
 
   /// Grows `b` to n bytes; records that cached graphs are stale when it moved.
@@ -520,6 +585,10 @@ struct CudaEngine::Impl {
     const int R = P.R, d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads, dff = c.d_ff;
     const int dq = nh * hd, dkv = nkv * hd, nlh = c.n_layers * nkv;
     const Layout& L = P.L;
+    Layout La = L, Lb = L, LHa = P.LH;  // GEMM outputs of inputs scaled into scale_a / scale_b
+    La.scale = P.sa;
+    Lb.scale = P.sb;
+    LHa.scale = P.sa;
     ICMLKIT_LAUNCH(embed_kernel, R, 256, st)(emb.buf.p, wt, P.m.tokens, d, x.as<float>());
     launch_check("embedding");
     const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
@@ -529,30 +598,37 @@ struct CudaEngine::Impl {
       float* lpk = pk.as<float>() + l * P.pstride;
       float* lpv = pv.as<float>() + l * P.pstride;
       if (opt.skip_attn.empty() || !opt.skip_attn[l]) {
-        ICMLKIT_LAUNCH(rmsnorm_act_kernel, R, 256, st)(x.as<float>(), nullptr, d, D.attn_norm.as<float>(), c.rms_eps, act.p, L);
+        ICMLKIT_LAUNCH(rmsnorm_act_kernel, R, 256, st)(x.as<float>(), nullptr, d, D.attn_norm.as<float>(), c.rms_eps, act.p, L, P.sa);
         launch_check("rmsnorm");
         gemm(D.qkv, L, R);
-        ICMLKIT_LAUNCH(qkv_post_kernel, dim3(R, nh + 2 * nkv), rope_threads, st)(Y.as<float>(), L, dq + 2 * dkv, nh, nkv, hd, P.cs, P.sn,
+        ICMLKIT_LAUNCH(qkv_post_kernel, dim3(R, nh + 2 * nkv), rope_threads, st)(Y.as<float>(), La, dq + 2 * dkv, nh, nkv, hd, P.cs, P.sn,
                                                                         c.rope_style == lm::RopeStyle::interleaved, q.as<float>(), lpk, lpv);
         launch_check("rope");
         ICMLKIT_LAUNCH(attention_kernel, dim3(R * nh, P.nsplit), 32 * kAttnWarps, st)(q.as<float>(), nh, nkv, hd, c.n_ctx, l, nlh,
                                                                              Kc.as<float>(), Vc.as<float>(), lpk, lpv, P.m, scale,
                                                                              part.as<float>());
         launch_check("attention");
-        ICMLKIT_LAUNCH(attn_merge_kernel, R * nh, 128, st)(part.as<float>(), P.nsplit, nh, hd, act.p, L);
-        launch_check("attention merge");
+        if (P.sb == nullptr) {
+          ICMLKIT_LAUNCH(attn_merge_kernel, R * nh, 128, st)(part.as<float>(), P.nsplit, nh, hd, act.p, L, nullptr);
+          launch_check("attention merge");
+        } else {  // f16: merged rows into q (free once attention has run), then scaled into act
+          ICMLKIT_LAUNCH(attn_merge_kernel, R * nh, 128, st)(part.as<float>(), P.nsplit, nh, hd, act.p, L, q.as<float>());
+          launch_check("attention merge");
+          ICMLKIT_LAUNCH(pack_act_kernel, R, 256, st)(q.as<float>(), dq, act.p, L, P.sb);
+          launch_check("attention pack");
+        }
         gemm(D.wo, L, R);
-        ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), L, d, x.as<float>());
+        ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), Lb, d, x.as<float>());
         launch_check("residual");
       }
       if (opt.skip_mlp.empty() || !opt.skip_mlp[l]) {
-        ICMLKIT_LAUNCH(rmsnorm_act_kernel, R, 256, st)(x.as<float>(), nullptr, d, D.ffn_norm.as<float>(), c.rms_eps, act.p, L);
+        ICMLKIT_LAUNCH(rmsnorm_act_kernel, R, 256, st)(x.as<float>(), nullptr, d, D.ffn_norm.as<float>(), c.rms_eps, act.p, L, P.sa);
         launch_check("rmsnorm");
         gemm(D.gu, L, R);
-        ICMLKIT_LAUNCH(swiglu_kernel, R, 256, st)(Y.as<float>(), L, dff, act.p);
+        ICMLKIT_LAUNCH(swiglu_kernel, R, 256, st)(Y.as<float>(), La, dff, act.p, P.sb);
         launch_check("swiglu");
         gemm(D.down, L, R);
-        ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), L, d, x.as<float>());
+        ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), Lb, d, x.as<float>());
         launch_check("residual");
       }
       if (opt.hidden) {  // eager only (graphs are not used with hidden states)
@@ -561,10 +637,10 @@ struct CudaEngine::Impl {
     }
     if (P.nl > 0) {
       const DevMat& H = c.tied ? emb : head;
-      ICMLKIT_LAUNCH(rmsnorm_act_kernel, P.nl, 256, st)(x.as<float>(), P.lrows, d, out_norm.as<float>(), c.rms_eps, act.p, P.LH);
+      ICMLKIT_LAUNCH(rmsnorm_act_kernel, P.nl, 256, st)(x.as<float>(), P.lrows, d, out_norm.as<float>(), c.rms_eps, act.p, P.LH, P.sa);
       launch_check("output norm");
       gemm(H, P.LH, P.nl);
-      ICMLKIT_LAUNCH(logits_kernel, P.nl, 256, st)(Y.as<float>(), P.LH, c.vocab_size, logits.as<float>());
+      ICMLKIT_LAUNCH(logits_kernel, P.nl, 256, st)(Y.as<float>(), LHa, c.vocab_size, logits.as<float>());
       launch_check("logits");
       if (P.greedy) {
         ICMLKIT_LAUNCH(argmax_kernel, P.nl, 256, st)(logits.as<float>(), c.vocab_size, ids.as<int>());
@@ -690,6 +766,12 @@ struct CudaEngine::Impl {
     grow(act, std::max(buf_rows(P.L, R) * Kmax, buf_rows(P.LH, std::max(1, nl)) * d) * wsize(wt), true);
     grow(Y, std::max(buf_rows(P.L, R) * Omax, buf_rows(P.LH, std::max(1, nl)) * std::size_t(c.vocab_size)) * 4);
     grow(logits, std::size_t(std::max(1, nl)) * c.vocab_size * 4);
+    if (wt == WType::f16) {  // f16's range ends at 65504: each GEMM input row is scaled into it
+      grow(scale_a, std::size_t(std::max({R, nl, 1})) * 4);
+      grow(scale_b, std::size_t(std::max({R, nl, 1})) * 4);
+      P.sa = scale_a.as<float>();
+      P.sb = scale_b.as<float>();
+    }
     if (R > pend_cap) {
       const int cap = std::max(R, 2 * pend_cap);
       const std::size_t n = std::size_t(c.n_layers) * cap * nkv * hd * 4;

@@ -6,7 +6,10 @@
 // too.  Matrix products are cuBLAS GEMMs (cublasGemmEx, f32 accumulation, CUBLAS_COMPUTE_32F,
 // no TF32).  With 16-bit weights each activation x enters the GEMM as two 16-bit terms,
 // hi = narrow(x) and lo = narrow(x - hi) (lm/device_math.hpp dm::split2), so the product keeps
-// ~16 (bf16) or ~22 (f16) significant bits of x and the weights are still read once.  RMSNorm,
+// ~16 (bf16) or ~22 (f16) significant bits of x and the weights are still read once.  f16 has
+// a range of only 65504, so with f16 weights each GEMM input row is first scaled by a power of
+// two into [2^14, 2^15) (dm::f16_row_scale, written by the kernel that produces the row) and the
+// output row divided by it again (GemmLayout::scale): exact, and finite for any finite row.  RMSNorm,
 // RoPE, attention over gathered views with intra-batch masks (online softmax), SwiGLU, the
 // residual adds and K/V commit are own kernels built on lm/device_math.hpp.
 //

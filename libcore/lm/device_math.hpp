@@ -103,10 +103,25 @@ ICMLKIT_HD float widen(std::uint16_t h, WType t) { return t == WType::bf16 ? bf1
 /// Two-term split of an activation for a 16-bit GEMM: x ~ hi + lo with hi = narrow(x),
 /// lo = narrow(x - hi).  W·x = W·hi + W·lo with f32 accumulation keeps about 16 (bf16) or
 /// 22 (f16) significant bits of x instead of 8 / 11: |x - hi - lo| <= 2^-16 |x| (bf16),
-/// 2^-22 |x| (f16) for normal values (f16: |x| < 65504; beyond that hi is infinite).
+/// 2^-22 |x| (f16) for normal values.  f16's range ends at 65504 (hi is infinite beyond), so
+/// the CUDA engine scales each f16 GEMM input row by f16_row_scale first (GemmLayout::scale).
 ICMLKIT_HD void split2(float x, WType t, std::uint16_t& hi, std::uint16_t& lo) {
   hi = narrow(x, t);
   lo = narrow(x - widen(hi, t), t);
+}
+
+/// The power of two 2^e that brings a row whose largest |value| is `max_abs` into
+/// [2^14, 2^15): inside f16's range with room for rounding, so the split of every value of the
+/// row is finite; values within about 2^-18 of the row's largest keep the split's full relative
+/// precision, smaller ones err by at most about max_abs * 2^-40 absolutely (f16 subnormals).
+/// Multiplying by it (and by 1 / it) is exact.  e is clamped to [-120, 120]; 1 for max_abs 0,
+/// NaN or infinite.
+ICMLKIT_HD float f16_row_scale(float max_abs) {
+  const std::uint32_t u = float_bits(max_abs) & 0x7fffffffu;
+  if (u == 0 || u >= 0x7f800000u) return 1.0f;
+  int e = 14 - (static_cast<int>(u >> 23) - 127);  // subnormals count as 2^-127: the clamp covers them
+  e = e < -120 ? -120 : e > 120 ? 120 : e;
+  return bits_float(static_cast<std::uint32_t>(e + 127) << 23);
 }
 
 /// Where activation row r, term `part` (0 = hi, 1 = lo; f32 has only term 0) lives in a GEMM
@@ -116,6 +131,9 @@ struct GemmLayout {
   int P = 1;       ///< rows per GEMM chunk (64 in batch-invariant mode, else the batch size)
   int nparts = 1;  ///< 1 (f32 weights) or 2 (16-bit weights: hi and lo terms)
   WType t = WType::f32;
+  /// Null, or the factor [R] each input row was multiplied by before store() (f16_row_scale of
+  /// the row's largest |value|): load() divides it out again (exactly: powers of two).
+  const float* scale = nullptr;
   /// Buffer row of (r, part).
   ICMLKIT_HD std::size_t row(int r, int part) const {
     return std::size_t(r / P) * nparts * P + std::size_t(part) * P + r % P;
@@ -133,10 +151,12 @@ struct GemmLayout {
       static_cast<std::uint16_t*>(buf)[row(r, 1) * K + k] = lo;
     }
   }
-  /// Reads GEMM output (r, o) of a product with O columns: the sum of its terms.
+  /// Reads GEMM output (r, o) of a product with O columns: the sum of its terms, divided by the
+  /// row's scale when there is one.
   ICMLKIT_HD float load(const float* Y, int O, int r, int o) const {
     float v = Y[row(r, 0) * O + o];
     if (nparts == 2) v += Y[row(r, 1) * O + o];
+    if (scale != nullptr) v *= 1.0f / scale[r];
     return v;
   }
 };

@@ -94,12 +94,43 @@ TEST_CASE("lm device math: the two-term 16-bit split keeps the stated precision"
   CHECK(dm::bf16_to_f32(lo) != 0.0f);
 }
 
+TEST_CASE("lm device math: f16 row scales bring any finite row into f16's range, exactly") {
+  // Truth: the definition — a power of two s with max_abs * s in [2^14, 2^15) — checked with
+  // frexp; and the split of the scaled row, divided back, keeps f16's two-term precision where
+  // the unscaled split is infinite.
+  for (double m : {1e-30, 1e-7, 6.1e-5, 0.37, 1.0, 2.0, 16384.0, 65504.0, 65520.0, 1e5, 3.3e7, 1e30}) {
+    const float s = dm::f16_row_scale(static_cast<float>(m));
+    int e = 0;
+    CHECK(std::frexp(s, &e) == 0.5);  // a power of two
+    const double scaled = double(static_cast<float>(m)) * s;
+    INFO("max_abs " << m << " scale " << s);
+    CHECK(scaled >= 16384.0);
+    CHECK(scaled < 32768.0);
+  }
+  CHECK(dm::f16_row_scale(0.0f) == 1.0f);
+  CHECK(dm::f16_row_scale(INFINITY) == 1.0f);
+  CHECK(dm::f16_row_scale(NAN) == 1.0f);
+  CHECK(dm::f16_row_scale(1e-45f) == std::ldexp(1.0f, 120));  // clamped: still a normal float
+  std::uint16_t hi, lo;
+  dm::split2(1e5f, dm::WType::f16, hi, lo);
+  CHECK(std::isinf(dm::f16_to_f32(hi)));  // why the engine scales
+  Rng rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = static_cast<float>((rng.uniform() < 0.5 ? -1 : 1) * std::exp(rng.uniform(std::log(1e5), std::log(1e9))));
+    const float s = dm::f16_row_scale(std::fabs(x) * static_cast<float>(1.0 + 3.0 * rng.uniform()));  // the row's max >= |x|
+    dm::split2(x * s, dm::WType::f16, hi, lo);
+    const double back = (double(dm::f16_to_f32(hi)) + dm::f16_to_f32(lo)) / s;
+    REQUIRE(std::fabs(back - x) <= std::ldexp(std::fabs(x), -21));
+  }
+}
+
 TEST_CASE("lm device math: chunked split GEMM layout reproduces x W^T") {
   // Truth: the product in double.  The CUDA engine's GEMM schedule is replayed on the host: rows
   // stored through GemmLayout (hi/lo terms, chunks of P rows), one column-block product per chunk
   // as its cublasGemmEx call makes it (offset chunk * nparts * P rows in both buffers), outputs
-  // read back through GemmLayout.  Tolerance: the split's 2^-17 (bf16) / 2^-21 (f16) relative
-  // error of each activation times sum |W||x|, plus float accumulation (K * 2^-24 relative).
+  // read back through GemmLayout (f16: rows scaled by f16_row_scale, some far beyond f16's range).
+  // Tolerance: the split's 2^-17 (bf16) / 2^-21 (f16) relative error of each activation times
+  // sum |W||x|, plus float accumulation (K * 2^-24 relative).
   Rng rng(23);
   const int K = 19, O = 7;
   std::vector<float> W(std::size_t(O) * K);
@@ -111,8 +142,17 @@ TEST_CASE("lm device math: chunked split GEMM layout reproduces x W^T") {
         L.P = P;
         L.nparts = t == dm::WType::f32 ? 1 : 2;
         L.t = t;
-        std::vector<float> x(std::size_t(R) * K);
-        for (auto& v : x) v = static_cast<float>(rng.normal() * 4.0);
+        std::vector<float> x(std::size_t(R) * K), sc(R, 1.0f);
+        for (std::size_t i = 0; i < x.size(); ++i)  // f16: odd rows far beyond its range, scaled as the engine does
+          x[i] = static_cast<float>(rng.normal() * (t == dm::WType::f16 && (i / K) % 2 ? 1e6 : 4.0));
+        if (t == dm::WType::f16) {
+          for (int r = 0; r < R; ++r) {
+            float m = 0.0f;
+            for (int k = 0; k < K; ++k) m = std::max(m, std::fabs(x[std::size_t(r) * K + k]));
+            sc[r] = dm::f16_row_scale(m);
+          }
+          L.scale = sc.data();
+        }
         const std::size_t rows = L.rows(R);
         std::vector<std::uint16_t> a16(rows * K, 0);
         std::vector<float> a32(rows * K, 0.0f), Y(rows * O, 0.0f);
@@ -128,7 +168,7 @@ TEST_CASE("lm device math: chunked split GEMM layout reproduces x W^T") {
         for (int r = 0; r < R; ++r)
           for (int k = 0; k < K; ++k) {
             if (t == dm::WType::f32) L.store(a32.data(), K, r, k, x[std::size_t(r) * K + k]);
-            else L.store(a16.data(), K, r, k, x[std::size_t(r) * K + k]);
+            else L.store(a16.data(), K, r, k, x[std::size_t(r) * K + k] * sc[r]);
           }
         const int n = L.P * L.nparts;
         for (std::size_t ch = 0; ch * n < rows; ++ch)  // one GEMM per chunk: Y_chunk = A_chunk W^T
