@@ -12,6 +12,7 @@
 // --model tiny (2 layers, d_model 128) and a small --copy-mib are for rehearsing this program on
 // the CUDA emulator (test/cuda_emu), whose numbers are CPU timings and mean nothing.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -93,29 +94,50 @@ double time_rows(kernels::CudaEngine& e, int k, int reps) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench-gpu-engine [--ctx N] [--tokens N] [--kmax N] [--reps N] [--model llama-1b|tiny] [--copy-mib N]\n"
+    "  Prints JSON: copy bandwidth, batch-1 decode tokens/s and share of bandwidth, c(k) for k = 1..kmax.\n"
+    "  Defaults: --ctx 512 --tokens 128 --kmax 64 --reps 5 --model llama-1b --copy-mib 1024.\n";
+
 int main(int argc, char** argv) {
   int ctx = 512, tokens = 128, kmax = 64, reps = 5, copy_mib = 1024;
   std::string model = "llama-1b";
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "bench-gpu-engine: error: %s needs a value\n", a.c_str());
+      std::fprintf(stderr, "bench-gpu-engine: error: %s needs a value (--help)\n", a.c_str());
       return 2;
     }
-    const int v = std::atoi(argv[i + 1]);
-    if (a == "--model") model = argv[i + 1];
-    else if (a == "--ctx") ctx = v;
-    else if (a == "--tokens") tokens = v;
-    else if (a == "--kmax") kmax = v;
-    else if (a == "--reps") reps = v;
-    else if (a == "--copy-mib") copy_mib = v;
-    else {
-      std::fprintf(stderr, "bench-gpu-engine: error: unknown option %s\n", a.c_str());
+    const std::string val = argv[i + 1];
+    if (a == "--model") {
+      model = val;
+      if (model != "llama-1b" && model != "tiny") {
+        std::fprintf(stderr, "bench-gpu-engine: error: --model is llama-1b or tiny (got '%s')\n", val.c_str());
+        return 2;
+      }
+      continue;
+    }
+    int* dst = a == "--ctx" ? &ctx : a == "--tokens" ? &tokens : a == "--kmax" ? &kmax : a == "--reps" ? &reps
+             : a == "--copy-mib" ? &copy_mib : nullptr;
+    if (dst == nullptr) {
+      std::fprintf(stderr, "bench-gpu-engine: error: unknown option %s (--help)\n", a.c_str());
       return 2;
     }
+    int v = 0;
+    const auto [end, ec] = std::from_chars(val.data(), val.data() + val.size(), v);
+    if (ec != std::errc() || end != val.data() + val.size() || v < 1) {
+      std::fprintf(stderr, "bench-gpu-engine: error: %s needs a positive integer (got '%s')\n", a.c_str(), val.c_str());
+      return 2;
+    }
+    *dst = v;
   }
-  if ((model != "llama-1b" && model != "tiny") || ctx < 1 || tokens < 1 || kmax < 1 || reps < 1 || copy_mib < 1) {
-    std::fprintf(stderr, "bench-gpu-engine: error: --model is llama-1b or tiny; the counts must be positive\n");
+  const lm::ModelConfig c = model == "tiny" ? tiny() : llama_1b();
+  if (ctx + std::max(tokens + 3, kmax) > c.n_ctx) {
+    std::fprintf(stderr, "bench-gpu-engine: error: --ctx %d plus max(--tokens + 3, --kmax) passes the model's n_ctx %d\n", ctx, c.n_ctx);
     return 2;
   }
   if (kernels::device_count() == 0) {
@@ -129,7 +151,6 @@ int main(int argc, char** argv) {
     out["bandwidth"] = {{"method", "cudaMemcpy device-to-device, " + std::to_string(copy_mib) + " MiB, best of 10, (read + write) bytes / s"},
                         {"bytes_per_s", bw}, {"GB_per_s", bw / 1e9}};
 
-    const lm::ModelConfig c = model == "tiny" ? tiny() : llama_1b();
     kernels::CudaEngine e(c, 42, kernels::WeightPrecision::bf16, 0.02, true);
     const double bytes = double(e.bytes_per_forward());
     nlohmann::json dec;
@@ -172,7 +193,9 @@ int main(int argc, char** argv) {
       std::vector<double> t(kmax + 1, 0.0), cc;
       for (int k = 1; k <= kmax; ++k) t[k] = time_rows(e, k, reps);
       for (int k = 1; k <= kmax; ++k) cc.push_back(t[k] / t[1]);
-      ck[inv ? "batch_invariant" : "plain"] = {{"t1_s", t[1]}, {"c", cc}, {"c16", kmax >= 16 ? cc[15] : 0.0}};
+      nlohmann::json c16 = nullptr;  // not measured below k = 16
+      if (kmax >= 16) c16 = cc[15];
+      ck[inv ? "batch_invariant" : "plain"] = {{"t1_s", t[1]}, {"c", cc}, {"c16", c16}};
     }
     out["c_k"] = ck;
     std::printf("%s\n", out.dump(2).c_str());

@@ -52,9 +52,9 @@ class CudaEngine final : public lm::Engine {
  public:
   /// Uploads `model` (copied; the host model may be freed).  `weights`: automatic = bf16 / f16
   /// when the model is stored so (or held as f16) and exactly representable, else f32; forcing
-  /// f16 / bf16 rounds to nearest even.  Throws InputError "--device cuda: no CUDA device (...)"
-  /// without a GPU, RuntimeError on a CUDA / cuBLAS failure (out of memory included), InputError
-  /// for head_dim > 256.
+  /// f16 / bf16 rounds to nearest even.  Throws InputError "--device cuda: no usable CUDA GPU or
+  /// driver found (...)" without a GPU, RuntimeError on a CUDA / cuBLAS failure (out of memory
+  /// included), InputError for head_dim > 256.
   CudaEngine(const lm::Model& model, bool batch_invariant = true, WeightPrecision weights = WeightPrecision::automatic);
   /// A model of `config` with N(0, std^2) weights in `weights` precision (not automatic) generated
   /// directly on the device from `seed` (norm weights 1): no host copy, for benchmarks of

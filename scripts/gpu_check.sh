@@ -22,15 +22,25 @@ emulated=false
 tests='cuda:*,kernels:*'
 bench_args=(--ctx 512 --tokens 128 --kmax 64 --reps 5)
 fafo_tokens=256
+usage="usage: gpu_check.sh BUILD_DIR | --bundle BUNDLE | --emulated BIN_DIR UNIT_TESTS"
+case "${1:-}" in
+  --bundle|--emulated|"") ;;
+  -*) echo "gpu-check: unknown option ${1} ($usage)" >&2; exit 2;;
+esac
 if [ "${1:-}" = "--emulated" ]; then
   emulated=true
-  bin=${2:?usage: gpu_check.sh --emulated BIN_DIR UNIT_TESTS}
-  unit=${3:?usage: gpu_check.sh --emulated BIN_DIR UNIT_TESTS}
+  [ $# -eq 3 ] || { echo "gpu-check: --emulated takes a program folder and the unit-test program ($usage)" >&2; exit 2; }
+  bin=$2
+  unit=$3
+  for p in "$bin/bench-gpu-engine" "$bin/fafo-generate" "$unit"; do
+    [ -x "$p" ] || { echo "gpu-check: no program $p (build the emulator's targets: make -f Makefile.shortcuts gpu-rehearsal)" >&2; exit 2; }
+  done
   tests='cuda: refused*,kernels:*'  # the emulated build runs every CUDA test as its own ctest case
   bench_args=(--model tiny --ctx 40 --tokens 4 --kmax 3 --reps 1 --copy-mib 4)
   fafo_tokens=24
 elif [ "${1:-}" = "--bundle" ]; then
-  bundle=${2:?usage: gpu_check.sh --bundle DIR_OR_TAR_XZ}
+  [ $# -eq 2 ] || { echo "gpu-check: --bundle takes one bundle ($usage)" >&2; exit 2; }
+  bundle=$2
   [ -e "$bundle" ] || { echo "gpu-check: no bundle at $bundle (make -f Makefile.shortcuts gpu-bundle makes one)" >&2; exit 2; }
   mkdir -p "$tmp/bundle"
   if [ -f "$bundle" ]; then
@@ -169,4 +179,5 @@ if $emulated && [ $status -eq 0 ]; then
     status=1
   fi
 fi
+[ $status -eq 0 ] || echo "gpu-check: a part failed (exit $status): see the lines above" >&2
 exit $status

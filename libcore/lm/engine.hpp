@@ -90,8 +90,8 @@ namespace icmlkit::lm {
 /// An engine for `model` on `device`, for programs that link icmlkit::kernels when CUDA is
 /// built (the tools do).  CUDA: weights uploaded once (16-bit when the model is stored so),
 /// batch-invariant GEMM shapes (see kernels/engine.hpp).  Throws InputError "--device cuda:
-/// built without CUDA" in a build without CUDA, and "--device cuda: no CUDA device (...)"
-/// when the driver reports none.  Defined inline so that the CUDA choice is made by the
+/// built without CUDA" in a build without CUDA, and "--device cuda: no usable CUDA GPU or
+/// driver found (...)" when the driver reports none.  Defined inline so that the CUDA choice is made by the
 /// program that links the kernels, not by the core library.
 inline std::unique_ptr<Engine> open_engine(const Model& model, Device device) {
   if (device == Device::cpu) return std::make_unique<CpuEngine>(model);

@@ -297,7 +297,10 @@ void make_lane(Block& B, Lane& L) {
 bool& reverse_flag() {
   static bool r = [] {
     const char* e = std::getenv("ICMLKIT_CUDA_EMU_ORDER");
-    return e != nullptr && std::string(e) == "reverse";
+    const std::string v = e != nullptr ? e : "";
+    if (!v.empty() && v != "forward" && v != "reverse")
+      std::fprintf(stderr, "cuda-emu: ICMLKIT_CUDA_EMU_ORDER is forward or reverse (got '%s'): running forward\n", v.c_str());
+    return v == "reverse";
   }();
   return r;
 }
@@ -475,7 +478,8 @@ void enqueue_launch(LaunchSpec spec) {
   std::string bad;
   if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) bad = "a zero extent";
   else if (threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64) bad = "block of " + std::to_string(threads) + " threads";
-  else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) bad = "grid.y or grid.z above 65535";
+  else if (g.x > 2147483647u) bad = "grid.x above 2^31 - 1";
+  else if (g.y > 65535 || g.z > 65535) bad = "grid.y or grid.z above 65535";
   if (!bad.empty()) {
     std::fprintf(stderr, "cuda-emu: kernel %s: invalid launch configuration: grid (%u,%u,%u) block (%u,%u,%u): %s\n", spec.name, g.x,
                  g.y, g.z, b.x, b.y, b.z, bad.c_str());
@@ -505,7 +509,6 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
-    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";

@@ -61,6 +61,23 @@ __global__ void divergent_shuffle_kernel(float* out) {
   out[threadIdx.x] = v;
 }
 
+/// A shuffle among the first 16 lanes only (a partial mask: not emulated).
+__global__ void partial_mask_kernel(float* out) {
+  float v = float(threadIdx.x);
+  if (threadIdx.x < 16) v = __shfl_xor_sync(0x0000ffffu, v, 1);
+  out[threadIdx.x] = v;
+}
+
+/// A struct argument holding a device pointer, listed for the launch checks by the overload below.
+struct Slice {
+  float* data;
+  int n;
+};
+void icmlkit_emu_pointers(const Slice& s, std::vector<const void*>& out) { out.push_back(s.data); }
+__global__ void slice_kernel(Slice s) {
+  if (int(threadIdx.x) < s.n) s.data[threadIdx.x] += 1.0f;
+}
+
 __global__ void scale_kernel(float* x, int n, float a) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= a;
@@ -144,6 +161,9 @@ TEST_CASE("emulator: divergent barriers and shuffles fail the launch as a GPU wo
   ICMLKIT_LAUNCH(divergent_shuffle_kernel, 1, 32, nullptr)(d);
   CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
   cudaDeviceSynchronize();
+  ICMLKIT_LAUNCH(partial_mask_kernel, 1, 32, nullptr)(d);
+  CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+  cudaDeviceSynchronize();
   // The emulator recovers: a correct launch afterwards runs.
   ICMLKIT_LAUNCH(scale_kernel, 1, 64, nullptr)(d, 64, 2.0f);
   CHECK(cudaGetLastError() == cudaSuccess);
@@ -159,6 +179,18 @@ TEST_CASE("emulator: launch limits and pointer arguments are checked") {
   CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
   ICMLKIT_LAUNCH(scale_kernel, 0, 32, nullptr)(d, 64, 2.0f);
   CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  ICMLKIT_LAUNCH(scale_kernel, dim3(1, 1, 65536), 32, nullptr)(d, 64, 2.0f);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  ICMLKIT_LAUNCH(scale_kernel, 1, dim3(1, 1, 65), nullptr)(d, 64, 2.0f);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  // Pointers inside struct arguments are checked through icmlkit_emu_pointers.
+  ICMLKIT_LAUNCH(slice_kernel, 1, 32, nullptr)(Slice{d, 8});
+  CHECK(cudaGetLastError() == cudaSuccess);
+  std::vector<float> host_slice(8, 0.0f);
+  ICMLKIT_LAUNCH(slice_kernel, 1, 32, nullptr)(Slice{host_slice.data(), 8});
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+  cudaDeviceSynchronize();
+  CHECK(host_slice[0] == 0.0f);
   std::vector<float> host(64, 1.0f);
   ICMLKIT_LAUNCH(scale_kernel, 1, 64, nullptr)(host.data(), 64, 2.0f);
   CHECK(cudaGetLastError() == cudaErrorIllegalAddress);

@@ -12,8 +12,8 @@
 //   before it count as skipping it); a shuffle exchanges values when all lanes of its warp have
 //   posted.  Anything else — a barrier some threads skip, threads at different barriers, a
 //   shuffle that not every lane of its warp reaches, a partial mask — fails the launch.  Threads run in index order, or in reverse order with
-//   ICMLKIT_CUDA_EMU_ORDER=reverse: a kernel that reads another thread's write without a
-//   barrier between them gives other results in the two orders.
+//   ICMLKIT_CUDA_EMU_ORDER=reverse (or set_reverse_order): a kernel that reads another thread's
+//   write without a barrier between them gives other results in the two orders.
 // * Launch configurations are checked against CUDA's limits (block <= 1024 threads, grid.y and
 //   grid.z <= 65535, no zero extent); every pointer argument of a kernel, and every pointer that
 //   an icmlkit_emu_pointers overload lists for a struct argument, must be null or point into
@@ -86,7 +86,6 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevicePointer = 17,
-  cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
