@@ -87,6 +87,7 @@ std::map<std::uintptr_t, std::size_t>& live() {
   static std::map<std::uintptr_t, std::size_t> m;
   return m;
 }
+/// Graphs and graph execs that exist.
 std::set<const Graph*>& live_graphs() {
   static std::set<const Graph*> s;
   return s;
@@ -129,11 +130,13 @@ void submit(cudaStream_t s, std::function<void()> op) {
   }
   op();
 }
-bool capturing_any();
+/// Streams and graphs that exist (handles are checked against them).  Like CUDA's, the calls
+/// that use them are meant for one host thread at a time.
 std::set<Stream*>& live_streams() {
   static std::set<Stream*> s;
   return s;
 }
+/// Whether any stream is being captured (device-wide synchronisation is then refused).
 bool capturing_any() {
   for (Stream* s : live_streams())
     if (s->capturing) return true;
@@ -440,7 +443,8 @@ void run_launch(const LaunchSpec& s) {
   if (!err.empty()) fault(cudaErrorLaunchFailure, err);
 }
 
-/// The running lane; throws when called outside a kernel.
+/// The running lane; aborts with a message when called outside a kernel (a device function
+/// called from host code: a programming error, as on a GPU build it would not compile).
 Lane& running_lane(const char* what) {
   if (cur_lane == nullptr) {
     std::fprintf(stderr, "cuda-emu: %s called outside a kernel\n", what);
@@ -460,7 +464,8 @@ void park(Lane& L, At at) {
 
 std::uint64_t shuffle(unsigned mask, std::uint64_t bits, Shfl kind, int arg, int width) {
   Lane& L = running_lane("a warp shuffle");
-  if (width <= 0 || width > 32 || (width & (width - 1)) != 0) throw std::runtime_error("shuffle width " + std::to_string(width) + " is not a power of 2 <= 32");
+  if (width <= 0 || width > 32 || (width & (width - 1)) != 0)
+    throw std::runtime_error("shuffle width " + std::to_string(width) + " is not a power of 2 <= 32");
   L.mask = mask;
   L.bits = bits;
   L.kind = kind;
