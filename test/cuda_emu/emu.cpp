@@ -231,8 +231,7 @@ struct Lane {
 struct Block {
   const std::function<void()>* body = nullptr;
   std::vector<std::unique_ptr<Lane>> lanes;
-  bool over = false;     // the launch is finished: lanes return
-  bool abandon = false;  // a fault: lanes unwind at their next sync point
+  bool over = false;  // the launch is over: lanes parked at a sync point unwind, the others return
 };
 
 thread_local Lane* cur_lane = nullptr;
@@ -307,7 +306,6 @@ bool& reverse_flag() {
   }();
   return r;
 }
-bool reverse_order() { return reverse_flag(); }
 
 std::string where(const char* name) {
   return std::string("kernel ") + name + " block (" + std::to_string(blockIdx.x) + "," + std::to_string(blockIdx.y) + "," +
@@ -316,7 +314,7 @@ std::string where(const char* name) {
 
 /// Runs the current block's n threads to completion; an error message on a fault.
 std::string run_block(Block& B, int n, const char* name) {
-  const bool rev = reverse_order();
+  const bool rev = reverse_flag();
   for (int i = 0; i < n; ++i) {
     Lane& L = *B.lanes[i];
     L.tid = uint3{unsigned(i) % blockDim.x, unsigned(i) / blockDim.x % blockDim.y, unsigned(i) / (blockDim.x * blockDim.y)};
@@ -428,7 +426,7 @@ void run_launch(const LaunchSpec& s) {
     make_lane(B, *B.lanes.back());
   }
   std::string err;
-  const bool rev = reverse_order();
+  const bool rev = reverse_flag();
   const std::uint64_t nblocks = std::uint64_t(s.grid.x) * s.grid.y * s.grid.z;
   for (std::uint64_t k = 0; k < nblocks && err.empty(); ++k) {
     const std::uint64_t b = rev ? nblocks - 1 - k : k;
@@ -437,7 +435,6 @@ void run_launch(const LaunchSpec& s) {
   }
   // Finish every lane: unwind those stopped at a sync point, let the others return.
   B.over = true;
-  B.abandon = true;
   for (auto& L : B.lanes)
     while (L->fib) lane_resume(*L);
   if (!err.empty()) fault(cudaErrorLaunchFailure, err);
@@ -457,7 +454,7 @@ Lane& running_lane(const char* what) {
 void park(Lane& L, At at) {
   L.at = at;
   lane_yield(L);
-  if (cur_block->abandon) throw Abandon{};
+  if (cur_block->over) throw Abandon{};
 }
 
 }  // namespace
@@ -637,9 +634,9 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   if (!copy_ok(dst, src, bytes, kind, "cudaMemcpyAsync")) return cudaErrorInvalidValue;
+  const bool recorded = s != nullptr && s->capturing;  // checked again at replay: its memory may be gone by then
   submit(s, [=]() {
-    if (bytes == 0) return;
-    if (!copy_ok(dst, src, bytes, kind, "cudaMemcpyAsync (replayed)")) {
+    if (recorded && !copy_ok(dst, src, bytes, kind, "cudaMemcpyAsync (replayed)")) {
       fault(cudaErrorIllegalAddress, "a replayed copy's memory is no longer allocated");
       return;
     }
