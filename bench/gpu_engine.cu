@@ -108,6 +108,12 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    int* dst = a == "--ctx" ? &ctx : a == "--tokens" ? &tokens : a == "--kmax" ? &kmax : a == "--reps" ? &reps
+             : a == "--copy-mib" ? &copy_mib : nullptr;
+    if (dst == nullptr && a != "--model") {
+      std::fprintf(stderr, "bench-gpu-engine: error: unknown option %s (--help)\n", a.c_str());
+      return 2;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "bench-gpu-engine: error: %s needs a value (--help)\n", a.c_str());
       return 2;
@@ -121,12 +127,6 @@ int main(int argc, char** argv) {
       }
       continue;
     }
-    int* dst = a == "--ctx" ? &ctx : a == "--tokens" ? &tokens : a == "--kmax" ? &kmax : a == "--reps" ? &reps
-             : a == "--copy-mib" ? &copy_mib : nullptr;
-    if (dst == nullptr) {
-      std::fprintf(stderr, "bench-gpu-engine: error: unknown option %s (--help)\n", a.c_str());
-      return 2;
-    }
     int v = 0;
     const auto [end, ec] = std::from_chars(val.data(), val.data() + val.size(), v);
     if (ec != std::errc() || end != val.data() + val.size() || v < 1) {
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   }
   const lm::ModelConfig c = model == "tiny" ? tiny() : llama_1b();
   if (ctx + std::max(tokens + 3, kmax) > c.n_ctx) {
-    std::fprintf(stderr, "bench-gpu-engine: error: --ctx %d plus max(--tokens + 3, --kmax) passes the model's n_ctx %d\n", ctx, c.n_ctx);
+    std::fprintf(stderr, "bench-gpu-engine: error: --ctx %d plus max(--tokens + 3, --kmax) exceeds the model's n_ctx %d\n", ctx, c.n_ctx);
     return 2;
   }
   if (kernels::device_count() == 0) {
