@@ -3,9 +3,10 @@
 //   - bandwidth: measured device-to-device copy bandwidth (bytes read + written per second);
 //   - decode_b1: batch-1 greedy decode tokens/s of a random-weight Llama-3.2-1B-shaped model
 //     (1.24 B parameters, bf16, generated on the device), the weight bytes one token reads, and
-//     the share of the measured bandwidth reached (bytes/token * tokens/s / bandwidth);
+//     the share of the measured bandwidth reached (bytes/token * tokens/s / bandwidth), and the
+//     nodes of the captured decode-step graph (our launches plus cuBLAS's);
 //   - c_k: c(k) = time(k-row forward) / time(1-row forward) for k = 1..64 at the stated context,
-//     rows forming a causal chain (a verification batch), logits for every row; in the
+//     rows forming a causal chain (a verification batch), LM head and argmax for every row; in the
 //     batch-invariant mode (fixed 64-row GEMM chunks) and the plain mode (GEMM of k rows).
 // Usage: bench-gpu-engine [--ctx N] [--tokens N] [--kmax N] [--reps N] [--model llama-1b|tiny]
 //                         [--copy-mib N]
@@ -86,7 +87,7 @@ double time_rows(kernels::CudaEngine& e, int k, int reps) {
   for (int r = 0; r < reps; ++r) {
     e.synchronize();
     const auto t0 = Clock::now();
-    e.forward_greedy(b);  // every row's logits and greedy token; returns after the ids reach the host
+    e.forward_greedy(b);  // every row's LM head and greedy token; returns after the ids reach the host
     best = std::min(best, seconds_since(t0));
   }
   return best;
@@ -179,14 +180,15 @@ int main(int argc, char** argv) {
         if (t >= 3) elapsed += seconds_since(t0);  // 3 warm-up steps (the graph is captured at the third)
       }
       const double tps = tokens / elapsed;
-      dec[mode.name] = {{"tokens_per_s", tps}, {"share_of_bandwidth", bytes * tps / bw}, {"graphs", e.graphs()}};
+      dec[mode.name] = {{"tokens_per_s", tps}, {"share_of_bandwidth", bytes * tps / bw}, {"graphs", e.graphs()},
+                        {"graph_nodes", e.graphs() ? nlohmann::json(e.graph_nodes()) : nlohmann::json(nullptr)}};
     }
     e.set_graphs(true);
     out["decode_b1"] = dec;
 
     nlohmann::json ck;
     ck["context"] = ctx;
-    ck["definition"] = "best-of-reps time of a k-row causal verification forward (logits and greedy token of every row, on the device) / the 1-row time";
+    ck["definition"] = "best-of-reps time of a k-row causal verification forward (the LM head and greedy token of every row, on the device) / the 1-row time";
     for (bool inv : {true, false}) {
       e.set_batch_invariant(inv);
       prefill(e, ctx);

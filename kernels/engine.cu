@@ -123,15 +123,26 @@ __device__ __forceinline__ float row_scale(float m, float* scale_out, int r) {
   return s;
 }
 
-/// RMSNorm of row rows[r] (or r) of x, written as a GEMM input (times row_scale with
-/// scale_out).  Block per row; double sums reduced in a fixed tree (blockDim = 256).
-__global__ void rmsnorm_act_kernel(const float* x, const int* rows, int d, const float* w, double eps, void* act, Layout L,
-                                   float* scale_out) {
+/// The residual add of the previous sublayer fused with the next RMSNorm.  Row xr = rows[r]
+/// (or r) of the residual stream x; with Y, that row of the GEMM output Y (layout LY) is added
+/// first (x += Y in float, as the CPU engine), and written back to x when store_x (else the
+/// sum is only normalised: the last norm before the LM head, whose rows may repeat).  The
+/// RMS-normalised row goes to row r of a GEMM input (times row_scale with scale_out).  Block
+/// per row; double sums reduced in a fixed tree (blockDim = 256).  Each thread touches only
+/// its own elements of x, so no barrier separates the add from the sums.
+__global__ void residual_norm_kernel(float* x, const float* Y, Layout LY, bool store_x, const int* rows, int d, const float* w,
+                                     double eps, void* act, Layout L, float* scale_out) {
   __shared__ double red[256];
-  const int r = blockIdx.x;
-  const float* xr = x + std::size_t(rows ? rows[r] : r) * d;
+  const int r = blockIdx.x, xi = rows ? rows[r] : r;
+  float* xr = x + std::size_t(xi) * d;
+  const bool add = Y != nullptr && !store_x;  // the sum is recomputed on every read
+  auto value = [&](int i) { return add ? xr[i] + load_out(Y, LY, d, xi, i) : xr[i]; };
   double ss = 0.0;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    if (Y != nullptr && store_x) xr[i] += load_out(Y, LY, d, xi, i);
+    const float v = value(i);
+    ss += double(v) * v;
+  }
   red[threadIdx.x] = ss;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
@@ -141,9 +152,9 @@ __global__ void rmsnorm_act_kernel(const float* x, const int* rows, int d, const
   const float inv = lm::dm::rms_inv(red[0], d, eps);
   float m = 0.0f;
   if (scale_out != nullptr)
-    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, fabsf(lm::dm::rms_apply(w[i], xr[i], inv)));
+    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, fabsf(lm::dm::rms_apply(w[i], value(i), inv)));
   const float s = row_scale(m, scale_out, r);
-  for (int i = threadIdx.x; i < d; i += blockDim.x) store_act(act, L, d, r, i, lm::dm::rms_apply(w[i], xr[i], inv) * s);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) store_act(act, L, d, r, i, lm::dm::rms_apply(w[i], value(i), inv) * s);
 }
 
 /// QKV output -> RoPE'd q [R, dq] and the layer's pending K/V [R, nkv, hd].  grid (R, nh + 2 nkv),
@@ -348,16 +359,19 @@ __global__ void logits_kernel(const float* Y, Layout L, int vocab, float* out) {
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) out[std::size_t(r) * vocab + i] = load_out(Y, L, vocab, r, i);
 }
 
-/// Greedy token of each logits row: thread t scans ids t, t + 256, ... (dm::greedy_better: higher
+/// Greedy token of each logits row, read from the LM head's GEMM output Y (the values
+/// logits_kernel would write): thread t scans ids t, t + 256, ... (dm::greedy_better: higher
 /// logit, then lower id), then a fixed shared-memory tree of the 256 winners.  block 256.
-__global__ void argmax_kernel(const float* logits, int vocab, int* ids) {
+__global__ void argmax_kernel(const float* Y, Layout L, int vocab, int* ids) {
   __shared__ float s_v[256];
   __shared__ int s_i[256];
-  const float* lg = logits + std::size_t(blockIdx.x) * vocab;
+  const int r = blockIdx.x;
   float bv = -INFINITY;
   int bi = -1;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-    if (bi < 0 || lm::dm::greedy_better(lg[i], i, bv, bi)) { bv = lg[i]; bi = i; }
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = load_out(Y, L, vocab, r, i);
+    if (bi < 0 || lm::dm::greedy_better(v, i, bv, bi)) { bv = v; bi = i; }
+  }
   s_v[threadIdx.x] = bv;
   s_i[threadIdx.x] = bi;
   __syncthreads();
@@ -593,13 +607,21 @@ struct CudaEngine::Impl {
     launch_check("embedding");
     const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
     const int rope_threads = std::max(32, ((hd / 2 + 31) / 32) * 32);
+    // A sublayer's residual add (x += Y, Y in layout Lb) waits in Y for the next RMSNorm, which
+    // applies it in the same kernel (residual_norm_kernel): one launch fewer per sublayer.
+    bool pending = false;
+    auto norm = [&](const DevBuf& w, const char* what) {
+      ICMLKIT_LAUNCH(residual_norm_kernel, R, 256, st)(x.as<float>(), pending ? Y.as<float>() : nullptr, Lb, true, nullptr, d,
+                                                       w.as<float>(), c.rms_eps, act.p, L, P.sa);
+      launch_check(what);
+      pending = false;
+    };
     for (int l = 0; l < c.n_layers; ++l) {
       DevLayer& D = layers[l];
       float* lpk = pk.as<float>() + l * P.pstride;
       float* lpv = pv.as<float>() + l * P.pstride;
       if (opt.skip_attn.empty() || !opt.skip_attn[l]) {
-        ICMLKIT_LAUNCH(rmsnorm_act_kernel, R, 256, st)(x.as<float>(), nullptr, d, D.attn_norm.as<float>(), c.rms_eps, act.p, L, P.sa);
-        launch_check("rmsnorm");
+        norm(D.attn_norm, "attention norm");
         gemm(D.qkv, L, R);
         ICMLKIT_LAUNCH(qkv_post_kernel, dim3(R, nh + 2 * nkv), rope_threads, st)(Y.as<float>(), La, dq + 2 * dkv, nh, nkv, hd, P.cs, P.sn,
                                                                         c.rope_style == lm::RopeStyle::interleaved, q.as<float>(), lpk, lpv);
@@ -618,33 +640,39 @@ struct CudaEngine::Impl {
           launch_check("attention pack");
         }
         gemm(D.wo, L, R);
-        ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), Lb, d, x.as<float>());
-        launch_check("residual");
+        pending = true;
       }
       if (opt.skip_mlp.empty() || !opt.skip_mlp[l]) {
-        ICMLKIT_LAUNCH(rmsnorm_act_kernel, R, 256, st)(x.as<float>(), nullptr, d, D.ffn_norm.as<float>(), c.rms_eps, act.p, L, P.sa);
-        launch_check("rmsnorm");
+        norm(D.ffn_norm, "MLP norm");
         gemm(D.gu, L, R);
         ICMLKIT_LAUNCH(swiglu_kernel, R, 256, st)(Y.as<float>(), La, dff, act.p, P.sb);
         launch_check("swiglu");
         gemm(D.down, L, R);
-        ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), Lb, d, x.as<float>());
-        launch_check("residual");
+        pending = true;
       }
-      if (opt.hidden) {  // eager only (graphs are not used with hidden states)
+      if (opt.hidden) {  // eager only (graphs are not used with hidden states): x complete per layer
+        if (pending) {
+          ICMLKIT_LAUNCH(residual_kernel, R, 256, st)(Y.as<float>(), Lb, d, x.as<float>());
+          launch_check("residual");
+          pending = false;
+        }
         cuda_check(cudaMemcpyAsync(hidden_host[l + 1], x.p, std::size_t(R) * d * 4, cudaMemcpyDeviceToHost, st), "hidden");
       }
     }
+    // x is not read after this forward (the next one starts from the embedding), so the last
+    // residual is only added where the LM head needs it: its logits rows.
     if (P.nl > 0) {
       const DevMat& H = c.tied ? emb : head;
-      ICMLKIT_LAUNCH(rmsnorm_act_kernel, P.nl, 256, st)(x.as<float>(), P.lrows, d, out_norm.as<float>(), c.rms_eps, act.p, P.LH, P.sa);
+      ICMLKIT_LAUNCH(residual_norm_kernel, P.nl, 256, st)(x.as<float>(), pending ? Y.as<float>() : nullptr, Lb, false, P.lrows, d,
+                                                          out_norm.as<float>(), c.rms_eps, act.p, P.LH, P.sa);
       launch_check("output norm");
       gemm(H, P.LH, P.nl);
-      ICMLKIT_LAUNCH(logits_kernel, P.nl, 256, st)(Y.as<float>(), LHa, c.vocab_size, logits.as<float>());
-      launch_check("logits");
-      if (P.greedy) {
-        ICMLKIT_LAUNCH(argmax_kernel, P.nl, 256, st)(logits.as<float>(), c.vocab_size, ids.as<int>());
+      if (P.greedy) {  // the argmax reads the head's output: the logits are never formed
+        ICMLKIT_LAUNCH(argmax_kernel, P.nl, 256, st)(Y.as<float>(), LHa, c.vocab_size, ids.as<int>());
         launch_check("argmax");
+      } else {
+        ICMLKIT_LAUNCH(logits_kernel, P.nl, 256, st)(Y.as<float>(), LHa, c.vocab_size, logits.as<float>());
+        launch_check("logits");
       }
     }
   }
@@ -659,7 +687,8 @@ struct CudaEngine::Impl {
     cudaGraphExec_t exec = nullptr;
   };
   std::map<GraphKey, GraphEntry> graphs;
-  int captured = 0;  // instantiated graphs held (at most 64)
+  int captured = 0;     // instantiated graphs held (at most 64)
+  int graph_nodes = 0;  // nodes of the last captured graph (kernels, cuBLAS's kernels, copies)
   bool graphs_on = true;
   std::vector<float*> hidden_host;
 
@@ -683,6 +712,8 @@ struct CudaEngine::Impl {
       }
       ok = cudaStreamEndCapture(st, &g) == cudaSuccess && ok;
     }
+    std::size_t nodes = 0;
+    if (ok && cudaGraphGetNodes(g, nullptr, &nodes) == cudaSuccess) graph_nodes = static_cast<int>(nodes);
     if (ok) ok = cudaGraphInstantiate(&exec, g, 0) == cudaSuccess;
     if (g) cudaGraphDestroy(g);
     if (!ok) {
@@ -695,9 +726,9 @@ struct CudaEngine::Impl {
     return exec;
   }
 
-  /// The forward pass; with greedy_ids, the logits stay on the device and only each logits
-  /// row's greedy token comes back (in *greedy_ids).
-  lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& opt, std::vector<int>* greedy_ids = nullptr) {
+  /// The forward pass; with opt.greedy_only, the logits stay on the device and only each
+  /// logits row's greedy token comes back (ForwardResult::greedy).
+  lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& opt) {
     lm::check_batch(c, [this](int, int) { return len; }, b, opt);
     if (!opt.attn_rows.empty())
       throw UsageError("attention records are not available on the CUDA engine (use --device cpu, or --kv-policy streaming)");
@@ -754,7 +785,7 @@ struct CudaEngine::Impl {
     P.nl = nl;
     P.L = layout(R);
     P.LH = layout(std::max(1, nl));
-    P.greedy = greedy_ids != nullptr;
+    P.greedy = opt.greedy_only;
     grow(ids, std::size_t(std::max(1, nl)) * 4);
     P.nsplit = (max_keys + lm::dm::kAttnBlockKeys - 1) / lm::dm::kAttnBlockKeys;
     grow(part, std::size_t(R) * nh * P.nsplit * (2 + hd) * 4);
@@ -825,9 +856,9 @@ struct CudaEngine::Impl {
       }
       enqueue(P, opt);
     }
-    if (nl > 0 && greedy_ids) {
-      greedy_ids->assign(nl, 0);
-      cuda_check(cudaMemcpyAsync(greedy_ids->data(), ids.p, std::size_t(nl) * 4, cudaMemcpyDeviceToHost, st), "greedy ids");
+    if (nl > 0 && P.greedy) {
+      res.greedy.assign(nl, 0);
+      cuda_check(cudaMemcpyAsync(res.greedy.data(), ids.p, std::size_t(nl) * 4, cudaMemcpyDeviceToHost, st), "greedy ids");
     } else if (nl > 0) {
       res.logits = lm::Matrix(nl, c.vocab_size);
       cuda_check(cudaMemcpyAsync(res.logits.data.data(), logits.p, std::size_t(nl) * c.vocab_size * 4, cudaMemcpyDeviceToHost, st),
@@ -922,9 +953,9 @@ const lm::ModelConfig& CudaEngine::config() const noexcept { return p_->c; }
 std::string CudaEngine::device() const { return p_->dev_name; }
 lm::ForwardResult CudaEngine::forward(const lm::Batch& batch, const lm::ForwardOptions& options) { return p_->forward(batch, options); }
 std::vector<int> CudaEngine::forward_greedy(const lm::Batch& batch, const lm::ForwardOptions& options) {
-  std::vector<int> ids;
-  p_->forward(batch, options, &ids);
-  return ids;
+  lm::ForwardOptions o = options;
+  o.greedy_only = true;
+  return p_->forward(batch, o).greedy;
 }
 void CudaEngine::commit(const std::vector<int>& rows) { p_->commit(rows); }
 void CudaEngine::commit_all() {
@@ -954,6 +985,7 @@ void CudaEngine::set_graphs(bool on) noexcept {
   p_->graphs_on = on;
 }
 bool CudaEngine::graphs() const noexcept { return p_->graphs_on; }
+int CudaEngine::graph_nodes() const noexcept { return p_->graph_nodes; }
 
 std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant) {
   return std::make_unique<CudaEngine>(model, batch_invariant);

@@ -11,7 +11,9 @@
 // two into [2^14, 2^15) (dm::f16_row_scale, written by the kernel that produces the row) and the
 // output row divided by it again (GemmLayout::scale): exact, and finite for any finite row.  RMSNorm,
 // RoPE, attention over gathered views with intra-batch masks (online softmax), SwiGLU, the
-// residual adds and K/V commit are own kernels built on lm/device_math.hpp.
+// residual adds and K/V commit are own kernels built on lm/device_math.hpp.  Each residual
+// add is done by the next RMSNorm's kernel, and a greedy forward takes the argmax of the LM
+// head's output without forming logits: a decode step is 10 launches per layer (graph_nodes).
 //
 // Agreement with the CPU engine: not bitwise (different summation orders; a bf16 split of
 // the activations).  Stated tolerance, checked by test/unit/gpu/test_engine_cuda.cpp on a GPU
@@ -68,12 +70,12 @@ class CudaEngine final : public lm::Engine {
   const lm::ModelConfig& config() const noexcept override;
   std::string device() const override;
   /// lm::forward semantics.  Supported options: logits_rows / all_logits, hidden, skip_attn,
-  /// skip_mlp.  attn_rows (attention records) throws UsageError; time_attention is ignored
+  /// skip_mlp, greedy_only (the argmax on the device: `logits` stays empty, `greedy` holds one
+  /// id per logits row, lowest id on ties by dm::greedy_better).  attn_rows (attention records) throws UsageError; time_attention is ignored
   /// (attn_cpu_s stays empty).  InputError for the batches lm::forward refuses.
   lm::ForwardResult forward(const lm::Batch& batch, const lm::ForwardOptions& options = {}) override;
-  /// forward() that keeps the logits on the device and returns only the greedy token of each
-  /// logits row (argmax, lowest id on ties: a device reduction built on dm::greedy_better), so
-  /// no [rows, vocab] copy reaches the host.  Same errors as forward().
+  /// forward() with options.greedy_only set: only the greedy token of each logits row comes
+  /// back, no [rows, vocab] copy reaches the host.  Same errors as forward().
   std::vector<int> forward_greedy(const lm::Batch& batch, const lm::ForwardOptions& options = {});
   void commit(const std::vector<int>& rows) override;
   void commit_all() override;
@@ -96,6 +98,12 @@ class CudaEngine final : public lm::Engine {
   /// off with ICMLKIT_CUDA_GRAPHS=0, after a failed capture (one warning line), or here.
   void set_graphs(bool on) noexcept;
   bool graphs() const noexcept;
+  /// Nodes of the most recently captured CUDA graph (0 before any capture): the launches of one
+  /// forward, cuBLAS's own included.  With ForwardOptions::greedy_only, a decode step has
+  /// 1 + 10 n_layers + 3 of our kernels (embedding; per layer two norms, RoPE, attention and its
+  /// merge, SwiGLU, four GEMMs of at most 64 rows; output norm, LM head, argmax), f16 weights
+  /// one more per layer (the scaled attention output).
+  int graph_nodes() const noexcept;
 
  private:
   struct Impl;

@@ -105,9 +105,14 @@ int main(int argc, char** argv) {
         }
 
         lm::Sampler sampler(sc);
+        // Greedy without a per-token record needs only the argmax (kept on the device on CUDA).
+        const bool greedy_only = sc.temperature == 0.0 && !out.is_open();
         lm::ForwardOptions last;
         last.all_logits = false;
         last.logits_rows = {n_prompt - 1};
+        last.greedy_only = greedy_only;
+        lm::ForwardOptions one;
+        one.greedy_only = greedy_only;
         Stopwatch t;
         lm::ForwardResult fr = engine->forward(lm::Batch::causal(ids, 0), last);
         engine->commit_all();
@@ -119,11 +124,11 @@ int main(int argc, char** argv) {
         std::string stop = max_new == 0 ? (requested > 0 ? "n_ctx" : "max_new_tokens") : "";
         Stopwatch decode_timer;
         for (int step = 0; step < max_new; ++step) {
-          const float* logits = fr.logits.row(0);
-          const int id = sampler.sample(logits, c.vocab_size);
+          const int id = greedy_only ? fr.greedy[0] : sampler.sample(fr.logits.row(0), c.vocab_size);
           if (step == 0) ttft = t.seconds();
           gen.push_back(id);
           if (out.is_open()) {
+            const float* logits = fr.logits.row(0);
             nlohmann::json rec = {{"step", step}, {"id", id}, {"logprob", lm::log_softmax_at(logits, c.vocab_size, id)}};
             if (tok) rec["piece"] = tok->piece(id);
             const auto top = lm::top_ids(logits, c.vocab_size, top_logprobs);
@@ -141,7 +146,7 @@ int main(int argc, char** argv) {
           if (step + 1 == max_new) { stop = max_new < requested ? "n_ctx" : "max_new_tokens"; break; }
           lm::Batch b;
           b.add(id, n_prompt + step);
-          fr = engine->forward(b);
+          fr = engine->forward(b, one);
           engine->commit_all();
         }
         const double decode_s = decode_timer.seconds();

@@ -10,6 +10,7 @@
 
 #include "decode/ngram.hpp"
 #include "lm/forward.hpp"
+#include "lm/sampler.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 
@@ -105,13 +106,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-int argmax(const float* x, int n) {
-  int best = 0;
-  for (int i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return best;
-}
-
 /// One sequence being decoded.
 class Decoder {
  public:
@@ -174,6 +168,7 @@ class Decoder {
     lm::ForwardOptions opt;
     opt.all_logits = false;
     opt.logits_rows = {n - 1};
+    opt.greedy_only = greedy();
     if (comp_ && comp_->needs_attention()) opt.attn_rows = comp_->prefill_rows(n);
     lm::ForwardResult fr = engine_.forward(b, opt);
     engine_.commit_all();
@@ -184,14 +179,12 @@ class Decoder {
     }
     n_past_ = n;
     res_.prefill_s = since(t0);
-    emit(first_token(fr.logits.row(0)));
+    emit(greedy() ? fr.greedy[0] : sampler_.sample(fr.logits.row(0), mc_.vocab_size));
     cur_ = res_.tokens.back();
   }
 
-  int first_token(const float* logits) {
-    if (cfg_.sampler.temperature == 0.0) return argmax(logits, mc_.vocab_size);
-    return sampler_.sample(logits, mc_.vocab_size);
-  }
+  /// Greedy decoding (temperature 0): forwards need only each logits row's greedy token.
+  bool greedy() const { return cfg_.sampler.temperature == 0.0; }
 
   /// Deepest candidate depth worth verifying: positions stay in the context and no more tokens
   /// are drafted than remain to generate.
@@ -219,7 +212,7 @@ class Decoder {
       if (!fr.attn_cpu_s.empty()) rec.draft_attn_cpu_s += fr.attn_cpu_s[0];
       engine_.commit({0});  // the draft's own K/V, rolled back below
       const float* lg = fr.logits.row(0);
-      const int x = argmax(lg, mc_.vocab_size);
+      const int x = lm::greedy_token(lg, mc_.vocab_size);
       double mx = lg[x], sum = 0.0;
       for (int i = 0; i < mc_.vocab_size; ++i) sum += std::exp(double(lg[i]) - mx);
       draft.push_back(x);
@@ -228,6 +221,34 @@ class Decoder {
     }
     engine_.truncate(n_past_);
     return draft;
+  }
+
+  /// The child of trie node `node` accepted from logits row `li` of fr, or -1 with `token` set
+  /// to the token to emit instead.  Sampling: child x is accepted with probability p'(x),
+  /// else dropped and p' renormalised (speculative sampling over a tree); the token is then
+  /// drawn from the residual.  Greedy: p' is a point mass at the row's greedy token, so the
+  /// child with that token is accepted, else that token is emitted (no uniform is consumed).
+  int accept_child(const CandidateTrie& trie, int node, const lm::ForwardResult& fr, int li, int& token) {
+    if (greedy()) {
+      token = fr.greedy[li];
+      for (int c : trie.nodes[node].children)
+        if (trie.nodes[c].token == token) return c;
+      return -1;
+    }
+    sampler_.distribution(fr.logits.row(li), mc_.vocab_size, dist_);
+    for (int c : trie.nodes[node].children) {
+      const int x = trie.nodes[c].token;
+      const double px = dist_.prob(x);
+      if (px >= 1.0 - 1e-12 || (px > 0.0 && sampler_.uniform() < px)) return c;
+      double total = 0.0;  // residual: drop x and renormalise
+      for (std::size_t k = 0; k < dist_.ids.size(); ++k) {
+        if (dist_.ids[k] == x) dist_.p[k] = 0.0;
+        total += dist_.p[k];
+      }
+      for (double& p : dist_.p) p /= total;
+    }
+    token = sampler_.draw(dist_);
+    return -1;
   }
 
   void step() {
@@ -276,6 +297,7 @@ class Decoder {
     lm::ForwardOptions opt;
     opt.all_logits = false;
     opt.time_attention = cfg_.time_attention;
+    opt.greedy_only = greedy();
     for (int i = 0; i < trie.size(); ++i) opt.logits_rows.push_back(i);
     if (comp_ && comp_->config().policy != kv::Policy::streaming && comp_->config().policy != kv::Policy::snapkv)
       opt.attn_rows = opt.logits_rows;
@@ -312,32 +334,15 @@ class Decoder {
     std::vector<int> logit_index(b.size(), -1);
     for (std::size_t i = 0; i < fr.logits_rows.size(); ++i) logit_index[fr.logits_rows[i]] = static_cast<int>(i);
 
-    // Acceptance along the trie.
+    // Acceptance along the trie: from the root, one accepted child per level (accept_child);
+    // where none is accepted, the replacement token it gives is emitted and the step ends.
     std::vector<int> commit_rows{0};
     int node = 0;
-    lm::TokenDist dist;
     while (true) {
-      sampler_.distribution(fr.logits.row(logit_index[node]), mc_.vocab_size, dist);
-      int next_node = -1;
-      for (int c : trie.nodes[node].children) {
-        const int x = trie.nodes[c].token;
-        const double px = dist.prob(x);
-        // Accept x with probability p'(x) (a point mass under greedy needs no draw).
-        const bool accept = px >= 1.0 - 1e-12 || (px > 0.0 && sampler_.uniform() < px);
-        if (accept) {
-          next_node = c;
-          break;
-        }
-        // Residual: drop x and renormalise.
-        double total = 0.0;
-        for (std::size_t k = 0; k < dist.ids.size(); ++k) {
-          if (dist.ids[k] == x) dist.p[k] = 0.0;
-          total += dist.p[k];
-        }
-        for (double& p : dist.p) p /= total;
-      }
+      int token = -1;
+      const int next_node = accept_child(trie, node, fr, logit_index[node], token);
       if (next_node < 0) {
-        emit(sampler_.config().temperature == 0.0 ? dist.ids[0] : sampler_.draw(dist));
+        emit(token);
         break;
       }
       commit_rows.push_back(next_node);
@@ -357,8 +362,10 @@ class Decoder {
 
     if (use_window) {
       std::vector<int> out(last_level_rows.size());
-      for (std::size_t i = 0; i < out.size(); ++i)
-        out[i] = argmax(fr.logits.row(logit_index[last_level_rows[i]]), mc_.vocab_size);
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const int li = logit_index[last_level_rows[i]];
+        out[i] = greedy() ? fr.greedy[li] : lm::greedy_token(fr.logits.row(li), mc_.vocab_size);
+      }
       window_->advance(out, pool_);
     }
     rec.wall_s = since(t0);
@@ -370,6 +377,7 @@ class Decoder {
   const DecodeConfig& cfg_;
   TokenSink on_token_;
   lm::Sampler sampler_;
+  lm::TokenDist dist_;  // accept_child's scratch distribution
   NgramPool pool_;
   std::unique_ptr<LookaheadWindow> window_;
   std::unique_ptr<kv::Compressor> comp_;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "lm/matmul.hpp"
+#include "lm/sampler.hpp"
 #include "util/error.hpp"
 #include "util/threads.hpp"
 
@@ -278,6 +279,10 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
     Matrix h(nl, d);
     for (int i = 0; i < nl; ++i) std::copy_n(x.data() + std::size_t(res.logits_rows[i]) * d, d, h.row(i));
     res.logits = apply_head(model, h);
+    if (opt.greedy_only) {
+      res.greedy.resize(nl);
+      for (int i = 0; i < nl; ++i) res.greedy[i] = greedy_token(res.logits.row(i), c.vocab_size);
+    }
   }
   return res;
 }

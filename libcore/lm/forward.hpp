@@ -54,6 +54,10 @@ struct ForwardOptions {
   std::vector<char> skip_attn, skip_mlp;
   /// Measure the CPU seconds spent in attention per view (ForwardResult::attn_cpu_s).
   bool time_attention = false;
+  /// Only each logits row's greedy token is needed (greedy decoding): ForwardResult::greedy
+  /// holds it, and an engine may leave ForwardResult::logits empty (the CUDA engine then keeps
+  /// the logits on the device and copies back one id per row instead of vocab_size floats).
+  bool greedy_only = false;
 };
 
 /// Attention of one query row, one layer, one query head.
@@ -75,6 +79,9 @@ struct ForwardResult {
   /// With time_attention: CPU seconds of attention (scores, softmax, weighted sum) summed over
   /// threads and layers, per view index of the batch [views.size()].
   std::vector<double> attn_cpu_s;
+  /// With ForwardOptions::greedy_only: each logits row's greedy token (argmax, lowest id on
+  /// ties), [logits_rows.size()]; empty otherwise.
+  std::vector<int> greedy;
 };
 
 /// Runs the decoder on `batch`, attending `cache` through each row's view, and writes every

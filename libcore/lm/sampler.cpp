@@ -15,16 +15,12 @@ void SamplerConfig::validate() const {
 
 Sampler::Sampler(const SamplerConfig& config) : cfg_(config), rng_(config.seed) { cfg_.validate(); }
 
-namespace {
-
-int argmax(const float* x, int n) {
+int greedy_token(const float* logits, int vocab) {
   int best = 0;
-  for (int i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
+  for (int i = 1; i < vocab; ++i)
+    if (logits[i] > logits[best]) best = i;
   return best;
 }
-
-}  // namespace
 
 std::vector<int> top_ids(const float* logits, int vocab, int k) {
   k = std::max(0, std::min(k, vocab));
@@ -45,7 +41,7 @@ double log_softmax_at(const float* logits, int vocab, int id) {
 }
 
 int Sampler::sample(const float* logits, int vocab) {
-  if (cfg_.temperature == 0.0) return argmax(logits, vocab);
+  if (cfg_.temperature == 0.0) return greedy_token(logits, vocab);
   // Candidates in descending logit order (ties: lower id first), cut to top-k.
   const int k = cfg_.top_k > 0 ? std::min(cfg_.top_k, vocab) : vocab;
   order_ = top_ids(logits, vocab, k);
@@ -79,7 +75,7 @@ double TokenDist::prob(int id) const {
 
 void Sampler::distribution(const float* logits, int vocab, TokenDist& out) const {
   if (cfg_.temperature == 0.0) {
-    out.ids.assign(1, argmax(logits, vocab));
+    out.ids.assign(1, greedy_token(logits, vocab));
     out.p.assign(1, 1.0);
     return;
   }

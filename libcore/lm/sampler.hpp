@@ -49,6 +49,10 @@ class Sampler {
   std::vector<double> probs_;
 };
 
+/// Greedy token of logits [vocab]: the largest logit, the lowest id on ties (the rule of
+/// dm::greedy_better, which the CUDA engine's argmax reduction uses).
+int greedy_token(const float* logits, int vocab);
+
 /// log softmax(logits)[id], computed in double.
 double log_softmax_at(const float* logits, int vocab, int id);
 

@@ -9,6 +9,7 @@
 #include "decode/decoder.hpp"
 #include "decode/ngram.hpp"
 #include "kv/policy.hpp"
+#include "lm/engine.hpp"
 #include "lm/forward.hpp"
 #include "lm/model.hpp"
 #include "lm/sampler.hpp"
@@ -254,6 +255,78 @@ TEST_CASE("decode: greedy output of every method and KV policy is the AR output 
     }
   }
   CHECK(speculated > 50);
+}
+
+/// A CPU engine that, like the CUDA engine, returns no logits when a forward asks for the
+/// greedy tokens only: a decoder that still read them would index an empty matrix (ASan) or
+/// decode differently.  Counts the forwards of each kind.
+class GreedyOnlyEngine final : public lm::Engine {
+ public:
+  explicit GreedyOnlyEngine(const lm::Model& m) : cpu_(m) {}
+  const lm::ModelConfig& config() const noexcept override { return cpu_.config(); }
+  std::string device() const override { return "cpu-greedy-only"; }
+  lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& o = {}) override {
+    lm::ForwardResult r = cpu_.forward(b, o);
+    if (o.greedy_only) {
+      r.logits = lm::Matrix();
+      ++greedy_forwards;
+    } else {
+      ++logits_forwards;
+    }
+    return r;
+  }
+  void commit(const std::vector<int>& rows) override { cpu_.commit(rows); }
+  void commit_all() override { cpu_.commit_all(); }
+  void truncate(int n) override { cpu_.truncate(n); }
+  void clear() override { cpu_.clear(); }
+  int size() const override { return cpu_.size(); }
+  int greedy_forwards = 0, logits_forwards = 0;
+
+ private:
+  lm::CpuEngine cpu_;
+};
+
+TEST_CASE("decode: greedy decoding needs only each row's greedy token, not the logits") {
+  // Truth: plain_ar (argmax of full logits).  Every method decodes the same tokens on an engine
+  // that drops the logits of greedy-only forwards; only self-speculative drafts (which need the
+  // draft's confidence) and sampling ask for logits.
+  const lm::Model m = small_model(61, 64, 0.3, 11);
+  const std::vector<int> prompt{5, 9, 5, 9, 5, 9, 5, 9, 5, 9};
+  const std::vector<int> truth = plain_ar(m, prompt, 40);
+  DecodeConfig base;
+  base.max_new_tokens = 40;
+  base.stop_at_eos = false;
+  base.window = 4;
+  base.ngram = 3;
+  base.guesses = 4;
+  base.draft_stop = 0.0;
+  base.skip.attn = {1, 0};
+  base.skip.mlp = {0, 1};
+  for (Method meth : {Method::ar, Method::prompt_lookup, Method::lookahead, Method::self_spec, Method::fafo}) {
+    CAPTURE(method_name(meth));
+    DecodeConfig d = base;
+    d.method = meth;
+    if (meth == Method::fafo) {
+      d.kv.policy = kv::Policy::h2o;  // needs attention records: greedy_only must not drop them
+      d.kv.budget = 3;
+      d.kv.sinks = 1;
+      d.kv.window = 1;
+    }
+    GreedyOnlyEngine e(m);
+    const DecodeResult r = generate(e, prompt, d);
+    CHECK(r.tokens == truth);
+    CHECK(e.greedy_forwards == static_cast<int>(r.steps.size()) + 1);  // prefill + one per step
+    if (meth != Method::self_spec) CHECK(e.logits_forwards == 0);
+    else CHECK(e.logits_forwards > 0);
+  }
+  DecodeConfig sampled = base;
+  sampled.method = Method::fafo;
+  sampled.sampler.temperature = 0.8;
+  sampled.sampler.seed = 3;
+  GreedyOnlyEngine e(m);
+  lm::CpuEngine cpu(m);
+  CHECK(generate(e, prompt, sampled).tokens == generate(cpu, prompt, sampled).tokens);
+  CHECK(e.greedy_forwards == 0);
 }
 
 TEST_CASE("decode: decoding stops right after eos, even inside an accepted n-gram") {

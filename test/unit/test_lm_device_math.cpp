@@ -345,6 +345,7 @@ TEST_CASE("lm device math: greedy reduction equals the sampler's argmax with low
       for (auto& v : lg) v = static_cast<float>(std::floor(rng.uniform() * 5.0));
       const int truth = top_ids(lg.data(), vocab, 1)[0];
       REQUIRE(greedy.sample(lg.data(), vocab) == truth);
+      REQUIRE(greedy_token(lg.data(), vocab) == truth);
       for (int lanes : {1, 3, 32, 256, 2000}) REQUIRE(dm::greedy_strided(lg.data(), vocab, lanes) == truth);
     }
   }

@@ -89,6 +89,7 @@ enum cudaError_t {
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorStreamCaptureWrongThread = 908,
@@ -118,6 +119,8 @@ using cudaStream_t = icmlkit::cuda_emu::Stream*;
 using cudaEvent_t = icmlkit::cuda_emu::Event*;
 using cudaGraph_t = icmlkit::cuda_emu::Graph*;
 using cudaGraphExec_t = icmlkit::cuda_emu::Graph*;
+struct CUgraphNode_st;
+using cudaGraphNode_t = CUgraphNode_st*;  ///< never dereferenced: the emulator only counts nodes
 
 /// The fields of cudaDeviceProp that the toolkit reads.
 struct cudaDeviceProp {
@@ -160,6 +163,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long flags = 0);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+/// With nodes == nullptr: the graph's node count (one per captured launch, copy or GEMM).
+/// A node list is not provided (cudaErrorNotSupported).
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, std::size_t* num_nodes);
 cudaError_t cudaGraphDestroy(cudaGraph_t g);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "decode/decoder.hpp"
@@ -133,7 +134,7 @@ TEST_CASE("cuda: forward matches the CPU engine on random models (f32, f16, bf16
           CudaEngine gpu(m, inv);
           const double tol = st == io::h5::FloatStorage::bf16 ? 2e-2 : 2e-3;
           const double gap = forward_gap(cpu, gpu);
-          INFO("style " << rope_style_name(style) << " tied " << tied << " storage " << int(st) << " invariant " << inv << " gap " << gap);
+          INFO("style " << std::string(rope_style_name(style)) << " tied " << tied << " storage " << int(st) << " invariant " << inv << " gap " << gap);
           CHECK(gap <= tol);
         }
       }
@@ -239,6 +240,40 @@ TEST_CASE("cuda: forward_greedy returns the argmax of the logits forward() retur
     const std::vector<int> ids = gpu.forward_greedy(b);
     REQUIRE(ids.size() == 8);
     for (int r = 0; r < 8; ++r) CHECK(ids[r] == top_ids(fr.logits.row(r), m.config.vocab_size, 1)[0]);
+    ForwardOptions only;  // the same through forward(): no logits come back
+    only.greedy_only = true;
+    const ForwardResult g = gpu.forward(b, only);
+    CHECK(g.logits.rows == 0);
+    CHECK(g.greedy == ids);
+  }
+}
+
+TEST_CASE("cuda: a greedy decode step is one graph of 1 + 10 n_layers + 3 launches") {
+  if (no_device("cuda: graph nodes")) return;
+  // Truth: the count of the engine's launches (kernels/engine.hpp, graph_nodes): each residual
+  // add rides in the next RMSNorm and the argmax reads the LM head's output.  The emulator's
+  // cuBLAS is one node per GEMM; a GPU's cuBLAS may add its own kernels (split-K reductions).
+  for (auto st : {io::h5::FloatStorage::bf16, io::h5::FloatStorage::f16}) {
+    const Model m = model_in(cfg(RopeStyle::half, true), st, 8);
+    CudaEngine gpu(m);
+    gpu.forward(Batch::causal({1, 2, 3}, 0));
+    gpu.commit_all();
+    ForwardOptions only;
+    only.greedy_only = true;
+    for (int step = 0; step < 3; ++step) {  // the third step is captured
+      Batch b;
+      b.add(4 + step, 3 + step);
+      gpu.forward(b, only);
+      gpu.commit_all();
+    }
+    const int per_layer = st == io::h5::FloatStorage::f16 ? 11 : 10;
+    const int ours = 1 + per_layer * m.config.n_layers + 3;
+    INFO("storage " << int(st) << " graph nodes " << gpu.graph_nodes());
+#if defined(ICMLKIT_CUDA_EMU)
+    CHECK(gpu.graph_nodes() == ours);
+#else
+    CHECK(gpu.graph_nodes() >= ours);
+#endif
   }
 }
 
