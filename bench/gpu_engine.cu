@@ -7,7 +7,9 @@
 //     nodes of the captured decode-step graph (our launches plus cuBLAS's);
 //   - c_k: c(k) = time(k-row forward) / time(1-row forward) for k = 1..64 at the stated context,
 //     rows forming a causal chain (a verification batch), LM head and argmax for every row; in the
-//     batch-invariant mode (fixed 64-row GEMM chunks) and the plain mode (GEMM of k rows).
+//     batch-invariant mode (fixed GEMM chunks of kInvariantRows = 32 rows), the plain mode (GEMM
+//     of k rows) and the invariant mode with 16- and 64-row chunks (decode_b1 too:
+//     batch_invariant_rows_16, batch_invariant_rows_64).
 // Usage: bench-gpu-engine [--ctx N] [--tokens N] [--kmax N] [--reps N] [--model llama-1b|tiny]
 //                         [--copy-mib N]
 // --model tiny (2 layers, d_model 128) and a small --copy-mib are for rehearsing this program on
@@ -160,10 +162,19 @@ int main(int argc, char** argv) {
     dec["context_start"] = ctx;
     dec["tokens"] = tokens;
     dec["weight_bytes_per_token"] = bytes;
-    struct Mode { const char* name; bool inv, graphs; };
-    for (const Mode& mode : {Mode{"batch_invariant", true, true}, Mode{"batch_invariant_no_graphs", true, false},
-                             Mode{"plain", false, true}}) {
+    // The default mode first (gpu_check.sh's targets read it), then without graphs, the plain
+    // mode, and smaller invariant chunks: a chunk of P rows makes each GEMM P (x2 with 16-bit
+    // weights) columns wide even at batch 1, so P trades decode arithmetic against c(k > P).
+    struct Mode { std::string name; bool inv, graphs; int rows; };
+    const int def_rows = e.invariant_rows();
+    std::vector<Mode> modes{{"batch_invariant", true, true, def_rows}, {"batch_invariant_no_graphs", true, false, def_rows},
+                            {"plain", false, true, def_rows}};
+    for (int rows : {16, 32, 64})
+      if (rows != def_rows) modes.push_back({"batch_invariant_rows_" + std::to_string(rows), true, true, rows});
+    dec["invariant_rows"] = def_rows;
+    for (const Mode& mode : modes) {
       e.set_batch_invariant(mode.inv);
+      e.set_invariant_rows(mode.rows);
       e.set_graphs(mode.graphs);
       prefill(e, ctx);
       lm::ForwardOptions last;
@@ -189,16 +200,19 @@ int main(int argc, char** argv) {
     nlohmann::json ck;
     ck["context"] = ctx;
     ck["definition"] = "best-of-reps time of a k-row causal verification forward (the LM head and greedy token of every row, on the device) / the 1-row time";
-    for (bool inv : {true, false}) {
-      e.set_batch_invariant(inv);
+    for (const Mode& mode : modes) {
+      if (!mode.graphs) continue;  // c(k) is measured with graphs, as decoding runs
+      e.set_batch_invariant(mode.inv);
+      e.set_invariant_rows(mode.rows);
       prefill(e, ctx);
       std::vector<double> t(kmax + 1, 0.0), cc;
       for (int k = 1; k <= kmax; ++k) t[k] = time_rows(e, k, reps);
       for (int k = 1; k <= kmax; ++k) cc.push_back(t[k] / t[1]);
       nlohmann::json c16 = nullptr;  // not measured below k = 16
       if (kmax >= 16) c16 = cc[15];
-      ck[inv ? "batch_invariant" : "plain"] = {{"t1_s", t[1]}, {"c", cc}, {"c16", c16}};
+      ck[mode.name] = {{"t1_s", t[1]}, {"c", cc}, {"c16", c16}};
     }
+    e.set_invariant_rows(def_rows);
     out["c_k"] = ck;
     std::printf("%s\n", out.dump(2).c_str());
   } catch (const std::exception& ex) {

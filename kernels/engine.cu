@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -431,6 +432,7 @@ struct CudaEngine::Impl {
   lm::ModelConfig c;
   WType wt = WType::f32;
   bool invariant = true;
+  int chunk_rows = kInvariantRows;  // rows per GEMM chunk in invariant mode
   int dev = 0;
   std::string dev_name;
   cublasHandle_t blas = nullptr;
@@ -477,6 +479,20 @@ struct CudaEngine::Impl {
     cublas_check(cublasSetWorkspace(blas, workspace.p, workspace.bytes), "cublasSetWorkspace");
     const char* env = std::getenv("ICMLKIT_CUDA_GRAPHS");
     graphs_on = !(env && std::string(env) == "0");
+    if (const char* rows = std::getenv("ICMLKIT_CUDA_INVARIANT_ROWS"); rows != nullptr) {
+      int v = 0;
+      const char* end = rows + std::strlen(rows);
+      const auto [ptr, ec] = std::from_chars(rows, end, v);
+      if (ec != std::errc() || ptr != end || *rows == '\0')
+        throw UsageError(std::string("ICMLKIT_CUDA_INVARIANT_ROWS must be an integer in [1, 1024], not '") + rows + "'");
+      set_chunk_rows(v, "ICMLKIT_CUDA_INVARIANT_ROWS");
+    }
+  }
+
+  void set_chunk_rows(int rows, const char* what) {
+    if (rows < 1 || rows > 1024) throw UsageError(std::string(what) + " must be in [1, 1024], not " + std::to_string(rows));
+    if (rows != chunk_rows) drop_graphs();
+    chunk_rows = rows;
   }
 
   void check_config() {
@@ -556,7 +572,7 @@ struct CudaEngine::Impl {
     Layout L;
     L.t = wt;
     L.nparts = wt == WType::f32 ? 1 : 2;
-    L.P = invariant ? kInvariantRows : std::max(1, R);
+    L.P = invariant ? chunk_rows : std::max(1, R);
     return L;
   }
   /// Rows of a GEMM buffer for R activation rows.
@@ -971,6 +987,8 @@ void CudaEngine::clear() {
 int CudaEngine::size() const { return p_->len; }
 bool CudaEngine::batch_invariant() const noexcept { return p_->invariant; }
 void CudaEngine::set_batch_invariant(bool on) noexcept { p_->invariant = on; }
+void CudaEngine::set_invariant_rows(int rows) { p_->set_chunk_rows(rows, "invariant rows"); }
+int CudaEngine::invariant_rows() const noexcept { return p_->chunk_rows; }
 WType CudaEngine::weight_type() const noexcept { return p_->wt; }
 std::int64_t CudaEngine::bytes_per_forward() const noexcept {
   const Impl& I = *p_;

@@ -22,7 +22,7 @@
 // greedy tokens equal wherever the CPU's top-2 logit margin exceeds that tolerance.
 //
 // Batch invariance on the GPU (batch_invariant = true, the default): every GEMM runs in
-// chunks of exactly kInvariantRows = 64 rows (padded), so cuBLAS sees one shape per matrix
+// chunks of exactly invariant_rows() rows (padded; kInvariantRows = 32 by default), so cuBLAS sees one shape per matrix
 // whatever the batch size, and picks the same algorithm each time; norms, RoPE, attention
 // (blocks of 128 keys, 4 warps x 32 keys, merged in a fixed order) and SwiGLU are per row.  A row's K/V
 // and logits are then bitwise independent of the other rows in the batch, provided the
@@ -43,8 +43,15 @@
 
 namespace icmlkit::kernels {
 
-/// Rows per GEMM in batch-invariant mode.
-constexpr int kInvariantRows = 64;
+/// Rows per GEMM chunk in batch-invariant mode, by default (CudaEngine::set_invariant_rows,
+/// ICMLKIT_CUDA_INVARIANT_ROWS).  A chunk of P rows is 2P GEMM columns with 16-bit weights even
+/// at batch 1: per decode step 4P flops per weight against 2 bytes read, so the tensor-core time
+/// is about 2P B / F of the memory time (B bandwidth, F bf16 flop/s): on an H200 (~4.3 TB/s
+/// measured copy, ~700 Tflop/s in practice) 0.39 at P = 32 but 0.79 at P = 64, too close to 1
+/// for a bandwidth-bound decode.  32 rows also hold a FAFO verification batch (window 5, 4-grams,
+/// 5 guesses: at most 30 rows) in one chunk.  Not yet measured: bench-gpu-engine times 16, 32
+/// and 64 side by side.
+constexpr int kInvariantRows = 32;
 
 /// Device weight precision choice: automatic (from how the model is stored) or forced.
 enum class WeightPrecision { automatic, f32, f16, bf16 };
@@ -83,9 +90,18 @@ class CudaEngine final : public lm::Engine {
   void clear() override;
   int size() const override;
 
-  /// Whether GEMMs run in fixed 64-row chunks (see the file comment).
+  /// Whether GEMMs run in fixed-size chunks of invariant_rows() rows (see the file comment).
   bool batch_invariant() const noexcept;
   void set_batch_invariant(bool on) noexcept;
+  /// Rows per GEMM chunk in batch-invariant mode: kInvariantRows unless the environment sets
+  /// ICMLKIT_CUDA_INVARIANT_ROWS (read by the constructors) or this setter changes it.  Each
+  /// GEMM then multiplies ceil(R / rows) chunks of `rows` rows (x2 columns with 16-bit
+  /// weights): fewer rows waste less arithmetic at batch 1, more run a large verification batch
+  /// in one GEMM.  Rows are bitwise batch-invariant for one chunk size, not across sizes.
+  /// Drops captured graphs.  Throws UsageError outside [1, 1024] (the constructors: for a bad
+  /// ICMLKIT_CUDA_INVARIANT_ROWS).
+  void set_invariant_rows(int rows);
+  int invariant_rows() const noexcept;
   /// Precision of the device weight matrices.
   lm::dm::WType weight_type() const noexcept;
   /// Bytes of weight matrices one forward pass reads (all matrices and the LM head; the
@@ -101,7 +117,7 @@ class CudaEngine final : public lm::Engine {
   /// Nodes of the most recently captured CUDA graph (0 before any capture): the launches of one
   /// forward, cuBLAS's own included.  With ForwardOptions::greedy_only, a decode step has
   /// 1 + 10 n_layers + 3 of our kernels (embedding; per layer two norms, RoPE, attention and its
-  /// merge, SwiGLU, four GEMMs of at most 64 rows; output norm, LM head, argmax), f16 weights
+  /// merge, SwiGLU, four GEMMs of at most invariant_rows() rows; output norm, LM head, argmax), f16 weights
   /// one more per layer (the scaled attention output).
   int graph_nodes() const noexcept;
 

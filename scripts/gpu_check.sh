@@ -2,8 +2,10 @@
 # The GPU half of `make -f Makefile.shortcuts gpu-check` (after the CUDA build):
 #   1. the CUDA-vs-CPU tests (doctest cases cuda:* and kernels:* of unit_tests);
 #   2. bench-gpu-engine: copy bandwidth, batch-1 decode of a 1.24 B-parameter random model and the
-#      share of the bandwidth it reaches, c(k) for k = 1..64;
-#   3. FAFO vs AR on the demo model data/models/kjv7m.h5 with fafo-generate --device cuda.
+#      share of the bandwidth it reaches, c(k) for k = 1..64, each for the batch-invariant GEMM
+#      chunk of 32 rows (the default, which the targets read), 16 and 64 rows, and the plain mode;
+#   3. FAFO vs AR on the demo model data/models/kjv7m.h5 with fafo-generate --device cuda (chunks
+#      of 32, 16 and 64 rows through ICMLKIT_CUDA_INVARIANT_ROWS, and without CUDA graphs).
 # Prints everything to stdout; with $OUT set, also writes $OUT/gpu_check.json (and the parts).
 # Usage: scripts/gpu_check.sh BUILD_DIR
 #        scripts/gpu_check.sh --bundle BUNDLE   (BUNDLE: a directory or .tar.xz from
@@ -131,16 +133,25 @@ prompt="In the beginning God created the heaven and the earth. And the earth was
 fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n "$fafo_tokens" --ignore-eos --compare ar --no-text -q)
 if "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo.jsonl" &&
    ICMLKIT_CUDA_GRAPHS=0 "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_ng.jsonl" &&
+   ICMLKIT_CUDA_INVARIANT_ROWS=16 "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_r16.jsonl" &&
+   ICMLKIT_CUDA_INVARIANT_ROWS=64 "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_r64.jsonl" &&
    "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_cpu.jsonl"; then
   jq -c 'select(.summary) | .summary' "$tmp/fafo.jsonl" > "$tmp/fafo_gpu.json"
+  jq -c 'select(.summary) | .summary' "$tmp/fafo_r16.jsonl" > "$tmp/fafo_gpu_r16.json"
+  jq -c 'select(.summary) | .summary' "$tmp/fafo_r64.jsonl" > "$tmp/fafo_gpu_r64.json"
   jq -c 'select(.summary) | .summary' "$tmp/fafo_ng.jsonl" > "$tmp/fafo_gpu_ng.json"
   jq -c 'select(.summary) | .summary' "$tmp/fafo_cpu.jsonl" > "$tmp/fafo_cpu.json"
-  jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_gpu.json" --slurpfile n "$tmp/fafo_gpu_ng.json" --slurpfile c "$tmp/fafo_cpu.json" '{
+  jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_gpu.json" --slurpfile n "$tmp/fafo_gpu_ng.json" --slurpfile c "$tmp/fafo_cpu.json" \
+        --slurpfile r16 "$tmp/fafo_gpu_r16.json" --slurpfile r64 "$tmp/fafo_gpu_r64.json" '{
       model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
       cuda: {fafo_tokens_per_s: $g[0].decode_tokens_per_s, ar_tokens_per_s: $g[0].compare.decode_tokens_per_s,
              speedup: $g[0].speedup, identical_to_ar: $g[0].identical_to_ar, device: $g[0].device},
       cuda_no_graphs: {fafo_tokens_per_s: $n[0].decode_tokens_per_s, ar_tokens_per_s: $n[0].compare.decode_tokens_per_s,
              speedup: $n[0].speedup, identical_to_ar: $n[0].identical_to_ar},
+      cuda_invariant_rows_16: {fafo_tokens_per_s: $r16[0].decode_tokens_per_s, ar_tokens_per_s: $r16[0].compare.decode_tokens_per_s,
+             speedup: $r16[0].speedup, identical_to_ar: $r16[0].identical_to_ar},
+      cuda_invariant_rows_64: {fafo_tokens_per_s: $r64[0].decode_tokens_per_s, ar_tokens_per_s: $r64[0].compare.decode_tokens_per_s,
+             speedup: $r64[0].speedup, identical_to_ar: $r64[0].identical_to_ar},
       cpu: {fafo_tokens_per_s: $c[0].decode_tokens_per_s, ar_tokens_per_s: $c[0].compare.decode_tokens_per_s,
             speedup: $c[0].speedup, identical_to_ar: $c[0].identical_to_ar}}' > "$tmp/fafo_summary.json"
   # The same tokens on both devices? (CUDA equals CPU within tolerance, not bitwise.)
@@ -156,6 +167,9 @@ fi
 
 jq -n --slurpfile e "$tmp/engine.json" --slurpfile f "$tmp/fafo.json" --argjson ok "$tests_ok" \
   '{gpu_check: {cuda_tests_passed: $ok, engine: $e[0], fafo_kjv7m: $f[0],
+    by_mode: {decode_b1_share_of_bandwidth: ($e[0].decode_b1 // {} | with_entries(select(.value | type == "object" and has("share_of_bandwidth")))
+                                              | map_values(.share_of_bandwidth)),
+              c16: ($e[0].c_k // {} | with_entries(select(.value | type == "object" and has("c16"))) | map_values(.c16))},
     targets: {decode_b1_share_ge_0_70: (($e[0].decode_b1.batch_invariant.share_of_bandwidth // 0) >= 0.70),
               c16_le_1_2: ($e[0].c_k.batch_invariant.c16 | if . == null then null else . <= 1.2 end),
               fafo_speedup_ge_1_3: (($f[0].cuda.speedup // 0) >= 1.3),

@@ -28,6 +28,7 @@ using namespace icmlkit;
 using namespace icmlkit::lm;
 using kernels::CudaEngine;
 using kernels::WeightPrecision;
+using kernels::kInvariantRows;
 
 namespace {
 
@@ -183,19 +184,26 @@ TEST_CASE("cuda: batch-invariant mode gives a row the same bits alone and in any
   // Truth: the property itself (kernels/engine.hpp) — the row decoded alone is the reference.
   const Model m = model_in(cfg(RopeStyle::interleaved, false), io::h5::FloatStorage::bf16, 77);
   CudaEngine gpu(m, true);
+  CHECK(gpu.invariant_rows() == kInvariantRows);
   gpu.forward(Batch::causal({1, 2, 3, 4, 5, 6}, 0));
   gpu.commit_all();
-  Batch alone;
-  alone.add(9, 6);
-  const ForwardResult ref = gpu.forward(alone);
-  for (int k : {2, 5, 16, 63, 64, 65, 130}) {
-    for (int at : {0, k / 2, k - 1}) {
-      Batch b;
-      Rng rng(k * 100 + at);
-      for (int r = 0; r < k; ++r) b.add(r == at ? 9 : static_cast<int>(rng.uniform() * 97), 6 + (r == at ? 0 : r % 5));
-      const ForwardResult fr = gpu.forward(b);
-      INFO("batch " << k << " row " << at);
-      CHECK(std::equal(ref.logits.data.begin(), ref.logits.data.end(), fr.logits.row(at)));
+  // The default chunk (kInvariantRows), then chunks of 16 (set_invariant_rows): batches below, at and
+  // above one and two chunks.
+  for (const auto& [rows, sizes] : {std::pair{kInvariantRows, std::vector<int>{2, 5, 31, 32, 33, 64, 65, 130}},
+                                    std::pair{16, std::vector<int>{2, 15, 16, 17, 40}}}) {
+    gpu.set_invariant_rows(rows);
+    Batch alone;
+    alone.add(9, 6);
+    const ForwardResult ref = gpu.forward(alone);
+    for (int k : sizes) {
+      for (int at : {0, k / 2, k - 1}) {
+        Batch b;
+        Rng rng(k * 100 + at);
+        for (int r = 0; r < k; ++r) b.add(r == at ? 9 : static_cast<int>(rng.uniform() * 97), 6 + (r == at ? 0 : r % 5));
+        const ForwardResult fr = gpu.forward(b);
+        INFO("chunk " << rows << " batch " << k << " row " << at);
+        CHECK(std::equal(ref.logits.data.begin(), ref.logits.data.end(), fr.logits.row(at)));
+      }
     }
   }
 }
@@ -358,6 +366,17 @@ TEST_CASE("cuda: refused options and bad commits raise the engine's errors") {
   Batch bad;
   bad.add(500, 0);
   CHECK_THROWS_AS(gpu.forward(bad), InputError);
+  CHECK_THROWS_AS(gpu.set_invariant_rows(0), UsageError);
+  CHECK_THROWS_AS(gpu.set_invariant_rows(1025), UsageError);
+  CHECK(gpu.invariant_rows() == kInvariantRows);
+  for (const char* v : {"abc", "16x", "", "0", "-3", "99999999999"}) {
+    setenv("ICMLKIT_CUDA_INVARIANT_ROWS", v, 1);
+    INFO("ICMLKIT_CUDA_INVARIANT_ROWS=" << std::string(v));
+    CHECK_THROWS_AS(CudaEngine{m}, UsageError);
+  }
+  setenv("ICMLKIT_CUDA_INVARIANT_ROWS", "16", 1);
+  CHECK(CudaEngine(m).invariant_rows() == 16);
+  unsetenv("ICMLKIT_CUDA_INVARIANT_ROWS");
 }
 
 TEST_CASE("cuda: f16 models whose activations pass f16's range (65504) match the CPU engine") {
