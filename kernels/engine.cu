@@ -422,6 +422,16 @@ __global__ void fill_kernel(float* p, std::size_t n, float v) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 
+/// Batches of at most this many rows are padded for graph reuse (Impl::forward).
+constexpr int kPadRowsMax = 64;
+/// Rows a batch of n <= kPadRowsMax rows is padded to: n up to 4, then the next power of two
+/// up to 8, then the next multiple of 8 (at most 7 padding rows; 0 stays 0).
+int padded_rows(int n) {
+  if (n <= 4) return n;
+  if (n <= 8) return 8;
+  return (n + 7) / 8 * 8;
+}
+
 int grid_for(std::size_t n, int block = 256) { return static_cast<int>(std::min<std::size_t>((n + block - 1) / block, 65535)); }
 
 }  // namespace
@@ -591,6 +601,52 @@ struct CudaEngine::Impl {
     }
   }
 
+  /// Grows every per-forward buffer for a forward of R rows, nl logits rows, nsplit attention
+  /// splits, meta_ints metadata and rope_floats RoPE table entries (drops the graphs when one
+  /// moves).  The constructors call it for kPadRowsMax rows, so graphed batches never move one.
+  void reserve_buffers(int R, int nl, int nsplit, std::size_t meta_ints, std::size_t rope_floats) {
+    const int d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads, dff = c.d_ff;
+    const int dq = nh * hd, dkv = nkv * hd;
+    const Layout L = layout(R), LH = layout(std::max(1, nl));
+    grow(ids, std::size_t(std::max(1, nl)) * 4);
+    grow(part, std::size_t(R) * nh * nsplit * (2 + hd) * 4, false, true);  // doubling: splits grow with the context
+    grow(meta, std::max<std::size_t>(meta_ints * 4, 1 << 16), false, true);
+    grow(ropes, std::max<std::size_t>(rope_floats * 4, 1 << 12));
+    const int Kmax = std::max({d, dq, dff}), Omax = std::max({dq + 2 * dkv, d, 2 * dff});
+    grow(x, std::size_t(R) * d * 4);
+    grow(q, std::size_t(R) * dq * 4);
+    grow(act, std::max(buf_rows(L, R) * Kmax, buf_rows(LH, std::max(1, nl)) * d) * wsize(wt), true);
+    grow(Y, std::max(buf_rows(L, R) * Omax, buf_rows(LH, std::max(1, nl)) * std::size_t(c.vocab_size)) * 4);
+    grow(logits, std::size_t(std::max(1, nl)) * c.vocab_size * 4);
+    if (wt == WType::f16) {  // f16's range ends at 65504: each GEMM input row is scaled into it
+      grow(scale_a, std::size_t(std::max({R, nl, 1})) * 4);
+      grow(scale_b, std::size_t(std::max({R, nl, 1})) * 4);
+    }
+    if (R > pend_cap) {
+      const int cap = std::max(R, 2 * pend_cap);
+      const std::size_t n = std::size_t(c.n_layers) * cap * nkv * hd * 4;
+      // Zeroed: a layer skipped by skip_attn leaves its pending rows unwritten and commit still
+      // copies them (self-speculative drafts; never attended, but an uninitialised read).
+      DevBuf nk, nv;
+      nk.reserve(n, true);
+      nv.reserve(n, true);
+      std::swap(pk, nk);
+      std::swap(pv, nv);
+      pend_cap = cap;  // only once the buffers exist: a failed cudaMalloc leaves the old pair consistent
+      drop_graphs();
+    }
+  }
+
+  /// reserve_buffers for the batches graphs are made for: kPadRowsMax rows and logits rows,
+  /// attention splits for up to 4096 keys, two views with explicit lists of 1024 slots per head.
+  void reserve_for_graphs() {
+    const int nlh = c.n_layers * c.n_kv_heads, keys = std::min(c.n_ctx, 4096) + kPadRowsMax;
+    const std::size_t meta_ints = 4 * std::size_t(kPadRowsMax) + 1 + 4 * std::size_t(nlh) + std::size_t(kPadRowsMax) * kPadRowsMax +
+                                  std::size_t(nlh) * std::min(c.n_ctx, 1024);
+    reserve_buffers(kPadRowsMax, kPadRowsMax, (keys + lm::dm::kAttnBlockKeys - 1) / lm::dm::kAttnBlockKeys, meta_ints,
+                    std::size_t(kPadRowsMax) * c.head_dim());
+  }
+
   /// Device pointers of one forward call (fixed for a graph key while no buffer moves).
   struct Plan {
     int R = 0, nl = 0, nsplit = 1;
@@ -603,10 +659,11 @@ struct CudaEngine::Impl {
     float *sa = nullptr, *sb = nullptr;  // f16 weights only: row scales (GemmLayout::scale)
   };
 
-  /// Grows `b` to n bytes; records that cached graphs are stale when it moved.
-  void grow(DevBuf& b, std::size_t n, bool zero = false) {
+  /// Grows `b` to n bytes (with `doubling`, to at least twice its size, so a slowly growing
+  /// need moves it O(log) times); records that cached graphs are stale when it moved.
+  void grow(DevBuf& b, std::size_t n, bool zero = false, bool doubling = false) {
     if (n <= b.bytes) return;
-    b.reserve(n, zero);
+    b.reserve(doubling ? std::max(n, 2 * b.bytes) : n, zero);
     drop_graphs();
   }
 
@@ -703,12 +760,14 @@ struct CudaEngine::Impl {
     cudaGraphExec_t exec = nullptr;
   };
   std::map<GraphKey, GraphEntry> graphs;
+  CudaEngine::Stats stats;
   int captured = 0;     // instantiated graphs held (at most 64)
   int graph_nodes = 0;  // nodes of the last captured graph (kernels, cuBLAS's kernels, copies)
   bool graphs_on = true;
   std::vector<float*> hidden_host;
 
   void drop_graphs() {
+    stats.graph_drops += graphs.empty() ? 0 : 1;
     for (auto& g : graphs)
       if (g.second.exec) cudaGraphExecDestroy(g.second.exec);
     graphs.clear();
@@ -748,31 +807,43 @@ struct CudaEngine::Impl {
     lm::check_batch(c, [this](int, int) { return len; }, b, opt);
     if (!opt.attn_rows.empty())
       throw UsageError("attention records are not available on the CUDA engine (use --device cpu, or --kv-policy streaming)");
-    const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads, dff = c.d_ff;
-    const int dq = nh * hd, dkv = nkv * hd, nlh = c.n_layers * nkv, V = static_cast<int>(b.views.size());
+    const int R0 = b.size(), d = c.d_model, hd = c.head_dim(), nlh = c.n_layers * c.n_kv_heads, V = static_cast<int>(b.views.size());
     lm::ForwardResult res;
-    res.logits_rows = lm::logits_rows_of(opt, R);
-    const int nl = static_cast<int>(res.logits_rows.size());
+    res.logits_rows = lm::logits_rows_of(opt, R0);
+    const int nl0 = static_cast<int>(res.logits_rows.size());
+    ++stats.forwards;
+
+    // Graph reuse: a small batch that may be graphed is padded to a bucket of rows (padding rows:
+    // token 0 at position 0, full view, attending only themselves; padding logits rows repeat
+    // row 0) and its metadata gets a fixed layout, so the launches depend only on (rows, views,
+    // logits rows, splits): FAFO's batches of varying size and masks then share a few graphs.
+    // Rows never depend on other rows, so the padding changes no real row's result (in the
+    // batch-invariant mode not a bit: GEMM chunks are padded anyway).
+    const bool graphable = graphs_on && !opt.hidden && opt.skip_attn.empty() && opt.skip_mlp.empty();
+    const bool fixed = graphable && R0 <= kPadRowsMax;
+    const int R = fixed ? padded_rows(R0) : R0, nl = fixed ? padded_rows(nl0) : nl0;
 
     // Metadata, one upload: tokens, row views, view counts and list offsets, in-batch key
-    // offsets, logits rows, in-batch keys, explicit view slots.
+    // offsets, logits rows, in-batch keys (R * R capacity in the fixed layout), explicit view slots.
     std::vector<int> hm;
     auto block = [&hm](std::size_t n) { const std::size_t at = hm.size(); hm.resize(at + n, 0); return at; };
     const std::size_t o_tok = block(R), o_rv = block(R), o_vc = block(std::size_t(V) * nlh), o_vo = block(std::size_t(V) * nlh),
                       o_nbo = block(R + 1), o_lr = block(nl);
-    for (int r = 0; r < R; ++r) { hm[o_tok + r] = b.rows[r].token; hm[o_rv + r] = b.rows[r].view; }
-    for (int i = 0; i < nl; ++i) hm[o_lr + i] = res.logits_rows[i];
+    for (int r = 0; r < R0; ++r) { hm[o_tok + r] = b.rows[r].token; hm[o_rv + r] = b.rows[r].view; }
+    for (int i = 0; i < nl0; ++i) hm[o_lr + i] = res.logits_rows[i];
     const std::size_t o_nb = hm.size();
     for (int r = 0; r < R; ++r) {
       hm[o_nbo + r] = static_cast<int>(hm.size() - o_nb);
-      std::vector<int> s = b.rows[r].attend;
+      std::vector<int> s = r < R0 ? b.rows[r].attend : std::vector<int>{};
       s.push_back(r);
       std::sort(s.begin(), s.end());
       s.erase(std::unique(s.begin(), s.end()), s.end());
       hm.insert(hm.end(), s.begin(), s.end());
     }
     hm[o_nbo + R] = static_cast<int>(hm.size() - o_nb);
-    const std::size_t n_nb = hm.size() - o_nb, o_sl = hm.size();
+    const std::size_t n_nb = hm.size() - o_nb;
+    if (fixed) hm.resize(o_nb + std::size_t(R) * R, 0);
+    const std::size_t o_sl = hm.size();
     std::vector<int> view_max(V, 0);
     for (int v = 0; v < V; ++v)
       for (int lh = 0; lh < nlh; ++lh) {
@@ -789,10 +860,12 @@ struct CudaEngine::Impl {
     const std::size_t n_sl = hm.size() - o_sl;
     int max_keys = 1;
     for (int r = 0; r < R; ++r)
-      max_keys = std::max(max_keys, view_max[b.rows[r].view] + hm[o_nbo + r + 1] - hm[o_nbo + r]);
+      max_keys = std::max(max_keys, view_max[r < R0 ? b.rows[r].view : 0] + hm[o_nbo + r + 1] - hm[o_nbo + r]);
 
     std::vector<float> rope, sn;
     lm::rope_tables(c, b, rope, sn);
+    rope.resize(std::size_t(R) * hd / 2, 1.0f);  // padding rows: position 0, cos 1
+    sn.resize(rope.size(), 0.0f);                 // and sin 0
     rope.insert(rope.end(), sn.begin(), sn.end());
 
     // Buffers (every growth happens here, before any capture).
@@ -802,38 +875,14 @@ struct CudaEngine::Impl {
     P.L = layout(R);
     P.LH = layout(std::max(1, nl));
     P.greedy = opt.greedy_only;
-    grow(ids, std::size_t(std::max(1, nl)) * 4);
     P.nsplit = (max_keys + lm::dm::kAttnBlockKeys - 1) / lm::dm::kAttnBlockKeys;
-    grow(part, std::size_t(R) * nh * P.nsplit * (2 + hd) * 4);
-    grow(meta, std::max<std::size_t>(hm.size() * 4, 1 << 16));
-    grow(ropes, std::max<std::size_t>(rope.size() * 4, 1 << 12));
-    const int Kmax = std::max({d, dq, dff}), Omax = std::max({dq + 2 * dkv, d, 2 * dff});
-    grow(x, std::size_t(R) * d * 4);
-    grow(q, std::size_t(R) * dq * 4);
-    grow(act, std::max(buf_rows(P.L, R) * Kmax, buf_rows(P.LH, std::max(1, nl)) * d) * wsize(wt), true);
-    grow(Y, std::max(buf_rows(P.L, R) * Omax, buf_rows(P.LH, std::max(1, nl)) * std::size_t(c.vocab_size)) * 4);
-    grow(logits, std::size_t(std::max(1, nl)) * c.vocab_size * 4);
-    if (wt == WType::f16) {  // f16's range ends at 65504: each GEMM input row is scaled into it
-      grow(scale_a, std::size_t(std::max({R, nl, 1})) * 4);
-      grow(scale_b, std::size_t(std::max({R, nl, 1})) * 4);
+    reserve_buffers(R, nl, P.nsplit, hm.size(), rope.size());
+    if (wt == WType::f16) {
       P.sa = scale_a.as<float>();
       P.sb = scale_b.as<float>();
     }
-    if (R > pend_cap) {
-      const int cap = std::max(R, 2 * pend_cap);
-      const std::size_t n = std::size_t(c.n_layers) * cap * nkv * hd * 4;
-      // Zeroed: a layer skipped by skip_attn leaves its pending rows unwritten and commit still
-      // copies them (self-speculative drafts; never attended, but an uninitialised read).
-      DevBuf nk, nv;
-      nk.reserve(n, true);
-      nv.reserve(n, true);
-      std::swap(pk, nk);
-      std::swap(pv, nv);
-      pend_cap = cap;  // only once the buffers exist: a failed cudaMalloc leaves the old pair consistent
-      drop_graphs();
-    }
-    pend_rows = R;
-    P.pstride = std::size_t(pend_cap) * nkv * hd;
+    pend_rows = R0;
+    P.pstride = std::size_t(pend_cap) * c.n_kv_heads * hd;
     cuda_check(cudaMemcpyAsync(meta.p, hm.data(), hm.size() * 4, cudaMemcpyHostToDevice, st), "upload batch");
     cuda_check(cudaMemcpyAsync(ropes.p, rope.data(), rope.size() * 4, cudaMemcpyHostToDevice, st), "upload rope");
     const int* dm_ = meta.as<int>();
@@ -847,10 +896,10 @@ struct CudaEngine::Impl {
       hidden_host.assign(c.n_layers + 1, nullptr);
       for (int i = 0; i <= c.n_layers; ++i) hidden_host[i] = res.hidden[i].data.data();
     }
-    const bool graphable = graphs_on && !opt.hidden && opt.skip_attn.empty() && opt.skip_mlp.empty();
     cudaGraphExec_t exec = nullptr;
     if (graphable) {
-      const GraphKey key{R, V, static_cast<long long>(n_nb), static_cast<long long>(n_sl), nl,
+      // In the fixed layout the in-batch key and slot list lengths are data, not shape.
+      const GraphKey key{R, V, fixed ? -1LL : static_cast<long long>(n_nb), fixed ? -1LL : static_cast<long long>(n_sl), nl,
                          (invariant ? 1 : 0) + 2LL * (P.greedy ? 1 : 0) + 4LL * P.nsplit};
       if (graphs.size() > 1024) {  // forget shapes seen once or twice (FAFO's varying batches)
         for (auto it = graphs.begin(); it != graphs.end();) it = it->second.exec ? std::next(it) : graphs.erase(it);
@@ -859,10 +908,12 @@ struct CudaEngine::Impl {
       if (!ge.exec && ++ge.seen >= 3 && captured < 64) {
         ge.exec = capture(P, opt);
         captured += ge.exec ? 1 : 0;
+        stats.graph_captures += ge.exec ? 1 : 0;
       }
       exec = ge.exec;
     }
     if (exec) {
+      ++stats.graph_replays;
       cuda_check(cudaGraphLaunch(exec, st), "cudaGraphLaunch");
     } else {
       if (opt.hidden) {  // the embedding output, then enqueue copies each layer's
@@ -872,12 +923,12 @@ struct CudaEngine::Impl {
       }
       enqueue(P, opt);
     }
-    if (nl > 0 && P.greedy) {
-      res.greedy.assign(nl, 0);
-      cuda_check(cudaMemcpyAsync(res.greedy.data(), ids.p, std::size_t(nl) * 4, cudaMemcpyDeviceToHost, st), "greedy ids");
-    } else if (nl > 0) {
-      res.logits = lm::Matrix(nl, c.vocab_size);
-      cuda_check(cudaMemcpyAsync(res.logits.data.data(), logits.p, std::size_t(nl) * c.vocab_size * 4, cudaMemcpyDeviceToHost, st),
+    if (nl0 > 0 && P.greedy) {  // the real rows' results only: padding rows come last
+      res.greedy.assign(nl0, 0);
+      cuda_check(cudaMemcpyAsync(res.greedy.data(), ids.p, std::size_t(nl0) * 4, cudaMemcpyDeviceToHost, st), "greedy ids");
+    } else if (nl0 > 0) {
+      res.logits = lm::Matrix(nl0, c.vocab_size);
+      cuda_check(cudaMemcpyAsync(res.logits.data.data(), logits.p, std::size_t(nl0) * c.vocab_size * 4, cudaMemcpyDeviceToHost, st),
                  "logits");
     }
     cuda_check(cudaStreamSynchronize(st), "forward");
@@ -934,6 +985,7 @@ CudaEngine::CudaEngine(const lm::Model& model, bool batch_invariant, WeightPreci
     I.upload(D.down, {&L.w_down});
   }
   I.alloc_cache();
+  I.reserve_for_graphs();
 }
 
 CudaEngine::CudaEngine(const lm::ModelConfig& config, std::uint64_t seed, WeightPrecision weights, double sd, bool batch_invariant)
@@ -960,6 +1012,7 @@ CudaEngine::CudaEngine(const lm::ModelConfig& config, std::uint64_t seed, Weight
     I.random_mat(D.down, c.d_model, c.d_ff, ++s, sd);
   }
   I.alloc_cache();
+  I.reserve_for_graphs();
   cuda_check(cudaDeviceSynchronize(), "random model");
 }
 
@@ -1004,6 +1057,11 @@ void CudaEngine::set_graphs(bool on) noexcept {
 }
 bool CudaEngine::graphs() const noexcept { return p_->graphs_on; }
 int CudaEngine::graph_nodes() const noexcept { return p_->graph_nodes; }
+CudaEngine::Stats CudaEngine::stats() const noexcept { return p_->stats; }
+std::vector<std::pair<std::string, long long>> CudaEngine::counters() const {
+  const Stats& t = p_->stats;
+  return {{"forwards", t.forwards}, {"graph_replays", t.graph_replays}, {"graph_captures", t.graph_captures}, {"graph_drops", t.graph_drops}};
+}
 
 std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant) {
   return std::make_unique<CudaEngine>(model, batch_invariant);

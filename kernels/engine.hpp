@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lm/device_math.hpp"
@@ -110,8 +111,11 @@ class CudaEngine final : public lm::Engine {
   /// Waits for the device.
   void synchronize() const;
   /// CUDA graphs: a forward shape seen three times (AR decoding's one row) is captured once and
-  /// replayed with a single launch; results are those of the eager launches.  On by default;
-  /// off with ICMLKIT_CUDA_GRAPHS=0, after a failed capture (one warning line), or here.
+  /// replayed with a single launch; results are those of the eager launches.  A graphable batch
+  /// of at most 64 rows is padded (1..4 rows as they are, then 8, 16, 24, ...; padding rows
+  /// change no real row) and its metadata laid out at fixed offsets, so FAFO's verification
+  /// batches of varying size and masks share a few graphs.  At most 64 graphs are kept.  On by
+  /// default; off with ICMLKIT_CUDA_GRAPHS=0, after a failed capture (one warning line), or here.
   void set_graphs(bool on) noexcept;
   bool graphs() const noexcept;
   /// Nodes of the most recently captured CUDA graph (0 before any capture): the launches of one
@@ -120,6 +124,14 @@ class CudaEngine final : public lm::Engine {
   /// merge, SwiGLU, four GEMMs of at most invariant_rows() rows; output norm, LM head, argmax), f16 weights
   /// one more per layer (the scaled attention output).
   int graph_nodes() const noexcept;
+  /// Counts since construction: forward calls, those replayed from a CUDA graph, graphs
+  /// captured, and times every cached graph was dropped (a buffer moved, or settings changed).
+  struct Stats {
+    long long forwards = 0, graph_replays = 0, graph_captures = 0, graph_drops = 0;
+  };
+  Stats stats() const noexcept;
+  /// stats() as named counters (lm::Engine::counters).
+  std::vector<std::pair<std::string, long long>> counters() const override;
 
  private:
   struct Impl;

@@ -145,7 +145,8 @@ if "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@
         --slurpfile r16 "$tmp/fafo_gpu_r16.json" --slurpfile r64 "$tmp/fafo_gpu_r64.json" '{
       model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
       cuda: {fafo_tokens_per_s: $g[0].decode_tokens_per_s, ar_tokens_per_s: $g[0].compare.decode_tokens_per_s,
-             speedup: $g[0].speedup, identical_to_ar: $g[0].identical_to_ar, device: $g[0].device},
+             speedup: $g[0].speedup, identical_to_ar: $g[0].identical_to_ar, device: $g[0].device,
+             engine_counters: $g[0].engine_counters, ar_engine_counters: $g[0].compare.engine_counters},
       cuda_no_graphs: {fafo_tokens_per_s: $n[0].decode_tokens_per_s, ar_tokens_per_s: $n[0].compare.decode_tokens_per_s,
              speedup: $n[0].speedup, identical_to_ar: $n[0].identical_to_ar},
       cuda_invariant_rows_16: {fafo_tokens_per_s: $r16[0].decode_tokens_per_s, ar_tokens_per_s: $r16[0].compare.decode_tokens_per_s,

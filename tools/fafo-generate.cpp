@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
       "output is token-for-token the model's own AR output; sampling uses speculative acceptance,\n"
       "which keeps the model's distribution exactly.  Text goes to stdout; -o run.jsonl writes a meta\n"
       "line, one record per decode step and a summary (tokens, forward passes, mean accepted tokens per\n"
-      "step and its histogram, decode tokens/s, attention CPU time of drafting and verification rows);\n"
+      "step and its histogram, decode tokens/s, attention CPU time of drafting and verification rows;\n"
+      "with --device cuda, engine_counters: forward calls and those replayed from CUDA graphs);\n"
       "--compare ar also decodes with AR and adds the speedup and identical_to_ar.\n"
       "--search-skip-set FILE searches a self-spec skip set on --calibration prompts and writes it\n"
       "(progress on stderr; a few minutes for a few prompts).  Without --prompt, --prompt-file or\n"
@@ -258,8 +259,17 @@ int main(int argc, char** argv) {
             if (!text.empty()) std::cout << text << std::flush;
           };
         }
+        // Engine counters (CUDA: graph replays) over one run: the difference across it.
+        auto counters_since = [&engine](const std::vector<std::pair<std::string, long long>>& before) {
+          nlohmann::json j = nlohmann::json::object();
+          const auto now = engine->counters();
+          for (std::size_t i = 0; i < now.size(); ++i) j[now[i].first] = now[i].second - (i < before.size() ? before[i].second : 0);
+          return j;
+        };
+        const auto before = engine->counters();
         decode::DecodeResult r = decode::generate(*engine, ids, dc, sink);
         nlohmann::json summary = summarise(r);
+        if (!before.empty()) summary["engine_counters"] = counters_since(before);
         summary["method"] = method;
         summary["prompt_tokens"] = ids.size();
         summary["repeated_trigram_rate"] = repeated_trigram_rate(ids, r.tokens);
@@ -273,10 +283,12 @@ int main(int argc, char** argv) {
         if (!compare.empty()) {
           decode::DecodeConfig ar = dc;
           ar.method = decode::Method::ar;
+          const auto before_ar = engine->counters();
           decode::DecodeResult base = decode::generate(*engine, ids, ar);
           const nlohmann::json bs = summarise(base);
           summary["compare"] = {{"method", compare}, {"decode_tokens_per_s", bs["decode_tokens_per_s"]},
                                 {"decode_seconds", base.decode_s}, {"generated_tokens", base.tokens.size()}};
+          if (!before_ar.empty()) summary["compare"]["engine_counters"] = counters_since(before_ar);
           const double ar_tps = bs["decode_tokens_per_s"].get<double>();
           summary["speedup"] = ar_tps > 0 ? summary["decode_tokens_per_s"].get<double>() / ar_tps : 0.0;
           if (dc.sampler.temperature == 0.0) summary["identical_to_ar"] = r.tokens == base.tokens;

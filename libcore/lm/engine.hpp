@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lm/forward.hpp"
@@ -44,6 +45,9 @@ class Engine {
   virtual void clear() = 0;
   /// Committed slots (every head holds the same number on an engine).
   virtual int size() const = 0;
+  /// Engine-specific event counts since construction, by name (the CUDA engine: forwards,
+  /// graph_replays, graph_captures, graph_drops); none by default.
+  virtual std::vector<std::pair<std::string, long long>> counters() const { return {}; }
 };
 
 /// The CPU engine: lm::forward on a KvCache; outputs bitwise those of lm::forward.

@@ -235,6 +235,31 @@ TEST_CASE("cuda: CUDA graph replay gives the eager launches' bits") {
     graphed.commit_all();
   }
   CHECK(graphed.graphs());
+  CHECK(graphed.stats().graph_replays >= 9);
+
+  // Verification-like batches of 5, 6 and 13 rows (tree masks, a second view): graphed, they are
+  // padded to 8, 8 and 16 rows with a fixed metadata layout, and batches of one padded size
+  // share a graph whatever their masks.  Every real row keeps the eager engine's bits.
+  const std::vector<std::vector<std::int32_t>> lists(std::size_t(m.config.n_layers) * m.config.n_kv_heads, {0, 2, 5, 7});
+  const long long replays = graphed.stats().graph_replays;
+  for (int rep = 0; rep < 4; ++rep)
+    for (int rows : {5, 6, 13}) {
+      Batch vb;
+      const int v = vb.add_view(View::per_head(lists));
+      const int n = static_cast<int>(ctx.size());
+      vb.add(ctx.back(), n);
+      for (int r = 1; r < rows; ++r) {
+        std::vector<int> att;
+        for (int p = (r - 1) % (1 + rep); p >= 0; p -= 2) att.push_back(p);  // masks vary by rep
+        vb.add((r * 7 + rep) % 97, n + 1 + r % 3, r % 2 ? v : 0, att);
+      }
+      ForwardOptions all;
+      INFO("rows " << rows << " rep " << rep);
+      const ForwardResult ea = eager.forward(vb, all), gb = graphed.forward(vb, all);
+      REQUIRE(gb.logits_rows == ea.logits_rows);
+      CHECK(ea.logits.data == gb.logits.data);
+    }
+  CHECK(graphed.stats().graph_replays > replays);  // the 8-row shape: seen 8 times, masks differing
 }
 
 TEST_CASE("cuda: forward_greedy returns the argmax of the logits forward() returns") {
@@ -283,6 +308,30 @@ TEST_CASE("cuda: a greedy decode step is one graph of 1 + 10 n_layers + 3 launch
     CHECK(gpu.graph_nodes() >= ours);
 #endif
   }
+}
+
+TEST_CASE("cuda: FAFO's batches of varying size and masks replay from a few CUDA graphs") {
+  if (no_device("cuda: FAFO graphs")) return;
+  // Truth: the AR tokens (bitwise batch invariance), and the engine's own counts: most
+  // verification forwards are replayed (before padding and the fixed layout: under a quarter).
+  const Model m = model_in(cfg(RopeStyle::half, true), io::h5::FloatStorage::bf16, 5);
+  CudaEngine gpu(m, true);
+  decode::DecodeConfig ar;
+  ar.max_new_tokens = 60;
+  ar.stop_at_eos = false;
+  const std::vector<int> prompt{1, 5, 7, 5, 7, 5, 9, 5, 7};
+  const auto base = decode::generate(gpu, prompt, ar);
+  decode::DecodeConfig dc = ar;
+  dc.method = decode::Method::fafo;
+  dc.kv.budget = 8;
+  const auto before = gpu.stats();
+  const auto r = decode::generate(gpu, prompt, dc);
+  CHECK(r.tokens == base.tokens);
+  const long long forwards = gpu.stats().forwards - before.forwards, replays = gpu.stats().graph_replays - before.graph_replays;
+  INFO("forwards " << forwards << " replays " << replays << " captures " << gpu.stats().graph_captures - before.graph_captures);
+  CHECK(forwards == static_cast<long long>(r.steps.size()) + 1);
+  MESSAGE("forwards " << forwards << ", replayed from graphs " << replays);
+  CHECK(replays * 2 >= forwards);
 }
 
 TEST_CASE("cuda: greedy FAFO and lookahead decode exactly the AR tokens on the GPU") {
