@@ -67,6 +67,27 @@ struct DevBuf {
   template <class T> T* as() const { return static_cast<T*>(p); }
 };
 
+/// Page-locked host memory that grows on demand: staging for the per-forward copies (a copy
+/// from pageable memory is staged by the driver and holds the host).  Reused only after the
+/// stream has synchronised (every forward ends so).
+struct PinnedBuf {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  PinnedBuf() = default;
+  PinnedBuf(const PinnedBuf&) = delete;
+  PinnedBuf& operator=(const PinnedBuf&) = delete;
+  ~PinnedBuf() { if (p) cudaFreeHost(p); }
+  void reserve(std::size_t n) {
+    if (n <= bytes) return;
+    if (p) cudaFreeHost(p);
+    p = nullptr;
+    bytes = 0;
+    cuda_check(cudaMallocHost(&p, n), "cudaMallocHost");
+    bytes = n;
+  }
+  template <class T> T* as() const { return static_cast<T*>(p); }
+};
+
 std::size_t wsize(WType t) { return t == WType::f32 ? 4 : 2; }
 cudaDataType_t cuda_type(WType t) {
   return t == WType::f32 ? CUDA_R_32F : t == WType::f16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -462,6 +483,7 @@ struct CudaEngine::Impl {
   int pend_cap = 0, pend_rows = 0, len = 0;
   DevBuf x, q, act, Y, meta, ropes, logits, rowsbuf, part, ids;
   DevBuf scale_a, scale_b;  // f16 weights: per-row GEMM input scales (two: swiglu reads one, writes the other)
+  PinnedBuf upload_stage, ids_host;  // metadata + RoPE tables going up; greedy ids coming back
 
   ~Impl() {
     drop_graphs();
@@ -883,8 +905,12 @@ struct CudaEngine::Impl {
     }
     pend_rows = R0;
     P.pstride = std::size_t(pend_cap) * c.n_kv_heads * hd;
-    cuda_check(cudaMemcpyAsync(meta.p, hm.data(), hm.size() * 4, cudaMemcpyHostToDevice, st), "upload batch");
-    cuda_check(cudaMemcpyAsync(ropes.p, rope.data(), rope.size() * 4, cudaMemcpyHostToDevice, st), "upload rope");
+    upload_stage.reserve((hm.size() + rope.size()) * 4);
+    std::memcpy(upload_stage.p, hm.data(), hm.size() * 4);
+    std::memcpy(upload_stage.as<char>() + hm.size() * 4, rope.data(), rope.size() * 4);
+    cuda_check(cudaMemcpyAsync(meta.p, upload_stage.p, hm.size() * 4, cudaMemcpyHostToDevice, st), "upload batch");
+    cuda_check(cudaMemcpyAsync(ropes.p, upload_stage.as<char>() + hm.size() * 4, rope.size() * 4, cudaMemcpyHostToDevice, st),
+               "upload rope");
     const int* dm_ = meta.as<int>();
     P.m = Meta{dm_ + o_tok, dm_ + o_rv, dm_ + o_vc, dm_ + o_vo, dm_ + o_sl, dm_ + o_nbo, dm_ + o_nb};
     P.lrows = dm_ + o_lr;
@@ -924,14 +950,15 @@ struct CudaEngine::Impl {
       enqueue(P, opt);
     }
     if (nl0 > 0 && P.greedy) {  // the real rows' results only: padding rows come last
-      res.greedy.assign(nl0, 0);
-      cuda_check(cudaMemcpyAsync(res.greedy.data(), ids.p, std::size_t(nl0) * 4, cudaMemcpyDeviceToHost, st), "greedy ids");
+      ids_host.reserve(std::size_t(nl0) * 4);
+      cuda_check(cudaMemcpyAsync(ids_host.p, ids.p, std::size_t(nl0) * 4, cudaMemcpyDeviceToHost, st), "greedy ids");
     } else if (nl0 > 0) {
       res.logits = lm::Matrix(nl0, c.vocab_size);
       cuda_check(cudaMemcpyAsync(res.logits.data.data(), logits.p, std::size_t(nl0) * c.vocab_size * 4, cudaMemcpyDeviceToHost, st),
                  "logits");
     }
     cuda_check(cudaStreamSynchronize(st), "forward");
+    if (nl0 > 0 && P.greedy) res.greedy.assign(ids_host.as<int>(), ids_host.as<int>() + nl0);
     return res;
   }
 

@@ -87,6 +87,11 @@ std::map<std::uintptr_t, std::size_t>& live() {
   static std::map<std::uintptr_t, std::size_t> m;
   return m;
 }
+/// Page-locked host allocations (cudaMallocHost), guarded by mem_mu.
+std::set<const void*>& pinned() {
+  static std::set<const void*> s;
+  return s;
+}
 /// Graphs and graph execs that exist.
 std::set<const Graph*>& live_graphs() {
   static std::set<const Graph*> s;
@@ -580,6 +585,28 @@ cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mem_mu);
   live()[reinterpret_cast<std::uintptr_t>(q)] = bytes;
   *p = q;
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, std::size_t bytes) {
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  void* q = std::malloc(bytes);
+  if (q == nullptr) return cudaErrorMemoryAllocation;
+  std::lock_guard<std::mutex> lock(mem_mu);
+  pinned().insert(q);
+  *p = q;
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  if (p == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    if (pinned().erase(p) == 0) {
+      std::fprintf(stderr, "cuda-emu: cudaFreeHost of %s, which cudaMallocHost did not return (or was freed)\n", hex(p).c_str());
+      return cudaErrorInvalidValue;
+    }
+  }
+  std::free(p);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {

@@ -202,7 +202,7 @@ TEST_CASE("emulator: launch limits and pointer arguments are checked") {
   cudaDeviceSynchronize();
 }
 
-TEST_CASE("emulator: copies are checked against their direction and the allocation's size") {
+TEST_CASE("emulator: copies are checked against their direction and the allocation's size, pinned host memory is host memory") {
   float* d = nullptr;
   REQUIRE(cudaMalloc(&d, 16 * sizeof(float)) == cudaSuccess);
   std::vector<float> h(32, 3.0f);
@@ -215,6 +215,14 @@ TEST_CASE("emulator: copies are checked against their direction and the allocati
   CHECK(std::isnan(host_copy(fresh, 4)[2]));  // never-written device memory reads as NaN
   CHECK(cudaFree(fresh) == cudaSuccess);
   CHECK(cudaFree(fresh) == cudaErrorInvalidDevicePointer);
+  float* pinned = nullptr;  // page-locked host memory is host memory to every check
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), 16 * sizeof(float)) == cudaSuccess);
+  CHECK(cudaMemcpy(pinned, d, 16 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(pinned[15] == 3.0f);
+  CHECK(cudaMemcpy(d, pinned, 16 * sizeof(float), cudaMemcpyDeviceToDevice) == cudaErrorInvalidValue);
+  CHECK(cudaFreeHost(h.data()) == cudaErrorInvalidValue);
+  CHECK(cudaFreeHost(pinned) == cudaSuccess);
+  CHECK(cudaFreeHost(pinned) == cudaErrorInvalidValue);
   cudaFree(d);
 }
 

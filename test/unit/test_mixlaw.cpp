@@ -186,7 +186,7 @@ TEST_CASE("mixlaw: fitting recovers a known capacity-noise law on generated runs
   CHECK(r.objective < 1e-6);
 }
 
-TEST_CASE("mixlaw: linear law is the exact least-squares solution; metrics by hand") {
+TEST_CASE("mixlaw: linear law is the exact least-squares solution, with metrics by hand") {
   MixData d = random_runs(30, 3, 9);
   Eigen::VectorXd beta(9);
   beta << 2, 0.5, 0.1, 0.3, 3, 0.2, 0.4, 0.6, 2.5;

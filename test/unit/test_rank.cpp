@@ -532,7 +532,7 @@ TEST_CASE("rank: augmentation of missing ranks targets the exact partial-data po
   CHECK(max_marginal_tv(marginals_from_draws(res.chains[0].rho, n), exact) < 0.03);
 }
 
-TEST_CASE("rank: pairwise augmentation targets the exact posterior; cycles need an error model") {
+TEST_CASE("rank: pairwise augmentation targets the exact posterior, and cycles need an error model") {
   // Truth: p(rho | prefs) ∝ prod_j sum over rankings R_j consistent with j's preferences of
   // exp(-(alpha/n) d(R_j, rho)), by enumeration at n = 5.
   const int n = 5;
@@ -1021,7 +1021,7 @@ TEST_CASE("rank: mean and max marginal total variation") {
   CHECK(mean_marginal_tv(a, b) == doctest::Approx(0.25));
 }
 
-TEST_CASE("rank: order search never worsens its objective; mean-rank order puts top items first") {
+TEST_CASE("rank: order search never worsens its objective, and mean-rank order puts top items first") {
   const int n = 8;
   const RankMatrix R = random_ranks(6, n, 40);
   const Eigen::MatrixXd lw = itemwise_log_weights(R, 3.0, Metric::footrule);

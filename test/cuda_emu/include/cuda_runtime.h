@@ -151,6 +151,10 @@ cudaError_t cudaMalloc(T** p, std::size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
 cudaError_t cudaFree(void* p);
+/// Page-locked host memory: plain host memory here (a host pointer to every check), tracked so
+/// that cudaFreeHost refuses what cudaMallocHost did not return.
+cudaError_t cudaMallocHost(void** p, std::size_t bytes);
+cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemset(void* p, int value, std::size_t bytes);
 cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s = nullptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
