@@ -41,52 +41,48 @@ void cublas_check(cublasStatus_t s, const char* what) {
 }
 void launch_check(const char* what) { cuda_check(cudaGetLastError(), what); }
 
-/// A device allocation of raw bytes that grows on demand.
-struct DevBuf {
+/// Raw bytes that grow on demand: device memory (cudaMalloc), or with Pinned page-locked host
+/// memory (cudaMallocHost: staging for the per-forward copies, since a copy from pageable memory
+/// is staged by the driver and holds the host; reused only after the stream has synchronised,
+/// as every forward ends).
+template <bool Pinned>
+struct Buf {
   void* p = nullptr;
   std::size_t bytes = 0;
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; o.bytes = 0; }
-  DevBuf& operator=(DevBuf&& o) noexcept {
+  Buf() = default;
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  Buf(Buf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; o.bytes = 0; }
+  Buf& operator=(Buf&& o) noexcept {
     std::swap(p, o.p);
     std::swap(bytes, o.bytes);
     return *this;
   }
-  ~DevBuf() { if (p) cudaFree(p); }
+  ~Buf() { release(); }
+  /// At least n bytes (contents lost when it grows; zeroed with `zero`).
   void reserve(std::size_t n, bool zero = false) {
     if (n <= bytes) return;
-    if (p) cudaFree(p);
-    p = nullptr;
-    bytes = 0;
-    cuda_check(cudaMalloc(&p, n), "cudaMalloc");
+    release();
+    if constexpr (Pinned) cuda_check(cudaMallocHost(&p, n), "cudaMallocHost");
+    else cuda_check(cudaMalloc(&p, n), "cudaMalloc");
     bytes = n;
-    if (zero) cuda_check(cudaMemset(p, 0, n), "cudaMemset");
+    if (!zero) return;
+    if constexpr (Pinned) std::memset(p, 0, n);
+    else cuda_check(cudaMemset(p, 0, n), "cudaMemset");
   }
   template <class T> T* as() const { return static_cast<T*>(p); }
-};
 
-/// Page-locked host memory that grows on demand: staging for the per-forward copies (a copy
-/// from pageable memory is staged by the driver and holds the host).  Reused only after the
-/// stream has synchronised (every forward ends so).
-struct PinnedBuf {
-  void* p = nullptr;
-  std::size_t bytes = 0;
-  PinnedBuf() = default;
-  PinnedBuf(const PinnedBuf&) = delete;
-  PinnedBuf& operator=(const PinnedBuf&) = delete;
-  ~PinnedBuf() { if (p) cudaFreeHost(p); }
-  void reserve(std::size_t n) {
-    if (n <= bytes) return;
-    if (p) cudaFreeHost(p);
+ private:
+  void release() {
+    if (p == nullptr) return;
+    if constexpr (Pinned) cudaFreeHost(p);
+    else cudaFree(p);
     p = nullptr;
     bytes = 0;
-    cuda_check(cudaMallocHost(&p, n), "cudaMallocHost");
-    bytes = n;
   }
-  template <class T> T* as() const { return static_cast<T*>(p); }
 };
+using DevBuf = Buf<false>;
+using PinnedBuf = Buf<true>;
 
 std::size_t wsize(WType t) { return t == WType::f32 ? 4 : 2; }
 cudaDataType_t cuda_type(WType t) {
