@@ -506,6 +506,8 @@ struct CudaEngine::Impl {
     workspace.reserve(std::size_t(32) << 20);  // a fixed workspace: no allocation inside graph capture
     cublas_check(cublasSetWorkspace(blas, workspace.p, workspace.bytes), "cublasSetWorkspace");
     const char* env = std::getenv("ICMLKIT_CUDA_GRAPHS");
+    if (env != nullptr && std::string(env) != "0" && std::string(env) != "1")
+      throw UsageError(std::string("ICMLKIT_CUDA_GRAPHS must be 0 or 1, not '") + env + "'");
     graphs_on = !(env && std::string(env) == "0");
     if (const char* rows = std::getenv("ICMLKIT_CUDA_INVARIANT_ROWS"); rows != nullptr) {
       int v = 0;
@@ -1086,8 +1088,21 @@ std::vector<std::pair<std::string, long long>> CudaEngine::counters() const {
   return {{"forwards", t.forwards}, {"graph_replays", t.graph_replays}, {"graph_captures", t.graph_captures}, {"graph_drops", t.graph_drops}};
 }
 
-std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant) {
-  return std::make_unique<CudaEngine>(model, batch_invariant);
+std::vector<std::pair<std::string, std::string>> CudaEngine::settings() const {
+  const Impl& I = *p_;
+  return {{"weights", I.wt == WType::f32 ? "f32" : I.wt == WType::f16 ? "f16" : "bf16"},
+          {"batch_invariant", I.invariant ? "true" : "false"},
+          {"invariant_rows", std::to_string(I.chunk_rows)},
+          {"cuda_graphs", I.graphs_on ? "on" : "off"}};
+}
+
+std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant, const std::string& weights) {
+  WeightPrecision w = WeightPrecision::automatic;
+  if (weights == "f32") w = WeightPrecision::f32;
+  else if (weights == "f16") w = WeightPrecision::f16;
+  else if (weights == "bf16") w = WeightPrecision::bf16;
+  else if (weights != "auto") throw UsageError("weights must be auto, f32, f16 or bf16, not '" + weights + "'", "--weights");
+  return std::make_unique<CudaEngine>(model, batch_invariant, w);
 }
 
 double measure_copy_bandwidth(std::size_t bytes, int reps) {

@@ -113,8 +113,9 @@ class CudaEngine final : public lm::Engine {
   /// CUDA graphs: a forward shape seen three times (AR decoding's one row) is captured once and
   /// replayed with a single launch; results are those of the eager launches.  A graphable batch
   /// of at most 64 rows is padded (1..4 rows as they are, then 8, 16, 24, ...; padding rows
-  /// change no real row) and its metadata laid out at fixed offsets, so FAFO's verification
-  /// batches of varying size and masks share a few graphs.  At most 64 graphs are kept.  On by
+  /// change no real row in the batch-invariant mode; in the plain mode they change the GEMM
+  /// shape, so bits may differ from a run with graphs off) and its metadata laid out at fixed
+  /// offsets, so FAFO's verification batches of varying size and masks share a few graphs.  At most 64 graphs are kept.  On by
   /// default; off with ICMLKIT_CUDA_GRAPHS=0, after a failed capture (one warning line), or here.
   void set_graphs(bool on) noexcept;
   bool graphs() const noexcept;
@@ -132,6 +133,8 @@ class CudaEngine final : public lm::Engine {
   Stats stats() const noexcept;
   /// stats() as named counters (lm::Engine::counters).
   std::vector<std::pair<std::string, long long>> counters() const override;
+  /// weights (f32, f16, bf16), batch_invariant, invariant_rows, cuda_graphs (on / off).
+  std::vector<std::pair<std::string, std::string>> settings() const override;
 
  private:
   struct Impl;
@@ -139,7 +142,7 @@ class CudaEngine final : public lm::Engine {
 };
 
 /// The CUDA engine as an lm::Engine (lm::open_engine's CUDA branch).
-std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant);
+std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant, const std::string& weights = "auto");
 
 /// Device-to-device copy bandwidth in bytes/s: the best of `reps` cudaMemcpy of `bytes` (read +
 /// write counted, 2 * bytes per copy).  Throws RuntimeError on a CUDA failure.

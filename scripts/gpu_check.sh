@@ -99,6 +99,7 @@ else
 fi
 
 echo "== gpu-check: CUDA tests"
+$emulated && echo "(emulated: only the refusal and cuBLAS cases here; ctest runs every other CUDA case as its own cuda-emu/ entry)"
 "$unit" -tc="$tests" > "$tmp/ctest.log" 2>&1 && tests_ok=true || { tests_ok=false; status=1; }
 grep -E "skipped|TEST CASE|test cases|assertions|ERROR|FAILED|values:|INFO|gap|margin" "$tmp/ctest.log" | head -200 || tail -n 40 "$tmp/ctest.log"
 

@@ -1,4 +1,4 @@
-// fafo-generate: lossless multi-token decoding (FAFO and its baselines) on the CPU engine.
+// fafo-generate: lossless multi-token decoding (FAFO and its baselines) on the CPU or CUDA engine.
 #include <fmt/core.h>
 
 #include <filesystem>
@@ -87,16 +87,19 @@ int main(int argc, char** argv) {
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "fafo-generate",
-      "Lossless multi-token decoding on the CPU engine: FAFO (lookahead rows draft n-grams while\n"
+      "Lossless multi-token decoding on the CPU or CUDA engine: FAFO (lookahead rows draft n-grams while\n"
       "attending a token-dropped view of the KV cache, verification rows check them against the full\n"
       "cache in the same forward pass) and its baselines in one harness (--method ar, prompt-lookup,\n"
       "lookahead, self-spec, fafo).  Only tokens the full-cache rows accept are committed, so greedy\n"
       "output is token-for-token the model's own AR output; sampling uses speculative acceptance,\n"
       "which keeps the model's distribution exactly.  Text goes to stdout; -o run.jsonl writes a meta\n"
       "line, one record per decode step and a summary (tokens, forward passes, mean accepted tokens per\n"
-      "step and its histogram, decode tokens/s, attention CPU time of drafting and verification rows;\n"
-      "with --device cuda, engine_counters: forward calls and those replayed from CUDA graphs);\n"
-      "--compare ar also decodes with AR and adds the speedup and identical_to_ar.\n"
+      "step and its histogram, decode tokens/s, attention CPU time of drafting and verification rows\n"
+      "(CPU only: null on CUDA); with --device cuda, engine_settings and engine_counters: forward calls\n"
+      "including the prefill, graph_replays (those run as a CUDA graph, the capturing one included; graphs\n"
+      "captured earlier in the process are reused), graph_captures, graph_drops (graph cache flushes));\n"
+      "--compare ar also decodes with AR and adds the speedup and identical_to_ar (null when sampling).\n"
+      "--device cuda takes --kv-policy streaming only (the others need attention records).\n"
       "--search-skip-set FILE searches a self-spec skip set on --calibration prompts and writes it\n"
       "(progress on stderr; a few minutes for a few prompts).  Without --prompt, --prompt-file or\n"
       "--prompt-ids the prompt text is read from stdin.",
@@ -270,6 +273,10 @@ int main(int argc, char** argv) {
         decode::DecodeResult r = decode::generate(*engine, ids, dc, sink);
         nlohmann::json summary = summarise(r);
         if (!before.empty()) summary["engine_counters"] = counters_since(before);
+        // Attention CPU time is measured by the CPU engine only: elsewhere it is not 0 but absent.
+        const bool attn_timed = engine->device() == "cpu";
+        if (!attn_timed) summary["time_split_cpu_s"] = nullptr;
+        for (const auto& [key, value] : engine->settings()) summary["engine_settings"][key] = value;
         summary["method"] = method;
         summary["prompt_tokens"] = ids.size();
         summary["repeated_trigram_rate"] = repeated_trigram_rate(ids, r.tokens);
@@ -308,8 +315,9 @@ int main(int argc, char** argv) {
           for (const auto& s : r.steps)
             out << nlohmann::json{{"step", s.step}, {"n_past", s.n_past}, {"rows", s.rows}, {"draft_rows", s.draft_rows},
                                   {"verify_rows", s.verify_rows}, {"candidates", s.candidates}, {"accepted", s.accepted},
-                                  {"wall_s", s.wall_s}, {"draft_attn_cpu_s", s.draft_attn_cpu_s},
-                                  {"verify_attn_cpu_s", s.verify_attn_cpu_s}}.dump()
+                                  {"wall_s", s.wall_s},
+                                  {"draft_attn_cpu_s", attn_timed ? nlohmann::json(s.draft_attn_cpu_s) : nlohmann::json(nullptr)},
+                                  {"verify_attn_cpu_s", attn_timed ? nlohmann::json(s.verify_attn_cpu_s) : nlohmann::json(nullptr)}}.dump()
                 << "\n";
           out << nlohmann::json{{"summary", summary}}.dump() << "\n";
           out.close();

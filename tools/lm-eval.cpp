@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
                            {"threads", threads()},
                            {"omp_spin_count", openmp_spin_count()},
                            {"meta", ctx.prov.to_json()}};
+        if (engine)
+          for (const auto& [key, value] : engine->settings()) out["engine_settings"][key] = value;
         io::write_json(output, out);
         log::info("loss {:.4f} nats/token, perplexity {:.3f} over {} tokens", r.loss, r.perplexity(), r.tokens);
       });

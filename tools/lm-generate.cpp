@@ -1,4 +1,4 @@
-// lm-generate: autoregressive generation with the CPU engine (prefill, then one decode step
+// lm-generate: autoregressive generation with the CPU or CUDA engine (prefill, then one decode step
 // per token), greedy or sampled.
 #include <fmt/core.h>
 
@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "lm-generate",
-      "Generate text with a native icmlkit checkpoint on the CPU: prefill the prompt in one batched\n"
+      "Generate text with a model (.h5, .gguf or a Hugging Face folder) on the CPU or, with --device\n"
+      "cuda, a GPU: prefill the prompt in one batched\n"
       "forward, then one decode step per new token (full KV cache).  The prompt is text (--prompt,\n"
       "--prompt-file, or stdin when neither is given), tokenized with the model's own SentencePiece\n"
       "tokenizer with BOS prepended when the model says add_bos, or raw token ids (--prompt-ids, taken\n"
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
       "in whole UTF-8 characters (byte-fallback tokens of an unfinished character wait for the rest; bytes\n"
       "that form none print as U+FFFD; --no-text prints none); -o x.jsonl writes a {\"meta\"} line, one record per\n"
       "token (step, id, piece, logprob, top_ids, top_logprobs) and a final {\"summary\"} (prompt and\n"
-      "generated tokens, prefill and decode tokens/s, time to first token, stop reason).\n"
+      "generated tokens, prefill and decode tokens/s, time to first token, stop reason, compute_weights,\n"
+      "and on CUDA engine_settings).\n"
       "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.",
       "  lm-generate model.h5 --prompt 'In the beginning' -n 40\n"
       "  lm-generate model.h5 --prompt-file prompt.txt --prompt-tokens 128 --temperature 0.8 --top-p 0.95 --seed 7 -o run.jsonl --no-text\n"
@@ -63,7 +65,9 @@ int main(int argc, char** argv) {
         lm::add_text_flags(app, no_text, no_stream);
         app.add_option("-o,--output", output, "Per-token records (.jsonl)");
         lm::add_device_flag(app, device);
-        app.add_option("--weights", weights, "Compute weights: auto (f16 when the file stores f16), f32, f16 (exact f16 only)")
+        app.add_option("--weights", weights,
+                       "Compute weights: auto (the file's 16-bit format when its weights are exact in it: f16 on the CPU, "
+                       "f16 or bf16 on CUDA), f32, f16 (exact f16 only)")
             ->capture_default_str()->check(CLI::IsMember({"auto", "f32", "f16"}));
       },
       [&](cli::Context& ctx) {
@@ -81,7 +85,7 @@ int main(int argc, char** argv) {
         if (weights == "f16" || (weights == "auto" && model.stored == io::h5::FloatStorage::f16))
           if (!lm::hold_half(model) && weights == "f16")
             throw InputError("--weights f16 needs f16-representable weights (convert with --dtype f16)", model_path);
-        const std::unique_ptr<lm::Engine> engine = lm::open_engine(model, lm::parse_device(device));
+        const std::unique_ptr<lm::Engine> engine = lm::open_engine(model, lm::parse_device(device), weights);
         const double load_s = load_timer.seconds();
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
@@ -157,14 +161,20 @@ int main(int argc, char** argv) {
           std::cout << "\n";
         }
         const int n_decode = std::max(0, static_cast<int>(gen.size()) - 1);  // steps after the first token
+        // The device's precision where the engine says (CUDA), else the CPU engine's.
+        std::string compute_weights = model.token_embd.is_half() ? "f16" : "f32";
+        const auto settings = engine->settings();
+        for (const auto& [key, value] : settings)
+          if (key == "weights") compute_weights = value;
         nlohmann::json summary = {
             {"prompt_tokens", n_prompt}, {"generated_tokens", gen.size()}, {"stop_reason", stop},
             {"load_seconds", load_s}, {"prefill_seconds", prefill_s},
             {"prefill_tokens_per_s", prefill_s > 0 ? n_prompt / prefill_s : 0.0},
             {"time_to_first_token_s", ttft},
             {"decode_tokens_per_s", decode_s > 0 && n_decode > 0 ? n_decode / decode_s : 0.0},
-            {"threads", threads()}, {"omp_spin_count", openmp_spin_count()}, {"device", engine->device()}, {"compute_weights", model.token_embd.is_half() ? "f16" : "f32"},
+            {"threads", threads()}, {"omp_spin_count", openmp_spin_count()}, {"device", engine->device()}, {"compute_weights", compute_weights},
             {"weight_bytes", model.weight_bytes()}};
+        for (const auto& [key, value] : settings) summary["engine_settings"][key] = value;
         log::debug("{}", summary.dump());
         if (out.is_open()) {
           out << nlohmann::json{{"summary", summary}}.dump() << "\n";

@@ -48,6 +48,9 @@ class Engine {
   /// Engine-specific event counts since construction, by name (the CUDA engine: forwards,
   /// graph_replays, graph_captures, graph_drops); none by default.
   virtual std::vector<std::pair<std::string, long long>> counters() const { return {}; }
+  /// Engine-specific settings in effect, by name (the CUDA engine: weights, batch_invariant,
+  /// invariant_rows, cuda_graphs); none by default.  Programs record them in their summaries.
+  virtual std::vector<std::pair<std::string, std::string>> settings() const { return {}; }
 };
 
 /// The CPU engine: lm::forward on a KvCache; outputs bitwise those of lm::forward.
@@ -85,23 +88,26 @@ double engine_loss(Engine& engine, const std::vector<int>& stream, int seq_len, 
 #if defined(ICMLKIT_HAVE_CUDA)
 namespace icmlkit::kernels {
 /// Defined in kernels/engine.cu (linked when the build has CUDA).
-std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant);
+std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant, const std::string& weights);
 }  // namespace icmlkit::kernels
 #endif
 
 namespace icmlkit::lm {
 
 /// An engine for `model` on `device`, for programs that link icmlkit::kernels when CUDA is
-/// built (the tools do).  CUDA: weights uploaded once (16-bit when the model is stored so),
-/// batch-invariant GEMM shapes (see kernels/engine.hpp).  Throws InputError "--device cuda:
-/// built without CUDA" in a build without CUDA, and "--device cuda: no usable CUDA GPU or
-/// driver found (...)" when the driver reports none.  Defined inline so that the CUDA choice is made by the
-/// program that links the kernels, not by the core library.
-inline std::unique_ptr<Engine> open_engine(const Model& model, Device device) {
+/// built (the tools do).  CUDA: weights uploaded once in `weights` precision ("auto": 16-bit
+/// when the model is stored so and exactly representable; "f32", "f16", "bf16"), batch-invariant
+/// GEMM shapes (see kernels/engine.hpp); `weights` is unused on the CPU.  Throws UsageError for
+/// another `weights`, InputError "--device cuda: built without CUDA" in a build without CUDA,
+/// and "--device cuda: no usable CUDA GPU or driver found (...)" when the driver reports none.
+/// Defined inline so that the CUDA choice is made by the program that links the kernels, not
+/// by the core library.
+inline std::unique_ptr<Engine> open_engine(const Model& model, Device device, const std::string& weights = "auto") {
   if (device == Device::cpu) return std::make_unique<CpuEngine>(model);
 #if defined(ICMLKIT_HAVE_CUDA)
-  return kernels::make_cuda_engine(model, true);
+  return kernels::make_cuda_engine(model, true, weights);
 #else
+  (void)weights;
   throw InputError("--device cuda: built without CUDA (configure with -DICMLKIT_CUDA=ON and nvcc)");
 #endif
 }

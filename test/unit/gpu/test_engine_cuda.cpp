@@ -426,6 +426,19 @@ TEST_CASE("cuda: refused options and bad commits raise the engine's errors") {
   setenv("ICMLKIT_CUDA_INVARIANT_ROWS", "16", 1);
   CHECK(CudaEngine(m).invariant_rows() == 16);
   unsetenv("ICMLKIT_CUDA_INVARIANT_ROWS");
+  setenv("ICMLKIT_CUDA_GRAPHS", "banana", 1);
+  CHECK_THROWS_AS(CudaEngine{m}, UsageError);
+  setenv("ICMLKIT_CUDA_GRAPHS", "0", 1);
+  CHECK_FALSE(CudaEngine(m).graphs());
+  unsetenv("ICMLKIT_CUDA_GRAPHS");
+
+  // The settings programs record, and the precision open_engine passes on (lm-generate --weights).
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  const Model half = model_in(cfg(RopeStyle::half, false), io::h5::FloatStorage::bf16, 1);
+  CHECK(kernels::make_cuda_engine(half, true, "auto")->settings() ==
+        Settings{{"weights", "bf16"}, {"batch_invariant", "true"}, {"invariant_rows", "32"}, {"cuda_graphs", "on"}});
+  CHECK(lm::open_engine(half, Device::cuda, "f32")->settings().front() == std::pair<std::string, std::string>{"weights", "f32"});
+  CHECK_THROWS_AS(kernels::make_cuda_engine(half, true, "fp8"), UsageError);
 }
 
 TEST_CASE("cuda: f16 models whose activations pass f16's range (65504) match the CPU engine") {
