@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "io/h5array.hpp"
 #include "kernels/device.hpp"
 #include "kernels/launch.hpp"
 #include "util/error.hpp"
@@ -1098,10 +1099,13 @@ std::vector<std::pair<std::string, std::string>> CudaEngine::settings() const {
 
 std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant, const std::string& weights) {
   WeightPrecision w = WeightPrecision::automatic;
-  if (weights == "f32") w = WeightPrecision::f32;
-  else if (weights == "f16") w = WeightPrecision::f16;
-  else if (weights == "bf16") w = WeightPrecision::bf16;
-  else if (weights != "auto") throw UsageError("weights must be auto, f32, f16 or bf16, not '" + weights + "'", "--weights");
+  if (weights != "auto") {
+    switch (io::h5::parse_float_storage(weights, "--weights")) {  // UsageError for another name
+      case io::h5::FloatStorage::f32: w = WeightPrecision::f32; break;
+      case io::h5::FloatStorage::f16: w = WeightPrecision::f16; break;
+      case io::h5::FloatStorage::bf16: w = WeightPrecision::bf16; break;
+    }
+  }
   return std::make_unique<CudaEngine>(model, batch_invariant, w);
 }
 

@@ -132,30 +132,24 @@ echo "== gpu-check: FAFO vs AR on kjv7m (fafo-generate --device cuda)"
 model=$root/data/models/kjv7m.h5
 prompt="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."
 fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n "$fafo_tokens" --ignore-eos --compare ar --no-text -q)
-if "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo.jsonl" &&
-   ICMLKIT_CUDA_GRAPHS=0 "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_ng.jsonl" &&
-   ICMLKIT_CUDA_INVARIANT_ROWS=16 "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_r16.jsonl" &&
-   ICMLKIT_CUDA_INVARIANT_ROWS=64 "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_r64.jsonl" &&
-   "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_cpu.jsonl"; then
-  jq -c 'select(.summary) | .summary' "$tmp/fafo.jsonl" > "$tmp/fafo_gpu.json"
-  jq -c 'select(.summary) | .summary' "$tmp/fafo_r16.jsonl" > "$tmp/fafo_gpu_r16.json"
-  jq -c 'select(.summary) | .summary' "$tmp/fafo_r64.jsonl" > "$tmp/fafo_gpu_r64.json"
-  jq -c 'select(.summary) | .summary' "$tmp/fafo_ng.jsonl" > "$tmp/fafo_gpu_ng.json"
-  jq -c 'select(.summary) | .summary' "$tmp/fafo_cpu.jsonl" > "$tmp/fafo_cpu.json"
-  jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_gpu.json" --slurpfile n "$tmp/fafo_gpu_ng.json" --slurpfile c "$tmp/fafo_cpu.json" \
-        --slurpfile r16 "$tmp/fafo_gpu_r16.json" --slurpfile r64 "$tmp/fafo_gpu_r64.json" '{
-      model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
-      cuda: {fafo_tokens_per_s: $g[0].decode_tokens_per_s, ar_tokens_per_s: $g[0].compare.decode_tokens_per_s,
-             speedup: $g[0].speedup, identical_to_ar: $g[0].identical_to_ar, device: $g[0].device,
-             engine_counters: $g[0].engine_counters, ar_engine_counters: $g[0].compare.engine_counters},
-      cuda_no_graphs: {fafo_tokens_per_s: $n[0].decode_tokens_per_s, ar_tokens_per_s: $n[0].compare.decode_tokens_per_s,
-             speedup: $n[0].speedup, identical_to_ar: $n[0].identical_to_ar},
-      cuda_invariant_rows_16: {fafo_tokens_per_s: $r16[0].decode_tokens_per_s, ar_tokens_per_s: $r16[0].compare.decode_tokens_per_s,
-             speedup: $r16[0].speedup, identical_to_ar: $r16[0].identical_to_ar},
-      cuda_invariant_rows_64: {fafo_tokens_per_s: $r64[0].decode_tokens_per_s, ar_tokens_per_s: $r64[0].compare.decode_tokens_per_s,
-             speedup: $r64[0].speedup, identical_to_ar: $r64[0].identical_to_ar},
-      cpu: {fafo_tokens_per_s: $c[0].decode_tokens_per_s, ar_tokens_per_s: $c[0].compare.decode_tokens_per_s,
-            speedup: $c[0].speedup, identical_to_ar: $c[0].identical_to_ar}}' > "$tmp/fafo_summary.json"
+# One run per setting: fafo_run NAME DEVICE [VAR=VALUE ...]; its summary goes to $tmp/fafo_NAME.json.
+fafo_run() {
+  local name=$1 device=$2
+  shift 2
+  env "$@" "$bin/fafo-generate" "$model" --device "$device" --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_$name.jsonl" &&
+    jq -c 'select(.summary) | .summary' "$tmp/fafo_$name.jsonl" > "$tmp/fafo_$name.json"
+}
+if fafo_run cuda cuda && fafo_run cuda_no_graphs cuda ICMLKIT_CUDA_GRAPHS=0 &&
+   fafo_run cuda_invariant_rows_16 cuda ICMLKIT_CUDA_INVARIANT_ROWS=16 &&
+   fafo_run cuda_invariant_rows_64 cuda ICMLKIT_CUDA_INVARIANT_ROWS=64 && fafo_run cpu cpu; then
+  jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_cuda.json" --slurpfile n "$tmp/fafo_cuda_no_graphs.json" \
+        --slurpfile r16 "$tmp/fafo_cuda_invariant_rows_16.json" --slurpfile r64 "$tmp/fafo_cuda_invariant_rows_64.json" \
+        --slurpfile c "$tmp/fafo_cpu.json" '
+    def run: {fafo_tokens_per_s: .decode_tokens_per_s, ar_tokens_per_s: .compare.decode_tokens_per_s, speedup, identical_to_ar};
+    {model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
+     cuda: ($g[0] | run + {device, engine_counters, ar_engine_counters: .compare.engine_counters}),
+     cuda_no_graphs: ($n[0] | run), cuda_invariant_rows_16: ($r16[0] | run), cuda_invariant_rows_64: ($r64[0] | run),
+     cpu: ($c[0] | run)}' > "$tmp/fafo_summary.json"
   # The same tokens on both devices? (CUDA equals CPU within tolerance, not bitwise.)
   "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_gpu.txt"
   "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_cpu.txt"

@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
         nlohmann::json summary = summarise(r);
         if (!before.empty()) summary["engine_counters"] = counters_since(before);
         // Attention CPU time is measured by the CPU engine only: elsewhere it is not 0 but absent.
-        const bool attn_timed = engine->device() == "cpu";
+        const bool attn_timed = r.attention_timed;
         if (!attn_timed) summary["time_split_cpu_s"] = nullptr;
         for (const auto& [key, value] : engine->settings()) summary["engine_settings"][key] = value;
         summary["method"] = method;

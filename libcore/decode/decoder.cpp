@@ -209,7 +209,10 @@ class Decoder {
       lm::ForwardResult fr = engine_.forward(b, opt);
       ++res_.forward_passes;
       ++rec.draft_rows;
-      if (!fr.attn_cpu_s.empty()) rec.draft_attn_cpu_s += fr.attn_cpu_s[0];
+      if (!fr.attn_cpu_s.empty()) {
+        rec.draft_attn_cpu_s += fr.attn_cpu_s[0];
+        res_.attention_timed = true;
+      }
       engine_.commit({0});  // the draft's own K/V, rolled back below
       const float* lg = fr.logits.row(0);
       const int x = lm::greedy_token(lg, mc_.vocab_size);
@@ -328,6 +331,7 @@ class Decoder {
     lm::ForwardResult fr = engine_.forward(b, opt);
     ++res_.forward_passes;
     if (!fr.attn_cpu_s.empty()) {
+      res_.attention_timed = true;
       rec.verify_attn_cpu_s = fr.attn_cpu_s[0];
       if (draft_view >= 0) rec.draft_attn_cpu_s += fr.attn_cpu_s[draft_view];
     }

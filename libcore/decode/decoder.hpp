@@ -88,6 +88,9 @@ struct DecodeResult {
   double prefill_s = 0.0;
   double decode_s = 0.0;
   int forward_passes = 0;         ///< decode forward calls (self-spec counts draft passes)
+  /// Whether the engine measured attention CPU time (the CPU engine does; the CUDA engine not):
+  /// without it the steps' *_attn_cpu_s are 0 and mean nothing.
+  bool attention_timed = false;
   bool eos = false;               ///< stopped at the eos token
   bool context_full = false;      ///< stopped because the context was full
 };
