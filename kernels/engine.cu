@@ -1094,7 +1094,7 @@ std::vector<std::pair<std::string, std::string>> CudaEngine::settings() const {
   return {{"weights", I.wt == WType::f32 ? "f32" : I.wt == WType::f16 ? "f16" : "bf16"},
           {"batch_invariant", I.invariant ? "true" : "false"},
           {"invariant_rows", std::to_string(I.chunk_rows)},
-          {"cuda_graphs", I.graphs_on ? "on" : "off"}};
+          {"cuda_graphs", I.graphs_on ? "1" : "0"}};
 }
 
 std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant, const std::string& weights) {

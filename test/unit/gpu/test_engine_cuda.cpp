@@ -436,7 +436,7 @@ TEST_CASE("cuda: refused options and bad commits raise the engine's errors") {
   using Settings = std::vector<std::pair<std::string, std::string>>;
   const Model half = model_in(cfg(RopeStyle::half, false), io::h5::FloatStorage::bf16, 1);
   CHECK(kernels::make_cuda_engine(half, true, "auto")->settings() ==
-        Settings{{"weights", "bf16"}, {"batch_invariant", "true"}, {"invariant_rows", "32"}, {"cuda_graphs", "on"}});
+        Settings{{"weights", "bf16"}, {"batch_invariant", "true"}, {"invariant_rows", "32"}, {"cuda_graphs", "1"}});
   CHECK(lm::open_engine(half, Device::cuda, "f32")->settings().front() == std::pair<std::string, std::string>{"weights", "f32"});
   CHECK_THROWS_AS(kernels::make_cuda_engine(half, true, "fp8"), UsageError);
 }
