@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -825,6 +826,7 @@ struct CudaEngine::Impl {
   /// The forward pass; with opt.greedy_only, the logits stay on the device and only each
   /// logits row's greedy token comes back (ForwardResult::greedy).
   lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& opt) {
+    const auto t_entry = std::chrono::steady_clock::now();
     lm::check_batch(c, [this](int, int) { return len; }, b, opt);
     if (!opt.attn_rows.empty())
       throw UsageError("attention records are not available on the CUDA engine (use --device cpu, or --kv-policy streaming)");
@@ -922,6 +924,7 @@ struct CudaEngine::Impl {
       for (int i = 0; i <= c.n_layers; ++i) hidden_host[i] = res.hidden[i].data.data();
     }
     cudaGraphExec_t exec = nullptr;
+    std::chrono::steady_clock::time_point t_prep_end{};  // set when a capture follows the preparation
     if (graphable) {
       // In the fixed layout the in-batch key and slot list lengths are data, not shape.
       const GraphKey key{R, V, fixed ? -1LL : static_cast<long long>(n_nb), fixed ? -1LL : static_cast<long long>(n_sl), nl,
@@ -931,12 +934,15 @@ struct CudaEngine::Impl {
       }
       GraphEntry& ge = graphs[key];
       if (!ge.exec && ++ge.seen >= 3 && captured < 64) {
+        t_prep_end = std::chrono::steady_clock::now();
         ge.exec = capture(P, opt);
         captured += ge.exec ? 1 : 0;
         stats.graph_captures += ge.exec ? 1 : 0;
       }
       exec = ge.exec;
     }
+    if (t_prep_end == std::chrono::steady_clock::time_point{}) t_prep_end = std::chrono::steady_clock::now();
+    stats.host_prep_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t_prep_end - t_entry).count();
     if (exec) {
       ++stats.graph_replays;
       cuda_check(cudaGraphLaunch(exec, st), "cudaGraphLaunch");
@@ -1086,7 +1092,8 @@ int CudaEngine::graph_nodes() const noexcept { return p_->graph_nodes; }
 CudaEngine::Stats CudaEngine::stats() const noexcept { return p_->stats; }
 std::vector<std::pair<std::string, long long>> CudaEngine::counters() const {
   const Stats& t = p_->stats;
-  return {{"forwards", t.forwards}, {"graph_replays", t.graph_replays}, {"graph_captures", t.graph_captures}, {"graph_drops", t.graph_drops}};
+  return {{"forwards", t.forwards},         {"graph_replays", t.graph_replays}, {"graph_captures", t.graph_captures},
+          {"graph_drops", t.graph_drops}, {"host_prep_ns", t.host_prep_ns}};
 }
 
 std::vector<std::pair<std::string, std::string>> CudaEngine::settings() const {

@@ -129,6 +129,10 @@ class CudaEngine final : public lm::Engine {
   /// captured, and times every cached graph was dropped (a buffer moved, or settings changed).
   struct Stats {
     long long forwards = 0, graph_replays = 0, graph_captures = 0, graph_drops = 0;
+    /// Host nanoseconds inside forward() before its work is enqueued or replayed: the batch
+    /// checks, metadata and RoPE tables, staging and the graph lookup (graph captures excluded).
+    /// On a GPU this is time the device may sit idle between decode steps.
+    long long host_prep_ns = 0;
   };
   Stats stats() const noexcept;
   /// stats() as named counters (lm::Engine::counters).

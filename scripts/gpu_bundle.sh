@@ -2,7 +2,7 @@
 # Packs what `scripts/gpu_check.sh --bundle DIR` needs on a GPU machine that has the CUDA
 # toolkit and driver but none of our Debian libraries and no package registry (the device
 # machine of this workplace: an image with nvcc, cuBLAS and Python, nothing else of ours):
-#   DIR/bin   unit_tests, bench-gpu-engine, fafo-generate, lm-generate, lm-eval from a
+#   DIR/bin   unit_tests, bench-gpu-engine, bench-decode-host, fafo-generate, lm-generate, lm-eval from a
 #             CUDA-enabled build (stripped), and jq
 #   DIR/lib   every shared library they load except glibc's own and CUDA's (libcudart and
 #             cuBLAS come from the GPU machine's toolkit: cuBLASLt alone is ~500 MB)
@@ -23,7 +23,7 @@ cache=$build/CMakeCache.txt
 [ -f "$cache" ] || { echo "gpu_bundle.sh: $build is not a configured build directory" >&2; exit 2; }
 "$build/bin/lm-generate" --version 2>/dev/null | grep -q '^cuda: on' ||
   { echo "gpu_bundle.sh: $build was built without CUDA (configure with -DICMLKIT_CUDA=ON and nvcc on PATH)" >&2; exit 2; }
-progs=("$build/test/unit/unit_tests" "$build/bin/bench-gpu-engine" "$build/bin/fafo-generate" "$build/bin/lm-generate" "$build/bin/lm-eval")
+progs=("$build/test/unit/unit_tests" "$build/bin/bench-gpu-engine" "$build/bin/bench-decode-host" "$build/bin/fafo-generate" "$build/bin/lm-generate" "$build/bin/lm-eval")
 for p in "${progs[@]}"; do [ -x "$p" ] || { echo "gpu_bundle.sh: $p not built" >&2; exit 2; }; done
 jq_bin=$(command -v jq) || { echo "gpu_bundle.sh: jq not found (it travels in the bundle: gpu_check.sh needs it)" >&2; exit 2; }
 

@@ -5,7 +5,10 @@
 #      share of the bandwidth it reaches, c(k) for k = 1..64, each for the batch-invariant GEMM
 #      chunk of 32 rows (the default, which the targets read), 16 and 64 rows, and the plain mode;
 #   3. FAFO vs AR on the demo model data/models/kjv7m.h5 with fafo-generate --device cuda (chunks
-#      of 32, 16 and 64 rows through ICMLKIT_CUDA_INVARIANT_ROWS, and without CUDA graphs).
+#      of 32, 16 and 64 rows through ICMLKIT_CUDA_INVARIANT_ROWS, and without CUDA graphs), with the
+#      decoder's and the engine's host time per step and forward;
+#   4. bench-decode-host: the decoder's own host time per step on this machine's CPU (forwards
+#      replayed, nothing computed).
 # Prints everything to stdout; with $OUT set, also writes $OUT/gpu_check.json (and the parts).
 # Usage: scripts/gpu_check.sh BUILD_DIR
 #        scripts/gpu_check.sh --bundle BUNDLE   (BUNDLE: a directory or .tar.xz from
@@ -132,37 +135,64 @@ echo "== gpu-check: FAFO vs AR on kjv7m (fafo-generate --device cuda)"
 model=$root/data/models/kjv7m.h5
 prompt="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."
 fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n "$fafo_tokens" --ignore-eos --compare ar --no-text -q)
-# One run per setting: fafo_run NAME DEVICE [VAR=VALUE ...]; its summary goes to $tmp/fafo_NAME.json.
+# One run per setting: fafo_run NAME DEVICE [VAR=VALUE ...]; its summary goes to $tmp/fafo_NAME.json,
+# or {"error": ...} when it fails (the other settings still run).
 fafo_run() {
   local name=$1 device=$2
   shift 2
-  env "$@" "$bin/fafo-generate" "$model" --device "$device" --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_$name.jsonl" &&
-    jq -c 'select(.summary) | .summary' "$tmp/fafo_$name.jsonl" > "$tmp/fafo_$name.json"
+  if env "$@" "$bin/fafo-generate" "$model" --device "$device" --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_$name.jsonl" \
+       2> "$tmp/fafo_$name.err" && jq -c 'select(.summary) | .summary' "$tmp/fafo_$name.jsonl" > "$tmp/fafo_$name.json"; then
+    return 0
+  fi
+  jq -n --arg e "$(tail -n 3 "$tmp/fafo_$name.err" 2>/dev/null)" '{error: ("fafo-generate failed: " + $e)}' > "$tmp/fafo_$name.json"
+  status=1
 }
-if fafo_run cuda cuda && fafo_run cuda_no_graphs cuda ICMLKIT_CUDA_GRAPHS=0 &&
-   fafo_run cuda_invariant_rows_16 cuda ICMLKIT_CUDA_INVARIANT_ROWS=16 &&
-   fafo_run cuda_invariant_rows_64 cuda ICMLKIT_CUDA_INVARIANT_ROWS=64 && fafo_run cpu cpu; then
-  jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_cuda.json" --slurpfile n "$tmp/fafo_cuda_no_graphs.json" \
-        --slurpfile r16 "$tmp/fafo_cuda_invariant_rows_16.json" --slurpfile r64 "$tmp/fafo_cuda_invariant_rows_64.json" \
-        --slurpfile c "$tmp/fafo_cpu.json" '
-    def run: {fafo_tokens_per_s: .decode_tokens_per_s, ar_tokens_per_s: .compare.decode_tokens_per_s, speedup, identical_to_ar};
-    {model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
-     cuda: ($g[0] | run + {device, engine_counters, ar_engine_counters: .compare.engine_counters}),
-     cuda_no_graphs: ($n[0] | run), cuda_invariant_rows_16: ($r16[0] | run), cuda_invariant_rows_64: ($r64[0] | run),
-     cpu: ($c[0] | run)}' > "$tmp/fafo_summary.json"
-  # The same tokens on both devices? (CUDA equals CPU within tolerance, not bitwise.)
-  "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_gpu.txt"
-  "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_cpu.txt"
+fafo_run cuda cuda
+fafo_run cuda_no_graphs cuda ICMLKIT_CUDA_GRAPHS=0
+fafo_run cuda_invariant_rows_16 cuda ICMLKIT_CUDA_INVARIANT_ROWS=16
+fafo_run cuda_invariant_rows_64 cuda ICMLKIT_CUDA_INVARIANT_ROWS=64
+fafo_run cpu cpu
+# Per run: speeds, the decoder's own host time per step, and on CUDA the engine's host
+# preparation per forward (host_prep_ns / forwards), its settings and graph counters.
+jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_cuda.json" --slurpfile n "$tmp/fafo_cuda_no_graphs.json" \
+      --slurpfile r16 "$tmp/fafo_cuda_invariant_rows_16.json" --slurpfile r64 "$tmp/fafo_cuda_invariant_rows_64.json" \
+      --slurpfile c "$tmp/fafo_cpu.json" '
+  def us: if . == null then null else . * 1e6 end;
+  def prep($k): if $k.forwards then $k.host_prep_ns / $k.forwards / 1000 else null end;
+  def run: if .error then . else
+    {fafo_tokens_per_s: .decode_tokens_per_s, ar_tokens_per_s: .compare.decode_tokens_per_s, speedup, identical_to_ar,
+     mean_accepted_per_step, decoder_host_us_per_step: (.mean_host_seconds_per_step | us),
+     ar_decoder_host_us_per_step: (.compare.mean_host_seconds_per_step | us), engine_settings}
+    + (if .engine_counters then {engine_counters, ar_engine_counters: .compare.engine_counters,
+         engine_host_prep_us_per_forward: prep(.engine_counters), ar_engine_host_prep_us_per_forward: prep(.compare.engine_counters)}
+       else {} end) end;
+  {model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
+   cuda: ($g[0] | run + (if .error then {} else {device} end)),
+   cuda_no_graphs: ($n[0] | run), cuda_invariant_rows_16: ($r16[0] | run), cuda_invariant_rows_64: ($r64[0] | run),
+   cpu: ($c[0] | run)}' > "$tmp/fafo_summary.json" || { echo '{"error": "could not summarise the FAFO runs"}' > "$tmp/fafo_summary.json"; status=1; }
+# The same tokens on both devices? (CUDA equals CPU within tolerance, not bitwise.)
+same=null
+if "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_gpu.txt" &&
+   "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_cpu.txt"; then
   same=$(cmp -s "$tmp/ar_gpu.txt" "$tmp/ar_cpu.txt" && echo true || echo false)
-  jq --argjson same "$same" '. + {ar_text_cuda_equals_cpu: $same}' "$tmp/fafo_summary.json" > "$tmp/fafo.json"
-  cat "$tmp/fafo.json"
 else
-  echo '{"error": "fafo-generate --device cuda failed"}' > "$tmp/fafo.json"
+  status=1
+fi
+jq --argjson same "$same" '. + {ar_text_cuda_equals_cpu: $same}' "$tmp/fafo_summary.json" > "$tmp/fafo.json"
+cat "$tmp/fafo.json"
+
+# The decoder's host work per step with the forwards replayed (no model computed), on this
+# machine's CPU: what the GPU waits for between steps on the decoder's side.
+echo "== gpu-check: bench-decode-host (the decoder's host time per step, CPU)"
+if [ -x "$bin/bench-decode-host" ] && "$bin/bench-decode-host" "$model" --tokens "$fafo_tokens" > "$tmp/decode_host.json"; then
+  cat "$tmp/decode_host.json"
+else
+  echo '{"error": "bench-decode-host failed or is missing"}' > "$tmp/decode_host.json"
   status=1
 fi
 
-jq -n --slurpfile e "$tmp/engine.json" --slurpfile f "$tmp/fafo.json" --argjson ok "$tests_ok" \
-  '{gpu_check: {cuda_tests_passed: $ok, engine: $e[0], fafo_kjv7m: $f[0],
+jq -n --slurpfile e "$tmp/engine.json" --slurpfile f "$tmp/fafo.json" --slurpfile h "$tmp/decode_host.json" --argjson ok "$tests_ok" \
+  '{gpu_check: {cuda_tests_passed: $ok, engine: $e[0], fafo_kjv7m: $f[0], decode_host: $h[0],
     by_mode: {decode_b1_share_of_bandwidth: ($e[0].decode_b1 // {} | with_entries(select(.value | type == "object" and has("share_of_bandwidth")))
                                               | map_values(.share_of_bandwidth)),
               c16: ($e[0].c_k // {} | with_entries(select(.value | type == "object" and has("c16"))) | map_values(.c16))},
@@ -175,13 +205,14 @@ echo "== gpu-check: summary"
 cat "$tmp/gpu_check.json"
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
-  cp "$tmp/gpu_check.json" "$tmp/engine.json" "$tmp/fafo.json" "$tmp/ctest.log" "$OUT/" 2>/dev/null || true
+  cp "$tmp/gpu_check.json" "$tmp/engine.json" "$tmp/fafo.json" "$tmp/decode_host.json" "$tmp/ctest.log" "$OUT/" 2>/dev/null || true
   [ -f "$tmp/sanitizer.log" ] && cp "$tmp/sanitizer.log" "$OUT/"
 fi
 if $emulated && [ $status -eq 0 ]; then
   if jq -e '.gpu_check | .cuda_tests_passed and (.engine.decode_b1.batch_invariant.tokens_per_s > 0)
         and (.engine.c_k.batch_invariant.c | length > 0) and .fafo_kjv7m.cuda.identical_to_ar
-        and .fafo_kjv7m.cuda_no_graphs.identical_to_ar and (.fafo_kjv7m.ar_text_cuda_equals_cpu | type == "boolean")' \
+        and .fafo_kjv7m.cuda_no_graphs.identical_to_ar and (.fafo_kjv7m.ar_text_cuda_equals_cpu | type == "boolean")
+        and (.fafo_kjv7m.cuda.engine_host_prep_us_per_forward > 0) and (.decode_host.methods.fafo.host_us_per_step > 0)' \
         "$tmp/gpu_check.json" > /dev/null; then
     echo "gpu-check rehearsal: ok"
   else

@@ -32,7 +32,7 @@ namespace {
 
 nlohmann::json summarise(const decode::DecodeResult& r) {
   std::map<int, int> hist;
-  double draft_attn = 0.0, verify_attn = 0.0, step_wall = 0.0;
+  double draft_attn = 0.0, verify_attn = 0.0, step_wall = 0.0, step_engine = 0.0;
   int decode_tokens = 0, rows = 0;
   for (const auto& s : r.steps) {
     ++hist[s.accepted];
@@ -40,6 +40,7 @@ nlohmann::json summarise(const decode::DecodeResult& r) {
     draft_attn += s.draft_attn_cpu_s;
     verify_attn += s.verify_attn_cpu_s;
     step_wall += s.wall_s;
+    step_engine += s.engine_s;
     rows += s.rows;
   }
   nlohmann::json h = nlohmann::json::object();
@@ -55,6 +56,7 @@ nlohmann::json summarise(const decode::DecodeResult& r) {
           {"decode_seconds", r.decode_s},
           {"decode_tokens_per_s", r.decode_s > 0 ? decode_tokens / r.decode_s : 0.0},
           {"mean_step_seconds", n_steps > 0 ? step_wall / n_steps : 0.0},
+          {"mean_host_seconds_per_step", n_steps > 0 ? (step_wall - step_engine) / n_steps : 0.0},
           {"time_split_cpu_s", {{"drafting_attention", draft_attn}, {"verification_attention", verify_attn}}},
           {"stop_reason", r.eos ? "eos" : r.context_full ? "n_ctx" : "max_new_tokens"}};
 }
@@ -296,7 +298,8 @@ int main(int argc, char** argv) {
           decode::DecodeResult base = decode::generate(*engine, ids, ar);
           const nlohmann::json bs = summarise(base);
           summary["compare"] = {{"method", compare}, {"decode_tokens_per_s", bs["decode_tokens_per_s"]},
-                                {"decode_seconds", base.decode_s}, {"generated_tokens", base.tokens.size()}};
+                                {"decode_seconds", base.decode_s}, {"generated_tokens", base.tokens.size()},
+                                {"mean_host_seconds_per_step", bs["mean_host_seconds_per_step"]}};
           if (!before_ar.empty()) summary["compare"]["engine_counters"] = counters_since(before_ar);
           const double ar_tps = bs["decode_tokens_per_s"].get<double>();
           summary["speedup"] = ar_tps > 0 ? summary["decode_tokens_per_s"].get<double>() / ar_tps : 0.0;
@@ -317,7 +320,7 @@ int main(int argc, char** argv) {
           for (const auto& s : r.steps)
             out << nlohmann::json{{"step", s.step}, {"n_past", s.n_past}, {"rows", s.rows}, {"draft_rows", s.draft_rows},
                                   {"verify_rows", s.verify_rows}, {"candidates", s.candidates}, {"accepted", s.accepted},
-                                  {"wall_s", s.wall_s},
+                                  {"wall_s", s.wall_s}, {"engine_s", s.engine_s},
                                   {"draft_attn_cpu_s", attn_timed ? nlohmann::json(s.draft_attn_cpu_s) : nlohmann::json(nullptr)},
                                   {"verify_attn_cpu_s", attn_timed ? nlohmann::json(s.verify_attn_cpu_s) : nlohmann::json(nullptr)}}.dump()
                 << "\n";

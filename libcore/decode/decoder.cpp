@@ -206,14 +206,16 @@ class Decoder {
     for (int k = 0; k < depth; ++k) {
       lm::Batch b;
       b.add(tok, n_past_ + k);
+      const auto te = Clock::now();
       lm::ForwardResult fr = engine_.forward(b, opt);
+      engine_.commit({0});  // the draft's own K/V, rolled back below
+      rec.engine_s += since(te);
       ++res_.forward_passes;
       ++rec.draft_rows;
       if (!fr.attn_cpu_s.empty()) {
         rec.draft_attn_cpu_s += fr.attn_cpu_s[0];
         res_.attention_timed = true;
       }
-      engine_.commit({0});  // the draft's own K/V, rolled back below
       const float* lg = fr.logits.row(0);
       const int x = lm::greedy_token(lg, mc_.vocab_size);
       double mx = lg[x], sum = 0.0;
@@ -222,7 +224,9 @@ class Decoder {
       tok = x;
       if (1.0 / sum < cfg_.draft_stop) break;
     }
+    const auto te = Clock::now();
     engine_.truncate(n_past_);
+    rec.engine_s += since(te);
     return draft;
   }
 
@@ -328,7 +332,9 @@ class Decoder {
     }
     rec.rows = b.size();
 
+    auto te = Clock::now();
     lm::ForwardResult fr = engine_.forward(b, opt);
+    rec.engine_s += since(te);
     ++res_.forward_passes;
     if (!fr.attn_cpu_s.empty()) {
       res_.attention_timed = true;
@@ -356,7 +362,9 @@ class Decoder {
     rec.accepted = static_cast<int>(commit_rows.size());
     cur_ = res_.tokens.back();  // the bonus token: the next step's input
 
+    te = Clock::now();
     engine_.commit(commit_rows);
+    rec.engine_s += since(te);
     if (comp_) {
       std::vector<int> slot(b.size(), -1);
       for (std::size_t i = 0; i < commit_rows.size(); ++i) slot[commit_rows[i]] = n_past_ + static_cast<int>(i);

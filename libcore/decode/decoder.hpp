@@ -77,6 +77,10 @@ struct StepRecord {
   int candidates = 0;       ///< candidate continuations offered
   int accepted = 0;         ///< tokens emitted this step (accepted drafts + 1)
   double wall_s = 0.0;
+  /// Seconds of wall_s spent inside the engine's calls (forward, commit, truncate): the rest,
+  /// wall_s - engine_s, is the decoder's own host work (trie, window, n-gram pool, compressor),
+  /// which a GPU does not hide.
+  double engine_s = 0.0;
   double draft_attn_cpu_s = 0.0;   ///< attention CPU seconds of drafting rows
   double verify_attn_cpu_s = 0.0;  ///< attention CPU seconds of the input and verification rows
 };

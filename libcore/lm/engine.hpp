@@ -76,6 +76,27 @@ class CpuEngine final : public Engine {
   KvCache cache_;
 };
 
+/// An engine that passes every call to another (`inner`, kept by reference, must outlive it):
+/// derive and override the calls to observe or alter (recording forwards, added delays, dropped
+/// logits in tests and benchmarks).
+class EngineWrapper : public Engine {
+ public:
+  explicit EngineWrapper(Engine& inner) : inner_(inner) {}
+  const ModelConfig& config() const noexcept override { return inner_.config(); }
+  std::string device() const override { return inner_.device(); }
+  ForwardResult forward(const Batch& batch, const ForwardOptions& options = {}) override { return inner_.forward(batch, options); }
+  void commit(const std::vector<int>& rows) override { inner_.commit(rows); }
+  void commit_all() override { inner_.commit_all(); }
+  void truncate(int n) override { inner_.truncate(n); }
+  void clear() override { inner_.clear(); }
+  int size() const override { return inner_.size(); }
+  std::vector<std::pair<std::string, long long>> counters() const override { return inner_.counters(); }
+  std::vector<std::pair<std::string, std::string>> settings() const override { return inner_.settings(); }
+
+ protected:
+  Engine& inner_;
+};
+
 /// Summed next-token cross-entropy (nats) of `stream` on `engine`, over the windows
 /// nn::evaluate uses: non-overlapping windows of `seq_len` targets (the last, shorter one
 /// included); max_tokens > 0 scores only the first max_tokens targets (as nn::evaluate).  Each

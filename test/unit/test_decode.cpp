@@ -3,7 +3,9 @@
 // policy against a plain AR loop; sampling distributions against exact enumeration.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <map>
 
 #include "decode/decoder.hpp"
@@ -260,13 +262,11 @@ TEST_CASE("decode: greedy output of every method and KV policy is the AR output 
 /// A CPU engine that, like the CUDA engine, returns no logits when a forward asks for the
 /// greedy tokens only: a decoder that still read them would index an empty matrix (ASan) or
 /// decode differently.  Counts the forwards of each kind.
-class GreedyOnlyEngine final : public lm::Engine {
+class GreedyOnlyEngine final : public lm::EngineWrapper {
  public:
-  explicit GreedyOnlyEngine(const lm::Model& m) : cpu_(m) {}
-  const lm::ModelConfig& config() const noexcept override { return cpu_.config(); }
-  std::string device() const override { return "cpu-greedy-only"; }
+  using EngineWrapper::EngineWrapper;
   lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& o = {}) override {
-    lm::ForwardResult r = cpu_.forward(b, o);
+    lm::ForwardResult r = inner_.forward(b, o);
     if (o.greedy_only) {
       r.logits = lm::Matrix();
       ++greedy_forwards;
@@ -275,15 +275,7 @@ class GreedyOnlyEngine final : public lm::Engine {
     }
     return r;
   }
-  void commit(const std::vector<int>& rows) override { cpu_.commit(rows); }
-  void commit_all() override { cpu_.commit_all(); }
-  void truncate(int n) override { cpu_.truncate(n); }
-  void clear() override { cpu_.clear(); }
-  int size() const override { return cpu_.size(); }
   int greedy_forwards = 0, logits_forwards = 0;
-
- private:
-  lm::CpuEngine cpu_;
 };
 
 TEST_CASE("decode: greedy decoding needs only each row's greedy token, not the logits") {
@@ -312,7 +304,8 @@ TEST_CASE("decode: greedy decoding needs only each row's greedy token, not the l
       d.kv.sinks = 1;
       d.kv.window = 1;
     }
-    GreedyOnlyEngine e(m);
+    lm::CpuEngine cpu(m);
+    GreedyOnlyEngine e(cpu);
     const DecodeResult r = generate(e, prompt, d);
     CHECK(r.tokens == truth);
     CHECK(e.greedy_forwards == static_cast<int>(r.steps.size()) + 1);  // prefill + one per step
@@ -323,10 +316,60 @@ TEST_CASE("decode: greedy decoding needs only each row's greedy token, not the l
   sampled.method = Method::fafo;
   sampled.sampler.temperature = 0.8;
   sampled.sampler.seed = 3;
-  GreedyOnlyEngine e(m);
-  lm::CpuEngine cpu(m);
+  lm::CpuEngine inner(m), cpu(m);
+  GreedyOnlyEngine e(inner);
   CHECK(generate(e, prompt, sampled).tokens == generate(cpu, prompt, sampled).tokens);
   CHECK(e.greedy_forwards == 0);
+}
+
+/// A CPU engine whose forward and commit each take at least `delay` longer (a sleep): the
+/// decoder's per-step engine time must contain every such call.
+class SlowEngine final : public lm::EngineWrapper {
+ public:
+  SlowEngine(lm::Engine& inner, std::chrono::microseconds delay) : EngineWrapper(inner), delay_(delay) {}
+  lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& o = {}) override {
+    std::this_thread::sleep_for(delay_);
+    return inner_.forward(b, o);
+  }
+  void commit(const std::vector<int>& rows) override {
+    std::this_thread::sleep_for(delay_);
+    inner_.commit(rows);
+  }
+
+ private:
+  std::chrono::microseconds delay_;
+};
+
+TEST_CASE("decode: a step's engine time holds its forwards and commits, never more than its wall time") {
+  // Truth: each forward and commit sleeps 2 ms, so a step's engine_s is at least 2 ms times its
+  // engine calls (one forward and one commit; self-spec adds a forward and a commit per draft
+  // token), and the engine calls lie inside the step's wall time.
+  const lm::Model m = small_model(61, 64, 0.3, 11);
+  const std::vector<int> prompt{5, 9, 5, 9, 5, 9, 5, 9, 5, 9};
+  const double delay = 0.002;
+  for (Method meth : {Method::ar, Method::self_spec, Method::fafo}) {
+    CAPTURE(method_name(meth));
+    DecodeConfig d;
+    d.method = meth;
+    d.max_new_tokens = 12;
+    d.stop_at_eos = false;
+    d.window = 3;
+    d.ngram = 3;
+    d.guesses = 2;
+    d.draft_stop = 0.0;
+    d.draft_max = 2;
+    d.skip.attn = {1, 0};
+    d.skip.mlp = {0, 0};
+    lm::CpuEngine cpu(m);
+    SlowEngine e(cpu, std::chrono::microseconds(2000));
+    const DecodeResult r = generate(e, prompt, d);
+    REQUIRE(!r.steps.empty());
+    for (const StepRecord& s : r.steps) {
+      const int calls = 2 + (meth == Method::self_spec ? 2 * s.draft_rows : 0);
+      CHECK(s.engine_s >= calls * delay);
+      CHECK(s.engine_s <= s.wall_s);
+    }
+  }
 }
 
 TEST_CASE("decode: decoding stops right after eos, even inside an accepted n-gram") {

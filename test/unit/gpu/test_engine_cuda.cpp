@@ -332,6 +332,7 @@ TEST_CASE("cuda: FAFO's batches of varying size and masks replay from a few CUDA
   CHECK(forwards == static_cast<long long>(r.steps.size()) + 1);
   MESSAGE("forwards " << forwards << ", replayed from graphs " << replays);
   CHECK(replays * 2 >= forwards);
+  CHECK(gpu.stats().host_prep_ns > before.host_prep_ns);  // every forward's preparation is timed
 }
 
 TEST_CASE("cuda: greedy FAFO and lookahead decode exactly the AR tokens on the GPU") {
