@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "io/h5array.hpp"
 #include "kernels/device.hpp"
 #include "kernels/launch.hpp"
@@ -1096,12 +1098,12 @@ std::vector<std::pair<std::string, long long>> CudaEngine::counters() const {
           {"graph_drops", t.graph_drops}, {"host_prep_ns", t.host_prep_ns}};
 }
 
-std::vector<std::pair<std::string, std::string>> CudaEngine::settings() const {
+nlohmann::json CudaEngine::settings() const {
   const Impl& I = *p_;
   return {{"weights", I.wt == WType::f32 ? "f32" : I.wt == WType::f16 ? "f16" : "bf16"},
-          {"batch_invariant", I.invariant ? "true" : "false"},
-          {"invariant_rows", std::to_string(I.chunk_rows)},
-          {"cuda_graphs", I.graphs_on ? "1" : "0"}};
+          {"batch_invariant", I.invariant},
+          {"invariant_rows", I.chunk_rows},
+          {"cuda_graphs", I.graphs_on}};
 }
 
 std::unique_ptr<lm::Engine> make_cuda_engine(const lm::Model& model, bool batch_invariant, const std::string& weights) {

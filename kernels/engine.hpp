@@ -137,9 +137,9 @@ class CudaEngine final : public lm::Engine {
   Stats stats() const noexcept;
   /// stats() as named counters (lm::Engine::counters).
   std::vector<std::pair<std::string, long long>> counters() const override;
-  /// weights (f32, f16, bf16), batch_invariant (true / false), invariant_rows, cuda_graphs (1 / 0,
-  /// as ICMLKIT_CUDA_GRAPHS spells it).
-  std::vector<std::pair<std::string, std::string>> settings() const override;
+  /// {"weights": "f32" | "f16" | "bf16", "batch_invariant": bool, "invariant_rows": int,
+  /// "cuda_graphs": bool}.
+  nlohmann::json settings() const override;
 
  private:
   struct Impl;

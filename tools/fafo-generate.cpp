@@ -81,7 +81,8 @@ double repeated_trigram_rate(const std::vector<int>& prompt, const std::vector<i
 
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
-  std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file, device = "cpu";
+  std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file, device = "cpu",
+      weights = "auto";
   std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max";
   int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
   decode::DecodeConfig dc;
@@ -95,13 +96,15 @@ int main(int argc, char** argv) {
       "lookahead, self-spec, fafo).  Only tokens the full-cache rows accept are committed, so greedy\n"
       "output is token-for-token the model's own AR output; sampling uses speculative acceptance,\n"
       "which keeps the model's distribution exactly.  Text goes to stdout; -o run.jsonl writes a meta\n"
-      "line, one record per decode step and a summary (tokens, forward passes, mean accepted tokens per\n"
-      "step and its histogram, decode tokens/s, attention CPU time of drafting and verification rows\n"
-      "(CPU only: null on CUDA); with --device cuda, engine_settings (weights, batch_invariant,\n"
-      "invariant_rows and cuda_graphs: see ICMLKIT_CUDA_INVARIANT_ROWS and ICMLKIT_CUDA_GRAPHS in the\n"
-      "man page) and engine_counters: forward calls\n"
-      "including the prefill, graph_replays (those run as a CUDA graph, the capturing one included; graphs\n"
-      "captured earlier in the process are reused), graph_captures, graph_drops (graph cache flushes));\n"
+      "line, one record per decode step and a summary: tokens, forward passes, mean accepted tokens per\n"
+      "step and its histogram, decode tokens/s, mean_host_seconds_per_step (the decoder's own work: a\n"
+      "step's wall time less its engine calls, engine_s in each step record), time_split_cpu_s (attention\n"
+      "CPU time of drafting and verification rows; null on CUDA), engine_settings (weights; on CUDA also\n"
+      "batch_invariant, invariant_rows, cuda_graphs: see ICMLKIT_CUDA_INVARIANT_ROWS and\n"
+      "ICMLKIT_CUDA_GRAPHS in the man page) and on CUDA engine_counters: forwards (the prefill\n"
+      "included), graph_replays (those run as a CUDA graph, the capturing one included; graphs captured\n"
+      "earlier in the process are reused), graph_captures, graph_drops (graph cache flushes) and\n"
+      "host_prep_ns (host time preparing forwards: metadata, uploads, graph lookup).\n"
       "--compare ar also decodes with AR and adds the speedup and identical_to_ar (null when sampling).\n"
       "--device cuda takes --kv-policy streaming only (the others need attention records).\n"
       "--search-skip-set FILE searches a self-spec skip set on --calibration prompts and writes it\n"
@@ -138,6 +141,7 @@ int main(int argc, char** argv) {
         app.add_option("--kv-kernel", dc.kv.kernel, "snapkv: pooling kernel (odd)")->capture_default_str()->check(cli::int_range(1, 1 << 24));
         app.add_option("--kv-pool", kv_pool, "snapkv: max | avg pooling")->capture_default_str()->check(CLI::IsMember({"max", "avg"}));
         lm::add_device_flag(app, device);
+        lm::add_weights_flag(app, weights);
         app.add_option("--compare", compare, "Also decode with this method (ar) and report speedup and identical_to_ar")
             ->check(CLI::IsMember({"ar"}));
         app.add_option("-o,--output", output, "Per-step records and summary (.jsonl)");
@@ -198,8 +202,7 @@ int main(int argc, char** argv) {
 
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         lm::Model model = lm::load_any(model_path);
-        if (model.stored == io::h5::FloatStorage::f16) lm::hold_half(model);
-        const std::unique_ptr<lm::Engine> engine = lm::open_engine(model, dev);
+        const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, dev, weights, model_path);
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
         if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(model.tokenizer_model, model_path + ":/tokenizer/model");
@@ -280,7 +283,7 @@ int main(int argc, char** argv) {
         // Attention CPU time is measured by the CPU engine only: elsewhere it is not 0 but absent.
         const bool attn_timed = r.attention_timed;
         if (!attn_timed) summary["time_split_cpu_s"] = nullptr;
-        for (const auto& [key, value] : engine->settings()) summary["engine_settings"][key] = value;
+        summary["engine_settings"] = engine->settings();
         summary["method"] = method;
         summary["prompt_tokens"] = ids.size();
         summary["repeated_trigram_rate"] = repeated_trigram_rate(ids, r.tokens);

@@ -29,7 +29,7 @@ using namespace icmlkit;
 
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
-  std::string model_path, text_path, output = "-", split = "all", device = "cpu";
+  std::string model_path, text_path, output = "-", split = "all", device = "cpu", weights = "auto";
   nn::CorpusOptions copt;
   copt.val_every = 0;
   int seq_len = 0, batch = 4;
@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
       "windows of --seq-len tokens (the last one shorter); every token after the first is predicted once.\n"
       "--split val with --val-every 20 evaluates exactly lm-train's held-out documents; --max-tokens N\n"
       "scores only the first N predicted tokens (the windows are cut from those).  JSON result:\n"
-      "loss, perplexity, bits_per_token, tokens (predicted tokens counted), windows, split, meta.",
+      "loss, perplexity, bits_per_token, tokens (predicted tokens counted), windows, split, device,\n"
+      "engine_settings (weights; with --device cuda also batch_invariant, invariant_rows, cuda_graphs), meta.\n"
+      "On the CPU the loss is computed in f32; --device cuda runs the inference engine (--weights).",
       "  lm-eval kjv.h5 ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val\n"
       "  lm-eval kjv.h5 psalm23.txt --seq-len 256 -o eval.json\n"};
   return cli::run_tool(
@@ -58,16 +60,19 @@ int main(int argc, char** argv) {
         app.add_option("--seq-len", seq_len, "Window length (default the model's n_ctx)")->check(cli::int_range(1, 1 << 20));
         app.add_option("--batch", batch, "Windows per forward")->capture_default_str()->check(cli::int_range(1, 1 << 16));
         lm::add_device_flag(app, device);
+        lm::add_weights_flag(app, weights);
         app.add_option("--max-tokens", max_tokens, "Score only the first N predicted tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
       },
       [&](cli::Context& ctx) {
         io::require_json_path(output);
         if (split != "all" && copt.val_every == 0) throw UsageError("--split train/val needs --val-every N", "--split");
         const lm::Device dev = lm::parse_device(device);
+        if (dev == lm::Device::cpu && weights != "auto" && weights != "f32")
+          throw UsageError("lm-eval computes in f32 on the CPU (f16 and bf16 are for --device cuda)", "--weights " + weights);
         const lm::Model model = lm::load_any(model_path);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         std::unique_ptr<lm::Engine> engine;
-        if (dev != lm::Device::cpu) engine = lm::open_engine(model, dev);
+        if (dev != lm::Device::cpu) engine = lm::open_engine(model, dev, weights);
         if (model.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", model_path);
         const auto& c = model.config;
         if (seq_len == 0) seq_len = c.n_ctx;
@@ -112,8 +117,7 @@ int main(int argc, char** argv) {
                            {"threads", threads()},
                            {"omp_spin_count", openmp_spin_count()},
                            {"meta", ctx.prov.to_json()}};
-        if (engine)
-          for (const auto& [key, value] : engine->settings()) out["engine_settings"][key] = value;
+        out["engine_settings"] = engine ? engine->settings() : nlohmann::json{{"weights", "f32"}};
         io::write_json(output, out);
         log::info("loss {:.4f} nats/token, perplexity {:.3f} over {} tokens", r.loss, r.perplexity(), r.tokens);
       });

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
       "that form none print as U+FFFD; --no-text prints none); -o x.jsonl writes a {\"meta\"} line, one record per\n"
       "token (step, id, piece, logprob, top_ids, top_logprobs) and a final {\"summary\"} (prompt and\n"
       "generated tokens, prefill and decode tokens/s, time to first token, stop reason, compute_weights,\n"
-      "and on CUDA engine_settings: weights, batch_invariant, invariant_rows, cuda_graphs; see the man\n"
+      "engine_settings: weights, and on CUDA batch_invariant, invariant_rows, cuda_graphs; see the man\n"
       "page's ENVIRONMENT).\n"
       "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.",
       "  lm-generate model.h5 --prompt 'In the beginning' -n 40\n"
@@ -66,10 +66,7 @@ int main(int argc, char** argv) {
         lm::add_text_flags(app, no_text, no_stream);
         app.add_option("-o,--output", output, "Per-token records (.jsonl)");
         lm::add_device_flag(app, device);
-        app.add_option("--weights", weights,
-                       "Compute weights: auto (the file's 16-bit format when its weights are exact in it: f16 on the CPU, "
-                       "f16 or bf16 on CUDA), f32, f16 (exact f16 only)")
-            ->capture_default_str()->check(CLI::IsMember({"auto", "f32", "f16"}));
+        lm::add_weights_flag(app, weights);
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
@@ -82,11 +79,7 @@ int main(int argc, char** argv) {
         ctx.prov.add_input(model_path, model_sha);
         Stopwatch load_timer;
         lm::Model model = lm::load_any(model_path);
-        // f16 storage is held as f16 (half the bytes per decode step; logits bitwise unchanged).
-        if (weights == "f16" || (weights == "auto" && model.stored == io::h5::FloatStorage::f16))
-          if (!lm::hold_half(model) && weights == "f16")
-            throw InputError("--weights f16 needs f16-representable weights (convert with --dtype f16)", model_path);
-        const std::unique_ptr<lm::Engine> engine = lm::open_engine(model, lm::parse_device(device), weights);
+        const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, lm::parse_device(device), weights, model_path);
         const double load_s = load_timer.seconds();
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
@@ -162,20 +155,16 @@ int main(int argc, char** argv) {
           std::cout << "\n";
         }
         const int n_decode = std::max(0, static_cast<int>(gen.size()) - 1);  // steps after the first token
-        // The device's precision where the engine says (CUDA), else the CPU engine's.
-        std::string compute_weights = model.token_embd.is_half() ? "f16" : "f32";
-        const auto settings = engine->settings();
-        for (const auto& [key, value] : settings)
-          if (key == "weights") compute_weights = value;
+        const nlohmann::json settings = engine->settings();
         nlohmann::json summary = {
             {"prompt_tokens", n_prompt}, {"generated_tokens", gen.size()}, {"stop_reason", stop},
             {"load_seconds", load_s}, {"prefill_seconds", prefill_s},
             {"prefill_tokens_per_s", prefill_s > 0 ? n_prompt / prefill_s : 0.0},
             {"time_to_first_token_s", ttft},
             {"decode_tokens_per_s", decode_s > 0 && n_decode > 0 ? n_decode / decode_s : 0.0},
-            {"threads", threads()}, {"omp_spin_count", openmp_spin_count()}, {"device", engine->device()}, {"compute_weights", compute_weights},
+            {"threads", threads()}, {"omp_spin_count", openmp_spin_count()}, {"device", engine->device()}, {"compute_weights", settings.value("weights", "f32")},
             {"weight_bytes", model.weight_bytes()}};
-        for (const auto& [key, value] : settings) summary["engine_settings"][key] = value;
+        summary["engine_settings"] = settings;
         log::debug("{}", summary.dump());
         if (out.is_open()) {
           out << nlohmann::json{{"summary", summary}}.dump() << "\n";

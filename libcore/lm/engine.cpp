@@ -1,5 +1,7 @@
 #include "lm/engine.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 
 #include "lm/sampler.hpp"
@@ -13,6 +15,12 @@ Device parse_device(const std::string& name, const std::string& flag) {
 }
 
 const char* device_name(Device d) noexcept { return d == Device::cuda ? "cuda" : "cpu"; }
+
+nlohmann::json Engine::settings() const { return nlohmann::json::object(); }
+
+nlohmann::json CpuEngine::settings() const { return {{"weights", model_.token_embd.is_half() ? "f16" : "f32"}}; }
+
+nlohmann::json EngineWrapper::settings() const { return inner_.settings(); }
 
 double engine_loss(Engine& engine, const std::vector<int>& stream, int S, std::int64_t max_tokens, std::int64_t& tokens) {
   tokens = 0;

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "lm/forward.hpp"
 #include "lm/kv_cache.hpp"
 #include "lm/model.hpp"
@@ -48,9 +50,11 @@ class Engine {
   /// Engine-specific event counts since construction, by name (the CUDA engine: forwards,
   /// graph_replays, graph_captures, graph_drops); none by default.
   virtual std::vector<std::pair<std::string, long long>> counters() const { return {}; }
-  /// Engine-specific settings in effect, by name (the CUDA engine: weights, batch_invariant,
-  /// invariant_rows, cuda_graphs); none by default.  Programs record them in their summaries.
-  virtual std::vector<std::pair<std::string, std::string>> settings() const { return {}; }
+  /// The settings in effect, a JSON object that programs record as engine_settings: the CPU
+  /// engine {"weights": "f32" | "f16"} (the compute weights, lm::hold_half); the CUDA engine
+  /// {"weights": "f32" | "f16" | "bf16", "batch_invariant": bool, "invariant_rows": int,
+  /// "cuda_graphs": bool}.  An empty object by default.
+  virtual nlohmann::json settings() const;
 };
 
 /// The CPU engine: lm::forward on a KvCache; outputs bitwise those of lm::forward.
@@ -68,6 +72,7 @@ class CpuEngine final : public Engine {
   void truncate(int n) override { cache_.truncate(n); }
   void clear() override { cache_.clear(); }
   int size() const override { return cache_.size(); }
+  nlohmann::json settings() const override;
   /// The underlying cache (per-head access for compressors and tests).
   KvCache& cache() noexcept { return cache_; }
 
@@ -91,7 +96,7 @@ class EngineWrapper : public Engine {
   void clear() override { inner_.clear(); }
   int size() const override { return inner_.size(); }
   std::vector<std::pair<std::string, long long>> counters() const override { return inner_.counters(); }
-  std::vector<std::pair<std::string, std::string>> settings() const override { return inner_.settings(); }
+  nlohmann::json settings() const override;
 
  protected:
   Engine& inner_;
@@ -131,6 +136,22 @@ inline std::unique_ptr<Engine> open_engine(const Model& model, Device device, co
   (void)weights;
   throw InputError("--device cuda: built without CUDA (configure with -DICMLKIT_CUDA=ON and nvcc)");
 #endif
+}
+
+/// open_engine for a tool's --weights (lm::add_weights_flag): on the CPU, "auto" holds the
+/// weights as f16 when the file stores f16 and every weight is exact in it (lm::hold_half, half
+/// the bytes per decode step, the same logits), "f16" requires exactness (InputError naming
+/// `where` otherwise), "f32" keeps f32 and "bf16" is refused (UsageError: the CPU engine computes
+/// in f32 or f16); on CUDA the host copy stays as loaded and `weights` is the device precision
+/// (open_engine).  Throws what open_engine throws.
+inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, const std::string& weights, const std::string& where) {
+  if (device == Device::cpu) {
+    if (weights == "bf16") throw UsageError("the CPU engine computes in f32 or f16 (bf16 is for --device cuda)", "--weights bf16");
+    if (weights == "f16" || (weights == "auto" && model.stored == io::h5::FloatStorage::f16))
+      if (!hold_half(model) && weights == "f16")
+        throw InputError("--weights f16 needs f16-representable weights (convert with lm-convert --dtype f16)", where);
+  }
+  return open_engine(model, device, weights);
 }
 
 }  // namespace icmlkit::lm

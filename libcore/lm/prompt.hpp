@@ -30,6 +30,10 @@ void add_sampler_flags(CLI::App& app, SamplerConfig& sc);
 /// lm::parse_device, open with lm::open_engine, engine.hpp).
 void add_device_flag(CLI::App& app, std::string& device);
 
+/// Adds --weights (auto | f32 | f16 | bf16, default auto) writing into `weights`: the compute
+/// precision, applied by lm::open_engine_for (engine.hpp).
+void add_weights_flag(CLI::App& app, std::string& weights);
+
 /// Parses "1,450,3186" (whitespace after an id allowed).  Throws UsageError naming `where`
 /// for an empty list, an item that is not an integer, or a negative id (all malformed flag
 /// values).  Ids are not checked against a vocabulary.

@@ -24,3 +24,21 @@ cli_case(device/fafo-cuda-needs-streaming-policy --rc 2 --stderr "needs attentio
 # --device cpu is the default: the same bytes as without the flag.
 cli_case(device/cpu-explicit-equals-default --rc 0
   -- bash -c "$<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt 'In the beginning' -n 12 --no-stream > a.txt && $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt 'In the beginning' -n 12 --no-stream --device cpu > b.txt && cmp a.txt b.txt && test -s a.txt && $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt 'In the beginning' -n 12 --device cpu --method fafo > c.txt && cmp a.txt c.txt")
+
+# ---- --weights (lm::open_engine_for): the compute precision, recorded as engine_settings.weights --
+# Truth: a model stored as f16 is held as f16 by default (auto) and as f32 with --weights f32; both
+# compute the same logits (hold_half is exact), so the greedy text is the same.
+set(DEV_F16 "$<TARGET_FILE:lm-init> --preset tiny --dtype f16 -o h.h5 -q")
+cli_case(device/weights-auto-f16-and-f32-same-text --rc 0
+  --file-jq a.json ".summary.engine_settings == {\"weights\": \"f16\"}"
+  --file-jq b.json ".summary.engine_settings == {\"weights\": \"f32\"} and .summary.compute_weights == \"f32\""
+  --file-jq e.json ".engine_settings == {\"weights\": \"f32\"}"
+  -- bash -c "${DEV_F16} && $<TARGET_FILE:fafo-generate> h.h5 --prompt-ids 1,2,3 -n 12 --ignore-eos -o a.jsonl > a.txt && tail -n 1 a.jsonl > a.json && $<TARGET_FILE:lm-generate> h.h5 --prompt-ids 1,2,3 -n 12 --ignore-eos --weights f32 --no-stream -o b.jsonl > b.txt && tail -n 1 b.jsonl > b.json && cmp a.txt b.txt && test -s a.txt && $<TARGET_FILE:lm-eval> ${DEV_KJV} ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --max-tokens 20 -o e.json -q")
+cli_case(device/weights-bf16-on-cpu-refused --rc 2 --stderr "^fafo-generate: error: the CPU engine computes in f32 or f16 \\(bf16 is for --device cuda\\) \\(--weights bf16\\)$"
+  --tool fafo-generate --no-file r.jsonl -- $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --weights bf16 -o r.jsonl)
+cli_case(device/weights-f16-needs-exact-weights --rc 1 --stderr "^lm-generate: error: --weights f16 needs f16-representable weights"
+  --tool lm-generate --no-file r.jsonl -- $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --weights f16 -o r.jsonl)
+cli_case(device/lm-eval-weights-f16-on-cpu-refused --rc 2 --stderr "^lm-eval: error: lm-eval computes in f32 on the CPU"
+  --tool lm-eval --no-file e.json -- $<TARGET_FILE:lm-eval> ${DEV_KJV} ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --weights f16 -o e.json)
+cli_case(device/weights-unknown --rc 2 --stderr "--weights" --tool fafo-generate
+  -- $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --weights fp8)

@@ -3,6 +3,7 @@
 // CUDA device exists; `make -f Makefile.shortcuts gpu-check` runs them on a GPU machine.  Every
 // build also runs them on the CPU through the CUDA emulator (test/cuda_emu, unit_tests_cuda_emu).
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <cuda_runtime.h>
 
@@ -434,11 +435,10 @@ TEST_CASE("cuda: refused options and bad commits raise the engine's errors") {
   unsetenv("ICMLKIT_CUDA_GRAPHS");
 
   // The settings programs record, and the precision open_engine passes on (lm-generate --weights).
-  using Settings = std::vector<std::pair<std::string, std::string>>;
   const Model half = model_in(cfg(RopeStyle::half, false), io::h5::FloatStorage::bf16, 1);
   CHECK(kernels::make_cuda_engine(half, true, "auto")->settings() ==
-        Settings{{"weights", "bf16"}, {"batch_invariant", "true"}, {"invariant_rows", "32"}, {"cuda_graphs", "1"}});
-  CHECK(lm::open_engine(half, Device::cuda, "f32")->settings().front() == std::pair<std::string, std::string>{"weights", "f32"});
+        nlohmann::json{{"weights", "bf16"}, {"batch_invariant", true}, {"invariant_rows", 32}, {"cuda_graphs", true}});
+  CHECK(lm::open_engine(half, Device::cuda, "f32")->settings()["weights"] == "f32");
   CHECK_THROWS_AS(kernels::make_cuda_engine(half, true, "fp8"), UsageError);
 }
 
