@@ -26,7 +26,7 @@ CLI::Validator count(long long lo, long long hi) {
         } else {
           double x = 0;
           const auto rd = std::from_chars(b, e, x);
-          if (t.empty() || rd.ec == std::errc::invalid_argument || rd.ptr != e || std::isnan(x)) return "'" + v + "' is not a number";
+          if (t.empty() || rd.ec == std::errc::invalid_argument || rd.ptr != e || std::isnan(x)) return "'" + v + "' is not an integer";
           if (rd.ec == std::errc::result_out_of_range || std::isinf(x) || x < double(lo) || x > double(hi)) return range_error();
           if (x != std::floor(x)) return "must be a whole number, got " + v;
           if (std::fabs(x) > 9007199254740992.0) return fmt::format("{} is too large to be exact; write it in plain digits", v);

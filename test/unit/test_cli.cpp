@@ -60,7 +60,7 @@ TEST_CASE("cli: count() takes integers in scientific notation and refuses the re
   CHECK(err.find("too large to be exact") != std::string::npos);
   for (const char* bad : {"abc", "3e", "1e6x", "nan", "+-5", "0x10"}) {
     parse_count(bad, 0, 1LL << 40, err);
-    CHECK_MESSAGE(err.find("is not a number") != std::string::npos, bad);
+    CHECK_MESSAGE(err.find("is not an integer") != std::string::npos, bad);  // as int_range says
   }
   parse_count("inf", 0, 1LL << 40, err);
   CHECK(err.find("must be an integer in") != std::string::npos);
