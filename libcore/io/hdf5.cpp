@@ -1,5 +1,6 @@
 #include "io/hdf5.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "util/error.hpp"
@@ -43,7 +44,14 @@ Handle open_file(const std::string& path) {
 
 Handle create_file(const std::string& path) {
   quiet_errors();
-  Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  // The 1.8+ file format: superblock v2 and object headers v2 carry checksums, so a corrupted
+  // header is reported as an error on reading instead of being followed (HDF5 1.8 and later
+  // read these files; h5py does).
+  // No modification times in the root group's header either: the same content gives the same bytes.
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS)), fcpl(H5Pcreate(H5P_FILE_CREATE));
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V110);
+  H5Pset_obj_track_times(fcpl.get(), 0);
+  Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
   if (!f) throw RuntimeError("cannot create HDF5 file", path);
   return f;
 }
@@ -173,10 +181,17 @@ void write_strings(const Handle& loc, const std::string& name, const std::vector
 void write_attr(const Handle& loc, const std::string& name, const std::string& value) {
   if (H5Aexists(loc.get(), name.c_str()) > 0) H5Adelete(loc.get(), name.c_str());
   Handle space(H5Screate(H5S_SCALAR));
-  Handle type = utf8_vlen_type();
+  // A fixed-length string: its bytes live in the attribute message, inside the checksummed
+  // object header.  (A variable-length string would live in the global heap, which has no
+  // checksum: libhdf5 follows a corrupted heap entry into a crash.)
+  Handle type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), std::max<std::size_t>(value.size(), 1));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
   Handle a(H5Acreate2(loc.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  const char* p = value.c_str();
-  if (!a || H5Awrite(a.get(), type.get(), &p) < 0) throw RuntimeError("cannot write HDF5 attribute", name);
+  std::string buf = value;
+  buf.resize(std::max<std::size_t>(value.size(), 1), '\0');
+  if (!a || H5Awrite(a.get(), type.get(), buf.data()) < 0) throw RuntimeError("cannot write HDF5 attribute", name);
 }
 
 bool read_attr(const Handle& loc, const std::string& name, std::string& value) {
@@ -193,10 +208,10 @@ bool read_attr(const Handle& loc, const std::string& name, std::string& value) {
     if (H5Aread(a.get(), mem.get(), &p) < 0) return false;
     value = p ? p : "";
     H5free_memory(p);
-  } else {
+  } else {  // fixed length: null-padded or null-terminated
     std::string buf(H5Tget_size(type.get()), '\0');
     if (H5Aread(a.get(), type.get(), buf.data()) < 0) return false;
-    value = buf.c_str();
+    value.assign(buf.c_str());
   }
   return true;
 }

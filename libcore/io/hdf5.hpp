@@ -48,7 +48,8 @@ Handle open_file(const std::string& path);
 /// Flushes and closes a file being written, checking the status (the flush is where a full
 /// disk shows).  Throws RuntimeError naming `label`.
 void close_file(Handle& file, const std::string& label);
-/// Creates (truncates) a file for writing.  Throws RuntimeError.
+/// Creates (truncates) a file for writing, in HDF5's 1.8+ format (superblock and object headers
+/// checksummed, so a corrupted header is an error on reading, not a crash).  Throws RuntimeError.
 Handle create_file(const std::string& path);
 /// Opens a group ("/" for the root).  Throws InputError naming file and group.
 Handle open_group(const Handle& file, const std::string& group, const std::string& file_label);
@@ -71,9 +72,10 @@ Column read_column(const Handle& group, const std::string& name, const std::stri
 void write_doubles(const Handle& loc, const std::string& name, const std::vector<double>& v);
 /// Writes a 1-D variable-length UTF-8 string dataset.
 void write_strings(const Handle& loc, const std::string& name, const std::vector<std::string>& v);
-/// Writes (replaces) a scalar UTF-8 string attribute on `loc`.
+/// Writes (replaces) a scalar UTF-8 string attribute on `loc`, fixed-length and null-padded (its
+/// bytes inside the checksummed object header; h5py reads it as bytes).
 void write_attr(const Handle& loc, const std::string& name, const std::string& value);
-/// Reads a scalar string attribute; returns false when it is absent.
+/// Reads a scalar string attribute, variable- or fixed-length; returns false when it is absent.
 bool read_attr(const Handle& loc, const std::string& name, std::string& value);
 /// Writes provenance as root attributes: tool, version, command, seed, inputs (JSON), meta (JSON).
 void write_provenance(const Handle& file, const Provenance& prov);
