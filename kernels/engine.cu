@@ -381,33 +381,58 @@ __global__ void logits_kernel(const float* Y, Layout L, int vocab, float* out) {
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) out[std::size_t(r) * vocab + i] = load_out(Y, L, vocab, r, i);
 }
 
+/// One logits row's greedy token and its softmax probability (ForwardResult::greedy_prob).
+struct GreedyOut {
+  int id;
+  float prob;
+};
+
 /// Greedy token of each logits row, read from the LM head's GEMM output Y (the values
-/// logits_kernel would write): thread t scans ids t, t + 256, ... (dm::greedy_better: higher
-/// logit, then lower id), then a fixed shared-memory tree of the 256 winners.  block 256.
-__global__ void argmax_kernel(const float* Y, Layout L, int vocab, int* ids) {
-  __shared__ float s_v[256];
+/// logits_kernel would write), and its probability 1 / sum_i exp(l_i - l_max): thread t scans
+/// ids t, t + 256, ... keeping its best (dm::greedy_better: higher logit, then lower id) and an
+/// online sum of exp(l_i - best) rescaled whenever the best grows; then a fixed shared-memory
+/// tree of the 256 (best, sum) pairs (sums rescaled to the larger best).  block 256.
+__global__ void argmax_kernel(const float* Y, Layout L, int vocab, GreedyOut* out) {
+  __shared__ float s_v[256], s_s[256];
   __shared__ int s_i[256];
   const int r = blockIdx.x;
-  float bv = -INFINITY;
+  float bv = -INFINITY, sum = 0.0f;
   int bi = -1;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float v = load_out(Y, L, vocab, r, i);
-    if (bi < 0 || lm::dm::greedy_better(v, i, bv, bi)) { bv = v; bi = i; }
+    if (bi < 0 || lm::dm::greedy_better(v, i, bv, bi)) {
+      sum = bi < 0 ? 1.0f : sum * expf(bv - v) + 1.0f;
+      bv = v;
+      bi = i;
+    } else {
+      sum += expf(v - bv);
+    }
   }
   s_v[threadIdx.x] = bv;
   s_i[threadIdx.x] = bi;
+  s_s[threadIdx.x] = sum;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) {
       const int oi = s_i[threadIdx.x + s];
-      if (oi >= 0 && (s_i[threadIdx.x] < 0 || lm::dm::greedy_better(s_v[threadIdx.x + s], oi, s_v[threadIdx.x], s_i[threadIdx.x]))) {
-        s_v[threadIdx.x] = s_v[threadIdx.x + s];
-        s_i[threadIdx.x] = oi;
+      if (oi >= 0) {
+        const float ov = s_v[threadIdx.x + s], os = s_s[threadIdx.x + s];
+        if (s_i[threadIdx.x] < 0) {
+          s_v[threadIdx.x] = ov;
+          s_i[threadIdx.x] = oi;
+          s_s[threadIdx.x] = os;
+        } else if (lm::dm::greedy_better(ov, oi, s_v[threadIdx.x], s_i[threadIdx.x])) {
+          s_s[threadIdx.x] = s_s[threadIdx.x] * expf(s_v[threadIdx.x] - ov) + os;
+          s_v[threadIdx.x] = ov;
+          s_i[threadIdx.x] = oi;
+        } else {
+          s_s[threadIdx.x] += os * expf(ov - s_v[threadIdx.x]);
+        }
       }
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) ids[blockIdx.x] = s_i[0];
+  if (threadIdx.x == 0) out[blockIdx.x] = GreedyOut{s_i[0], 1.0f / s_s[0]};
 }
 
 /// Appends pending rows rows[0..n) at slots base.. of every (layer, KV head).
@@ -632,7 +657,7 @@ struct CudaEngine::Impl {
     const int d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads, dff = c.d_ff;
     const int dq = nh * hd, dkv = nkv * hd;
     const Layout L = layout(R), LH = layout(std::max(1, nl));
-    grow(ids, std::size_t(std::max(1, nl)) * 4);
+    grow(ids, std::size_t(std::max(1, nl)) * sizeof(GreedyOut));
     grow(part, std::size_t(R) * nh * nsplit * (2 + hd) * 4, false, true);  // doubling: splits grow with the context
     grow(meta, std::max<std::size_t>(meta_ints * 4, 1 << 16), false, true);
     grow(ropes, std::max<std::size_t>(rope_floats * 4, 1 << 12));
@@ -765,7 +790,7 @@ struct CudaEngine::Impl {
       launch_check("output norm");
       gemm(H, P.LH, P.nl);
       if (P.greedy) {  // the argmax reads the head's output: the logits are never formed
-        ICMLKIT_LAUNCH(argmax_kernel, P.nl, 256, st)(Y.as<float>(), LHa, c.vocab_size, ids.as<int>());
+        ICMLKIT_LAUNCH(argmax_kernel, P.nl, 256, st)(Y.as<float>(), LHa, c.vocab_size, ids.as<GreedyOut>());
         launch_check("argmax");
       } else {
         ICMLKIT_LAUNCH(logits_kernel, P.nl, 256, st)(Y.as<float>(), LHa, c.vocab_size, logits.as<float>());
@@ -957,15 +982,23 @@ struct CudaEngine::Impl {
       enqueue(P, opt);
     }
     if (nl0 > 0 && P.greedy) {  // the real rows' results only: padding rows come last
-      ids_host.reserve(std::size_t(nl0) * 4);
-      cuda_check(cudaMemcpyAsync(ids_host.p, ids.p, std::size_t(nl0) * 4, cudaMemcpyDeviceToHost, st), "greedy ids");
+      ids_host.reserve(std::size_t(nl0) * sizeof(GreedyOut));
+      cuda_check(cudaMemcpyAsync(ids_host.p, ids.p, std::size_t(nl0) * sizeof(GreedyOut), cudaMemcpyDeviceToHost, st), "greedy ids");
     } else if (nl0 > 0) {
       res.logits = lm::Matrix(nl0, c.vocab_size);
       cuda_check(cudaMemcpyAsync(res.logits.data.data(), logits.p, std::size_t(nl0) * c.vocab_size * 4, cudaMemcpyDeviceToHost, st),
                  "logits");
     }
     cuda_check(cudaStreamSynchronize(st), "forward");
-    if (nl0 > 0 && P.greedy) res.greedy.assign(ids_host.as<int>(), ids_host.as<int>() + nl0);
+    if (nl0 > 0 && P.greedy) {
+      const GreedyOut* g = ids_host.as<GreedyOut>();
+      res.greedy.resize(nl0);
+      res.greedy_prob.resize(nl0);
+      for (int i = 0; i < nl0; ++i) {
+        res.greedy[i] = g[i].id;
+        res.greedy_prob[i] = g[i].prob;
+      }
+    }
     return res;
   }
 

@@ -202,6 +202,7 @@ class Decoder {
     opt.skip_attn = cfg_.skip.attn;
     opt.skip_mlp = cfg_.skip.mlp;
     opt.time_attention = cfg_.time_attention;
+    opt.greedy_only = true;  // a draft token is the skip model's argmax, kept while its probability is high
     int tok = cur_;
     for (int k = 0; k < depth; ++k) {
       lm::Batch b;
@@ -216,13 +217,10 @@ class Decoder {
         rec.draft_attn_cpu_s += fr.attn_cpu_s[0];
         res_.attention_timed = true;
       }
-      const float* lg = fr.logits.row(0);
-      const int x = lm::greedy_token(lg, mc_.vocab_size);
-      double mx = lg[x], sum = 0.0;
-      for (int i = 0; i < mc_.vocab_size; ++i) sum += std::exp(double(lg[i]) - mx);
+      const int x = fr.greedy[0];
       draft.push_back(x);
       tok = x;
-      if (1.0 / sum < cfg_.draft_stop) break;
+      if (fr.greedy_prob[0] < cfg_.draft_stop) break;
     }
     const auto te = Clock::now();
     engine_.truncate(n_past_);

@@ -54,9 +54,10 @@ struct ForwardOptions {
   std::vector<char> skip_attn, skip_mlp;
   /// Measure the CPU seconds spent in attention per view (ForwardResult::attn_cpu_s).
   bool time_attention = false;
-  /// Only each logits row's greedy token is needed (greedy decoding): ForwardResult::greedy
-  /// holds it, and an engine may leave ForwardResult::logits empty (the CUDA engine then keeps
-  /// the logits on the device and copies back one id per row instead of vocab_size floats).
+  /// Only each logits row's greedy token and its probability are needed (greedy decoding,
+  /// self-speculative drafts): ForwardResult::greedy and greedy_prob hold them, and an engine
+  /// may leave ForwardResult::logits empty (the CUDA engine then keeps the logits on the device
+  /// and copies back one id and one probability per row instead of vocab_size floats).
   bool greedy_only = false;
 };
 
@@ -82,6 +83,10 @@ struct ForwardResult {
   /// With ForwardOptions::greedy_only: each logits row's greedy token (argmax, lowest id on
   /// ties), [logits_rows.size()]; empty otherwise.
   std::vector<int> greedy;
+  /// With ForwardOptions::greedy_only: softmax probability of each greedy token,
+  /// 1 / sum_i exp(l_i - l_max) (lm::greedy_probability; CUDA: accumulated in f32 on the device
+  /// with an online max-and-sum reduction), [logits_rows.size()]; empty otherwise.
+  std::vector<double> greedy_prob;
 };
 
 /// Runs the decoder on `batch`, attending `cache` through each row's view, and writes every

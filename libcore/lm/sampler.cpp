@@ -22,6 +22,13 @@ int greedy_token(const float* logits, int vocab) {
   return best;
 }
 
+double greedy_probability(const float* logits, int vocab, int best) {
+  const double mx = logits[best];
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - mx);
+  return 1.0 / sum;
+}
+
 std::vector<int> top_ids(const float* logits, int vocab, int k) {
   k = std::max(0, std::min(k, vocab));
   std::vector<int> ids(vocab);

@@ -53,6 +53,10 @@ class Sampler {
 /// dm::greedy_better, which the CUDA engine's argmax reduction uses).
 int greedy_token(const float* logits, int vocab);
 
+/// softmax(logits)[best] for the greedy token `best` = greedy_token(logits, vocab):
+/// 1 / sum_i exp(l_i - l_best), in double (self-speculative decoding's draft confidence).
+double greedy_probability(const float* logits, int vocab, int best);
+
 /// log softmax(logits)[id], computed in double.
 double log_softmax_at(const float* logits, int vocab, int id);
 

@@ -280,8 +280,8 @@ class GreedyOnlyEngine final : public lm::EngineWrapper {
 
 TEST_CASE("decode: greedy decoding needs only each row's greedy token, not the logits") {
   // Truth: plain_ar (argmax of full logits).  Every method decodes the same tokens on an engine
-  // that drops the logits of greedy-only forwards; only self-speculative drafts (which need the
-  // draft's confidence) and sampling ask for logits.
+  // that drops the logits of greedy-only forwards (self-speculative drafts included: their
+  // confidence is ForwardResult::greedy_prob); only sampling asks for logits.
   const lm::Model m = small_model(61, 64, 0.3, 11);
   const std::vector<int> prompt{5, 9, 5, 9, 5, 9, 5, 9, 5, 9};
   const std::vector<int> truth = plain_ar(m, prompt, 40);
@@ -308,9 +308,11 @@ TEST_CASE("decode: greedy decoding needs only each row's greedy token, not the l
     GreedyOnlyEngine e(cpu);
     const DecodeResult r = generate(e, prompt, d);
     CHECK(r.tokens == truth);
-    CHECK(e.greedy_forwards == static_cast<int>(r.steps.size()) + 1);  // prefill + one per step
-    if (meth != Method::self_spec) CHECK(e.logits_forwards == 0);
-    else CHECK(e.logits_forwards > 0);
+    int drafts = 0;
+    for (const StepRecord& s : r.steps) drafts += meth == Method::self_spec ? s.draft_rows : 0;
+    CHECK(e.greedy_forwards == static_cast<int>(r.steps.size()) + 1 + drafts);  // prefill, one per step, drafts
+    CHECK(e.logits_forwards == 0);
+    if (meth == Method::self_spec) CHECK(drafts > 0);
   }
   DecodeConfig sampled = base;
   sampled.method = Method::fafo;

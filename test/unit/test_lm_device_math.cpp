@@ -351,6 +351,24 @@ TEST_CASE("lm device math: greedy reduction equals the sampler's argmax with low
   }
 }
 
+TEST_CASE("lm device math: the greedy token's probability is the sampler's softmax at temperature 1") {
+  // Truth: lm::Sampler's distribution (temperature 1, no truncation) at the greedy token.
+  Rng rng(29);
+  SamplerConfig sc;
+  sc.temperature = 1.0;
+  Sampler full(sc);
+  TokenDist dist;
+  for (int vocab : {1, 2, 50, 3000}) {
+    std::vector<float> lg(vocab);
+    for (int trial = 0; trial < 10; ++trial) {
+      for (auto& v : lg) v = static_cast<float>(rng.normal() * (trial + 1));
+      const int best = greedy_token(lg.data(), vocab);
+      full.distribution(lg.data(), vocab, dist);
+      CHECK(greedy_probability(lg.data(), vocab, best) == doctest::Approx(dist.prob(best)).epsilon(1e-12));
+    }
+  }
+}
+
 TEST_CASE("lm device math: SwiGLU equals the CPU forward's expression") {
   // Truth: forward.cpp's MLP line g / (1 + exp(-g)) * u in float; bitwise.
   Rng rng(17);

@@ -263,7 +263,7 @@ TEST_CASE("cuda: CUDA graph replay gives the eager launches' bits") {
   CHECK(graphed.stats().graph_replays > replays);  // the 8-row shape: seen 8 times, masks differing
 }
 
-TEST_CASE("cuda: forward_greedy returns the argmax of the logits forward() returns") {
+TEST_CASE("cuda: forward_greedy returns the argmax of the logits forward() returns, and its probability") {
   if (no_device("cuda: forward_greedy")) return;
   // Truth: argmax with lowest-id ties (lm::top_ids) of the engine's own logits.
   const Model m = model_in(cfg(RopeStyle::half, true), io::h5::FloatStorage::bf16, 8);
@@ -279,6 +279,10 @@ TEST_CASE("cuda: forward_greedy returns the argmax of the logits forward() retur
     const ForwardResult g = gpu.forward(b, only);
     CHECK(g.logits.rows == 0);
     CHECK(g.greedy == ids);
+    // Its probability (f32 online max-and-sum on the device) against the same logits' softmax in double.
+    REQUIRE(g.greedy_prob.size() == 8);
+    for (int r = 0; r < 8; ++r)
+      CHECK(g.greedy_prob[r] == doctest::Approx(greedy_probability(fr.logits.row(r), m.config.vocab_size, ids[r])).epsilon(1e-5));
   }
 }
 
