@@ -435,9 +435,24 @@ __global__ void argmax_kernel(const float* Y, Layout L, int vocab, GreedyOut* ou
   if (threadIdx.x == 0) out[blockIdx.x] = GreedyOut{s_i[0], 1.0f / s_s[0]};
 }
 
+/// The pending rows a commit appends, without a host-to-device copy when it can: rows 0..n-1
+/// (commit_all: the prefill, AR decoding) need no list, up to kCommitInline rows (FAFO's
+/// accepted rows) travel by value in the launch's parameters, longer lists in device memory.
+constexpr int kCommitInline = 64;
+struct CommitRows {
+  const int* list;          // device list (more than kCommitInline rows), else null
+  int inline_rows[kCommitInline];
+  int identity;             // 1: row i is i
+  __host__ __device__ int operator[](int i) const { return identity ? i : list ? list[i] : inline_rows[i]; }
+};
+
+#if defined(ICMLKIT_CUDA_EMU)
+inline void icmlkit_emu_pointers(const CommitRows& r, std::vector<const void*>& out) { out.push_back(r.list); }
+#endif
+
 /// Appends pending rows rows[0..n) at slots base.. of every (layer, KV head).
 /// grid (n, n_layers * nkv), block hd (rows on x: gridDim.y is limited to 65535).
-__global__ void commit_kernel(const float* pk, const float* pv, std::size_t pend_layer_stride, const int* rows, int base, int nkv,
+__global__ void commit_kernel(const float* pk, const float* pv, std::size_t pend_layer_stride, CommitRows rows, int base, int nkv,
                               int hd, int n_ctx, float* Kc, float* Vc) {
   const int i = blockIdx.x, lh = blockIdx.y, e = threadIdx.x;
   const int layer = lh / nkv, g = lh % nkv;
@@ -1002,20 +1017,27 @@ struct CudaEngine::Impl {
     return res;
   }
 
-  void commit(const std::vector<int>& rows) {
-    for (int r : rows)
-      if (r < 0 || r >= pend_rows) throw InputError("commit of row " + std::to_string(r) + " outside the last batch");
-    if (len + rows.size() > std::size_t(c.n_ctx))
+  /// Appends pending rows `rows` (n of them; null: rows 0..n-1) to the cache.
+  void commit(const int* rows, int n) {
+    for (int i = 0; rows && i < n; ++i)
+      if (rows[i] < 0 || rows[i] >= pend_rows) throw InputError("commit of row " + std::to_string(rows[i]) + " outside the last batch");
+    if (len + std::size_t(n) > std::size_t(c.n_ctx))
       throw InputError("KV cache full: n_ctx = " + std::to_string(c.n_ctx) + " positions");
-    if (rows.empty()) return;
-    rowsbuf.reserve(rows.size() * 4);
-    cuda_check(cudaMemcpyAsync(rowsbuf.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, st), "upload rows");
+    if (n == 0) return;
+    CommitRows cr{};
+    cr.identity = rows ? 0 : 1;
+    if (rows && n <= kCommitInline) {
+      std::copy(rows, rows + n, cr.inline_rows);
+    } else if (rows) {
+      rowsbuf.reserve(std::size_t(n) * 4);
+      cuda_check(cudaMemcpyAsync(rowsbuf.p, rows, std::size_t(n) * 4, cudaMemcpyHostToDevice, st), "upload rows");
+      cr.list = rowsbuf.as<int>();
+    }
     const int hd = c.head_dim(), nkv = c.n_kv_heads;
-    ICMLKIT_LAUNCH(commit_kernel, dim3(static_cast<unsigned>(rows.size()), c.n_layers * nkv), hd, st)(
-        pk.as<float>(), pv.as<float>(), std::size_t(pend_cap) * nkv * hd, rowsbuf.as<int>(), len, nkv, hd, c.n_ctx, Kc.as<float>(),
-        Vc.as<float>());
+    ICMLKIT_LAUNCH(commit_kernel, dim3(static_cast<unsigned>(n), c.n_layers * nkv), hd, st)(
+        pk.as<float>(), pv.as<float>(), std::size_t(pend_cap) * nkv * hd, cr, len, nkv, hd, c.n_ctx, Kc.as<float>(), Vc.as<float>());
     launch_check("commit");
-    len += static_cast<int>(rows.size());
+    len += n;
   }
 };
 
@@ -1093,11 +1115,9 @@ std::vector<int> CudaEngine::forward_greedy(const lm::Batch& batch, const lm::Fo
   o.greedy_only = true;
   return p_->forward(batch, o).greedy;
 }
-void CudaEngine::commit(const std::vector<int>& rows) { p_->commit(rows); }
+void CudaEngine::commit(const std::vector<int>& rows) { p_->commit(rows.data(), static_cast<int>(rows.size())); }
 void CudaEngine::commit_all() {
-  std::vector<int> rows(p_->pend_rows);
-  for (int i = 0; i < p_->pend_rows; ++i) rows[i] = i;
-  p_->commit(rows);
+  p_->commit(nullptr, p_->pend_rows);
 }
 void CudaEngine::truncate(int n) { p_->len = std::min(p_->len, std::max(0, n)); }
 void CudaEngine::clear() {

@@ -85,6 +85,9 @@ class CudaEngine final : public lm::Engine {
   /// forward() with options.greedy_only set: only the greedy token of each logits row comes
   /// back, no [rows, vocab] copy reaches the host.  Same errors as forward().
   std::vector<int> forward_greedy(const lm::Batch& batch, const lm::ForwardOptions& options = {});
+  /// lm::Engine::commit: one kernel launch.  Up to 64 rows travel in the launch's parameters
+  /// (no host-to-device copy); longer lists are copied to the device first; commit_all needs
+  /// no list.  InputError for a row outside the last batch or a full cache.
   void commit(const std::vector<int>& rows) override;
   void commit_all() override;
   void truncate(int n) override;

@@ -88,8 +88,10 @@ double rel_gap(const Matrix& cpu, const Matrix& gpu) {
   return gap;
 }
 
-/// The same prefill + tree-masked, multi-view step on both engines; max |logit difference|
-/// relative to 1 + max |logit| over both forwards.
+/// The same prefill + tree-masked, multi-view steps on both engines; max |logit difference|
+/// relative to 1 + max |logit| over both forwards.  The commits take each of the CUDA engine's
+/// row paths: the prefill as an explicit reversed list of 140 rows (a device list), the step's
+/// rows {0, 3, 1} (passed by value in the launch), and commit_all (no list).
 double forward_gap(Engine& cpu, Engine& gpu) {
   std::vector<int> prompt(140);  // > 128 keys: the attention kernel's split path
   for (int i = 0; i < 140; ++i) prompt[i] = (i * 31 + 7) % cpu.config().vocab_size;
@@ -102,8 +104,10 @@ double forward_gap(Engine& cpu, Engine& gpu) {
   for (Engine* e : {&cpu, &gpu}) e->clear();
   const Batch pre = Batch::causal(prompt, 0);
   cmp(cpu.forward(pre), gpu.forward(pre));
-  cpu.commit_all();
-  gpu.commit_all();
+  std::vector<int> reversed(prompt.size());
+  for (std::size_t i = 0; i < reversed.size(); ++i) reversed[i] = static_cast<int>(reversed.size() - 1 - i);
+  cpu.commit(reversed);
+  gpu.commit(reversed);
   const ModelConfig& c = cpu.config();
   std::vector<std::vector<std::int32_t>> lists(std::size_t(c.n_layers) * c.n_kv_heads);
   for (std::size_t i = 0; i < lists.size(); ++i)
@@ -118,6 +122,15 @@ double forward_gap(Engine& cpu, Engine& gpu) {
   b.add(16, n + 2, v, {0, 1});
   b.add(20, n + 3, b.add_view(View::prefix(3)), {0, 2});
   cmp(cpu.forward(b), gpu.forward(b));
+  cpu.commit({0, 3, 1});
+  gpu.commit({0, 3, 1});
+  Batch b2;
+  b2.add(24, n + 3);
+  b2.add(28, n + 4, 0, {0});
+  cmp(cpu.forward(b2), gpu.forward(b2));
+  cpu.commit_all();
+  gpu.commit_all();
+  cmp(cpu.forward(Batch::causal({32}, n + 5)), gpu.forward(Batch::causal({32}, n + 5)));
   return gap;
 }
 
