@@ -521,7 +521,7 @@ struct CudaEngine::Impl {
   DevBuf Kc, Vc;        // [n_layers, nkv, n_ctx, hd]
   DevBuf pk, pv;        // [n_layers, Rcap, nkv, hd]
   int pend_cap = 0, pend_rows = 0, len = 0;
-  DevBuf x, q, act, Y, meta, ropes, logits, rowsbuf, part, ids;
+  DevBuf x, q, act, Y, meta, logits, rowsbuf, part, ids;
   DevBuf scale_a, scale_b;  // f16 weights: per-row GEMM input scales (two: swiglu reads one, writes the other)
   PinnedBuf upload_stage, ids_host;  // metadata + RoPE tables going up; greedy ids coming back
 
@@ -674,8 +674,7 @@ struct CudaEngine::Impl {
     const Layout L = layout(R), LH = layout(std::max(1, nl));
     grow(ids, std::size_t(std::max(1, nl)) * sizeof(GreedyOut));
     grow(part, std::size_t(R) * nh * nsplit * (2 + hd) * 4, false, true);  // doubling: splits grow with the context
-    grow(meta, std::max<std::size_t>(meta_ints * 4, 1 << 16), false, true);
-    grow(ropes, std::max<std::size_t>(rope_floats * 4, 1 << 12));
+    grow(meta, std::max<std::size_t>((rope_floats + meta_ints) * 4, 1 << 16), false, true);  // RoPE tables, then metadata
     const int Kmax = std::max({d, dq, dff}), Omax = std::max({dq + 2 * dkv, d, 2 * dff});
     grow(x, std::size_t(R) * d * 4);
     grow(q, std::size_t(R) * dq * 4);
@@ -948,16 +947,17 @@ struct CudaEngine::Impl {
     }
     pend_rows = R0;
     P.pstride = std::size_t(pend_cap) * c.n_kv_heads * hd;
-    upload_stage.reserve((hm.size() + rope.size()) * 4);
-    std::memcpy(upload_stage.p, hm.data(), hm.size() * 4);
-    std::memcpy(upload_stage.as<char>() + hm.size() * 4, rope.data(), rope.size() * 4);
-    cuda_check(cudaMemcpyAsync(meta.p, upload_stage.p, hm.size() * 4, cudaMemcpyHostToDevice, st), "upload batch");
-    cuda_check(cudaMemcpyAsync(ropes.p, upload_stage.as<char>() + hm.size() * 4, rope.size() * 4, cudaMemcpyHostToDevice, st),
-               "upload rope");
-    const int* dm_ = meta.as<int>();
+    // One upload: the RoPE tables (R * hd floats, so the metadata's address depends only on R and
+    // a graph's pointers stay valid), then the metadata.
+    const std::size_t rope_bytes = rope.size() * 4, meta_bytes = hm.size() * 4;
+    upload_stage.reserve(rope_bytes + meta_bytes);
+    std::memcpy(upload_stage.p, rope.data(), rope_bytes);
+    std::memcpy(upload_stage.as<char>() + rope_bytes, hm.data(), meta_bytes);
+    cuda_check(cudaMemcpyAsync(meta.p, upload_stage.p, rope_bytes + meta_bytes, cudaMemcpyHostToDevice, st), "upload batch");
+    const int* dm_ = reinterpret_cast<const int*>(meta.as<char>() + rope_bytes);
     P.m = Meta{dm_ + o_tok, dm_ + o_rv, dm_ + o_vc, dm_ + o_vo, dm_ + o_sl, dm_ + o_nbo, dm_ + o_nb};
     P.lrows = dm_ + o_lr;
-    P.cs = ropes.as<float>();
+    P.cs = meta.as<float>();
     P.sn = P.cs + std::size_t(R) * hd / 2;
 
     if (opt.hidden) {
