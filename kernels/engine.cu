@@ -524,6 +524,8 @@ struct CudaEngine::Impl {
   DevBuf x, q, act, Y, meta, logits, rowsbuf, part, ids;
   DevBuf scale_a, scale_b;  // f16 weights: per-row GEMM input scales (two: swiglu reads one, writes the other)
   PinnedBuf upload_stage, ids_host;  // metadata + RoPE tables going up; greedy ids coming back
+  std::unique_ptr<lm::RopeCache> rope_cache;  // made by check_config, once the config is known
+  std::vector<float> rope_scratch;
 
   ~Impl() {
     drop_graphs();
@@ -572,6 +574,7 @@ struct CudaEngine::Impl {
   void check_config() {
     c.validate("CUDA engine");
     if (c.head_dim() > kMaxHd) throw InputError("head_dim " + std::to_string(c.head_dim()) + " above the CUDA engine's 256");
+    rope_cache = std::make_unique<lm::RopeCache>(c);
   }
 
   void alloc_cache() {
@@ -926,11 +929,13 @@ struct CudaEngine::Impl {
     for (int r = 0; r < R; ++r)
       max_keys = std::max(max_keys, view_max[r < R0 ? b.rows[r].view : 0] + hm[o_nbo + r + 1] - hm[o_nbo + r]);
 
-    std::vector<float> rope, sn;
-    lm::rope_tables(c, b, rope, sn);
-    rope.resize(std::size_t(R) * hd / 2, 1.0f);  // padding rows: position 0, cos 1
-    sn.resize(rope.size(), 0.0f);                 // and sin 0
-    rope.insert(rope.end(), sn.begin(), sn.end());
+    // RoPE tables: cos [R, hd/2], then sin [R, hd/2]; padding rows are position 0 (cos 1, sin 0).
+    std::vector<float>& rope = rope_scratch;
+    const std::size_t half = hd / 2;
+    rope.resize(2 * std::size_t(R) * half);
+    rope_cache->tables(b, rope.data(), rope.data() + std::size_t(R) * half);
+    std::fill(rope.begin() + std::size_t(R0) * half, rope.begin() + std::size_t(R) * half, 1.0f);
+    std::fill(rope.begin() + std::size_t(R + R0) * half, rope.end(), 0.0f);
 
     // Buffers (every growth happens here, before any capture).
     Plan P;

@@ -104,17 +104,43 @@ void check_batch(const ModelConfig& c, const std::function<int(int, int)>& head_
     if (r < 0 || r >= R) throw InputError("attention row " + std::to_string(r) + " outside the batch");
 }
 
+namespace {
+/// One position's RoPE row: cs[i], sn[i] for i < head_dim / 2.
+void rope_row(double theta, int hd, int pos, float* cs, float* sn) {
+  for (int i = 0; i < hd / 2; ++i) {
+    const double freq = std::pow(theta, -2.0 * i / hd);
+    const double a = pos * freq;
+    cs[i] = static_cast<float>(std::cos(a));
+    sn[i] = static_cast<float>(std::sin(a));
+  }
+}
+}  // namespace
+
 void rope_tables(const ModelConfig& c, const Batch& b, std::vector<float>& cs, std::vector<float>& sn) {
   const int half = c.head_dim() / 2;
   cs.resize(std::size_t(b.size()) * half);
   sn.resize(cs.size());
   for (int r = 0; r < b.size(); ++r)
-    for (int i = 0; i < half; ++i) {
-      const double freq = std::pow(c.rope_theta, -2.0 * i / c.head_dim());
-      const double a = b.rows[r].pos * freq;
-      cs[std::size_t(r) * half + i] = static_cast<float>(std::cos(a));
-      sn[std::size_t(r) * half + i] = static_cast<float>(std::sin(a));
+    rope_row(c.rope_theta, c.head_dim(), b.rows[r].pos, cs.data() + std::size_t(r) * half, sn.data() + std::size_t(r) * half);
+}
+
+RopeCache::RopeCache(const ModelConfig& c)
+    : half_(c.head_dim() / 2), hd_(c.head_dim()), theta_(c.rope_theta), blocks_((std::max(c.n_ctx, 1) + kBlock - 1) / kBlock) {}
+
+void RopeCache::tables(const Batch& b, float* cs, float* sn) {
+  for (int r = 0; r < b.size(); ++r) {
+    const int pos = b.rows[r].pos;
+    std::vector<float>& blk = blocks_.at(static_cast<std::size_t>(pos / kBlock));
+    if (blk.empty()) {
+      blk.resize(std::size_t(2) * kBlock * half_);
+      for (int p = 0; p < kBlock; ++p)
+        rope_row(theta_, hd_, (pos / kBlock) * kBlock + p, blk.data() + std::size_t(p) * half_,
+                 blk.data() + std::size_t(kBlock + p) * half_);
     }
+    const std::size_t at = std::size_t(pos % kBlock) * half_;
+    std::copy_n(blk.data() + at, half_, cs + std::size_t(r) * half_);
+    std::copy_n(blk.data() + std::size_t(kBlock) * half_ + at, half_, sn + std::size_t(r) * half_);
+  }
 }
 
 void apply_rope(float* x, int hd, RopeStyle style, const float* cs, const float* sn) {

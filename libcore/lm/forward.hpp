@@ -118,6 +118,23 @@ std::vector<int> logits_rows_of(const ForwardOptions& options, int rows);
 /// angle(pos, i) = pos * rope_theta^(-2i/head_dim) computed in double, rounded to float.
 void rope_tables(const ModelConfig& config, const Batch& batch, std::vector<float>& cs, std::vector<float>& sn);
 
+/// rope_tables' values with each position's row computed once (pow, cos and sin per entry
+/// cost more than a copy): an engine that builds tables every forward keeps one.  Filled
+/// lazily in blocks of 256 positions, so a long context costs memory only where it is used.
+class RopeCache {
+ public:
+  explicit RopeCache(const ModelConfig& config);
+  /// Writes the rows' cos table to cs [R, head_dim/2] and sin table to sn [R, head_dim/2],
+  /// bitwise rope_tables'.  Positions must lie in [0, n_ctx) (check_batch checks them).
+  void tables(const Batch& batch, float* cs, float* sn);
+
+ private:
+  static constexpr int kBlock = 256;
+  int half_ = 0, hd_ = 0;
+  double theta_ = 0.0;
+  std::vector<std::vector<float>> blocks_;  // per block: [kBlock, half] cos, then [kBlock, half] sin; empty until used
+};
+
 /// Rotates one head vector x [hd] in place with its position's tables (cs, sn [hd/2]), pairing
 /// dimensions as `style` says (lm/README.md, RoPE pairing).
 void apply_rope(float* x, int hd, RopeStyle style, const float* cs, const float* sn);

@@ -209,6 +209,27 @@ TEST_CASE("lm device math: RMSNorm row equals lm::rms_norm bit for bit") {
   }
 }
 
+TEST_CASE("lm device math: the RoPE cache gives rope_tables' bits, across blocks and on reuse") {
+  // Truth: lm::rope_tables (computed per call).  Positions straddle the 256-position blocks,
+  // repeat (a cached block), and reach n_ctx - 1.
+  ModelConfig c = dm_config(RopeStyle::half);
+  c.n_ctx = 600;
+  c.rope_theta = 500000.0;
+  RopeCache cache(c);
+  const int half = c.head_dim() / 2;
+  for (const std::vector<int>& positions : {std::vector<int>{0, 255, 256, 599}, {3, 256, 257, 0, 511, 512}}) {
+    Batch b;
+    for (int pos : positions) b.add(0, pos);
+    std::vector<float> cs, sn, ccs(std::size_t(b.size()) * half), csn(ccs.size());
+    rope_tables(c, b, cs, sn);
+    cache.tables(b, ccs.data(), csn.data());
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      REQUIRE(bits(ccs[i]) == bits(cs[i]));
+      REQUIRE(bits(csn[i]) == bits(sn[i]));
+    }
+  }
+}
+
 TEST_CASE("lm device math: RoPE tables and rotation equal the CPU engine for both pairings") {
   // Truth: lm::rope_tables and lm::apply_rope (the CPU engine's); bitwise.
   for (RopeStyle style : {RopeStyle::half, RopeStyle::interleaved}) {
