@@ -9,7 +9,9 @@
 #      decoder's and the engine's host time per step and forward;
 #   4. bench-decode-host: the decoder's own host time per step on this machine's CPU (forwards
 #      replayed, nothing computed).
-# Prints everything to stdout; with $OUT set, also writes $OUT/gpu_check.json (and the parts).
+# Prints everything to stdout; with $OUT set, also writes $OUT/gpu_check.json and the parts, each
+# part as soon as it is done.  Each part has a time limit in seconds: GPU_CHECK_TEST_SECONDS (180),
+# GPU_CHECK_BENCH_SECONDS (180), GPU_CHECK_FAFO_SECONDS (60 per fafo-generate run).
 # Usage: scripts/gpu_check.sh BUILD_DIR
 #        scripts/gpu_check.sh --bundle BUNDLE   (BUNDLE: a directory or .tar.xz from
 #          scripts/gpu_bundle.sh, for a GPU machine without our Debian libraries or a
@@ -92,6 +94,21 @@ fi
 # The demo-model test reads the repository's data/ (compiled-in path, overridable).
 export ICMLKIT_REPO_DATA="$root/data"
 
+# Each part runs under a time limit (seconds, overridable), so a hung part costs its limit and
+# not the rest of the run; after each part what exists so far is copied to $OUT, so a run cut
+# short by the device's own limit still returns the parts it finished.
+limit_tests=${GPU_CHECK_TEST_SECONDS:-180}
+limit_bench=${GPU_CHECK_BENCH_SECONDS:-180}
+limit_fafo=${GPU_CHECK_FAFO_SECONDS:-60}
+keep() {
+  [ -n "${OUT:-}" ] || return 0
+  mkdir -p "$OUT"
+  for f in ctest.log engine.json fafo.json decode_host.json gpu_check.json sanitizer.log; do
+    [ -f "$tmp/$f" ] && cp "$tmp/$f" "$OUT/"
+  done
+  return 0
+}
+
 if $emulated; then
   echo "gpu-check: rehearsal on the CUDA emulator (CPU): no number below is a GPU number"
 elif ! nvidia-smi -L > /dev/null 2>&1; then
@@ -103,7 +120,8 @@ fi
 
 echo "== gpu-check: CUDA tests"
 $emulated && echo "(emulated: only the refusal and cuBLAS cases here; ctest runs every other CUDA case as its own cuda-emu/ entry)"
-"$unit" -tc="$tests" > "$tmp/ctest.log" 2>&1 && tests_ok=true || { tests_ok=false; status=1; }
+timeout "$limit_tests" "$unit" -tc="$tests" > "$tmp/ctest.log" 2>&1 && tests_ok=true || { tests_ok=false; status=1; }
+keep
 grep -E "skipped|TEST CASE|test cases|assertions|ERROR|FAILED|values:|INFO|gap|margin" "$tmp/ctest.log" | head -200 || tail -n 40 "$tmp/ctest.log"
 
 # Optional: the CUDA tests under compute-sanitizer (GPU_CHECK_SANITIZE=memcheck|racecheck|
@@ -124,12 +142,13 @@ if [ -n "${GPU_CHECK_SANITIZE:-}" ]; then
 fi
 
 echo "== gpu-check: bench-gpu-engine"
-if "$bin/bench-gpu-engine" "${bench_args[@]}" > "$tmp/engine.json"; then
+if timeout "$limit_bench" "$bin/bench-gpu-engine" "${bench_args[@]}" > "$tmp/engine.json"; then
   cat "$tmp/engine.json"
 else
-  echo '{"error": "bench-gpu-engine failed"}' > "$tmp/engine.json"
+  echo '{"error": "bench-gpu-engine failed (or ran past '"$limit_bench"' s)"}' > "$tmp/engine.json"
   status=1
 fi
+keep
 
 echo "== gpu-check: FAFO vs AR on kjv7m (fafo-generate --device cuda)"
 model=$root/data/models/kjv7m.h5
@@ -140,7 +159,7 @@ fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming 
 fafo_run() {
   local name=$1 device=$2
   shift 2
-  if env "$@" "$bin/fafo-generate" "$model" --device "$device" --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_$name.jsonl" \
+  if timeout "$limit_fafo" env "$@" "$bin/fafo-generate" "$model" --device "$device" --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_$name.jsonl" \
        2> "$tmp/fafo_$name.err" && jq -c 'select(.summary) | .summary' "$tmp/fafo_$name.jsonl" > "$tmp/fafo_$name.json"; then
     return 0
   fi
@@ -172,19 +191,20 @@ jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_cuda.json" --slurp
    cpu: ($c[0] | run)}' > "$tmp/fafo_summary.json" || { echo '{"error": "could not summarise the FAFO runs"}' > "$tmp/fafo_summary.json"; status=1; }
 # The same tokens on both devices? (CUDA equals CPU within tolerance, not bitwise.)
 same=null
-if "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_gpu.txt" &&
-   "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_cpu.txt"; then
+if timeout "$limit_fafo" "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_gpu.txt" &&
+   timeout "$limit_fafo" "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_cpu.txt"; then
   same=$(cmp -s "$tmp/ar_gpu.txt" "$tmp/ar_cpu.txt" && echo true || echo false)
 else
   status=1
 fi
 jq --argjson same "$same" '. + {ar_text_cuda_equals_cpu: $same}' "$tmp/fafo_summary.json" > "$tmp/fafo.json"
 cat "$tmp/fafo.json"
+keep
 
 # The decoder's host work per step with the forwards replayed (no model computed), on this
 # machine's CPU: what the GPU waits for between steps on the decoder's side.
 echo "== gpu-check: bench-decode-host (the decoder's host time per step, CPU)"
-if [ -x "$bin/bench-decode-host" ] && "$bin/bench-decode-host" "$model" --tokens "$fafo_tokens" > "$tmp/decode_host.json"; then
+if [ -x "$bin/bench-decode-host" ] && timeout "$limit_fafo" "$bin/bench-decode-host" "$model" --tokens "$fafo_tokens" > "$tmp/decode_host.json"; then
   cat "$tmp/decode_host.json"
 else
   echo '{"error": "bench-decode-host failed or is missing"}' > "$tmp/decode_host.json"
@@ -203,11 +223,7 @@ jq -n --slurpfile e "$tmp/engine.json" --slurpfile f "$tmp/fafo.json" --slurpfil
   { echo "gpu-check: could not assemble the summary (jq failed)" >&2; status=1; }
 echo "== gpu-check: summary"
 cat "$tmp/gpu_check.json"
-if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT"
-  cp "$tmp/gpu_check.json" "$tmp/engine.json" "$tmp/fafo.json" "$tmp/decode_host.json" "$tmp/ctest.log" "$OUT/" 2>/dev/null || true
-  [ -f "$tmp/sanitizer.log" ] && cp "$tmp/sanitizer.log" "$OUT/"
-fi
+keep
 if $emulated && [ $status -eq 0 ]; then
   if jq -e '.gpu_check | .cuda_tests_passed and (.engine.decode_b1.batch_invariant.tokens_per_s > 0)
         and (.engine.c_k.batch_invariant.c | length > 0) and .fafo_kjv7m.cuda.identical_to_ar
