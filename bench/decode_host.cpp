@@ -10,8 +10,8 @@
 // per forward).  AR, the peer, is measured in the same run.  The replay checks that it produced
 // the recorded tokens, else the program fails.
 // Usage: bench-decode-host MODEL [--tokens N (256)] [--reps K (20)]   Prints one JSON object:
-//   per method: decode_steps, mean_rows_per_step, mean_accepted_per_step, host_us_per_step and
-//   host_us_per_token (medians over the K replays).
+//   per method: generated_tokens, stop_reason, decode_steps, mean_rows_per_step,
+//   mean_accepted_per_step, host_us_per_step and host_us_per_token (medians over the K replays).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -84,9 +84,20 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench-decode-host MODEL [--tokens N (256)] [--reps K (20)]\n"
+    "The decoder's own host time per decode step (AR, prompt lookup, lookahead, FAFO with gpu-check's\n"
+    "flags): each method decodes once on the CPU engine, then replays on an engine that returns the\n"
+    "recorded tokens and computes nothing.  Prints one JSON object (see bench/README.md).\n";
+
 int main(int argc, char** argv) {
   try {
-    if (argc < 2) throw UsageError("usage: bench-decode-host MODEL [--tokens N] [--reps K]");
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+        std::cout << kUsage;
+        return 0;
+      }
+    if (argc < 2) throw UsageError("give a model (run with --help for usage)");
     const std::string path = argv[1];
     int tokens = 256, reps = 20;
     for (int i = 2; i < argc; i += 2) {
@@ -119,7 +130,7 @@ int main(int argc, char** argv) {
     base.time_attention = false;
     base.sampler.seed = default_seed;  // the tools' --seed default (the Jacobi window's start)
 
-    nlohmann::json out = {{"model", path}, {"prompt_tokens", prompt.size()}, {"tokens", tokens}, {"reps", reps},
+    nlohmann::json out = {{"model", path}, {"prompt_tokens", prompt.size()}, {"max_new_tokens", tokens}, {"reps", reps},
                           {"flags", "--window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64"}};
     std::vector<int> ar_tokens;
     for (decode::Method m : {decode::Method::ar, decode::Method::prompt_lookup, decode::Method::lookahead, decode::Method::fafo}) {
@@ -145,7 +156,9 @@ int main(int argc, char** argv) {
         per_token.push_back(1e6 * r.decode_s / r.tokens.size());
       }
       const double n = static_cast<double>(real.steps.size());
-      out["methods"][decode::method_name(m)] = {{"decode_steps", real.steps.size()},
+      out["methods"][decode::method_name(m)] = {{"generated_tokens", real.tokens.size()},
+                                                 {"stop_reason", real.context_full ? "n_ctx" : "max_new_tokens"},
+                                                 {"decode_steps", real.steps.size()},
                                                  {"mean_rows_per_step", rows / n},
                                                  {"mean_accepted_per_step", accepted / n},
                                                  {"host_us_per_step", median(per_step)},
@@ -154,10 +167,10 @@ int main(int argc, char** argv) {
     std::cout << out.dump(2) << "\n";
     return 0;
   } catch (const Error& e) {
-    std::cerr << "bench-decode-host: " << e.message() << "\n";
+    std::cerr << "bench-decode-host: error: " << e.message() << "\n";
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
-    std::cerr << "bench-decode-host: " << e.what() << "\n";
+    std::cerr << "bench-decode-host: error: " << e.what() << "\n";
     return 1;
   }
 }

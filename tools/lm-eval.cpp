@@ -60,7 +60,10 @@ int main(int argc, char** argv) {
         app.add_option("--seq-len", seq_len, "Window length (default the model's n_ctx)")->check(cli::int_range(1, 1 << 20));
         app.add_option("--batch", batch, "Windows per forward")->capture_default_str()->check(cli::int_range(1, 1 << 16));
         lm::add_device_flag(app, device);
-        lm::add_weights_flag(app, weights);
+        lm::add_weights_flag(app, weights,
+                             "Compute weights with --device cuda: auto (the file's 16-bit format, f16 or bf16, when every "
+                             "weight is exact in it, else f32), f32, f16 or bf16 (rounded); the CPU computes in f32 "
+                             "(auto or f32 only)");
         app.add_option("--max-tokens", max_tokens, "Score only the first N predicted tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
       },
       [&](cli::Context& ctx) {

@@ -46,9 +46,9 @@ int main(int argc, char** argv) {
       "in whole UTF-8 characters (byte-fallback tokens of an unfinished character wait for the rest; bytes\n"
       "that form none print as U+FFFD; --no-text prints none); -o x.jsonl writes a {\"meta\"} line, one record per\n"
       "token (step, id, piece, logprob, top_ids, top_logprobs) and a final {\"summary\"} (prompt and\n"
-      "generated tokens, prefill and decode tokens/s, time to first token, stop reason, compute_weights,\n"
-      "engine_settings: weights, and on CUDA batch_invariant, invariant_rows, cuda_graphs; see the man\n"
-      "page's ENVIRONMENT).\n"
+      "generated tokens, prefill and decode tokens/s, time to first token, stop reason, engine_settings:\n"
+      "weights, and on CUDA batch_invariant, invariant_rows, cuda_graphs (see the man page), and\n"
+      "compute_weights, the same as engine_settings' weights).\n"
       "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.",
       "  lm-generate model.h5 --prompt 'In the beginning' -n 40\n"
       "  lm-generate model.h5 --prompt-file prompt.txt --prompt-tokens 128 --temperature 0.8 --top-p 0.95 --seed 7 -o run.jsonl --no-text\n"

@@ -31,8 +31,9 @@ void add_sampler_flags(CLI::App& app, SamplerConfig& sc);
 void add_device_flag(CLI::App& app, std::string& device);
 
 /// Adds --weights (auto | f32 | f16 | bf16, default auto) writing into `weights`: the compute
-/// precision, applied by lm::open_engine_for (engine.hpp).
-void add_weights_flag(CLI::App& app, std::string& weights);
+/// precision, applied by lm::open_engine_for (engine.hpp).  `help` replaces the flag's
+/// description for a tool whose rule differs (lm-eval computes in f32 on the CPU).
+void add_weights_flag(CLI::App& app, std::string& weights, const std::string& help = "");
 
 /// Parses "1,450,3186" (whitespace after an id allowed).  Throws UsageError naming `where`
 /// for an empty list, an item that is not an integer, or a negative id (all malformed flag
