@@ -17,7 +17,7 @@ std::vector<T> read_any(const Handle& loc, const std::string& name, const std::s
   io::h5::quiet_errors();
   if (!h5_exists(loc, name)) throw InputError("missing dataset", label);
   Handle ds(H5Dopen2(loc.get(), name.c_str(), H5P_DEFAULT));
-  if (!ds) throw InputError("cannot open dataset", label);
+  if (!ds) throw InputError("cannot open dataset (corrupted?)", label);
   Handle space(H5Dget_space(ds.get()));
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank != 1 && rank != 2) throw InputError(fmt::format("expected a 1-D or 2-D dataset, found rank {}", rank), label);

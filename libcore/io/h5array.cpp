@@ -27,7 +27,7 @@ namespace {
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& label) {
   if (!exists(loc, name)) throw InputError("missing dataset", label);
   Handle ds(H5Dopen2(loc.get(), name.c_str(), H5P_DEFAULT));
-  if (!ds) throw InputError("not a dataset", label);
+  if (!ds) throw InputError("not a dataset, or a corrupted one", label);
   return ds;
 }
 

@@ -38,7 +38,7 @@ Handle open_file(const std::string& path) {
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError("cannot read file", path);
   if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError("not an HDF5 file", path);
   Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!f) throw InputError("cannot open HDF5 file", path);
+  if (!f) throw InputError("cannot open HDF5 file (corrupted?)", path);
   return f;
 }
 
@@ -60,7 +60,7 @@ Handle open_group(const Handle& file, const std::string& group, const std::strin
   if (group != "/" && H5Lexists(file.get(), group.c_str(), H5P_DEFAULT) <= 0)
     throw InputError("no such group", file_label + ":" + group);
   Handle g(H5Gopen2(file.get(), group.c_str(), H5P_DEFAULT));
-  if (!g) throw InputError("not a group", file_label + ":" + group);
+  if (!g) throw InputError("not a group, or a corrupted one", file_label + ":" + group);
   return g;
 }
 
@@ -110,7 +110,7 @@ std::vector<std::string> dataset_names(const Handle& group) {
 
 Column read_column(const Handle& group, const std::string& name, const std::string& label) {
   Handle ds(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT));
-  if (!ds) throw InputError("cannot open dataset", label);
+  if (!ds) throw InputError("cannot open dataset (corrupted?)", label);
   Handle space(H5Dget_space(ds.get()));
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank != 1) throw InputError("a table column must be a 1-D dataset, this one has rank " + std::to_string(rank), label);
