@@ -526,6 +526,7 @@ struct CudaEngine::Impl {
   PinnedBuf upload_stage, ids_host;  // metadata + RoPE tables going up; greedy ids coming back
   std::unique_ptr<lm::RopeCache> rope_cache;  // made by check_config, once the config is known
   std::vector<float> rope_scratch;
+  std::vector<int> meta_scratch;
 
   ~Impl() {
     drop_graphs();
@@ -892,20 +893,21 @@ struct CudaEngine::Impl {
 
     // Metadata, one upload: tokens, row views, view counts and list offsets, in-batch key
     // offsets, logits rows, in-batch keys (R * R capacity in the fixed layout), explicit view slots.
-    std::vector<int> hm;
+    std::vector<int>& hm = meta_scratch;  // kept between forwards: no allocation once warm
+    hm.clear();
     auto block = [&hm](std::size_t n) { const std::size_t at = hm.size(); hm.resize(at + n, 0); return at; };
     const std::size_t o_tok = block(R), o_rv = block(R), o_vc = block(std::size_t(V) * nlh), o_vo = block(std::size_t(V) * nlh),
                       o_nbo = block(R + 1), o_lr = block(nl);
     for (int r = 0; r < R0; ++r) { hm[o_tok + r] = b.rows[r].token; hm[o_rv + r] = b.rows[r].view; }
     for (int i = 0; i < nl0; ++i) hm[o_lr + i] = res.logits_rows[i];
     const std::size_t o_nb = hm.size();
-    for (int r = 0; r < R; ++r) {
-      hm[o_nbo + r] = static_cast<int>(hm.size() - o_nb);
-      std::vector<int> s = r < R0 ? b.rows[r].attend : std::vector<int>{};
-      s.push_back(r);
-      std::sort(s.begin(), s.end());
-      s.erase(std::unique(s.begin(), s.end()), s.end());
-      hm.insert(hm.end(), s.begin(), s.end());
+    for (int r = 0; r < R; ++r) {  // each row's in-batch keys, sorted and unique, itself included
+      const std::size_t at = hm.size();
+      hm[o_nbo + r] = static_cast<int>(at - o_nb);
+      if (r < R0) hm.insert(hm.end(), b.rows[r].attend.begin(), b.rows[r].attend.end());
+      hm.push_back(r);
+      std::sort(hm.begin() + at, hm.end());
+      hm.erase(std::unique(hm.begin() + at, hm.end()), hm.end());
     }
     hm[o_nbo + R] = static_cast<int>(hm.size() - o_nb);
     const std::size_t n_nb = hm.size() - o_nb;
