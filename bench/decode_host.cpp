@@ -24,6 +24,7 @@
 #include "decode/decoder.hpp"
 #include "lm/engine.hpp"
 #include "lm/model_io.hpp"
+#include "lm/prompt.hpp"
 #include "lm/tokenizer.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
@@ -111,12 +112,12 @@ int main(int argc, char** argv) {
     }
     const lm::Model model = lm::load_any(path);
     if (model.tokenizer_model.empty()) throw InputError("the model has no tokenizer", path);
-    lm::Tokenizer tok(model.tokenizer_model, path);
-    std::vector<int> prompt = tok.encode(
+    const lm::Tokenizer tok(model.tokenizer_model, path);
+    const std::vector<int> prompt = lm::encode_prompt(
+        &tok, model.config,
         "In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
         "darkness was upon the face of the deep.",
-        "prompt");
-    if (model.config.add_bos && model.config.bos_id >= 0) prompt.insert(prompt.begin(), model.config.bos_id);
+        "prompt", path);
 
     // gpu_check.sh's FAFO flags: --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64.
     decode::DecodeConfig base;

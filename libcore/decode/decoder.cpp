@@ -203,6 +203,7 @@ class Decoder {
     opt.skip_mlp = cfg_.skip.mlp;
     opt.time_attention = cfg_.time_attention;
     opt.greedy_only = true;  // a draft token is the skip model's argmax, kept while its probability is high
+    opt.greedy_prob = true;
     int tok = cur_;
     for (int k = 0; k < depth; ++k) {
       lm::Batch b;

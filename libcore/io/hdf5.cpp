@@ -1,6 +1,5 @@
 #include "io/hdf5.hpp"
 
-#include <algorithm>
 #include <filesystem>
 
 #include "util/error.hpp"
@@ -184,13 +183,13 @@ void write_attr(const Handle& loc, const std::string& name, const std::string& v
   // A fixed-length string: its bytes live in the attribute message, inside the checksummed
   // object header.  (A variable-length string would live in the global heap, which has no
   // checksum: libhdf5 follows a corrupted heap entry into a crash.)
+  std::string buf = value;
+  if (buf.empty()) buf.push_back('\0');  // HDF5 strings are at least one byte
   Handle type(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type.get(), std::max<std::size_t>(value.size(), 1));
+  H5Tset_size(type.get(), buf.size());
   H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
   H5Tset_cset(type.get(), H5T_CSET_UTF8);
   Handle a(H5Acreate2(loc.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  std::string buf = value;
-  buf.resize(std::max<std::size_t>(value.size(), 1), '\0');
   if (!a || H5Awrite(a.get(), type.get(), buf.data()) < 0) throw RuntimeError("cannot write HDF5 attribute", name);
 }
 

@@ -307,11 +307,9 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
     res.logits = apply_head(model, h);
     if (opt.greedy_only) {
       res.greedy.resize(nl);
-      res.greedy_prob.resize(nl);
-      for (int i = 0; i < nl; ++i) {
-        res.greedy[i] = greedy_token(res.logits.row(i), c.vocab_size);
-        res.greedy_prob[i] = greedy_probability(res.logits.row(i), c.vocab_size, res.greedy[i]);
-      }
+      for (int i = 0; i < nl; ++i) res.greedy[i] = greedy_token(res.logits.row(i), c.vocab_size);
+      if (opt.greedy_prob)
+        for (int i = 0; i < nl; ++i) res.greedy_prob.push_back(greedy_probability(res.logits.row(i), c.vocab_size, res.greedy[i]));
     }
   }
   return res;

@@ -54,11 +54,15 @@ struct ForwardOptions {
   std::vector<char> skip_attn, skip_mlp;
   /// Measure the CPU seconds spent in attention per view (ForwardResult::attn_cpu_s).
   bool time_attention = false;
-  /// Only each logits row's greedy token and its probability are needed (greedy decoding,
-  /// self-speculative drafts): ForwardResult::greedy and greedy_prob hold them, and an engine
-  /// may leave ForwardResult::logits empty (the CUDA engine then keeps the logits on the device
-  /// and copies back one id and one probability per row instead of vocab_size floats).
+  /// Only each logits row's greedy token is needed (greedy decoding, self-speculative drafts):
+  /// ForwardResult::greedy holds it, and an engine may leave ForwardResult::logits empty (the
+  /// CUDA engine then keeps the logits on the device and copies back one id and one probability
+  /// per row instead of vocab_size floats).
   bool greedy_only = false;
+  /// With greedy_only, also each greedy token's probability (ForwardResult::greedy_prob; a
+  /// self-speculative draft's confidence).  The CPU engine computes it only when asked (a pass
+  /// of exp over the vocabulary per row); the CUDA engine always returns it.
+  bool greedy_prob = false;
 };
 
 /// Attention of one query row, one layer, one query head.
@@ -83,9 +87,10 @@ struct ForwardResult {
   /// With ForwardOptions::greedy_only: each logits row's greedy token (argmax, lowest id on
   /// ties), [logits_rows.size()]; empty otherwise.
   std::vector<int> greedy;
-  /// With ForwardOptions::greedy_only: softmax probability of each greedy token,
+  /// With ForwardOptions::greedy_only and greedy_prob: softmax probability of each greedy token,
   /// 1 / sum_i exp(l_i - l_max) (lm::greedy_probability; CUDA: accumulated in f32 on the device
-  /// with an online max-and-sum reduction), [logits_rows.size()]; empty otherwise.
+  /// with an online max-and-sum reduction, returned with every greedy_only forward),
+  /// [logits_rows.size()]; empty otherwise.
   std::vector<double> greedy_prob;
 };
 

@@ -289,6 +289,7 @@ TEST_CASE("cuda: forward_greedy returns the argmax of the logits forward() retur
     for (int r = 0; r < 8; ++r) CHECK(ids[r] == top_ids(fr.logits.row(r), m.config.vocab_size, 1)[0]);
     ForwardOptions only;  // the same through forward(): no logits come back
     only.greedy_only = true;
+    only.greedy_prob = true;
     const ForwardResult g = gpu.forward(b, only);
     CHECK(g.logits.rows == 0);
     CHECK(g.greedy == ids);
