@@ -12,6 +12,7 @@
 // Usage: bench-decode-host MODEL [--tokens N (256)] [--reps K (20)]   Prints one JSON object:
 //   per method: generated_tokens, stop_reason, decode_steps, mean_rows_per_step,
 //   mean_accepted_per_step, host_us_per_step and host_us_per_token (medians over the K replays).
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -85,31 +86,25 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-constexpr const char* kUsage =
-    "usage: bench-decode-host MODEL [--tokens N (256)] [--reps K (20)]\n"
-    "The decoder's own host time per decode step (AR, prompt lookup, lookahead, FAFO with gpu-check's\n"
-    "flags): each method decodes once on the CPU engine, then replays on an engine that returns the\n"
-    "recorded tokens and computes nothing.  Prints one JSON object (see bench/README.md).\n";
-
 int main(int argc, char** argv) {
+  CLI::App app(
+      "The decoder's own host time per decode step (AR, prompt lookup, lookahead, FAFO with gpu-check's\n"
+      "flags): each method decodes once on the CPU engine, then replays on an engine that returns the\n"
+      "recorded tokens and computes nothing.  Prints one JSON object (see bench/README.md).",
+      "bench-decode-host");
+  std::string path;
+  int tokens = 256, reps = 20;
+  app.add_option("model", path, "Model with a tokenizer (.h5, .gguf or a Hugging Face directory)")->required();
+  app.add_option("--tokens", tokens, "New tokens per generation")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--reps", reps, "Timed replays per method")->capture_default_str()->check(CLI::Range(1, 100000));
   try {
-    for (int i = 1; i < argc; ++i)
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-        std::cout << kUsage;
-        return 0;
-      }
-    if (argc < 2) throw UsageError("give a model (run with --help for usage)");
-    const std::string path = argv[1];
-    int tokens = 256, reps = 20;
-    for (int i = 2; i < argc; i += 2) {
-      const std::string flag = argv[i];
-      if (i + 1 >= argc) throw UsageError("missing value", flag);
-      const int v = std::atoi(argv[i + 1]);
-      if (v < 1) throw UsageError("needs a positive integer", flag);
-      if (flag == "--tokens") tokens = v;
-      else if (flag == "--reps") reps = v;
-      else throw UsageError("unknown option", flag);
-    }
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "bench-decode-host: error: " << e.what() << " (run with --help for usage)\n";
+    return 2;
+  }
+  try {
     const lm::Model model = lm::load_any(path);
     if (model.tokenizer_model.empty()) throw InputError("the model has no tokenizer", path);
     const lm::Tokenizer tok(model.tokenizer_model, path);

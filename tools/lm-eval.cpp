@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app_ptr = &app;
-        app.add_option("model", model_path, "Checkpoint (.h5) with a tokenizer")->required();
+        app.add_option("model", model_path, "Model with a tokenizer (.h5, .gguf, or a Hugging Face directory)")->required();
         app.add_option("text", text_path, "Text file, TSV or JSONL (- for stdin)")->required();
         app.add_option("-o,--output", output, "Result JSON (- = stdout)")->capture_default_str();
         nn::add_corpus_flags(app, copt);
