@@ -1,16 +1,22 @@
-// Training speed of the CPU trainer (issue 5): tokens/s of full AdamW steps (forward, backward,
-// clipping, update) for the demo configuration, and the model FLOPs utilisation against the
-// measured rate of the engine's matmul on the same threads.
-// Prints one JSON object.  Usage: bench-lm-train [--threads N] [--steps N] [--seq-len S]
+// Training speed of the CPU trainer (issues 5 and 24): tokens/s of full AdamW steps (forward,
+// backward, clipping, update) on random tokens, the model-FLOP utilisation against the rate of
+// a 1024^3 f32 product (nn::gemm) measured on the same threads in the same run, and the peak
+// resident memory of the process.
+// Prints one JSON object.
+// Usage: bench-lm-train [--preset 7m|100m] [--threads N] [--steps N] [--seq-len S] [--batch B]
+//                       [--kernels fast|reference]
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "lm/matmul.hpp"
 #include "lm/model.hpp"
 #include "lm/presets.hpp"
+#include "nn/gemm.hpp"
+#include "nn/layers.hpp"
+#include "nn/llama_train.hpp"
 #include "nn/trainer.hpp"
 #include "util/rng.hpp"
 #include "util/threads.hpp"
@@ -23,65 +29,74 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// GFLOP/s of matmul_xwt on the shapes of one training step's largest products.
-double matmul_gflops(int S, int d, int ff) {
-  std::vector<float> x(std::size_t(S) * ff, 0.5f), w(std::size_t(ff) * ff, 0.25f), y(std::size_t(S) * ff);
-  double flops = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int rep = 0; rep < 5; ++rep) {
-    lm::matmul_xwt(x.data(), S, d, d, w.data(), ff, y.data(), ff);  // [S,d]·[ff,d]^T (gate/up)
-    lm::matmul_xwt(x.data(), S, ff, ff, w.data(), d, y.data(), d);  // [S,ff]·[d,ff]^T (down)
-    flops += 2.0 * 2 * S * d * ff;
-  }
-  return flops / seconds_since(t0) / 1e9;
+/// Peak resident set size of this process so far, MiB (getrusage: ru_maxrss is in KiB on Linux).
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nthreads = 2, steps = 3, S = 1024;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) nthreads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--seq-len")) S = std::atoi(argv[i + 1]);
+  int nthreads = 2, steps = 3, S = 0, batch = 1;
+  std::string preset = "7m", kernels = "fast";
+  CLI::App app{"bench-lm-train: tokens/s, MFU and peak memory of lm-train's step on random tokens"};
+  app.add_option("--preset", preset, "Model shape: 7m (the demo model) or 100m")->check(CLI::IsMember({"7m", "100m"}));
+  app.add_option("--threads", nthreads, "Threads")->check(CLI::Range(1, 1024));
+  app.add_option("--steps", steps, "Timed steps (after one warm-up step)")->check(CLI::Range(1, 100000));
+  app.add_option("--seq-len", S, "Tokens per window (default 1024 for 7m, 512 for 100m)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--batch", batch, "Windows per step")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--kernels", kernels, "fast or reference (the v1 trainer)")->check(CLI::IsMember({"fast", "reference"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "bench-lm-train: error: " << e.what() << "\n";
+    return 2;
   }
+  if (S == 0) S = preset == "100m" ? 512 : 1024;
   set_threads(nthreads);
+  nn::set_train_kernels(kernels == "reference" ? nn::TrainKernels::reference : nn::TrainKernels::fast);
   lm::ModelConfig c = lm::default_shape();
-  lm::apply_preset("7m", c, [](const char*) { return false; });
+  lm::apply_preset(preset, c, [](const char*) { return false; });
   c.n_ctx = std::max(c.n_ctx, S);
+  const double rss_before_model = peak_rss_mib();
   const lm::Model m = lm::random_model(c, 1, 0.02);
   Rng rng(2);
-  std::vector<int> stream(std::size_t(S) * (steps + 2) + 1);
+  std::vector<int> stream(std::size_t(S) * batch * (steps + 2) + 1);
   for (auto& t : stream) t = static_cast<int>(rng.below(c.vocab_size));
   nn::TrainOptions o;
   o.seq_len = S;
-  o.batch = 1;
+  o.batch = batch;
   o.steps = steps + 1;
   o.warmup = 1;
   nn::Trainer tr(m, stream, o);
-  tr.step();  // warm-up (allocation of activations)
+  tr.step();  // warm-up (allocation of activations and packing buffers)
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) tr.step();
   const double sec = seconds_since(t0);
-  const double tps = double(steps) * S / sec;
-  // Model FLOPs per token (fwd + bwd = 3 x fwd): 6 x matmul weights (LM head included, embedding
-  // lookup not) + causal attention 6 x n_layers x S x d (QK^T and PV, half the square, x 3).
-  const double w_mat = double(c.n_params()) - double(c.vocab_size) * c.d_model * (c.tied ? 0 : 1) -
-                       double(c.d_model) * (2 * c.n_layers + 1);
-  const double flop_per_token = 6.0 * w_mat + 6.0 * c.n_layers * S * c.d_model;
+  const double tps = double(steps) * S * batch / sec;
+  const double flop_per_token = nn::training_flop_per_token(c, S);
   const double achieved = tps * flop_per_token / 1e9;
-  const double mm = matmul_gflops(S, c.d_model, c.d_ff);
+  const double rss = peak_rss_mib();  // before the GEMM measurement allocates its matrices
+  const double mm = nn::gemm_gflops(1024, 3);
   nlohmann::json j{{"bench", "lm-train"},
+                   {"preset", preset},
                    {"config", {{"vocab_size", c.vocab_size}, {"d_model", c.d_model}, {"n_layers", c.n_layers},
                                {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"d_ff", c.d_ff},
-                               {"seq_len", S}, {"batch", 1}, {"n_params", c.n_params()}}},
+                               {"seq_len", S}, {"batch", batch}, {"n_params", c.n_params()}}},
+                   {"kernels", kernels},
+                   {"gemm_path", nn::gemm_path_name()},
                    {"threads", nthreads},
                    {"steps", steps},
                    {"tokens_per_s", tps},
                    {"step_seconds", sec / steps},
                    {"model_gflop_per_token", flop_per_token / 1e9},
                    {"achieved_gflops", achieved},
-                   {"matmul_gflops", mm},
-                   {"mfu_vs_matmul", achieved / mm}};
+                   {"gemm_1024_gflops", mm},
+                   {"mfu", achieved / mm},
+                   {"peak_rss_mib", rss},
+                   {"rss_before_model_mib", rss_before_model}};
   std::cout << j.dump() << std::endl;
 }

@@ -21,6 +21,9 @@
 #include "lm/tokenizer.hpp"
 #include "nn/corpus.hpp"
 #include "nn/corpus_flags.hpp"
+#include "nn/gemm.hpp"
+#include "nn/layers.hpp"
+#include "nn/llama_train.hpp"
 #include "nn/trainer.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -93,7 +96,7 @@ std::string best_path_for(const std::string& out) {
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
-  std::string rope = "half", export_path, export_dtype = "bf16";
+  std::string rope = "half", export_path, export_dtype = "bf16", kernels = "fast";
   nn::CorpusOptions copt;
   nn::TrainOptions t;
   lm::ModelConfig c = lm::default_shape();
@@ -118,8 +121,12 @@ int main(int argc, char** argv) {
       "at the end; --resume continues from it bit-identically (a different corpus is refused unless\n"
       "--allow-corpus-change).  The lowest validation loss is kept in --best.  A NaN or\n"
       "inf loss stops the run (exit 1) and leaves the last good checkpoint.  The log is JSON Lines: a meta\n"
-      "line, then step, tokens, train_loss, val_loss (when evaluated), lr, grad_norm, tokens_per_s, then a\n"
-      "summary line.",
+      "line, then step, tokens, train_loss, val_loss (when evaluated), lr, grad_norm, tokens_per_s and mfu, then a\n"
+      "summary line.  mfu is the model-FLOP utilisation: training FLOP per token (6 x matrix weights +\n"
+      "6 x n_layers x seq_len x d_model) x tokens/s over the rate of a 1024^3 f32 product on the same threads,\n"
+      "measured at the start of the run (the summary's gemm_gflops).  --kernels reference trains on the v1\n"
+      "arithmetic (bitwise the inference engine's forward, about 3x slower); a run resumes bit-identically\n"
+      "with the same --kernels and --threads.",
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
@@ -166,6 +173,7 @@ int main(int argc, char** argv) {
         app.add_flag("--allow-corpus-change", allow_corpus_change, "With --resume: continue on a corpus other than the one the checkpoint was trained on (refused by default)");
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
+        app.add_option("--kernels", kernels, "fast (blocked GEMM, flash attention, vectorised layers) or reference (the v1 trainer's arithmetic)")->capture_default_str()->check(CLI::IsMember({"fast", "reference"}));
         app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->transform(cli::count(0, std::int64_t(1) << 40));
       },
       [&](cli::Context& ctx) {
@@ -316,6 +324,9 @@ int main(int argc, char** argv) {
         ctx.prov.extra["train_tokens"] = train_tokens;
         ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
         ctx.prov.extra["options"] = t.to_json();
+        nn::set_train_kernels(kernels == "reference" ? nn::TrainKernels::reference : nn::TrainKernels::fast);
+        ctx.prov.extra["train_kernels"] = kernels;
+        ctx.prov.extra["gemm_path"] = nn::gemm_path_name();
         emit(nlohmann::json{{"meta", ctx.prov.to_json()}});
         log::info("{} weights; {} training tokens ({} windows of {}), {} validation tokens; {} steps of {} tokens",
                   n_params, train_tokens, trainer.windows(), t.seq_len, val_stream.size(), t.steps, step_tokens);
@@ -340,6 +351,13 @@ int main(int argc, char** argv) {
         };
 
         const std::int64_t end = stop_at > 0 ? std::min(stop_at, t.steps) : t.steps;
+        // The machine's GEMM rate on these threads, for the model-FLOP utilisation (only when
+        // there is something to train: a 1024^3 product takes a few tenths of a second).
+        const double flop_per_token = nn::training_flop_per_token(trainer.params().config, t.seq_len);
+        const double gemm_rate = trainer.steps_done() < end ? nn::gemm_gflops(1024, 2) * 1e9 : 0.0;
+        auto mfu = [&](double tokens_per_s) {
+          return gemm_rate > 0 ? nlohmann::json(tokens_per_s * flop_per_token / gemm_rate) : nlohmann::json();
+        };
         Progress bar(static_cast<std::size_t>(std::max<std::int64_t>(0, end - trainer.steps_done())), "steps");
         const auto t_start = std::chrono::steady_clock::now();
         double train_seconds = 0, window_seconds = 0, window_loss = 0;
@@ -371,7 +389,8 @@ int main(int argc, char** argv) {
                                 {"train_loss", window_loss / double(window_steps)},
                                 {"lr", st.lr},
                                 {"grad_norm", st.grad_norm},
-                                {"tokens_per_s", window_tokens / std::max(window_seconds, 1e-9)}};
+                                {"tokens_per_s", window_tokens / std::max(window_seconds, 1e-9)},
+                                {"mfu", mfu(window_tokens / std::max(window_seconds, 1e-9))}};
             if (do_eval) {
               validate(line);
               if (line.contains("val_loss")) last_val = line["val_loss"];
@@ -403,6 +422,10 @@ int main(int argc, char** argv) {
                                {"n_params", n_params},
                                {"seconds", wall},
                                {"tokens_per_s", (trainer.tokens_seen() - start_tokens) / std::max(train_seconds, 1e-9)},
+                               {"mfu", mfu((trainer.tokens_seen() - start_tokens) / std::max(train_seconds, 1e-9))},
+                               {"model_gflop_per_token", flop_per_token / 1e9},
+                               {"gemm_gflops", gemm_rate > 0 ? nlohmann::json(gemm_rate / 1e9) : nlohmann::json()},
+                               {"train_kernels", kernels},
                                {"output", output},
                                {"finished", trainer.steps_done() >= t.steps}};
         if (last_val.is_number()) summary["val_perplexity"] = std::exp(last_val.get<double>());

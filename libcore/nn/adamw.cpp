@@ -2,8 +2,12 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
+#include "nn/layers.hpp"
+#include "nn/vecmath.hpp"
 #include "util/threads.hpp"
 
 namespace icmlkit::nn {
@@ -19,6 +23,19 @@ void adamw_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t t, d
   const T eps = static_cast<T>(opt.eps);
   const T keep = decay ? static_cast<T>(1.0 - lr * opt.weight_decay) : T(1);
   const std::int64_t len = static_cast<std::int64_t>(n);
+  if constexpr (std::is_same_v<T, float>) {
+    if (train_kernels() == TrainKernels::fast) {  // vectorised (nn/vecmath.hpp), chunks in parallel
+      constexpr std::int64_t kChunk = 1 << 15;
+      const std::int64_t chunks = (len + kChunk - 1) / kChunk;
+      const int nt = threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && chunks > 8)
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        const std::int64_t a = c * kChunk, b = std::min(len, a + kChunk);
+        vec::adamw(w + a, g + a, m + a, v + a, b - a, b1, b2, keep, step_size, sqrt_bc2, eps);
+      }
+      return;
+    }
+  }
 #pragma omp parallel for schedule(static) num_threads(threads()) if (len >= (1 << 20))
   for (std::int64_t j = 0; j < len; ++j) {
     m[j] = b1 * m[j] + (T(1) - b1) * g[j];

@@ -8,9 +8,25 @@
 
 #include "lm/forward.hpp"
 #include "lm/matmul.hpp"
+#include "nn/flash_attention.hpp"
+#include "nn/gemm.hpp"
+#include "nn/vecmath.hpp"
 #include "util/threads.hpp"
 
 namespace icmlkit::nn {
+
+namespace {
+TrainKernels g_kernels = TrainKernels::fast;
+
+/// Whether T's fast path runs (float with the fast kernel set).
+template <class T>
+bool fast() noexcept {
+  return std::is_same_v<T, float> && g_kernels == TrainKernels::fast;
+}
+}  // namespace
+
+void set_train_kernels(TrainKernels k) noexcept { g_kernels = k; }
+TrainKernels train_kernels() noexcept { return g_kernels; }
 
 namespace {
 
@@ -55,12 +71,23 @@ void naive_xwt(const double* x, int N, int K, const double* W, int O, double* y)
 
 template <class T>
 void linear_forward(const T* x, int N, int K, const T* W, int O, T* y) {
-  if constexpr (std::is_same_v<T, float>) lm::matmul_xwt(x, N, K, K, W, O, y, O);
-  else naive_xwt(x, N, K, W, O, y);
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast<T>()) gemm(false, true, N, O, K, x, K, W, K, y, O, false);
+    else lm::matmul_xwt(x, N, K, K, W, O, y, O);
+  } else {
+    naive_xwt(x, N, K, W, O, y);
+  }
 }
 
 template <class T>
 void linear_backward(const T* dy, const T* x, int N, int K, const T* W, int O, T* dx, T* dW, bool accumulate_dx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast<T>()) {  // dx [N, K] (+)= dy [N, O] · W [O, K];  dW [O, K] += dy^T · x [N, K]
+      if (dx) gemm(false, false, N, K, O, dy, O, W, K, dx, K, accumulate_dx);
+      if (dW) gemm(true, false, O, K, N, dy, O, x, K, dW, K, true);
+      return;
+    }
+  }
   // Both products as "rows times transposed matrix" on the forward kernel:
   //   dx [N, K] = dy [N, O] · (W^T [K, O])^T        dW [O, K] += dy^T [O, N] · (x^T [K, N])^T
   thread_local std::vector<T> wt, dyt, xt, tmp;
@@ -102,6 +129,15 @@ void embedding_backward(const T* dout, int d, const int* tokens, int N, T* dE) {
 
 template <class T>
 void rmsnorm_forward(const T* x, int N, int d, const T* w, double eps, T* y, T* rstd) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast<T>()) {
+      const int nt = threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && std::int64_t(N) * d >= (1 << 16))
+      for (int r = 0; r < N; ++r)
+        rstd[r] = vec::rmsnorm_row(x + std::size_t(r) * d, d, w, float(eps), y + std::size_t(r) * d);
+      return;
+    }
+  }
   for (int r = 0; r < N; ++r) {
     const T* xr = x + std::size_t(r) * d;
     T* yr = y + std::size_t(r) * d;
@@ -115,6 +151,14 @@ void rmsnorm_forward(const T* x, int N, int d, const T* w, double eps, T* y, T* 
 
 template <class T>
 void rmsnorm_backward(const T* dy, const T* x, int N, int d, const T* w, const T* rstd, T* dx, T* dw) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast<T>()) {  // dw is one sum over rows: rows in order on one thread (d is small)
+      for (int r = 0; r < N; ++r)
+        vec::rmsnorm_backward_row(dy + std::size_t(r) * d, x + std::size_t(r) * d, d, w, rstd[r],
+                                  dx + std::size_t(r) * d, dw);
+      return;
+    }
+  }
   for (int r = 0; r < N; ++r) {
     const T* xr = x + std::size_t(r) * d;
     const T* g = dy + std::size_t(r) * d;
@@ -221,6 +265,9 @@ void gather_head(const T* src, int S, int hd, int ld, int off, T* dst, bool tran
 
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, const AttnShape& s, T* out, T* mx, T* inv) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast<T>()) return flash_attention_forward(q, k, v, s, out, mx, inv);
+  }
   const int nh = s.n_heads, hd = s.head_dim, group = s.n_heads / s.n_kv_heads, S = s.S;
   const int dq = nh * hd, dkv = s.n_kv_heads * hd;
   const T scale = static_cast<T>(1.0 / std::sqrt(double(hd)));
@@ -259,8 +306,11 @@ void attention_forward(const T* q, const T* k, const T* v, const AttnShape& s, T
 }
 
 template <class T>
-void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* mx, const T* inv,
-                        const AttnShape& s, T* dq, T* dk, T* dv) {
+void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* out, const T* mx,
+                        const T* inv, const AttnShape& s, T* dq, T* dk, T* dv) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast<T>()) return flash_attention_backward(dout, q, k, v, out, mx, inv, s, dq, dk, dv);
+  }
   const int nh = s.n_heads, hd = s.head_dim, nkv = s.n_kv_heads, group = nh / nkv, S = s.S;
   const int dqw = nh * hd, dkvw = nkv * hd;
   const T scale = static_cast<T>(1.0 / std::sqrt(double(hd)));
@@ -318,8 +368,27 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
   }
 }
 
+namespace {
+/// Runs f(begin, end) over [0, n) in fixed chunks, in parallel when n is large (elementwise
+/// work: the split changes no bit).
+template <class F>
+void chunked(std::int64_t n, F&& f) {
+  constexpr std::int64_t kChunk = 1 << 14;
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int nt = threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && chunks > 4)
+  for (std::int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
+}  // namespace
+
 template <class T>
 void swiglu_forward(const T* g, const T* u, std::int64_t n, T* h) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast<T>()) {
+      chunked(n, [&](std::int64_t a, std::int64_t b) { vec::swiglu(g + a, u + a, b - a, h + a); });
+      return;
+    }
+  }
   for (std::int64_t i = 0; i < n; ++i) {
     const T gv = g[i];
     h[i] = gv / (T(1) + std::exp(-gv)) * u[i];  // as lm::forward
@@ -328,6 +397,14 @@ void swiglu_forward(const T* g, const T* u, std::int64_t n, T* h) {
 
 template <class T>
 void swiglu_backward(const T* dh, const T* g, const T* u, std::int64_t n, T* dg, T* du) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast<T>()) {
+      chunked(n, [&](std::int64_t a, std::int64_t b) {
+        vec::swiglu_backward(dh + a, g + a, u + a, b - a, dg + a, du + a);
+      });
+      return;
+    }
+  }
   for (std::int64_t i = 0; i < n; ++i) {
     const T gv = g[i], sg = T(1) / (T(1) + std::exp(-gv));
     du[i] = dh[i] * gv * sg;
@@ -337,7 +414,7 @@ void swiglu_backward(const T* dh, const T* g, const T* u, std::int64_t n, T* dg,
 
 template <class T>
 double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogits, double scale) {
-  std::vector<double> row_loss(N, 0.0);
+  std::vector<double> row_loss(N, 0.0);  // shared by the threads below (one entry per row)
   const int nthreads = threads();
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && std::int64_t(N) * V >= (1 << 20))
   for (int n = 0; n < N; ++n) {
@@ -346,6 +423,14 @@ double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogi
     if (targets[n] < 0) {
       if (dl) std::fill_n(dl, V, T(0));
       continue;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (fast<T>()) {
+        const double lse = vec::logsumexp_row(l, V, dl, scale);
+        row_loss[n] = lse - double(l[targets[n]]);
+        if (dl) dl[targets[n]] -= static_cast<T>(scale);
+        continue;
+      }
     }
     double m = l[0];
     for (int i = 1; i < V; ++i) m = std::max(m, double(l[i]));
@@ -375,7 +460,7 @@ double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogi
   template void rope_backward<T>(T*, int, int, int, lm::RopeStyle, const T*, const T*);               \
   template void attention_forward<T>(const T*, const T*, const T*, const AttnShape&, T*, T*, T*);     \
   template void attention_backward<T>(const T*, const T*, const T*, const T*, const T*, const T*,     \
-                                      const AttnShape&, T*, T*, T*);                                  \
+                                      const T*, const AttnShape&, T*, T*, T*);                                \
   template void swiglu_forward<T>(const T*, const T*, std::int64_t, T*);                              \
   template void swiglu_backward<T>(const T*, const T*, const T*, std::int64_t, T*, T*);               \
   template double cross_entropy<T>(const T*, int, int, const int*, T*, double);

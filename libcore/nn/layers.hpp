@@ -3,10 +3,18 @@
 // Each layer is a `*_forward` / `*_backward` pair in the manner of llm.c: plain row-major
 // arrays, shapes in the comments, backward functions that ACCUMULATE parameter gradients (+=)
 // and write (or accumulate, where said) input gradients.  T is float (training) or double
-// (finite-difference checks in the tests).  The float forwards do exactly the arithmetic of
-// lm::forward (8-lane matmul_xwt / dot8, the same RMSNorm, RoPE tables, softmax and SiLU), so
-// the training forward's logits are bitwise equal to the inference engine's (test_nn.cpp).
-// The float backward products also run on the engine's matmul kernel, on transposed copies.
+// (finite-difference checks in the tests: plain loops, the naive reference).
+//
+// The float path has two kernel sets (set_train_kernels):
+// - fast (default, issue 24): products on the packed GEMM (nn/gemm.hpp: a row's bits do not
+//   depend on the rows beside it or on the thread count), blocked flash-style causal attention
+//   (tiles of 64 queries x 64 keys, online softmax, no S x S matrix), and vectorised
+//   elementwise work (nn/vecmath.hpp).  Its logits agree with lm::forward to about 1e-5
+//   relative (lm/README.md states the tolerance), not bitwise.
+// - reference: the v1 trainer, exactly lm::forward's arithmetic (8-lane matmul_xwt / dot8, the
+//   same RMSNorm, softmax and SiLU), bitwise equal to the inference engine's logits; its
+//   backward products run on the engine's kernel on transposed copies.  Kept as the naive
+//   reference beside the fast path and for bench/lm_train.sh's old-vs-new comparison.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +23,12 @@
 #include "lm/config.hpp"
 
 namespace icmlkit::nn {
+
+/// The float kernel set (see above).  Process-wide, like icmlkit::threads(); not for changing
+/// while a forward or backward runs.
+enum class TrainKernels { fast, reference };
+void set_train_kernels(TrainKernels k) noexcept;
+TrainKernels train_kernels() noexcept;
 
 // ---- linear (no bias) ----------------------------------------------------------------------
 
@@ -74,17 +88,22 @@ struct AttnShape {
 
 /// out [B·S, n_heads·hd] = softmax(q·k^T / sqrt(hd), causal) · v for q [B·S, n_heads·hd],
 /// k, v [B·S, n_kv·hd] (after RoPE).  Saves the row max mx and 1/Σexp `inv` per (row, head)
-/// [B·S, n_heads] so the backward recomputes the probabilities exactly (no [S, S] storage).
-/// Parallel over (row, head); each output is computed by one thread in a fixed order.
+/// [B·S, n_heads] so the backward recomputes the probabilities (no [S, S] storage).  The fast
+/// float path is FlashAttention's forward (Dao et al. 2022, Alg. 1, with FlashAttention-2's
+/// deferred normalisation): query tiles against key tiles up to the diagonal, running max and
+/// sum per row, mx the final max.  Parallel over (sequence, head); each output is computed by
+/// one thread in a fixed order.
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, const AttnShape& s, T* out, T* mx, T* inv);
 
-/// dq [B·S, n_heads·hd], dk, dv [B·S, n_kv·hd] (overwritten) from dout [B·S, n_heads·hd]:
-/// dP = dout·v^T, dS = P ⊙ (dP − rowsum(P ⊙ dP)), dq = dS·k/sqrt(hd), dk = dS^T·q/sqrt(hd), dv = P^T·dout.
-/// Parallel over (sequence, KV head): thread-count invariant.
+/// dq [B·S, n_heads·hd], dk, dv [B·S, n_kv·hd] (overwritten) from dout [B·S, n_heads·hd] and
+/// the forward's out, mx, inv: dP = dout·v^T, dS = P ⊙ (dP − D) with D = rowsum(P ⊙ dP) =
+/// rowsum(dout ⊙ out), dq = dS·k/sqrt(hd), dk = dS^T·q/sqrt(hd), dv = P^T·dout.  The fast float
+/// path is FlashAttention-2's backward (Dao 2023, Alg. 2: key blocks outer, query blocks inner,
+/// P recomputed per tile).  Parallel over (sequence, KV head): thread-count invariant.
 template <class T>
-void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* mx, const T* inv,
-                        const AttnShape& s, T* dq, T* dk, T* dv);
+void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* out, const T* mx,
+                        const T* inv, const AttnShape& s, T* dq, T* dk, T* dv);
 
 // ---- SwiGLU: h = silu(g) ⊙ u ---------------------------------------------------------------------
 

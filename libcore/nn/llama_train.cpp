@@ -72,6 +72,13 @@ void params_to_model(LlamaParams<T>& P, lm::Model& model) {
   });
 }
 
+double training_flop_per_token(const lm::ModelConfig& c, int S) noexcept {
+  const double embd = double(c.vocab_size) * c.d_model;  // the lookup table (the head when tied)
+  const double norms = double(c.d_model) * (2 * c.n_layers + 1);
+  const double matrix = c.n_params_approx() - norms - (c.tied ? 0.0 : embd);
+  return 6.0 * matrix + 6.0 * c.n_layers * double(S) * c.d_model;
+}
+
 template <class T>
 double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::vector<int>& targets, int B,
                   int S, double grad_scale, TrainCache<T>& C, std::vector<T>* logits_out) {
@@ -95,11 +102,14 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   for (int n = 0; n < N; ++n) C.pos[n] = n % S;
   rope_tables(C.pos.data(), N, hd, c.rope_theta, C.cs, C.sn);
   C.layers.resize(c.n_layers);
-  std::vector<T> x(std::size_t(N) * d), tmp(x.size());
+  std::vector<T>& x = C.x;
+  std::vector<T>& tmp = C.tmp;
+  x.resize(std::size_t(N) * d);
+  tmp.resize(x.size());
   embedding_forward(P.embd().value.data(), d, tokens.data(), N, x.data());
   for (int l = 0; l < c.n_layers; ++l) {
     auto& A = C.layers[l];
-    A.x_in = x;
+    A.x_in.assign(x.begin(), x.end());
     A.xn1.resize(x.size()); A.rstd1.resize(N);
     A.q.resize(std::size_t(N) * dq); A.k.resize(std::size_t(N) * dkv); A.v.resize(A.k.size());
     A.att.resize(A.q.size()); A.amx.resize(std::size_t(N) * nh); A.ainv.resize(A.amx.size());
@@ -114,7 +124,7 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
     attention_forward(A.q.data(), A.k.data(), A.v.data(), as, A.att.data(), A.amx.data(), A.ainv.data());
     linear_forward(A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, tmp.data());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-    A.x_mid = x;
+    A.x_mid.assign(x.begin(), x.end());
     rmsnorm_forward(x.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), c.rms_eps, A.xn2.data(), A.rstd2.data());
     linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, A.gate.data());
     linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, A.up.data());
@@ -122,25 +132,33 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
     linear_forward(A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, tmp.data());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
   }
-  C.x_out = x;
+  C.x_out.assign(x.begin(), x.end());
   C.xnf.resize(x.size());
   C.rstdf.resize(N);
   rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
   C.logits.resize(std::size_t(N) * V);
   linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
   if (logits_out) *logits_out = C.logits;
-  std::vector<T> dlogits(grad ? C.logits.size() : 0);
+  std::vector<T>& dlogits = C.dlogits;
+  dlogits.resize(grad ? C.logits.size() : 0);
   const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, grad_scale);
   if (!grad) return loss;
 
   // ---- backward ----
-  std::vector<T> dx(x.size(), T(0)), dxn(x.size());
+  std::vector<T>&dx = C.dx, &dxn = C.dxn;
+  dx.assign(x.size(), T(0));
+  dxn.resize(x.size());
   linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(), P.head().grad.data());
-  dlogits = {};
   rmsnorm_backward(dxn.data(), C.x_out.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), dx.data(),
                    P.out_norm().grad.data());
-  std::vector<T> dh(std::size_t(N) * ff), dg(dh.size()), du(dh.size());
-  std::vector<T> datt(std::size_t(N) * dq), dqv(datt.size()), dk(std::size_t(N) * dkv), dv(dk.size());
+  std::vector<T>&dh = C.dh, &dg = C.dg, &du = C.du, &datt = C.datt, &dqv = C.dqv, &dk = C.dk, &dv = C.dv;
+  dh.resize(std::size_t(N) * ff);
+  dg.resize(dh.size());
+  du.resize(dh.size());
+  datt.resize(std::size_t(N) * dq);
+  dqv.resize(datt.size());
+  dk.resize(std::size_t(N) * dkv);
+  dv.resize(dk.size());
   for (int l = c.n_layers - 1; l >= 0; --l) {
     auto& A = C.layers[l];
     // FFN: x_out = x_mid + Wdown·h,  h = swiglu(Wgate·xn2, Wup·xn2),  xn2 = norm(x_mid)
@@ -156,8 +174,8 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
     // Attention: x_mid = x_in + Wo·attn(rope(Wq·xn1), rope(Wk·xn1), Wv·xn1),  xn1 = norm(x_in)
     linear_backward(dx.data(), A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, datt.data(),
                     P.layer(l, LP::wo).grad.data());
-    attention_backward(datt.data(), A.q.data(), A.k.data(), A.v.data(), A.amx.data(), A.ainv.data(), as,
-                       dqv.data(), dk.data(), dv.data());
+    attention_backward(datt.data(), A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.amx.data(),
+                       A.ainv.data(), as, dqv.data(), dk.data(), dv.data());
     rope_backward(dqv.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
     rope_backward(dk.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
     linear_backward(dqv.data(), A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, dxn.data(),

@@ -42,7 +42,8 @@ LlamaParams<T> params_from_model(const lm::Model& model);
 template <class T>
 void params_to_model(LlamaParams<T>& params, lm::Model& model);
 
-/// Activations kept between the forward and the backward of one batch (reused across calls).
+/// Activations kept between the forward and the backward of one batch, and the backward's
+/// work buffers (all reused across calls: a step allocates nothing once shapes repeat).
 template <class T>
 struct TrainCache {
   struct LayerActs {
@@ -50,8 +51,16 @@ struct TrainCache {
   };
   std::vector<LayerActs> layers;
   std::vector<T> x_out, xnf, rstdf, logits, cs, sn;
+  std::vector<T> x, tmp, dlogits, dx, dxn, dh, dg, du, datt, dqv, dk, dv;  // work buffers
   std::vector<int> tokens, pos;
 };
+
+/// Model FLOP of one training token (forward + backward = 3 x forward) at sequence length S,
+/// the count model-FLOP utilisation is quoted with (PaLM, Chowdhery et al. 2022, App. B):
+/// 6 x the matrix weights (every projection and the LM head; the input embedding lookup and the
+/// norm weights do not multiply) + 6 x n_layers x S x d_model for causal attention (QK^T and PV
+/// over half the S x S square: 2 x 2 x S/2 x d per layer forward, x 3).
+double training_flop_per_token(const lm::ModelConfig& config, int S) noexcept;
 
 /// Forward (and with `grad_scale` > 0, backward) of B sequences of S tokens: inputs
 /// tokens [B·S], targets [B·S] (−1 = not counted).  Returns the summed cross-entropy over
