@@ -62,7 +62,6 @@ int main(int argc, char** argv) {
   lm::apply_preset(preset, c, [](const char*) { return false; });
   c.n_ctx = std::max(c.n_ctx, S);
   const double rss_before_model = peak_rss_mib();
-  const lm::Model m = lm::random_model(c, 1, 0.02);
   Rng rng(2);
   std::vector<int> stream(std::size_t(S) * batch * (steps + 2) + 1);
   for (auto& t : stream) t = static_cast<int>(rng.below(c.vocab_size));
@@ -71,7 +70,9 @@ int main(int argc, char** argv) {
   o.batch = batch;
   o.steps = steps + 1;
   o.warmup = 1;
-  nn::Trainer tr(m, stream, o);
+  // The initial model is dropped once the trainer holds its weights (PyTorch builds its model in
+  // place, so neither side keeps a second copy).
+  nn::Trainer tr(lm::random_model(c, 1, 0.02), stream, o);
   tr.step();  // warm-up (allocation of activations and packing buffers)
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) tr.step();

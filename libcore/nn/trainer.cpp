@@ -58,9 +58,40 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
   return r;
 }
 
+namespace {
+/// `m` without its weight matrices (config, norms and tokenizer kept): the weights live in the
+/// parameter store, and a second copy would cost as much memory as the model itself.
+lm::Model without_matrices(const lm::Model& init) {
+  lm::Model m;
+  m.config = init.config;
+  m.tokenizer_model = init.tokenizer_model;
+  m.stored = init.stored;
+  m.output_norm = init.output_norm;
+  m.layers.resize(init.layers.size());
+  for (std::size_t l = 0; l < init.layers.size(); ++l) {
+    m.layers[l].attn_norm = init.layers[l].attn_norm;
+    m.layers[l].ffn_norm = init.layers[l].ffn_norm;
+  }
+  auto shape = [](const lm::Matrix& from, lm::Matrix& to) {
+    to.rows = from.rows;
+    to.cols = from.cols;
+  };
+  shape(init.token_embd, m.token_embd);
+  shape(init.output, m.output);
+  for (std::size_t l = 0; l < init.layers.size(); ++l) {
+    const auto& a = init.layers[l];
+    auto& b = m.layers[l];
+    for (auto [from, to] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo},
+                            {&a.w_gate, &b.w_gate}, {&a.w_up, &b.w_up}, {&a.w_down, &b.w_down}})
+      shape(*from, *to);
+  }
+  return m;
+}
+}  // namespace
+
 Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions opt)
-    : base_(init), params_(params_from_model<float>(init)), stream_(std::move(stream)), opt_(opt),
-      order_(opt.seed, 0) {
+    : base_(without_matrices(init)), params_(params_from_model<float>(init)), stream_(std::move(stream)),
+      opt_(opt), order_(opt.seed, 0) {
   const auto& c = init.config;
   if (opt_.seq_len > c.n_ctx)
     throw InputError(fmt::format("context {} is larger than the model allows (n_ctx = {})", opt_.seq_len, c.n_ctx),

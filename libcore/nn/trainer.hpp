@@ -99,7 +99,7 @@ class Trainer {
   nlohmann::json load(const std::string& path);
 
  private:
-  lm::Model base_;
+  lm::Model base_;  // config, norms and tokenizer of the initial model; its matrices are in params_
   LlamaParams<float> params_;
   std::vector<int> stream_;
   Windows windows_;
