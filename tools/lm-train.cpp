@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
       "6 x n_layers x seq_len x d_model) x tokens/s over the rate of a 1024^3 f32 product on the same threads,\n"
       "measured at the start of the run (the summary's gemm_gflops).  --kernels reference trains on the v1\n"
       "arithmetic (bitwise the inference engine's forward, about 3x slower); a run resumes bit-identically\n"
-      "with the same --kernels and --threads.",
+      "with the same --kernels, on any --threads.",
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};

@@ -42,10 +42,8 @@ Scratch& scratch(int which) {
 // expensive as the products unless it runs one pass per tile in full-width vectors: AVX-512
 // versions below (exp inline, tails masked), the vec:: row functions elsewhere.
 
-bool use_avx512() noexcept {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
+/// The tile softmax follows the GEMM's path (nn::set_gemm_path), so tests can run either.
+bool use_avx512() noexcept { return gemm_path_now() == GemmPath::avx512; }
 
 /// e^x on 16 lanes: vec::exp's method (clamp, x = n ln2 + r, Cephes polynomial), 2^n by scalef.
 __attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {

@@ -68,6 +68,16 @@ bool cpu_avx2() noexcept {
   return ok;
 }
 
+GemmPath g_forced = GemmPath::automatic;
+
+GemmPath resolve(GemmPath p) noexcept {
+  if (p == GemmPath::automatic) p = g_forced;
+  if (p == GemmPath::automatic) p = cpu_avx512() ? GemmPath::avx512 : cpu_avx2() ? GemmPath::avx2 : GemmPath::portable;
+  if (p == GemmPath::avx512 && !cpu_avx512()) p = GemmPath::portable;
+  if (p == GemmPath::avx2 && !cpu_avx2()) p = GemmPath::portable;
+  return p;
+}
+
 /// 16 x 16 transpose in registers: r[i] lane j becomes r[j] lane i.
 __attribute__((target("avx512f"))) inline void transpose16(__m512 r[16]) {
   __m512 t[16];
@@ -122,7 +132,7 @@ __attribute__((target("avx512f"))) void interleave_rows_avx512(const float* src,
 template <int R>
 void interleave_rows(const float* src, std::size_t ld, int rows, int kc, float* dst) {
   if (R % 16 == 0 || R == 12) {
-    if (cpu_avx512()) return interleave_rows_avx512<R>(src, ld, rows, kc, dst);
+    if (resolve(GemmPath::automatic) == GemmPath::avx512) return interleave_rows_avx512<R>(src, ld, rows, kc, dst);
   }
   for (int k = 0; k < kc; ++k)
     for (int i = 0; i < R; ++i) dst[std::size_t(k) * R + i] = i < rows ? src[std::size_t(i) * ld + k] : 0.0f;
@@ -150,7 +160,7 @@ __attribute__((target("avx512f"))) void copy_rows_avx512(const float* src, std::
 /// k, the layout of a micro-panel from a matrix whose rows already run along the panel.
 template <int R>
 void copy_rows(const float* src, std::size_t ld, int cols, int kc, float* dst) {
-  if (cpu_avx512()) return copy_rows_avx512<R>(src, ld, cols, kc, dst);
+  if (resolve(GemmPath::automatic) == GemmPath::avx512) return copy_rows_avx512<R>(src, ld, cols, kc, dst);
   for (int k = 0; k < kc; ++k) {
     const float* s = src + std::size_t(k) * ld;
     float* d = dst + std::size_t(k) * R;
@@ -331,7 +341,7 @@ void run(const Operands& o, int nthreads) {
         int split = 1;
         while (mblocks * split < 4 * nthreads && npanels >= 2 * split) split *= 2;
         const int per = (npanels + split - 1) / split;  // panels per column chunk
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 2)  // dynamic: a thread the machine has descheduled holds up no panel
         for (int q = 0; q < npanels; ++q) pack_b_panel<NR>(o, k0, kc, j0, nc, q, Bp);
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < mblocks * split; ++it) {
@@ -342,14 +352,11 @@ void run(const Operands& o, int nthreads) {
   }
 }
 
-GemmPath resolve(GemmPath p) noexcept {
-  if (p == GemmPath::automatic) p = cpu_avx512() ? GemmPath::avx512 : cpu_avx2() ? GemmPath::avx2 : GemmPath::portable;
-  if (p == GemmPath::avx512 && !cpu_avx512()) p = GemmPath::portable;
-  if (p == GemmPath::avx2 && !cpu_avx2()) p = GemmPath::portable;
-  return p;
-}
 
 }  // namespace
+
+void set_gemm_path(GemmPath p) noexcept { g_forced = p; }
+GemmPath gemm_path_now() noexcept { return resolve(GemmPath::automatic); }
 
 void gemm_path(GemmPath path, int nthreads, bool transA, bool transB, int M, int N, int K, const float* A,
                int lda, const float* B, int ldb, float* C, int ldc, bool accumulate) {

@@ -26,6 +26,13 @@ inline constexpr int kGemmKC = 256;
 /// Which inner kernel runs (tests and benchmarks; the results are bitwise the same).
 enum class GemmPath { automatic, avx512, avx2, portable };
 
+/// Restricts what GemmPath::automatic resolves to (process-wide; tests run the whole fast path —
+/// gemm, nn::panels and flash attention's softmax — on each path a CPU offers).  `automatic`
+/// restores the CPU's best.  A path the CPU lacks falls back to portable.
+void set_gemm_path(GemmPath p) noexcept;
+/// What GemmPath::automatic resolves to now.
+GemmPath gemm_path_now() noexcept;
+
 /// C [M, N] (row stride ldc) = (or += when `accumulate`) op(A) · op(B), where
 /// op(A)[i][k] = transA ? A[k·lda + i] : A[i·lda + k] and op(B)[k][j] = transB ? B[j·ldb + k]
 /// : B[k·ldb + j].  M, N, K >= 0 (K = 0 gives C = 0, or leaves C when accumulating).  Parallel

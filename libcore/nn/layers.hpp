@@ -9,8 +9,8 @@
 // - fast (default, issue 24): products on the packed GEMM (nn/gemm.hpp: a row's bits do not
 //   depend on the rows beside it or on the thread count), blocked flash-style causal attention
 //   (tiles of 64 queries x 64 keys, online softmax, no S x S matrix), and vectorised
-//   elementwise work (nn/vecmath.hpp).  Its logits agree with lm::forward to about 1e-5
-//   relative (lm/README.md states the tolerance), not bitwise.
+//   elementwise work (nn/vecmath.hpp).  Its logits agree with lm::forward within 1e-4 for
+//   logits of order 1 (lm/README.md, "Training arithmetic"), not bitwise.
 // - reference: the v1 trainer, exactly lm::forward's arithmetic (8-lane matmul_xwt / dot8, the
 //   same RMSNorm, softmax and SiLU), bitwise equal to the inference engine's logits; its
 //   backward products run on the engine's kernel on transposed copies.  Kept as the naive

@@ -48,6 +48,7 @@ struct Restore {
   ~Restore() {
     set_train_kernels(k);
     set_threads(t);
+    set_gemm_path(GemmPath::automatic);
   }
 };
 
@@ -167,11 +168,14 @@ TEST_CASE("nn vec::exp is within 2e-7 relative of exp over the softmax range") {
 }
 
 // Flash attention against the double reference attention (FD-checked in test_nn.cpp), on
-// sequences long enough for several partial tiles, with GQA and two sequences in the batch.
+// sequences long enough for several partial tiles, with GQA and two sequences in the batch, on
+// every code path (panel sizes 12x32, 6x16, 4x8) and 1 or 2 threads.
 TEST_CASE("nn flash attention forward and backward match the double reference") {
   Restore restore;
   Rng rng(5);
+  for (GemmPath path : kPaths)
   for (int nt : {1, 2}) {
+    set_gemm_path(path);
     set_threads(nt);
     const AttnShape s{2, 150, 4, 2, 16};
     const int N = s.B * s.S, dq = s.n_heads * s.head_dim, dkv = s.n_kv_heads * s.head_dim;
@@ -187,7 +191,7 @@ TEST_CASE("nn flash attention forward and backward match the double reference") 
     attention_forward(qd.data(), kd.data(), vd.data(), s, od.data(), mxd.data(), ivd.data());
     attention_backward(dod.data(), qd.data(), kd.data(), vd.data(), od.data(), mxd.data(), ivd.data(), s,
                        gqd.data(), gkd.data(), gvd.data());
-    INFO("threads " << nt);
+    INFO("threads " << nt << " path " << int(path));
     CHECK(scaled_err(o, od) < 1e-5);
     CHECK(scaled_err(mx, mxd) < 1e-5);
     CHECK(scaled_err(iv, ivd) < 1e-5);
@@ -254,6 +258,8 @@ TEST_CASE("nn fast RMSNorm, SwiGLU and cross-entropy match the double reference"
 TEST_CASE("nn fast training loss and gradients match the double reference model") {
   Restore restore;
   set_train_kernels(TrainKernels::fast);
+  for (GemmPath path : kPaths) {
+  set_gemm_path(path);
   lm::ModelConfig c;
   c.vocab_size = 53;
   c.d_model = 32;
@@ -279,7 +285,8 @@ TEST_CASE("nn fast training loss and gradients match the double reference model"
   const double ld = llama_loss(Pd, tok, tgt, B, S, 1.0 / (B * S), cd);
   CHECK(lf == doctest::Approx(ld).epsilon(1e-5));
   for (std::size_t i = 0; i < Pf.store.params.size(); ++i) {
-    INFO(Pf.store.params[i].name);
+    INFO(Pf.store.params[i].name << " path " << int(path));
     CHECK(scaled_err(Pf.store.params[i].grad, Pd.store.params[i].grad) < 1e-3);
+  }
   }
 }
