@@ -875,6 +875,7 @@ struct CudaEngine::Impl {
     lm::check_batch(c, [this](int, int) { return len; }, b, opt);
     if (!opt.attn_rows.empty())
       throw UsageError("attention records are not available on the CUDA engine (use --device cpu, or --kv-policy streaming)");
+    if (opt.stop_after >= 0) throw UsageError("stopping after a block (early exit) is not available on the CUDA engine (use --device cpu)");
     const int R0 = b.size(), d = c.d_model, hd = c.head_dim(), nlh = c.n_layers * c.n_kv_heads, V = static_cast<int>(b.views.size());
     lm::ForwardResult res;
     res.logits_rows = lm::logits_rows_of(opt, R0);

@@ -1,4 +1,4 @@
-// lm-init: write a randomly initialised Llama-style checkpoint (native HDF5, model contract v1).
+// lm-init: write a randomly initialised Llama-style checkpoint (native HDF5, model contract v2).
 #include <fmt/core.h>
 
 #include <filesystem>

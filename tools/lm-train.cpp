@@ -1,4 +1,4 @@
-// lm-train: train a Llama-style language model (model contract v1) on a text corpus on the CPU.
+// lm-train: train a Llama-style language model (model contract v2) on a text corpus on the CPU.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "lm-train",
-      "Train a Llama-style decoder (model contract v1) on a text corpus on the CPU: AdamW with decoupled weight\n"
+      "Train a Llama-style decoder (model contract v2, llama blocks) on a text corpus on the CPU: AdamW with decoupled weight\n"
       "decay, global-norm clipping, linear warmup + cosine decay, gradient accumulation, seeded data order.\n"
       "Documents (blank-line separated paragraphs, TSV rows grouped by --doc-column, JSONL records) are\n"
       "tokenized with BOS before each, joined in order and packed into windows of --seq-len tokens; every\n"

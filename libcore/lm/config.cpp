@@ -1,5 +1,6 @@
 #include "lm/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "util/error.hpp"
@@ -24,6 +25,11 @@ double ModelConfig::n_params_approx() const noexcept {
   return double(vocab_size) * d * (tied ? 1 : 2) + double(n_layers) * per_layer + d;
 }
 
+std::vector<BlockType> ModelConfig::all_block_types() const {
+  return block_types.empty() ? std::vector<BlockType>(static_cast<std::size_t>(std::max(n_layers, 0)), BlockType::llama)
+                             : block_types;
+}
+
 void ModelConfig::validate(const std::string& where) const {
   auto need = [&](bool ok, const std::string& what) {
     if (!ok) throw InputError("invalid model config: " + what, where);
@@ -44,6 +50,9 @@ void ModelConfig::validate(const std::string& where) const {
   need(bos_id >= -1 && bos_id < vocab_size, "bos_id out of range");
   need(eos_id >= -1 && eos_id < vocab_size, "eos_id out of range");
   need(!add_bos || bos_id >= 0, "add_bos needs a bos_id");
+  need(block_types.empty() || static_cast<int>(block_types.size()) == n_layers,
+       "block_types lists " + std::to_string(block_types.size()) + " blocks but n_layers is " + std::to_string(n_layers));
+  need(arith_version >= 1, "arith_version must be >= 1");
 }
 
 }  // namespace icmlkit::lm

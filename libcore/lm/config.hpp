@@ -1,8 +1,11 @@
-// Model contract v1: the configuration of a Llama-style decoder (see lm/README.md).
+// Model contract v2: the configuration of a decoder made of typed blocks (see lm/README.md).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "lm/blocks.hpp"
 
 namespace icmlkit::lm {
 
@@ -31,6 +34,17 @@ struct ModelConfig {
   int bos_id = 1;          ///< beginning-of-sequence token (-1: none)
   int eos_id = 2;          ///< end-of-sequence token (-1: none)
   bool add_bos = true;     ///< prepend bos_id to text prompts
+  /// The type of each block [n_layers]; empty means every block is `llama` (contract v1).
+  std::vector<BlockType> block_types;
+  /// The arithmetic version the model's reference logits were checked with (blocks.hpp).
+  int arith_version = kArithVersion;
+
+  /// Type of block l (llama when block_types is empty).
+  BlockType block_type(int l) const noexcept {
+    return block_types.empty() ? BlockType::llama : block_types[static_cast<std::size_t>(l)];
+  }
+  /// Every block's type [n_layers] (block_types, or all llama).
+  std::vector<BlockType> all_block_types() const;
 
   /// d_model / n_heads.
   int head_dim() const noexcept { return n_heads > 0 ? d_model / n_heads : 0; }

@@ -26,9 +26,20 @@ Batch Batch::causal(const std::vector<int>& tokens, int start_pos) {
   return b;
 }
 
-int Batch::add(int token, int pos, int view, std::vector<int> attend) {
-  rows.push_back(BatchRow{token, pos, view, std::move(attend)});
+int Batch::add(int token, int pos, int view, std::vector<int> attend, int seq) {
+  rows.push_back(BatchRow{token, pos, view, std::move(attend), seq});
   return size() - 1;
+}
+
+int Batch::append(const Batch& other, int seq) {
+  const int first = size(), vfirst = static_cast<int>(views.size());
+  for (const View& v : other.views) views.push_back(v);
+  for (const BatchRow& r : other.rows) {
+    std::vector<int> att = r.attend;
+    for (int& a : att) a += first;
+    add(r.token, r.pos, vfirst + r.view, std::move(att), seq);
+  }
+  return first;
 }
 
 int Batch::add_view(View v) {
@@ -66,11 +77,19 @@ std::vector<int> logits_rows_of(const ForwardOptions& opt, int R) {
 
 void check_batch(const ModelConfig& c, const std::function<int(int, int)>& head_size, const Batch& b,
                  const ForwardOptions& opt) {
+  check_batch(c, 1, [&head_size](int, int l, int h) { return head_size(l, h); }, b, opt);
+}
+
+void check_batch(const ModelConfig& c, int n_seqs, const std::function<int(int, int, int)>& head_size,
+                 const Batch& b, const ForwardOptions& opt) {
   const int R = b.size();
   if (R == 0) throw InputError("empty forward batch");
   for (const auto* skip : {&opt.skip_attn, &opt.skip_mlp})
     if (!skip->empty() && static_cast<int>(skip->size()) != c.n_layers)
       throw InputError("layer skip list needs n_layers entries");
+  if (opt.stop_after < -1 || opt.stop_after > c.n_layers)
+    throw InputError("stop_after " + std::to_string(opt.stop_after) + " outside [-1, n_layers = " +
+                     std::to_string(c.n_layers) + "]");
   for (int r = 0; r < R; ++r) {
     const auto& row = b.rows[r];
     const std::string where = "batch row " + std::to_string(r);
@@ -80,8 +99,14 @@ void check_batch(const ModelConfig& c, const std::function<int(int, int)>& head_
     if (row.pos < 0 || row.pos >= c.n_ctx)
       throw InputError("position " + std::to_string(row.pos) + " outside [0, n_ctx = " + std::to_string(c.n_ctx) + ")", where);
     if (row.view < 0 || row.view >= static_cast<int>(b.views.size())) throw InputError("bad view index", where);
-    for (int a : row.attend)
+    if (row.seq < 0 || row.seq >= n_seqs)
+      throw InputError("sequence " + std::to_string(row.seq) + " outside the " + std::to_string(n_seqs) +
+                       " cache(s) of this forward", where);
+    for (int a : row.attend) {
       if (a < 0 || a >= R) throw InputError("attend index " + std::to_string(a) + " outside the batch", where);
+      if (b.rows[a].seq != row.seq)
+        throw InputError("attend index " + std::to_string(a) + " is a row of another sequence", where);
+    }
   }
   for (std::size_t v = 0; v < b.views.size(); ++v) {
     const auto* lists = b.views[v].lists();
@@ -89,14 +114,21 @@ void check_batch(const ModelConfig& c, const std::function<int(int, int)>& head_
     const std::string where = "view " + std::to_string(v);
     if (lists->size() != std::size_t(c.n_layers) * c.n_kv_heads)
       throw InputError("per-head view needs n_layers * n_kv_heads slot lists", where);
-    for (int l = 0; l < c.n_layers; ++l)
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        const auto& s = (*lists)[std::size_t(l) * c.n_kv_heads + h];
-        const int len = head_size(l, h);
-        for (std::size_t j = 0; j < s.size(); ++j)
-          if (s[j] < 0 || s[j] >= len || (j && s[j] <= s[j - 1]))
-            throw InputError("slot list is unsorted or outside the cache", where);
-      }
+    std::vector<char> used(n_seqs, 0);  // the sequences whose rows use this view
+    for (const auto& row : b.rows)
+      if (row.view == static_cast<int>(v)) used[row.seq] = 1;
+    if (n_seqs == 1) used[0] = 1;
+    for (int q = 0; q < n_seqs; ++q) {
+      if (!used[q]) continue;
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const auto& s = (*lists)[std::size_t(l) * c.n_kv_heads + h];
+          const int len = head_size(q, l, h);
+          for (std::size_t j = 0; j < s.size(); ++j)
+            if (s[j] < 0 || s[j] >= len || (j && s[j] <= s[j - 1]))
+              throw InputError("slot list is unsorted or outside the cache", where);
+        }
+    }
   }
   for (int r : opt.logits_rows)
     if (r < 0 || r >= R) throw InputError("logits row " + std::to_string(r) + " outside the batch");
@@ -155,8 +187,15 @@ void apply_rope(float* x, int hd, RopeStyle style, const float* cs, const float*
 }
 
 ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const ForwardOptions& opt) {
+  return forward(model, std::vector<KvCache*>{&cache}, b, opt);
+}
+
+ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, const Batch& b,
+                      const ForwardOptions& opt) {
   const ModelConfig& c = model.config;
-  check_batch(c, [&cache](int l, int h) { return cache.size(l, h); }, b, opt);
+  const int nseq = static_cast<int>(caches.size());
+  if (nseq == 0) throw InputError("forward needs at least one KV cache");
+  check_batch(c, nseq, [&caches](int q, int l, int h) { return caches[q]->size(l, h); }, b, opt);
   const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
   const int group = c.group(), dq = nh * hd, dkv = nkv * hd;
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
@@ -169,12 +208,17 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
   rope_tables(c, b, cs, sn);
   for (int r = 0; r < R; ++r)
     model.token_embd.row_f32(b.rows[r].token, x.data() + std::size_t(r) * d);
+  const int n_run = opt.stop_after >= 0 ? opt.stop_after : c.n_layers;  // blocks run
   if (opt.hidden) {
-    res.hidden.assign(c.n_layers + 1, Matrix(R, d));
+    res.hidden.assign(n_run + 1, Matrix(R, d));
     res.hidden[0].data = x;
   }
-  cache.begin_pending(R);
-  for (int r = 0; r < R; ++r) cache.set_pending_position(r, b.rows[r].pos);
+  // Each row's index in its own sequence's pending area.
+  std::vector<int> local(R), per_seq(nseq, 0);
+  for (int r = 0; r < R; ++r) local[r] = per_seq[b.rows[r].seq]++;
+  for (int q = 0; q < nseq; ++q)
+    if (per_seq[q] > 0) caches[q]->begin_pending(per_seq[q]);
+  for (int r = 0; r < R; ++r) caches[b.rows[r].seq]->set_pending_position(local[r], b.rows[r].pos);
 
   // Sorted in-batch key lists (self included) per row.
   std::vector<std::vector<int>> inbatch(R);
@@ -193,7 +237,11 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
   if (opt.time_attention) res.attn_cpu_s.assign(nviews, 0.0);
   using Clock = std::chrono::steady_clock;
 
-  for (int l = 0; l < c.n_layers; ++l) {
+  // The block list (contract v2): each block runs by its type.
+  for (int l = 0; l < n_run; ++l) {
+    if (c.block_type(l) != BlockType::llama)
+      throw InputError("block " + std::to_string(l) + ": the CPU engine does not run block type '" +
+                       block_type_name(c.block_type(l)) + "'");
     const Layer& L = model.layers[l];
     if (opt.skip_attn.empty() || !opt.skip_attn[l]) {
       rms_norm(x.data(), R, d, L.attn_norm.data(), c.rms_eps, xn.data());
@@ -205,17 +253,18 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
         const float* rc = cs.data() + std::size_t(r) * half;
         const float* rs = sn.data() + std::size_t(r) * half;
         for (int h = 0; h < nh; ++h) apply_rope(q.data() + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
+        KvCache& cache = *caches[b.rows[r].seq];
         for (int h = 0; h < nkv; ++h) {
           float* kr = k.data() + std::size_t(r) * dkv + h * hd;
           apply_rope(kr, hd, c.rope_style, rc, rs);
-          std::copy_n(kr, hd, cache.pending_key(l, h, r));
-          std::copy_n(v.data() + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(l, h, r));
+          std::copy_n(kr, hd, cache.pending_key(l, h, local[r]));
+          std::copy_n(v.data() + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(l, h, local[r]));
         }
       }
 
       // Attention, one (row, query head) per task: gather the view's slots, then new rows.
       std::vector<AttentionRecord> recs;
-      const std::int64_t attn_work = std::int64_t(R) * nh * hd * (cache.size(l, 0) + R);
+      const std::int64_t attn_work = std::int64_t(R) * nh * hd * (caches[0]->size(l, 0) + R);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
       {
         std::vector<float> sc;
@@ -226,6 +275,7 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
           const auto t0 = opt.time_attention ? Clock::now() : Clock::time_point();
           const int r = task / nh, h = task % nh, g = h / group;
           const BatchRow& row = b.rows[r];
+          const KvCache& cache = *caches[row.seq];
           const View& view = b.views[row.view];
           const int lhi = cache.lh(l, g);
           const int nslots = view.count(lhi, cache.size(l, g));
@@ -235,7 +285,7 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
           const float* qr = q.data() + std::size_t(r) * dq + h * hd;
           for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(l, g, view.slot(lhi, j)), hd) * scale;
           for (std::size_t j = 0; j < nb.size(); ++j)
-            sc[nslots + j] = dot8(qr, cache.pending_key(l, g, nb[j]), hd) * scale;
+            sc[nslots + j] = dot8(qr, cache.pending_key(l, g, local[nb[j]]), hd) * scale;
           AttentionRecord* rec = nullptr;
           const auto t_rec = opt.time_attention ? Clock::now() : Clock::time_point();
           if (record[r]) {
@@ -253,7 +303,7 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
           for (int j = 0; j < nkeys; ++j) {
             const float p = sc[j] * inv;
             sc[j] = p;
-            const float* vv = j < nslots ? cache.value(l, g, view.slot(lhi, j)) : cache.pending_value(l, g, nb[j - nslots]);
+            const float* vv = j < nslots ? cache.value(l, g, view.slot(lhi, j)) : cache.pending_value(l, g, local[nb[j - nslots]]);
             for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
           }
           // Attention time excludes the copies made for attention records.

@@ -1,4 +1,4 @@
-// The batched forward pass of the Llama-style decoder (model contract v1).
+// The batched forward pass of the Llama-style decoder (model contract v2: the block list is walked, lm/README.md).
 //
 // One call takes new rows.  Each row has a token, a position id, a view (cache slots it may
 // attend, see kv_cache.hpp) and the other new rows it may attend; it always attends itself.
@@ -23,6 +23,10 @@ struct BatchRow {
   int pos = 0;              ///< position id (RoPE), in [0, n_ctx)
   int view = 0;             ///< index into Batch::views
   std::vector<int> attend;  ///< other new rows (batch indices) this row may attend
+  /// The sequence the row belongs to: index into the caches passed to forward() (0 with one
+  /// cache).  A row attends only its own sequence's cache and new rows (contract v2: several
+  /// independent sequences in one pass, each with its own positions, cache and mask).
+  int seq = 0;
 };
 
 /// New rows plus the views they refer to.
@@ -33,7 +37,10 @@ struct Batch {
   /// Prefill: tokens at positions start.., full view, causal mask among them.
   static Batch causal(const std::vector<int>& tokens, int start_pos);
   /// Appends a row; returns its batch index.
-  int add(int token, int pos, int view = 0, std::vector<int> attend = {});
+  int add(int token, int pos, int view = 0, std::vector<int> attend = {}, int seq = 0);
+  /// Appends `other`'s rows as sequence `seq` (their attend lists shifted to the new indices,
+  /// their views appended after this batch's); returns the batch index of its first row.
+  int append(const Batch& other, int seq);
   /// Appends a view; returns its index.
   int add_view(View v);
   int size() const noexcept { return static_cast<int>(rows.size()); }
@@ -52,6 +59,11 @@ struct ForwardOptions {
   /// row (the residual passes through; self-speculative drafting).  A skipped attention leaves
   /// the rows' pending K/V of that layer unspecified, so such rows must not be committed.
   std::vector<char> skip_attn, skip_mlp;
+  /// Stop after this many blocks (−1 = all): blocks stop_after.. are not run, hidden (when
+  /// asked) has stop_after + 1 entries, and logits are the head applied to the residual after
+  /// block stop_after − 1 (early exit, logit lens).  The rows' pending K/V of the blocks not run
+  /// are unspecified, so such rows must not be committed.  CPU engine only.
+  int stop_after = -1;
   /// Measure the CPU seconds spent in attention per view (ForwardResult::attn_cpu_s).
   bool time_attention = false;
   /// Only each logits row's greedy token is needed (greedy decoding, self-speculative drafts):
@@ -102,6 +114,15 @@ struct ForwardResult {
 ForwardResult forward(const Model& model, KvCache& cache, const Batch& batch,
                       const ForwardOptions& options = {});
 
+/// The same for rows of several independent sequences in one pass: row r attends
+/// caches[rows[r].seq] through its view and the new rows of its own sequence, and its K/V go to
+/// that cache's pending area at the row's index among its sequence's rows (in batch order).
+/// Every row's logits and K/V are bitwise what the same rows give alone with their own cache.
+/// Caches that no row uses are left untouched.  Throws InputError as above, and for a seq
+/// outside [0, caches.size()) or an attend index naming another sequence's row.
+ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, const Batch& batch,
+                      const ForwardOptions& options = {});
+
 /// Final RMSNorm + LM head applied to hidden states [n, d_model] (e.g. an intermediate layer's
 /// output for early exit).  With `vocab_ids` non-empty, only those rows of the head (proxy LM
 /// head): logits [n, vocab_ids.size()], each entry bitwise equal to the full head's.
@@ -115,6 +136,10 @@ void rms_norm(const float* x, int n, int d, const float* w, double eps, float* y
 /// logits / attention rows.  Throws InputError naming the batch row or view.
 void check_batch(const ModelConfig& config, const std::function<int(int, int)>& head_size, const Batch& batch,
                  const ForwardOptions& options);
+/// The same for a batch over `n_seqs` caches: head_size(seq, layer, kv_head); a per-head view is
+/// checked against the cache of every sequence whose rows use it.
+void check_batch(const ModelConfig& config, int n_seqs, const std::function<int(int, int, int)>& head_size,
+                 const Batch& batch, const ForwardOptions& options);
 
 /// The batch rows whose logits `options` asks for (every row with all_logits and no list).
 std::vector<int> logits_rows_of(const ForwardOptions& options, int rows);

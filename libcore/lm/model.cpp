@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include <cstdio>
+
 #include "io/atomic_file.hpp"
 #include "io/hdf5.hpp"
 #include "lm/tokenizer.hpp"
@@ -148,8 +150,9 @@ int read_int_attr(const h5::Handle& root, const char* name, const std::string& l
 
 ModelConfig read_config(const h5::Handle& root, const std::string& label) {
   std::string format;
-  if (!h5::read_attr(root, "format", format) || format != "icmlkit-lm-v1")
-    throw InputError("not an icmlkit model checkpoint (root attribute format != icmlkit-lm-v1)", label);
+  if (!h5::read_attr(root, "format", format) || (format != kFormatV1 && format != kFormatV2))
+    throw InputError(fmt::format("not an icmlkit model checkpoint (root attribute format is neither {} nor {})",
+                                 kFormatV1, kFormatV2), label);
   ModelConfig c;
   c.vocab_size = read_int_attr(root, "vocab_size", label, true, 0);
   c.d_model = read_int_attr(root, "d_model", label, true, 0);
@@ -171,13 +174,26 @@ ModelConfig read_config(const h5::Handle& root, const std::string& label) {
   if (rope == "half") c.rope_style = RopeStyle::half;
   else if (rope == "interleaved") c.rope_style = RopeStyle::interleaved;
   else throw InputError("unknown rope_style '" + rope + "' (expected half or interleaved)", label);
+  if (format == kFormatV2) {  // v2: the block list and the arithmetic version
+    std::string types;
+    if (!h5::read_attr(root, "block_types", types)) throw InputError("missing config attribute 'block_types'", label);
+    if (c.n_layers <= 0) throw InputError("invalid model config: n_layers must be positive", label);
+    c.block_types = split_block_types(types, c.n_layers, label);
+    c.arith_version = read_int_attr(root, "arith_version", label, true, kArithVersion);
+  }
   c.validate(label);
   return c;
 }
 
 void read_tensor(const h5::Handle& root, const std::string& name, float* dst, std::size_t rows,
-                 std::size_t cols, const std::string& path, h5::FloatStorage* stored) {
+                 std::size_t cols, const std::string& path, h5::FloatStorage* stored, const ModelConfig& c) {
   const std::string label = path + ":/" + name;
+  if (!h5::exists(root, name)) {  // name the block and its type: "block 3 (llama): missing tensor ..."
+    int block = -1;
+    if (std::sscanf(name.c_str(), "blk.%d.", &block) == 1 && block >= 0 && block < c.n_layers)
+      throw InputError(fmt::format("block {} ({}): missing tensor {}", block, block_type_name(c.block_type(block)), name), path);
+    throw InputError("missing tensor " + name, path);
+  }
   h5::FloatArray a = h5::read_floats(root, name, label);
   const bool vec = cols == 0;
   const bool ok = vec ? (a.dims.size() == 1 && a.dims[0] == rows)
@@ -211,7 +227,7 @@ Model load_checkpoint(const std::string& path) {
     throw InputError(fmt::format("the config implies {:.3g} weights but the file has {} bytes", m.config.n_params_approx(), fsize), path);
   allocate(m);
   for (auto& t : tensor_slots(m))
-    read_tensor(root, t.gguf, t.data, t.rows, t.cols, path, t.is_matrix() ? &m.stored : nullptr);
+    read_tensor(root, t.gguf, t.data, t.rows, t.cols, path, t.is_matrix() ? &m.stored : nullptr, m.config);
   if (h5::exists(root, "tokenizer/model")) {
     m.tokenizer_model = h5::read_bytes(root, "tokenizer/model", path + ":/tokenizer/model");
     Tokenizer tok(m.tokenizer_model, path + ":/tokenizer/model");
@@ -230,8 +246,10 @@ void save_checkpoint(const std::string& path, const Model& m, h5::FloatStorage s
   {
     h5::Handle file = h5::create_file(out.temp_path().string());
     h5::write_provenance(file, prov);
-    h5::write_attr(file, "format", "icmlkit-lm-v1");
+    h5::write_attr(file, "format", kFormatV2);
     h5::write_attr(file, "architecture", "llama");
+    h5::write_attr(file, "block_types", join_block_types(c.all_block_types()));
+    h5::write_attr_int(file, "arith_version", c.arith_version);
     h5::write_attr_int(file, "vocab_size", c.vocab_size);
     h5::write_attr_int(file, "d_model", c.d_model);
     h5::write_attr_int(file, "n_layers", c.n_layers);

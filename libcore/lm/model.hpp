@@ -1,4 +1,4 @@
-// Llama-style model weights and the native HDF5 checkpoint (model contract v1, lm/README.md).
+// Llama-style model weights and the native HDF5 checkpoint (model contract v2, lm/README.md).
 #pragma once
 
 #include <cstdint>

@@ -320,6 +320,91 @@ TEST_CASE("lm: a tree-masked batch gives each row the logits it gets decoded alo
   set_threads(0);
 }
 
+// Contract v2 (issue 25), the early-exit hook: stopping after block l gives bitwise the residual
+// and logits of the same model truncated to its first l blocks, run by hand.
+TEST_CASE("lm: stop after block l equals running the first l blocks") {
+  const Model m = tiny_model();
+  const std::vector<int> prompt{1, 4, 9, 16, 25, 3};
+  for (int l = 0; l <= m.config.n_layers; ++l) {
+    CAPTURE(l);
+    Model cut = m;
+    cut.config.n_layers = l;
+    cut.layers.resize(l);
+    ForwardOptions o;
+    o.stop_after = l;
+    o.hidden = true;
+    KvCache c1(m.config);
+    const ForwardResult early = forward(m, c1, Batch::causal(prompt, 0), o);
+    REQUIRE(static_cast<int>(early.hidden.size()) == l + 1);
+    if (l == 0) {  // no block: the head on the embeddings
+      CHECK(same_bits(early.logits.data.data(), apply_head(m, early.hidden[0]).data.data(), early.logits.data.size()));
+      continue;
+    }
+    KvCache c2(cut.config);
+    ForwardOptions h;
+    h.hidden = true;
+    const ForwardResult hand = forward(cut, c2, Batch::causal(prompt, 0), h);
+    CHECK(same_bits(early.hidden[l].data.data(), hand.hidden[l].data.data(), hand.hidden[l].data.size()));
+    CHECK(same_bits(early.logits.data.data(), hand.logits.data.data(), hand.logits.data.size()));
+  }
+  ForwardOptions bad;
+  bad.stop_after = m.config.n_layers + 1;
+  KvCache c3(m.config);
+  CHECK_THROWS_WITH_AS(forward(m, c3, Batch::causal(prompt, 0), bad), doctest::Contains("stop_after"), InputError);
+}
+
+// Contract v2 (issue 25): rows of several independent sequences in one pass, each with its own
+// positions, cache and causal mask (and a per-head view in one of them), give every row bitwise
+// the logits and K/V it gets with its own sequence alone.
+TEST_CASE("lm: two sequences in one pass give each its bits alone") {
+  const Model m = tiny_model();
+  KvCache ca(m.config), cb(m.config);
+  forward(m, ca, Batch::causal({1, 4, 9, 16, 25}, 0));
+  ca.commit_all();
+  forward(m, cb, Batch::causal({1, 30, 2}, 0));
+  cb.commit_all();
+  // Sequence 0: a 3-token continuation at positions 5..7; sequence 1: 4 tokens at 3..6, the
+  // last one through a prefix view of the cache.
+  const Batch a = Batch::causal({7, 8, 11}, 5);
+  Batch b = Batch::causal({12, 13, 14, 15}, 3);
+  b.rows[3].view = b.add_view(View::prefix(2));
+  for (int th : {1, 2}) {
+    set_threads(th);
+    KvCache a1 = ca, b1 = cb, a2 = ca, b2 = cb;
+    const ForwardResult ra = forward(m, a1, a), rb = forward(m, b1, b);
+    // Sequence 1's rows first, then sequence 0's: batch indices differ from either alone.
+    Batch both;
+    both.append(b, 1);
+    both.append(a, 0);
+    const ForwardResult rab = forward(m, std::vector<KvCache*>{&a2, &b2}, both);
+    REQUIRE(rab.logits.rows == a.size() + b.size());
+    for (int r = 0; r < b.size(); ++r) CHECK(same_bits(rab.logits.row(r), rb.logits.row(r), m.config.vocab_size));
+    for (int r = 0; r < a.size(); ++r)
+      CHECK(same_bits(rab.logits.row(b.size() + r), ra.logits.row(r), m.config.vocab_size));
+    for (int l = 0; l < m.config.n_layers; ++l)
+      for (int h = 0; h < m.config.n_kv_heads; ++h) {
+        for (int r = 0; r < a.size(); ++r)
+          CHECK(same_bits(a2.pending_key(l, h, r), a1.pending_key(l, h, r), m.config.head_dim()));
+        for (int r = 0; r < b.size(); ++r)
+          CHECK(same_bits(b2.pending_value(l, h, r), b1.pending_value(l, h, r), m.config.head_dim()));
+      }
+    a2.commit_all();
+    CHECK(a2.size() == ca.size() + a.size());
+  }
+  set_threads(0);
+  // A row may not attend another sequence's row, nor name a sequence without a cache.
+  Batch bad;
+  bad.add(3, 5, 0, {}, 0);
+  bad.add(4, 3, 0, {0}, 1);
+  KvCache x = ca, y = cb;
+  CHECK_THROWS_WITH_AS(forward(m, std::vector<KvCache*>{&x, &y}, bad), doctest::Contains("another sequence"), InputError);
+  Batch far;
+  far.add(3, 5, 0, {}, 2);
+  CHECK_THROWS_WITH_AS(forward(m, std::vector<KvCache*>{&x, &y}, far), doctest::Contains("sequence 2 outside the 2 cache(s)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(forward(m, x, far), doctest::Contains("outside the 1 cache(s)"), InputError);
+}
+
 TEST_CASE("lm: logits of a row do not depend on batch size or thread count") {
   const Model m = tiny_model(RopeStyle::interleaved);
   KvCache base(m.config);
@@ -439,6 +524,54 @@ TEST_CASE("lm: checkpoint round trip in f32, f16 and bf16") {
   }
 }
 
+// Contract v2 (issue 25): a v1 file loads unchanged (every block llama, arithmetic version 1);
+// written again it is v2 with the block list, and gives bitwise the same tensors and logits.
+TEST_CASE("lm: a v1 checkpoint loads, is written as v2 and gives bitwise the same logits") {
+#ifdef ICMLKIT_REPO_DATA
+  const std::string v1 = std::string(ICMLKIT_REPO_DATA) + "/models/kjv7m.h5";
+  {
+    io::h5::Handle f(H5Fopen(v1.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    io::h5::Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT));
+    std::string format;
+    REQUIRE(io::h5::read_attr(root, "format", format));
+    REQUIRE(format == "icmlkit-lm-v1");  // the shipped demo model predates v2
+  }
+  const Model a = load_checkpoint(v1);
+  CHECK(a.config.block_types.empty());
+  CHECK(a.config.all_block_types() == std::vector<BlockType>(a.config.n_layers, BlockType::llama));
+  CHECK(a.config.arith_version == 1);
+  io::Provenance prov;
+  prov.tool = "test";
+  const std::string v2 = tmp_path("v2.h5");
+  save_checkpoint(v2, a, io::h5::FloatStorage::bf16, prov);  // the demo model's matrices are bf16
+  {
+    io::h5::Handle f(H5Fopen(v2.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    io::h5::Handle root(H5Gopen2(f.get(), "/", H5P_DEFAULT));
+    std::string format, types;
+    REQUIRE(io::h5::read_attr(root, "format", format));
+    CHECK(format == "icmlkit-lm-v2");
+    REQUIRE(io::h5::read_attr(root, "block_types", types));
+    CHECK(types == "llama,llama,llama,llama,llama,llama");
+  }
+  const Model b = load_checkpoint(v2);
+  CHECK(b.config.all_block_types() == a.config.all_block_types());
+  CHECK(b.config.arith_version == 1);
+  const auto sa = tensor_slots(a), sb = tensor_slots(b);
+  REQUIRE(sa.size() == sb.size());
+  int differing = 0;
+  for (std::size_t i = 0; i < sa.size(); ++i)
+    differing += !same_bits(sa[i].data, sb[i].data, std::size_t(sa[i].rows) * std::max(sa[i].cols, 1));
+  CHECK(differing == 0);
+  const std::vector<int> prompt{1, 45, 300, 7, 2048, 99, 5};
+  KvCache ka(a.config), kb(b.config);
+  const auto la = forward(a, ka, Batch::causal(prompt, 0)), lb = forward(b, kb, Batch::causal(prompt, 0));
+  CHECK(same_bits(la.logits.data.data(), lb.logits.data.data(), la.logits.data.size()));
+  std::filesystem::remove(v2);
+#else
+  MESSAGE("skipped: the repository's data/ is not available");
+#endif
+}
+
 TEST_CASE("lm: bad checkpoints are refused with the tensor named") {
   const Model m = tiny_model();
   io::Provenance prov;
@@ -456,8 +589,30 @@ TEST_CASE("lm: bad checkpoints are refused with the tensor named") {
     return "";
   };
   edit([](hid_t f) { H5Ldelete(f, "blk.1.ffn_up.weight", H5P_DEFAULT); });
-  CHECK(message().find("missing dataset (" ) != std::string::npos);
-  CHECK(message().find("blk.1.ffn_up.weight") != std::string::npos);
+  CHECK(message().find("block 1 (llama): missing tensor blk.1.ffn_up.weight") != std::string::npos);
+  edit([](hid_t f) { H5Ldelete(f, "output_norm.weight", H5P_DEFAULT); });
+  CHECK(message().find("missing tensor output_norm.weight") != std::string::npos);
+  // Contract v2's block list: an unknown type is refused naming the block; the count must match.
+  edit([&](hid_t f) {
+    io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
+    io::h5::write_attr(root, "block_types", "llama,moe");
+    root.release();
+  });
+  CHECK(message().find("block 1: unknown block type 'moe' (this build reads: llama)") != std::string::npos);
+  edit([&](hid_t f) {
+    io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
+    io::h5::write_attr(root, "block_types", "llama");
+    root.release();
+  });
+  CHECK(message().find("block_types lists 1 blocks but n_layers is 2") != std::string::npos);
+  edit([&](hid_t f) { H5Adelete(f, "block_types"); });
+  CHECK(message().find("missing config attribute 'block_types'") != std::string::npos);
+  edit([&](hid_t f) {
+    io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
+    io::h5::write_attr(root, "format", "icmlkit-lm-v3");
+    root.release();
+  });
+  CHECK(message().find("neither icmlkit-lm-v1 nor icmlkit-lm-v2") != std::string::npos);
   edit([&](hid_t f) {
     H5Ldelete(f, "blk.0.attn_k.weight", H5P_DEFAULT);
     io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));

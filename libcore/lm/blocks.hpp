@@ -1,0 +1,45 @@
+// Model contract v2: a model is a list of typed blocks (lm/README.md, "Block types").
+//
+// Each decoder block of a model has a type; the type fixes the block's tensors (names after
+// "blk.N.", shapes from the config) and the forward and backward that run it.  Today one type
+// exists, `llama` (the v1 block: attention with RoPE and GQA, then a SwiGLU MLP, both
+// pre-normed); the issues that add MoE, LatentMoE, mLSTM-hybrid and recurrent-depth models add
+// their types here, each with its tensor names and config attributes stated in lm/README.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace icmlkit::lm {
+
+/// The native checkpoint formats: v1 (no block list; every block llama) is read, v2 written.
+inline constexpr const char* kFormatV1 = "icmlkit-lm-v1";
+inline constexpr const char* kFormatV2 = "icmlkit-lm-v2";
+
+/// Version of the engine arithmetic a file's reference logits were checked with, kept apart
+/// from the format version: 1 = the batch-invariant 8-lane CPU arithmetic (lm/matmul.hpp).
+inline constexpr int kArithVersion = 1;
+
+/// The block types of the contract.
+enum class BlockType {
+  llama,  ///< x += Wo·Attn(RoPE(Wq·n1(x)), RoPE(Wk·n1(x)), Wv·n1(x)); x += Wdown·(silu(Wgate·n2(x)) ⊙ Wup·n2(x))
+};
+
+/// The type's name as stored in the checkpoint's `block_types` attribute ("llama").
+const char* block_type_name(BlockType t) noexcept;
+
+/// Parses a stored name.  Throws InputError "block N: unknown block type 'x' (this build
+/// reads: llama)" naming `where` (the file).
+BlockType parse_block_type(const std::string& name, int block, const std::string& where);
+
+/// The tensor names of one block of type t, after the "blk.N." prefix, in checkpoint order.
+const std::vector<std::string>& block_tensor_names(BlockType t);
+
+/// The stored form of a block list: names joined by ',' ("llama,llama,...").
+std::string join_block_types(const std::vector<BlockType>& types);
+
+/// Parses the stored form into exactly n_layers types.  Throws InputError naming `where` when
+/// the count differs from n_layers or a name is unknown (naming the block).
+std::vector<BlockType> split_block_types(const std::string& stored, int n_layers, const std::string& where);
+
+}  // namespace icmlkit::lm
