@@ -22,6 +22,7 @@
 #include "io/h5array.hpp"
 #include "kernels/device.hpp"
 #include "kernels/launch.hpp"
+#include "lm/support.hpp"
 #include "util/error.hpp"
 
 #if defined(ICMLKIT_CUDA_EMU)
@@ -574,6 +575,7 @@ struct CudaEngine::Impl {
 
   void check_config() {
     c.validate("CUDA engine");
+    lm::require_blocks(lm::Runner::cuda_engine, c);
     if (c.head_dim() > kMaxHd) throw InputError("head_dim " + std::to_string(c.head_dim()) + " above the CUDA engine's 256");
     rope_cache = std::make_unique<lm::RopeCache>(c);
   }
@@ -873,9 +875,12 @@ struct CudaEngine::Impl {
   lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& opt) {
     const auto t_entry = std::chrono::steady_clock::now();
     lm::check_batch(c, [this](int, int) { return len; }, b, opt);
-    if (!opt.attn_rows.empty())
-      throw UsageError("attention records are not available on the CUDA engine (use --device cpu, or --kv-policy streaming)");
-    if (opt.stop_after >= 0) throw UsageError("stopping after a block (early exit) is not available on the CUDA engine (use --device cpu)");
+    using lm::Feature;
+    const lm::Runner me = lm::Runner::cuda_engine;
+    if (!opt.attn_rows.empty()) lm::require(me, Feature::attention_records, "use --device cpu, or --kv-policy streaming");
+    if (opt.stop_after >= 0) lm::require(me, Feature::stop_after, "use --device cpu");
+    if (opt.adapters && !opt.adapters->empty()) lm::require(me, Feature::adapters, "merge them, or use --device cpu");
+    if (!opt.schedule.empty()) lm::require(me, Feature::block_schedule, "use --device cpu");
     const int R0 = b.size(), d = c.d_model, hd = c.head_dim(), nlh = c.n_layers * c.n_kv_heads, V = static_cast<int>(b.views.size());
     lm::ForwardResult res;
     res.logits_rows = lm::logits_rows_of(opt, R0);

@@ -1,5 +1,6 @@
 #include "lm/forward.hpp"
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -7,9 +8,11 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "lm/matmul.hpp"
 #include "lm/sampler.hpp"
+#include "lm/support.hpp"
 #include "util/error.hpp"
 #include "util/threads.hpp"
 
@@ -68,6 +71,43 @@ void matmul_w(const float* x, int R, int K, int ldx, const Matrix& W, int O, flo
 
 }  // namespace
 
+const char* projection_name(Projection p) noexcept {
+  switch (p) {
+    case Projection::attn_q: return "attn_q";
+    case Projection::attn_k: return "attn_k";
+    case Projection::attn_v: return "attn_v";
+    case Projection::attn_output: return "attn_output";
+    case Projection::ffn_gate: return "ffn_gate";
+    case Projection::ffn_up: return "ffn_up";
+    case Projection::ffn_down: return "ffn_down";
+  }
+  return "?";
+}
+
+Projection parse_projection(const std::string& name) {
+  for (Projection p : {Projection::attn_q, Projection::attn_k, Projection::attn_v, Projection::attn_output,
+                       Projection::ffn_gate, Projection::ffn_up, Projection::ffn_down})
+    if (name == projection_name(p)) return p;
+  throw InputError("unknown projection '" + name + "' (attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down)");
+}
+
+namespace {
+/// The [out, in] shape of projection p in a llama block.
+std::pair<int, int> projection_shape(const ModelConfig& c, Projection p) {
+  const int d = c.d_model, dq = c.n_heads * c.head_dim(), dkv = c.n_kv_heads * c.head_dim();
+  switch (p) {
+    case Projection::attn_q: return {dq, d};
+    case Projection::attn_k:
+    case Projection::attn_v: return {dkv, d};
+    case Projection::attn_output: return {d, dq};
+    case Projection::ffn_gate:
+    case Projection::ffn_up: return {c.d_ff, d};
+    case Projection::ffn_down: return {d, c.d_ff};
+  }
+  return {0, 0};
+}
+}  // namespace
+
 std::vector<int> logits_rows_of(const ForwardOptions& opt, int R) {
   if (!opt.all_logits || !opt.logits_rows.empty()) return opt.logits_rows;
   std::vector<int> rows(R);
@@ -87,9 +127,25 @@ void check_batch(const ModelConfig& c, int n_seqs, const std::function<int(int, 
   for (const auto* skip : {&opt.skip_attn, &opt.skip_mlp})
     if (!skip->empty() && static_cast<int>(skip->size()) != c.n_layers)
       throw InputError("layer skip list needs n_layers entries");
-  if (opt.stop_after < -1 || opt.stop_after > c.n_layers)
-    throw InputError("stop_after " + std::to_string(opt.stop_after) + " outside [-1, n_layers = " +
-                     std::to_string(c.n_layers) + "]");
+  const int n_steps = opt.schedule.empty() ? c.n_layers : static_cast<int>(opt.schedule.size());
+  if (opt.stop_after < -1 || opt.stop_after > n_steps)
+    throw InputError("stop_after " + std::to_string(opt.stop_after) + " outside [-1, " + std::to_string(n_steps) +
+                     " blocks run]");
+  for (int l : opt.schedule)
+    if (l < 0 || l >= c.n_layers) throw InputError("block schedule names block " + std::to_string(l) + " of " + std::to_string(c.n_layers));
+  if (opt.adapters)
+    for (const Adapter& a : *opt.adapters) {
+      const std::string where = fmt::format("adapter on blk.{}.{}", a.block, projection_name(a.proj));
+      if (a.block < 0 || a.block >= c.n_layers) throw InputError("block outside the model", where);
+      const auto [out, in] = projection_shape(c, a.proj);
+      const int r = a.A.rows;
+      if (r <= 0 || a.A.cols != in || a.B.rows != out || a.B.cols != r || a.A.is_half() || a.B.is_half() ||
+          a.A.data.size() != std::size_t(r) * in || a.B.data.size() != std::size_t(out) * r)
+        throw InputError(fmt::format("A must be [rank, {}] and B [{}, rank] in float32 (got A [{}, {}], B [{}, {}])", in, out,
+                                     a.A.rows, a.A.cols, a.B.rows, a.B.cols), where);
+    }
+  if (!opt.schedule.empty() && (!opt.skip_attn.empty() || !opt.skip_mlp.empty()))
+    throw InputError("a block schedule and layer skip lists cannot be combined (leave the skipped blocks out of the schedule)");
   for (int r = 0; r < R; ++r) {
     const auto& row = b.rows[r];
     const std::string where = "batch row " + std::to_string(r);
@@ -112,6 +168,7 @@ void check_batch(const ModelConfig& c, int n_seqs, const std::function<int(int, 
     const auto* lists = b.views[v].lists();
     if (!lists) continue;
     const std::string where = "view " + std::to_string(v);
+    if (!opt.schedule.empty()) throw InputError("per-head views cannot be combined with a block schedule", where);
     if (lists->size() != std::size_t(c.n_layers) * c.n_kv_heads)
       throw InputError("per-head view needs n_layers * n_kv_heads slot lists", where);
     std::vector<char> used(n_seqs, 0);  // the sequences whose rows use this view
@@ -196,6 +253,13 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
   const int nseq = static_cast<int>(caches.size());
   if (nseq == 0) throw InputError("forward needs at least one KV cache");
   check_batch(c, nseq, [&caches](int q, int l, int h) { return caches[q]->size(l, h); }, b, opt);
+  {
+    const int steps = opt.schedule.empty() ? c.n_layers : static_cast<int>(opt.schedule.size());
+    for (const KvCache* kv : caches)
+      if (kv->n_layers() != steps)
+        throw InputError("the KV cache has " + std::to_string(kv->n_layers()) + " layers but the forward runs " +
+                         std::to_string(steps) + " block steps (a schedule needs a cache of its length)");
+  }
   const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
   const int group = c.group(), dq = nh * hd, dkv = nkv * hd;
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
@@ -208,7 +272,8 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
   rope_tables(c, b, cs, sn);
   for (int r = 0; r < R; ++r)
     model.token_embd.row_f32(b.rows[r].token, x.data() + std::size_t(r) * d);
-  const int n_run = opt.stop_after >= 0 ? opt.stop_after : c.n_layers;  // blocks run
+  const int n_steps = opt.schedule.empty() ? c.n_layers : static_cast<int>(opt.schedule.size());
+  const int n_run = opt.stop_after >= 0 ? opt.stop_after : n_steps;  // steps run
   if (opt.hidden) {
     res.hidden.assign(n_run + 1, Matrix(R, d));
     res.hidden[0].data = x;
@@ -237,17 +302,35 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
   if (opt.time_attention) res.attn_cpu_s.assign(nviews, 0.0);
   using Clock = std::chrono::steady_clock;
 
-  // The block list (contract v2): each block runs by its type.
-  for (int l = 0; l < n_run; ++l) {
-    if (c.block_type(l) != BlockType::llama)
-      throw InputError("block " + std::to_string(l) + ": the CPU engine does not run block type '" +
-                       block_type_name(c.block_type(l)) + "'");
+  // Unmerged adapters: y [R, O] += scale · (x A^T) B^T for every adapter on (block l, p).
+  std::vector<float> ad_t, ad_y;
+  auto adapt = [&](int l, Projection p, const float* in, int K, float* y, int O) {
+    if (!opt.adapters) return;
+    for (const Adapter& a : *opt.adapters) {
+      if (a.block != l || a.proj != p) continue;
+      const int rank = a.A.rows;
+      ad_t.resize(std::size_t(R) * rank);
+      ad_y.resize(std::size_t(R) * O);
+      matmul_xwt(in, R, K, K, a.A.data.data(), rank, ad_t.data(), rank);
+      matmul_xwt(ad_t.data(), R, rank, rank, a.B.data.data(), O, ad_y.data(), O);
+      for (std::size_t i = 0; i < ad_y.size(); ++i) y[i] += a.scale * ad_y[i];
+    }
+  };
+
+  // The block list (contract v2): each step runs block l (the schedule's entry, or the step
+  // itself) on cache layer cl = the step; each block runs by its type.
+  for (int cl = 0; cl < n_run; ++cl) {
+    const int l = opt.schedule.empty() ? cl : opt.schedule[cl];
+    if (c.block_type(l) != BlockType::llama) require_blocks(Runner::cpu_engine, c);  // the one table says why
     const Layer& L = model.layers[l];
     if (opt.skip_attn.empty() || !opt.skip_attn[l]) {
       rms_norm(x.data(), R, d, L.attn_norm.data(), c.rms_eps, xn.data());
       matmul_w(xn.data(), R, d, d, L.wq, dq, q.data(), dq);
       matmul_w(xn.data(), R, d, d, L.wk, dkv, k.data(), dkv);
       matmul_w(xn.data(), R, d, d, L.wv, dkv, v.data(), dkv);
+      adapt(l, Projection::attn_q, xn.data(), d, q.data(), dq);
+      adapt(l, Projection::attn_k, xn.data(), d, k.data(), dkv);
+      adapt(l, Projection::attn_v, xn.data(), d, v.data(), dkv);
       const int half = hd / 2;
       for (int r = 0; r < R; ++r) {
         const float* rc = cs.data() + std::size_t(r) * half;
@@ -257,14 +340,14 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
         for (int h = 0; h < nkv; ++h) {
           float* kr = k.data() + std::size_t(r) * dkv + h * hd;
           apply_rope(kr, hd, c.rope_style, rc, rs);
-          std::copy_n(kr, hd, cache.pending_key(l, h, local[r]));
-          std::copy_n(v.data() + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(l, h, local[r]));
+          std::copy_n(kr, hd, cache.pending_key(cl, h, local[r]));
+          std::copy_n(v.data() + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(cl, h, local[r]));
         }
       }
 
       // Attention, one (row, query head) per task: gather the view's slots, then new rows.
       std::vector<AttentionRecord> recs;
-      const std::int64_t attn_work = std::int64_t(R) * nh * hd * (caches[0]->size(l, 0) + R);
+      const std::int64_t attn_work = std::int64_t(R) * nh * hd * (caches[0]->size(cl, 0) + R);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
       {
         std::vector<float> sc;
@@ -277,19 +360,19 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
           const BatchRow& row = b.rows[r];
           const KvCache& cache = *caches[row.seq];
           const View& view = b.views[row.view];
-          const int lhi = cache.lh(l, g);
-          const int nslots = view.count(lhi, cache.size(l, g));
+          const int lhi = cache.lh(cl, g);
+          const int nslots = view.count(lhi, cache.size(cl, g));
           const auto& nb = inbatch[r];
           const int nkeys = nslots + static_cast<int>(nb.size());
           sc.resize(nkeys);
           const float* qr = q.data() + std::size_t(r) * dq + h * hd;
-          for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(l, g, view.slot(lhi, j)), hd) * scale;
+          for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(cl, g, view.slot(lhi, j)), hd) * scale;
           for (std::size_t j = 0; j < nb.size(); ++j)
-            sc[nslots + j] = dot8(qr, cache.pending_key(l, g, local[nb[j]]), hd) * scale;
+            sc[nslots + j] = dot8(qr, cache.pending_key(cl, g, local[nb[j]]), hd) * scale;
           AttentionRecord* rec = nullptr;
           const auto t_rec = opt.time_attention ? Clock::now() : Clock::time_point();
           if (record[r]) {
-            mine.push_back(AttentionRecord{r, l, h, {}, sc, {}, {}});
+            mine.push_back(AttentionRecord{r, cl, h, {}, sc, {}, {}});
             rec = &mine.back();
           }
           const auto t_rec_end = opt.time_attention ? Clock::now() : Clock::time_point();
@@ -303,7 +386,7 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
           for (int j = 0; j < nkeys; ++j) {
             const float p = sc[j] * inv;
             sc[j] = p;
-            const float* vv = j < nslots ? cache.value(l, g, view.slot(lhi, j)) : cache.pending_value(l, g, local[nb[j - nslots]]);
+            const float* vv = j < nslots ? cache.value(cl, g, view.slot(lhi, j)) : cache.pending_value(cl, g, local[nb[j - nslots]]);
             for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
           }
           // Attention time excludes the copies made for attention records.
@@ -331,22 +414,26 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
       for (auto& rr : recs) res.attention.push_back(std::move(rr));
 
       matmul_w(att.data(), R, dq, dq, L.wo, d, tmp.data(), d);
+      adapt(l, Projection::attn_output, att.data(), dq, tmp.data(), d);
       for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     }
     if (!opt.skip_mlp.empty() && opt.skip_mlp[l]) {
-      if (opt.hidden) res.hidden[l + 1].data = x;
+      if (opt.hidden) res.hidden[cl + 1].data = x;
       continue;
     }
     rms_norm(x.data(), R, d, L.ffn_norm.data(), c.rms_eps, xn.data());
     matmul_w(xn.data(), R, d, d, L.w_gate, c.d_ff, gate.data(), c.d_ff);
     matmul_w(xn.data(), R, d, d, L.w_up, c.d_ff, up.data(), c.d_ff);
+    adapt(l, Projection::ffn_gate, xn.data(), d, gate.data(), c.d_ff);
+    adapt(l, Projection::ffn_up, xn.data(), d, up.data(), c.d_ff);
     for (std::size_t i = 0; i < gate.size(); ++i) {
       const float gv = gate[i];
       gate[i] = gv / (1.0f + std::exp(-gv)) * up[i];
     }
     matmul_w(gate.data(), R, c.d_ff, c.d_ff, L.w_down, d, tmp.data(), d);
+    adapt(l, Projection::ffn_down, gate.data(), c.d_ff, tmp.data(), d);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-    if (opt.hidden) res.hidden[l + 1].data = x;
+    if (opt.hidden) res.hidden[cl + 1].data = x;
   }
 
   res.logits_rows = logits_rows_of(opt, R);

@@ -46,8 +46,28 @@ struct Batch {
   int size() const noexcept { return static_cast<int>(rows.size()); }
 };
 
+/// The projections of a llama block an adapter may sit on (named as in GGUF).
+enum class Projection { attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down };
+
+/// "attn_q", ..., "ffn_down".
+const char* projection_name(Projection p) noexcept;
+/// Parses a projection name; throws InputError listing the names.
+Projection parse_projection(const std::string& name);
+
+/// A low-rank adapter applied unmerged to one projection of one block (LoRA, Hu et al. 2022,
+/// eq. 3): y = W x + scale · B (A x), A [rank, in], B [out, rank] (float32).
+struct Adapter {
+  int block = 0;
+  Projection proj = Projection::attn_q;
+  Matrix A, B;
+  float scale = 1.0f;
+};
+
 /// What forward() computes besides the pending K/V.
 struct ForwardOptions {
+  /// Unmerged adapters (not owned; null = none).  Shapes are checked against the projection.
+  /// CPU engine only.
+  const std::vector<Adapter>* adapters = nullptr;
   /// Rows whose logits are computed; empty with all_logits = true means every row.
   std::vector<int> logits_rows;
   bool all_logits = true;
@@ -59,7 +79,12 @@ struct ForwardOptions {
   /// row (the residual passes through; self-speculative drafting).  A skipped attention leaves
   /// the rows' pending K/V of that layer unspecified, so such rows must not be committed.
   std::vector<char> skip_attn, skip_mlp;
-  /// Stop after this many blocks (−1 = all): blocks stop_after.. are not run, hidden (when
+  /// The blocks to run, in order, one step each (empty = 0, 1, ..., n_layers − 1).  A block may
+  /// repeat (recurrent depth: {0, 1, 1, 1, 2}) or be left out; step i uses the cache's layer i,
+  /// so the cache must have schedule.size() layers (KvCache(config, layers)).  Not combined
+  /// with skip lists or per-head views.  CPU engine only.
+  std::vector<int> schedule;
+  /// Stop after this many block steps (−1 = all): blocks stop_after.. are not run, hidden (when
   /// asked) has stop_after + 1 entries, and logits are the head applied to the residual after
   /// block stop_after − 1 (early exit, logit lens).  The rows' pending K/V of the blocks not run
   /// are unspecified, so such rows must not be committed.  CPU engine only.

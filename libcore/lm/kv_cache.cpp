@@ -24,9 +24,11 @@ int View::count(int lh, int len) const noexcept {
   return limit_ < 0 ? len : std::min(limit_, len);
 }
 
-KvCache::KvCache(const ModelConfig& c)
-    : n_layers_(c.n_layers), n_kv_(c.n_kv_heads), hd_(c.head_dim()), n_ctx_(c.n_ctx),
-      heads_(std::size_t(c.n_layers) * c.n_kv_heads), pend_k_(c.n_layers), pend_v_(c.n_layers) {}
+KvCache::KvCache(const ModelConfig& c) : KvCache(c, c.n_layers) {}
+
+KvCache::KvCache(const ModelConfig& c, int layers)
+    : n_layers_(layers), n_kv_(c.n_kv_heads), hd_(c.head_dim()), n_ctx_(c.n_ctx),
+      heads_(std::size_t(std::max(layers, 0)) * c.n_kv_heads), pend_k_(std::max(layers, 0)), pend_v_(std::max(layers, 0)) {}
 
 void KvCache::begin_pending(int rows) {
   for (int l = 0; l < n_layers_; ++l) {

@@ -50,6 +50,8 @@ class KvCache {
  public:
   /// An empty cache for `config` (capacity grows on demand up to n_ctx slots per head).
   explicit KvCache(const ModelConfig& config);
+  /// A cache of `layers` layers (a forward with a block schedule of that length).
+  KvCache(const ModelConfig& config, int layers);
 
   int n_layers() const noexcept { return n_layers_; }
   int n_kv_heads() const noexcept { return n_kv_; }

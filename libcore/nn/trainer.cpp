@@ -8,6 +8,7 @@
 
 #include "io/atomic_file.hpp"
 #include "io/h5array.hpp"
+#include "lm/support.hpp"
 #include "io/hdf5.hpp"
 #include "util/error.hpp"
 
@@ -93,6 +94,7 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
     : base_(without_matrices(init)), params_(params_from_model<float>(init)), stream_(std::move(stream)),
       opt_(opt), order_(opt.seed, 0) {
   const auto& c = init.config;
+  lm::require_blocks(lm::Runner::trainer, c);
   if (opt_.seq_len > c.n_ctx)
     throw InputError(fmt::format("context {} is larger than the model allows (n_ctx = {})", opt_.seq_len, c.n_ctx),
                      "--seq-len");

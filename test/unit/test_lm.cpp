@@ -16,6 +16,7 @@
 #include "lm/matmul.hpp"
 #include "lm/model.hpp"
 #include "lm/sampler.hpp"
+#include "lm/support.hpp"
 #include "lm/tokenizer.hpp"
 #include "num/half.hpp"
 #include "util/error.hpp"
@@ -351,6 +352,126 @@ TEST_CASE("lm: stop after block l equals running the first l blocks") {
   bad.stop_after = m.config.n_layers + 1;
   KvCache c3(m.config);
   CHECK_THROWS_WITH_AS(forward(m, c3, Batch::causal(prompt, 0), bad), doctest::Contains("stop_after"), InputError);
+}
+
+// Contract v2 (issue 25), the block schedule: repeating a block (recurrent depth) or leaving
+// blocks out gives bitwise the model whose block list is written out that way, prefill and a
+// decode step on the committed cache alike.
+TEST_CASE("lm: a block schedule equals the model with its blocks repeated or left out") {
+  const Model m = tiny_model();  // 2 blocks
+  const std::vector<int> prompt{1, 4, 9, 16, 25};
+  for (const std::vector<int>& schedule : {std::vector<int>{0, 1, 1}, {1, 1, 1, 0}, {1}, {0, 0}}) {
+    CAPTURE(schedule.size());
+    Model unrolled = m;
+    unrolled.layers.clear();
+    for (int l : schedule) unrolled.layers.push_back(m.layers[l]);
+    unrolled.config.n_layers = static_cast<int>(schedule.size());
+    ForwardOptions o;
+    o.schedule = schedule;
+    o.hidden = true;
+    KvCache c1(m.config, static_cast<int>(schedule.size())), c2(unrolled.config);
+    ForwardOptions h;
+    h.hidden = true;
+    const ForwardResult a = forward(m, c1, Batch::causal(prompt, 0), o);
+    const ForwardResult b = forward(unrolled, c2, Batch::causal(prompt, 0), h);
+    REQUIRE(a.hidden.size() == schedule.size() + 1);
+    CHECK(same_bits(a.logits.data.data(), b.logits.data.data(), b.logits.data.size()));
+    CHECK(same_bits(a.hidden.back().data.data(), b.hidden.back().data.data(), b.hidden.back().data.size()));
+    c1.commit_all();
+    c2.commit_all();
+    Batch step;
+    step.add(7, 5);
+    const ForwardResult a2 = forward(m, c1, step, o), b2 = forward(unrolled, c2, step, h);
+    CHECK(same_bits(a2.logits.data.data(), b2.logits.data.data(), b2.logits.data.size()));
+  }
+  ForwardOptions o;
+  o.schedule = {0, 1, 1};
+  KvCache wrong(m.config);  // 2 layers for a 3-step schedule
+  CHECK_THROWS_WITH_AS(forward(m, wrong, Batch::causal(prompt, 0), o), doctest::Contains("schedule needs a cache of its length"),
+                       InputError);
+  o.schedule = {0, 2};
+  KvCache two(m.config);
+  CHECK_THROWS_WITH_AS(forward(m, two, Batch::causal(prompt, 0), o), doctest::Contains("names block 2 of 2"), InputError);
+}
+
+// Contract v2 (issue 25), unmerged adapters: with B = 0 the logits are bitwise the base model's;
+// with random A, B on every projection they equal the model with W + scale·B·A merged (in
+// double) within float rounding (1e-4 of the logits' scale: two sums of ~d terms per product).
+TEST_CASE("lm: unmerged adapters equal the merged weights") {
+  const Model m = tiny_model();
+  const ModelConfig& c = m.config;
+  Rng rng(17);
+  std::vector<Adapter> ads;
+  Model merged = m;
+  const int rank = 3;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (Projection p : {Projection::attn_q, Projection::attn_k, Projection::attn_v, Projection::attn_output,
+                         Projection::ffn_gate, Projection::ffn_up, Projection::ffn_down}) {
+      Matrix* W = nullptr;
+      auto& L = merged.layers[l];
+      switch (p) {
+        case Projection::attn_q: W = &L.wq; break;
+        case Projection::attn_k: W = &L.wk; break;
+        case Projection::attn_v: W = &L.wv; break;
+        case Projection::attn_output: W = &L.wo; break;
+        case Projection::ffn_gate: W = &L.w_gate; break;
+        case Projection::ffn_up: W = &L.w_up; break;
+        case Projection::ffn_down: W = &L.w_down; break;
+      }
+      Adapter a{l, p, Matrix(rank, W->cols), Matrix(W->rows, rank), 0.5f};
+      for (auto& x : a.A.data) x = static_cast<float>(0.3 * rng.normal());
+      for (auto& x : a.B.data) x = static_cast<float>(0.3 * rng.normal());
+      for (int o = 0; o < W->rows; ++o)
+        for (int i = 0; i < W->cols; ++i) {
+          double s = 0;
+          for (int k = 0; k < rank; ++k) s += double(a.B.data[o * rank + k]) * a.A.data[k * W->cols + i];
+          W->data[std::size_t(o) * W->cols + i] = static_cast<float>(W->data[std::size_t(o) * W->cols + i] + 0.5 * s);
+        }
+      ads.push_back(std::move(a));
+    }
+  const std::vector<int> prompt{1, 4, 9, 16, 25};
+  ForwardOptions o;
+  o.adapters = &ads;
+  KvCache k1(c), k2(c), k3(c), k4(c);
+  const ForwardResult with = forward(m, k1, Batch::causal(prompt, 0), o);
+  const ForwardResult ref = forward(merged, k2, Batch::causal(prompt, 0));
+  double err = 0, scale = 0;
+  for (std::size_t i = 0; i < ref.logits.data.size(); ++i) {
+    err = std::max(err, double(std::abs(with.logits.data[i] - ref.logits.data[i])));
+    scale = std::max(scale, double(std::abs(ref.logits.data[i])));
+  }
+  CAPTURE(err);
+  CHECK(err < 1e-4 * scale);
+  const ForwardResult base = forward(m, k3, Batch::causal(prompt, 0));
+  CHECK_FALSE(same_bits(base.logits.data.data(), with.logits.data.data(), base.logits.data.size()));
+  std::vector<Adapter> zero = ads;
+  for (auto& a : zero) std::fill(a.B.data.begin(), a.B.data.end(), 0.0f);
+  o.adapters = &zero;
+  const ForwardResult z = forward(m, k4, Batch::causal(prompt, 0), o);
+  CHECK(same_bits(base.logits.data.data(), z.logits.data.data(), base.logits.data.size()));
+  std::vector<Adapter> bad{Adapter{0, Projection::ffn_down, Matrix(2, c.d_model), Matrix(c.d_model, 2), 1.0f}};
+  o.adapters = &bad;  // ffn_down's input is d_ff = 50 wide
+  KvCache k5(c);
+  CHECK_THROWS_WITH_AS(forward(m, k5, Batch::causal(prompt, 0), o), doctest::Contains("A must be [rank, 50]"), InputError);
+  CHECK(parse_projection("attn_v") == Projection::attn_v);
+  CHECK_THROWS_AS(parse_projection("qkv"), InputError);
+}
+
+// The one table of supported combinations (lm/support.hpp): the CPU engine runs every hook, the
+// CUDA engine and the trainer refuse what they lack with a UsageError (exit 2) naming it.
+TEST_CASE("lm: the support table refuses what a runner lacks, with exit-2 errors") {
+  for (Feature f : {Feature::block_llama, Feature::stop_after, Feature::block_schedule, Feature::adapters,
+                    Feature::multi_sequence, Feature::attention_records})
+    CHECK(supports(Runner::cpu_engine, f));
+  CHECK(supports(Runner::cuda_engine, Feature::block_llama));
+  CHECK_FALSE(supports(Runner::cuda_engine, Feature::stop_after));
+  CHECK_FALSE(supports(Runner::cuda_engine, Feature::multi_sequence));
+  CHECK(supports(Runner::trainer, Feature::multi_sequence));
+  CHECK_FALSE(supports(Runner::trainer, Feature::adapters));
+  CHECK_THROWS_WITH_AS(require(Runner::cuda_engine, Feature::adapters, "merge them"),
+                       "the CUDA engine does not support unmerged adapters (merge them)", UsageError);
+  CHECK_NOTHROW(require(Runner::cpu_engine, Feature::adapters));
+  CHECK_NOTHROW(require_blocks(Runner::trainer, tiny_model().config));
 }
 
 // Contract v2 (issue 25): rows of several independent sequences in one pass, each with its own

@@ -426,6 +426,21 @@ TEST_CASE("cuda: refused options and bad commits raise the engine's errors") {
   ForwardOptions opt;
   opt.attn_rows = {0};
   CHECK_THROWS_AS(gpu.forward(b, opt), UsageError);
+  // Contract v2's CPU-only hooks are refused through lm/support.hpp's table (exit 2).
+  ForwardOptions early;
+  early.stop_after = 1;
+  CHECK_THROWS_WITH_AS(gpu.forward(b, early), doctest::Contains("the CUDA engine does not support stopping after a block"), UsageError);
+  ForwardOptions sched;
+  sched.schedule = {0, 0};
+  CHECK_THROWS_AS(gpu.forward(b, sched), UsageError);
+  const std::vector<Adapter> ads{Adapter{0, Projection::attn_q, Matrix(1, m.config.d_model), Matrix(m.config.d_model, 1), 1.0f}};
+  ForwardOptions lora;
+  lora.adapters = &ads;
+  CHECK_THROWS_AS(gpu.forward(b, lora), UsageError);
+  Batch two = b;
+  two.rows[2].seq = 1;
+  two.rows[2].attend.clear();
+  CHECK_THROWS_WITH_AS(gpu.forward(two), doctest::Contains("outside the 1 cache(s)"), InputError);
   gpu.forward(b);
   CHECK_THROWS_AS(gpu.commit({3}), InputError);
   gpu.commit({0, 2});
