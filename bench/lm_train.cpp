@@ -41,13 +41,15 @@ double peak_rss_mib() {
 int main(int argc, char** argv) {
   int nthreads = 2, steps = 3, S = 0, batch = 1;
   std::string preset = "7m", kernels = "fast";
-  CLI::App app{"bench-lm-train: tokens/s, MFU and peak memory of lm-train's step on random tokens"};
-  app.add_option("--preset", preset, "Model shape: 7m (the demo model) or 100m")->check(CLI::IsMember({"7m", "100m"}));
-  app.add_option("--threads", nthreads, "Threads")->check(CLI::Range(1, 1024));
-  app.add_option("--steps", steps, "Timed steps (after one warm-up step)")->check(CLI::Range(1, 100000));
-  app.add_option("--seq-len", S, "Tokens per window (default 1024 for 7m, 512 for 100m)")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--batch", batch, "Windows per step")->check(CLI::Range(1, 1 << 16));
-  app.add_option("--kernels", kernels, "fast or reference (the v1 trainer)")->check(CLI::IsMember({"fast", "reference"}));
+  CLI::App app{"bench-lm-train: tokens/s, MFU and peak memory of lm-train's step on random tokens (one JSON object).\n"
+               "Examples:\n  bench-lm-train --threads 2 --steps 5\n  bench-lm-train --preset 100m --steps 2\n"
+               "  bench-lm-train --kernels reference --threads 1"};
+  app.add_option("--preset", preset, "Model shape: 7m (the demo model) or 100m")->capture_default_str()->check(CLI::IsMember({"7m", "100m"}));
+  app.add_option("--threads", nthreads, "Threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("--steps", steps, "Timed steps (after one warm-up step)")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--seq-len", S, "Tokens per window (default 1024 for 7m, 512 for 100m; a longer one raises the model's n_ctx)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--batch", batch, "Windows per step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  app.add_option("--kernels", kernels, "fast or reference (the v1 trainer)")->capture_default_str()->check(CLI::IsMember({"fast", "reference"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   }
   if (S == 0) S = preset == "100m" ? 512 : 1024;
   set_threads(nthreads);
+  nthreads = threads();
   nn::set_train_kernels(kernels == "reference" ? nn::TrainKernels::reference : nn::TrainKernels::fast);
   lm::ModelConfig c = lm::default_shape();
   lm::apply_preset(preset, c, [](const char*) { return false; });
