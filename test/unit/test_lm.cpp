@@ -324,7 +324,8 @@ TEST_CASE("lm: a tree-masked batch gives each row the logits it gets decoded alo
 // Contract v2 (issue 25), the early-exit hook: stopping after block l gives bitwise the residual
 // and logits of the same model truncated to its first l blocks, run by hand.
 TEST_CASE("lm: stop after block l equals running the first l blocks") {
-  const Model m = tiny_model();
+  for (const bool demo : {false, true}) {
+  const Model m = demo ? load_checkpoint(std::string(ICMLKIT_REPO_DATA) + "/models/kjv7m.h5") : tiny_model();
   const std::vector<int> prompt{1, 4, 9, 16, 25, 3};
   for (int l = 0; l <= m.config.n_layers; ++l) {
     CAPTURE(l);
@@ -352,6 +353,26 @@ TEST_CASE("lm: stop after block l equals running the first l blocks") {
   bad.stop_after = m.config.n_layers + 1;
   KvCache c3(m.config);
   CHECK_THROWS_WITH_AS(forward(m, c3, Batch::causal(prompt, 0), bad), doctest::Contains("stop_after"), InputError);
+  }
+}
+
+// On the demo model: a schedule that leaves blocks out is bitwise the self-speculative draft's
+// current way of skipping them (both sublayers skipped: the residual passes through).
+TEST_CASE("lm: a schedule leaving blocks out equals the self-speculative layer skip") {
+  const Model m = load_checkpoint(std::string(ICMLKIT_REPO_DATA) + "/models/kjv7m.h5");
+  const std::vector<int> prompt{1, 40, 900, 16, 250, 3, 77};
+  ForwardOptions skip;
+  skip.skip_attn.assign(m.config.n_layers, 0);
+  skip.skip_mlp.assign(m.config.n_layers, 0);
+  ForwardOptions sched;
+  for (int l = 0; l < m.config.n_layers; ++l) {
+    if (l % 2) skip.skip_attn[l] = skip.skip_mlp[l] = 1;
+    else sched.schedule.push_back(l);
+  }
+  KvCache a(m.config), b(m.config, static_cast<int>(sched.schedule.size()));
+  const ForwardResult ra = forward(m, a, Batch::causal(prompt, 0), skip);
+  const ForwardResult rb = forward(m, b, Batch::causal(prompt, 0), sched);
+  CHECK(same_bits(ra.logits.data.data(), rb.logits.data.data(), ra.logits.data.size()));
 }
 
 // Contract v2 (issue 25), the block schedule: repeating a block (recurrent depth) or leaving
@@ -478,7 +499,8 @@ TEST_CASE("lm: the support table refuses what a runner lacks, with exit-2 errors
 // positions, cache and causal mask (and a per-head view in one of them), give every row bitwise
 // the logits and K/V it gets with its own sequence alone.
 TEST_CASE("lm: two sequences in one pass give each its bits alone") {
-  const Model m = tiny_model();
+  for (const bool demo : {false, true}) {
+  const Model m = demo ? load_checkpoint(std::string(ICMLKIT_REPO_DATA) + "/models/kjv7m.h5") : tiny_model();
   KvCache ca(m.config), cb(m.config);
   forward(m, ca, Batch::causal({1, 4, 9, 16, 25}, 0));
   ca.commit_all();
@@ -524,6 +546,7 @@ TEST_CASE("lm: two sequences in one pass give each its bits alone") {
   CHECK_THROWS_WITH_AS(forward(m, std::vector<KvCache*>{&x, &y}, far), doctest::Contains("sequence 2 outside the 2 cache(s)"),
                        InputError);
   CHECK_THROWS_WITH_AS(forward(m, x, far), doctest::Contains("outside the 1 cache(s)"), InputError);
+  }
 }
 
 TEST_CASE("lm: logits of a row do not depend on batch size or thread count") {
