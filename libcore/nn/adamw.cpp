@@ -25,14 +25,9 @@ void adamw_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t t, d
   const std::int64_t len = static_cast<std::int64_t>(n);
   if constexpr (std::is_same_v<T, float>) {
     if (train_kernels() == TrainKernels::fast) {  // vectorised (nn/vecmath.hpp), chunks in parallel
-      constexpr std::int64_t kChunk = 1 << 15;
-      const std::int64_t chunks = (len + kChunk - 1) / kChunk;
-      const int nt = threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && chunks > 8)
-      for (std::int64_t c = 0; c < chunks; ++c) {
-        const std::int64_t a = c * kChunk, b = std::min(len, a + kChunk);
+      vec::parallel_chunks(len, 1 << 15, 8, [&](std::int64_t a, std::int64_t b) {
         vec::adamw(w + a, g + a, m + a, v + a, b - a, b1, b2, keep, step_size, sqrt_bc2, eps);
-      }
+      });
       return;
     }
   }

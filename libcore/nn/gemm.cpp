@@ -131,9 +131,7 @@ __attribute__((target("avx512f"))) void interleave_rows_avx512(const float* src,
 /// The same in plain loops (k outer: each row's cache line is reused across 16 k).
 template <int R>
 void interleave_rows(const float* src, std::size_t ld, int rows, int kc, float* dst) {
-  if (R % 16 == 0 || R == 12) {
-    if (resolve(GemmPath::automatic) == GemmPath::avx512) return interleave_rows_avx512<R>(src, ld, rows, kc, dst);
-  }
+  if (resolve(GemmPath::automatic) == GemmPath::avx512) return interleave_rows_avx512<R>(src, ld, rows, kc, dst);
   for (int k = 0; k < kc; ++k)
     for (int i = 0; i < R; ++i) dst[std::size_t(k) * R + i] = i < rows ? src[std::size_t(i) * ld + k] : 0.0f;
 }
@@ -318,28 +316,20 @@ void run(const Operands& o, int nthreads) {
   float* Bp = pack_buffers().b;  // the caller's: shared by the team below
   const int mblocks = (o.M + kMC - 1) / kMC;
   const double flops = 2.0 * o.M * o.N * o.K;
-  if (nthreads <= 1 || flops < 4e6) {
-    float* Ap = pack_buffers().a;
-    for (int j0 = 0; j0 < o.N; j0 += kNC)
-      for (int k0 = 0; k0 < o.K; k0 += kKC) {
-        const int nc = std::min(kNC, o.N - j0), kc = std::min(kKC, o.K - k0);
-        for (int q = 0; q < (nc + NR - 1) / NR; ++q) pack_b_panel<NR>(o, k0, kc, j0, nc, q, Bp);
-        for (int ib = 0; ib < mblocks; ++ib) row_block<P>(o, ib * kMC, k0, kc, j0, 0, nc, Bp, Ap);
-      }
-    return;
-  }
   // Work items are (row block, column chunk) pairs; with few row blocks (dW of a narrow
   // projection) the columns are split too, so that every thread has work.  Every entry's
-  // arithmetic is fixed (gemm.hpp): how the panels and items are shared changes no bit.
-#pragma omp parallel num_threads(nthreads)
+  // arithmetic is fixed (gemm.hpp): how the panels and items are shared changes no bit.  Small
+  // products run on the calling thread (a team of one).
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && flops >= 4e6)
   {
+    const int team = omp_get_num_threads();
     float* Ap = pack_buffers().a;
     for (int j0 = 0; j0 < o.N; j0 += kNC)
       for (int k0 = 0; k0 < o.K; k0 += kKC) {
         const int nc = std::min(kNC, o.N - j0), kc = std::min(kKC, o.K - k0);
         const int npanels = (nc + NR - 1) / NR;
         int split = 1;
-        while (mblocks * split < 4 * nthreads && npanels >= 2 * split) split *= 2;
+        while (team > 1 && mblocks * split < 4 * team && npanels >= 2 * split) split *= 2;
         const int per = (npanels + split - 1) / split;  // panels per column chunk
 #pragma omp for schedule(dynamic, 2)  // dynamic: a thread the machine has descheduled holds up no panel
         for (int q = 0; q < npanels; ++q) pack_b_panel<NR>(o, k0, kc, j0, nc, q, Bp);
@@ -397,26 +387,18 @@ std::size_t b_size(int K, int N) noexcept {
 }
 
 void pack_a(bool transA, int M, int K, const float* A, int lda, float* dst) noexcept {
+  const Operands o{transA, false, M, 0, K, A, lda, nullptr, 0, nullptr, 0, false};
   with_path([&](auto p) {
     constexpr int MR = decltype(p)::MR;
-    for (int i = 0; i < M; i += MR) {
-      const int rows = std::min(MR, M - i);
-      float* panel = dst + std::size_t(i) * K;
-      if (transA) copy_rows<MR>(A + i, lda, rows, K, panel);
-      else interleave_rows<MR>(A + std::size_t(i) * lda, lda, rows, K, panel);
-    }
+    ::icmlkit::nn::pack_a<MR>(o, 0, M, 0, K, dst);  // the GEMM's own packer (not this function)
   });
 }
 
 void pack_b(bool transB, int K, int N, const float* B, int ldb, float* dst) noexcept {
+  const Operands o{false, transB, 0, N, K, nullptr, 0, B, ldb, nullptr, 0, false};
   with_path([&](auto p) {
     constexpr int NR = decltype(p)::NR;
-    for (int j = 0; j < N; j += NR) {
-      const int cols = std::min(NR, N - j);
-      float* panel = dst + std::size_t(j) * K;
-      if (!transB) copy_rows<NR>(B + j, ldb, cols, K, panel);
-      else interleave_rows<NR>(B + std::size_t(j) * ldb, ldb, cols, K, panel);
-    }
+    for (int q = 0; q < (N + NR - 1) / NR; ++q) pack_b_panel<NR>(o, 0, K, 0, N, q, dst);
   });
 }
 

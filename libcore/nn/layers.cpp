@@ -368,24 +368,11 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
   }
 }
 
-namespace {
-/// Runs f(begin, end) over [0, n) in fixed chunks, in parallel when n is large (elementwise
-/// work: the split changes no bit).
-template <class F>
-void chunked(std::int64_t n, F&& f) {
-  constexpr std::int64_t kChunk = 1 << 14;
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  const int nt = threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && chunks > 4)
-  for (std::int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(n, (c + 1) * kChunk));
-}
-}  // namespace
-
 template <class T>
 void swiglu_forward(const T* g, const T* u, std::int64_t n, T* h) {
   if constexpr (std::is_same_v<T, float>) {
     if (fast<T>()) {
-      chunked(n, [&](std::int64_t a, std::int64_t b) { vec::swiglu(g + a, u + a, b - a, h + a); });
+      vec::parallel_chunks(n, 1 << 14, 4, [&](std::int64_t a, std::int64_t b) { vec::swiglu(g + a, u + a, b - a, h + a); });
       return;
     }
   }
@@ -399,7 +386,7 @@ template <class T>
 void swiglu_backward(const T* dh, const T* g, const T* u, std::int64_t n, T* dg, T* du) {
   if constexpr (std::is_same_v<T, float>) {
     if (fast<T>()) {
-      chunked(n, [&](std::int64_t a, std::int64_t b) {
+      vec::parallel_chunks(n, 1 << 14, 4, [&](std::int64_t a, std::int64_t b) {
         vec::swiglu_backward(dh + a, g + a, u + a, b - a, dg + a, du + a);
       });
       return;

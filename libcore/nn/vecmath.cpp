@@ -85,10 +85,6 @@ ICMLKIT_CLONES void scale(float* x, int n, float a) noexcept {
   for (int i = 0; i < n; ++i) x[i] *= a;
 }
 
-ICMLKIT_CLONES void axpy(float* y, const float* x, int n, float a) noexcept {
-  for (int i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
 ICMLKIT_CLONES float dot(const float* x, const float* y, int n) noexcept {
   float s[L] = {};
   int i = 0;

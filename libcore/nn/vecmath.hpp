@@ -6,9 +6,23 @@
 // contracted on the AVX paths), so training bits are reproducible per machine type.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
+#include "util/threads.hpp"
+
 namespace icmlkit::nn::vec {
+
+/// Runs f(begin, end) over [0, n) in fixed chunks of `chunk`, in parallel (icmlkit::threads())
+/// when there are more than `min_chunks` of them.  For elementwise work, whose bits the split
+/// cannot change.
+template <class F>
+void parallel_chunks(std::int64_t n, std::int64_t chunk, std::int64_t min_chunks, F&& f) {
+  const std::int64_t chunks = (n + chunk - 1) / chunk;
+  const int nt = threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && chunks > min_chunks)
+  for (std::int64_t c = 0; c < chunks; ++c) f(c * chunk, std::min(n, (c + 1) * chunk));
+}
 
 /// e^x in float for x in [−87.3, 88.3] (inputs outside are clamped to that range): Cody–Waite
 /// reduction x = n ln2 + r and a degree-6 polynomial for e^r (Cephes expf coefficients);
@@ -29,9 +43,6 @@ void softmax_grad(const float* P, float* dP, int n, float D, float s) noexcept;
 
 /// x[i] *= a for i < n.
 void scale(float* x, int n, float a) noexcept;
-
-/// y[i] += a · x[i] for i < n.
-void axpy(float* y, const float* x, int n, float a) noexcept;
 
 /// Σ_i x[i]·y[i] in float lanes, accumulated in a fixed order.
 float dot(const float* x, const float* y, int n) noexcept;
