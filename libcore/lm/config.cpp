@@ -30,6 +30,13 @@ std::vector<BlockType> ModelConfig::all_block_types() const {
                              : block_types;
 }
 
+int ModelConfig::block_state_floats(int l) const noexcept {
+  switch (block_type(l)) {
+    case BlockType::llama: return 0;  // all its memory is the KV cache
+  }
+  return 0;
+}
+
 void ModelConfig::validate(const std::string& where) const {
   auto need = [&](bool ok, const std::string& what) {
     if (!ok) throw InputError("invalid model config: " + what, where);

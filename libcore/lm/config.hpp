@@ -45,6 +45,9 @@ struct ModelConfig {
   }
   /// Every block's type [n_layers] (block_types, or all llama).
   std::vector<BlockType> all_block_types() const;
+  /// Floats of recurrent state a sequence keeps for block l besides its KV cache (0 for llama;
+  /// mLSTM-style blocks set it).  KvCache(config) sizes each layer's state with it.
+  int block_state_floats(int l) const noexcept;
 
   /// d_model / n_heads.
   int head_dim() const noexcept { return n_heads > 0 ? d_model / n_heads : 0; }

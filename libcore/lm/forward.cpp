@@ -1,20 +1,18 @@
 #include "lm/forward.hpp"
 
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 #include <string>
 #include <utility>
 
+#include "lm/block.hpp"
 #include "lm/matmul.hpp"
 #include "lm/sampler.hpp"
 #include "lm/support.hpp"
 #include "util/error.hpp"
-#include "util/threads.hpp"
 
 namespace icmlkit::lm {
 
@@ -61,15 +59,6 @@ void rms_norm(const float* x, int n, int d, const float* w, double eps, float* y
   }
 }
 
-namespace {
-
-/// y [R, W.rows] = x [R, K] W^T for a weight held as float32 or f16 (bitwise the same).
-void matmul_w(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy) {
-  if (W.is_half()) matmul_xwt_f16(x, R, K, ldx, W.half.data(), O, y, ldy);
-  else matmul_xwt(x, R, K, ldx, W.data.data(), O, y, ldy);
-}
-
-}  // namespace
 
 const char* projection_name(Projection p) noexcept {
   switch (p) {
@@ -253,26 +242,19 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
   const int nseq = static_cast<int>(caches.size());
   if (nseq == 0) throw InputError("forward needs at least one KV cache");
   check_batch(c, nseq, [&caches](int q, int l, int h) { return caches[q]->size(l, h); }, b, opt);
-  {
-    const int steps = opt.schedule.empty() ? c.n_layers : static_cast<int>(opt.schedule.size());
-    for (const KvCache* kv : caches)
-      if (kv->n_layers() != steps)
-        throw InputError("the KV cache has " + std::to_string(kv->n_layers()) + " layers but the forward runs " +
-                         std::to_string(steps) + " block steps (a schedule needs a cache of its length)");
-  }
-  const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
-  const int group = c.group(), dq = nh * hd, dkv = nkv * hd;
-  const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+  const int n_steps = opt.schedule.empty() ? c.n_layers : static_cast<int>(opt.schedule.size());
+  for (const KvCache* kv : caches)
+    if (kv->n_layers() != n_steps)
+      throw InputError("the KV cache has " + std::to_string(kv->n_layers()) + " layers but the forward runs " +
+                       std::to_string(n_steps) + " block steps (a schedule needs a cache of its length)");
+  const int R = b.size(), d = c.d_model;
   ForwardResult res;
 
-  std::vector<float> x(std::size_t(R) * d), xn(x.size()), tmp(x.size());
-  std::vector<float> q(std::size_t(R) * dq), k(std::size_t(R) * dkv), v(k.size()), att(q.size());
-  std::vector<float> gate(std::size_t(R) * c.d_ff), up(gate.size());
+  std::vector<float> x(std::size_t(R) * d);
   std::vector<float> cs, sn;
   rope_tables(c, b, cs, sn);
   for (int r = 0; r < R; ++r)
     model.token_embd.row_f32(b.rows[r].token, x.data() + std::size_t(r) * d);
-  const int n_steps = opt.schedule.empty() ? c.n_layers : static_cast<int>(opt.schedule.size());
   const int n_run = opt.stop_after >= 0 ? opt.stop_after : n_steps;  // steps run
   if (opt.hidden) {
     res.hidden.assign(n_run + 1, Matrix(R, d));
@@ -283,156 +265,33 @@ ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, c
   for (int r = 0; r < R; ++r) local[r] = per_seq[b.rows[r].seq]++;
   for (int q = 0; q < nseq; ++q)
     if (per_seq[q] > 0) caches[q]->begin_pending(per_seq[q]);
-  for (int r = 0; r < R; ++r) caches[b.rows[r].seq]->set_pending_position(local[r], b.rows[r].pos);
-
-  // Sorted in-batch key lists (self included) per row.
+  // Sorted in-batch key lists (self included) and recurrent parents per row.
   std::vector<std::vector<int>> inbatch(R);
+  std::vector<int> parent(R, -1);
   for (int r = 0; r < R; ++r) {
     auto& s = inbatch[r];
     s = b.rows[r].attend;
     s.push_back(r);
     std::sort(s.begin(), s.end());
     s.erase(std::unique(s.begin(), s.end()), s.end());
+    for (int a : s)
+      if (a != r) parent[r] = std::max(parent[r], a);
+    KvCache& cache = *caches[b.rows[r].seq];
+    cache.set_pending_position(local[r], b.rows[r].pos);
+    cache.set_pending_parent(local[r], parent[r] < 0 ? -1 : local[parent[r]]);
   }
-  std::vector<char> record(R, 0);
-  for (int r : opt.attn_rows) record[r] = 1;
-  const int nthreads = threads();
+  if (opt.time_attention) res.attn_cpu_s.assign(b.views.size(), 0.0);
 
-  const int nviews = static_cast<int>(b.views.size());
-  if (opt.time_attention) res.attn_cpu_s.assign(nviews, 0.0);
-  using Clock = std::chrono::steady_clock;
-
-  // Unmerged adapters: y [R, O] += scale · (x A^T) B^T for every adapter on (block l, p).
-  std::vector<float> ad_t, ad_y;
-  auto adapt = [&](int l, Projection p, const float* in, int K, float* y, int O) {
-    if (!opt.adapters) return;
-    for (const Adapter& a : *opt.adapters) {
-      if (a.block != l || a.proj != p) continue;
-      const int rank = a.A.rows;
-      ad_t.resize(std::size_t(R) * rank);
-      ad_y.resize(std::size_t(R) * O);
-      matmul_xwt(in, R, K, K, a.A.data.data(), rank, ad_t.data(), rank);
-      matmul_xwt(ad_t.data(), R, rank, rank, a.B.data.data(), O, ad_y.data(), O);
-      for (std::size_t i = 0; i < ad_y.size(); ++i) y[i] += a.scale * ad_y[i];
-    }
-  };
-
-  // The block list (contract v2): each step runs block l (the schedule's entry, or the step
-  // itself) on cache layer cl = the step; each block runs by its type.
+  // The block list (contract v2): step cl runs block l (the schedule's entry, or the step
+  // itself) on cache layer cl, by the block's type (lm/block.hpp).
+  BlockWork work;
   for (int cl = 0; cl < n_run; ++cl) {
     const int l = opt.schedule.empty() ? cl : opt.schedule[cl];
-    if (c.block_type(l) != BlockType::llama) require_blocks(Runner::cpu_engine, c);  // the one table says why
-    const Layer& L = model.layers[l];
-    if (opt.skip_attn.empty() || !opt.skip_attn[l]) {
-      rms_norm(x.data(), R, d, L.attn_norm.data(), c.rms_eps, xn.data());
-      matmul_w(xn.data(), R, d, d, L.wq, dq, q.data(), dq);
-      matmul_w(xn.data(), R, d, d, L.wk, dkv, k.data(), dkv);
-      matmul_w(xn.data(), R, d, d, L.wv, dkv, v.data(), dkv);
-      adapt(l, Projection::attn_q, xn.data(), d, q.data(), dq);
-      adapt(l, Projection::attn_k, xn.data(), d, k.data(), dkv);
-      adapt(l, Projection::attn_v, xn.data(), d, v.data(), dkv);
-      const int half = hd / 2;
-      for (int r = 0; r < R; ++r) {
-        const float* rc = cs.data() + std::size_t(r) * half;
-        const float* rs = sn.data() + std::size_t(r) * half;
-        for (int h = 0; h < nh; ++h) apply_rope(q.data() + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
-        KvCache& cache = *caches[b.rows[r].seq];
-        for (int h = 0; h < nkv; ++h) {
-          float* kr = k.data() + std::size_t(r) * dkv + h * hd;
-          apply_rope(kr, hd, c.rope_style, rc, rs);
-          std::copy_n(kr, hd, cache.pending_key(cl, h, local[r]));
-          std::copy_n(v.data() + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(cl, h, local[r]));
-        }
-      }
-
-      // Attention, one (row, query head) per task: gather the view's slots, then new rows.
-      std::vector<AttentionRecord> recs;
-      const std::int64_t attn_work = std::int64_t(R) * nh * hd * (caches[0]->size(cl, 0) + R);
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
-      {
-        std::vector<float> sc;
-        std::vector<AttentionRecord> mine;
-        std::vector<double> busy(opt.time_attention ? nviews : 0, 0.0);
-#pragma omp for schedule(dynamic, 1)
-        for (int task = 0; task < R * nh; ++task) {
-          const auto t0 = opt.time_attention ? Clock::now() : Clock::time_point();
-          const int r = task / nh, h = task % nh, g = h / group;
-          const BatchRow& row = b.rows[r];
-          const KvCache& cache = *caches[row.seq];
-          const View& view = b.views[row.view];
-          const int lhi = cache.lh(cl, g);
-          const int nslots = view.count(lhi, cache.size(cl, g));
-          const auto& nb = inbatch[r];
-          const int nkeys = nslots + static_cast<int>(nb.size());
-          sc.resize(nkeys);
-          const float* qr = q.data() + std::size_t(r) * dq + h * hd;
-          for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(cl, g, view.slot(lhi, j)), hd) * scale;
-          for (std::size_t j = 0; j < nb.size(); ++j)
-            sc[nslots + j] = dot8(qr, cache.pending_key(cl, g, local[nb[j]]), hd) * scale;
-          AttentionRecord* rec = nullptr;
-          const auto t_rec = opt.time_attention ? Clock::now() : Clock::time_point();
-          if (record[r]) {
-            mine.push_back(AttentionRecord{r, cl, h, {}, sc, {}, {}});
-            rec = &mine.back();
-          }
-          const auto t_rec_end = opt.time_attention ? Clock::now() : Clock::time_point();
-          float mx = sc[0];
-          for (int j = 1; j < nkeys; ++j) mx = std::max(mx, sc[j]);
-          double sum = 0.0;
-          for (int j = 0; j < nkeys; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
-          const float inv = static_cast<float>(1.0 / sum);
-          float* out = att.data() + std::size_t(r) * dq + h * hd;
-          std::fill_n(out, hd, 0.0f);
-          for (int j = 0; j < nkeys; ++j) {
-            const float p = sc[j] * inv;
-            sc[j] = p;
-            const float* vv = j < nslots ? cache.value(cl, g, view.slot(lhi, j)) : cache.pending_value(cl, g, local[nb[j - nslots]]);
-            for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
-          }
-          // Attention time excludes the copies made for attention records.
-          if (opt.time_attention)
-            busy[row.view] += std::chrono::duration<double>((Clock::now() - t0) - (t_rec_end - t_rec)).count();
-          if (rec) {
-            rec->probs.assign(sc.begin(), sc.end());
-            rec->output.assign(out, out + hd);
-            rec->keys.resize(nkeys);
-            for (int j = 0; j < nslots; ++j) rec->keys[j] = view.slot(lhi, j);
-            for (std::size_t j = 0; j < nb.size(); ++j) rec->keys[nslots + j] = -(nb[j] + 1);
-          }
-        }
-        if (!mine.empty() || opt.time_attention) {
-#pragma omp critical
-          {
-            for (auto& m : mine) recs.push_back(std::move(m));
-            for (int v = 0; v < static_cast<int>(busy.size()); ++v) res.attn_cpu_s[v] += busy[v];
-          }
-        }
-      }
-      std::sort(recs.begin(), recs.end(), [](const AttentionRecord& a, const AttentionRecord& b2) {
-        return a.row != b2.row ? a.row < b2.row : a.head < b2.head;
-      });
-      for (auto& rr : recs) res.attention.push_back(std::move(rr));
-
-      matmul_w(att.data(), R, dq, dq, L.wo, d, tmp.data(), d);
-      adapt(l, Projection::attn_output, att.data(), dq, tmp.data(), d);
-      for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-    }
-    if (!opt.skip_mlp.empty() && opt.skip_mlp[l]) {
-      if (opt.hidden) res.hidden[cl + 1].data = x;
-      continue;
-    }
-    rms_norm(x.data(), R, d, L.ffn_norm.data(), c.rms_eps, xn.data());
-    matmul_w(xn.data(), R, d, d, L.w_gate, c.d_ff, gate.data(), c.d_ff);
-    matmul_w(xn.data(), R, d, d, L.w_up, c.d_ff, up.data(), c.d_ff);
-    adapt(l, Projection::ffn_gate, xn.data(), d, gate.data(), c.d_ff);
-    adapt(l, Projection::ffn_up, xn.data(), d, up.data(), c.d_ff);
-    for (std::size_t i = 0; i < gate.size(); ++i) {
-      const float gv = gate[i];
-      gate[i] = gv / (1.0f + std::exp(-gv)) * up[i];
-    }
-    matmul_w(gate.data(), R, c.d_ff, c.d_ff, L.w_down, d, tmp.data(), d);
-    adapt(l, Projection::ffn_down, gate.data(), c.d_ff, tmp.data(), d);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    const BlockType type = c.block_type(l);
+    const BlockForward run = block_forward(type);
+    if (!run || !supports(Runner::cpu_engine, block_feature(type))) require_blocks(Runner::cpu_engine, c);
+    const BlockStep step{model, b, caches, opt, l, cl, local, inbatch, parent, cs.data(), sn.data()};
+    run(step, work, x.data(), res);
     if (opt.hidden) res.hidden[cl + 1].data = x;
   }
 
@@ -460,7 +319,7 @@ Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<in
   const Matrix& W = model.head();
   if (vocab_ids.empty()) {
     Matrix out(hidden.rows, c.vocab_size);
-    matmul_w(hn.data.data(), hidden.rows, c.d_model, c.d_model, W, c.vocab_size, out.data.data(), c.vocab_size);
+    matmul_weight(hn.data.data(), hidden.rows, c.d_model, c.d_model, W, c.vocab_size, out.data.data(), c.vocab_size);
     return out;
   }
   Matrix sub(static_cast<int>(vocab_ids.size()), c.d_model);
@@ -475,7 +334,7 @@ Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<in
     else std::copy_n(W.row(id), c.d_model, sub.row(static_cast<int>(i)));
   }
   Matrix out(hidden.rows, sub.rows);
-  matmul_w(hn.data.data(), hidden.rows, c.d_model, c.d_model, sub, sub.rows, out.data.data(), sub.rows);
+  matmul_weight(hn.data.data(), hidden.rows, c.d_model, c.d_model, sub, sub.rows, out.data.data(), sub.rows);
   return out;
 }
 

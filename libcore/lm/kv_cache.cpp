@@ -24,24 +24,56 @@ int View::count(int lh, int len) const noexcept {
   return limit_ < 0 ? len : std::min(limit_, len);
 }
 
-KvCache::KvCache(const ModelConfig& c) : KvCache(c, c.n_layers) {}
+KvCache::KvCache(const ModelConfig& c) : KvCache(c, c.n_layers) {
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.block_state_floats(l) > 0) set_state_size(l, c.block_state_floats(l));
+}
 
 KvCache::KvCache(const ModelConfig& c, int layers)
     : n_layers_(layers), n_kv_(c.n_kv_heads), hd_(c.head_dim()), n_ctx_(c.n_ctx),
-      heads_(std::size_t(std::max(layers, 0)) * c.n_kv_heads), pend_k_(std::max(layers, 0)), pend_v_(std::max(layers, 0)) {}
+      heads_(std::size_t(std::max(layers, 0)) * c.n_kv_heads), pend_k_(std::max(layers, 0)), pend_v_(std::max(layers, 0)),
+      state_n_(std::max(layers, 0), 0), state_(std::max(layers, 0)), pend_state_(std::max(layers, 0)) {}
+
+void KvCache::set_state_size(int layer, int n) {
+  if (layer < 0 || layer >= n_layers_ || n < 0)
+    throw InputError("recurrent state of " + std::to_string(n) + " floats for layer " + std::to_string(layer) + " of " +
+                     std::to_string(n_layers_));
+  state_n_[layer] = n;
+  state_[layer].assign(n, 0.0f);
+  pend_state_[layer].assign(pend_pos_.size() * std::size_t(n), 0.0f);
+}
+
+bool KvCache::has_state() const noexcept {
+  return std::any_of(state_n_.begin(), state_n_.end(), [](int n) { return n > 0; });
+}
 
 void KvCache::begin_pending(int rows) {
   for (int l = 0; l < n_layers_; ++l) {
     pend_k_[l].resize(std::size_t(rows) * n_kv_ * hd_);
     pend_v_[l].resize(std::size_t(rows) * n_kv_ * hd_);
+    pend_state_[l].resize(std::size_t(rows) * state_n_[l]);
   }
   pend_pos_.assign(rows, 0);
+  pend_parent_.assign(rows, -1);
+  pending_committed_ = false;
 }
 
 void KvCache::commit(const std::vector<int>& rows) {
   for (int r : rows)
     if (r < 0 || r >= pending_rows())
       throw InputError("commit of row " + std::to_string(r) + " outside the last batch");
+  const bool state = has_state();
+  if (state && !rows.empty()) {
+    if (pending_committed_)
+      throw InputError("the recurrent state already took rows of this batch; run a forward before committing more");
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const int want = i == 0 ? -1 : rows[i - 1];
+      if (pend_parent_[rows[i]] != want)
+        throw InputError("commit of row " + std::to_string(rows[i]) +
+                         ": a recurrent state needs a chain of rows, each continuing the one before (its parent is " +
+                         std::to_string(pend_parent_[rows[i]]) + ")");
+    }
+  }
   for (int l = 0; l < n_layers_; ++l)
     for (int h = 0; h < n_kv_; ++h) {
       Head& hd = heads_[lh(l, h)];
@@ -59,6 +91,11 @@ void KvCache::commit(const std::vector<int>& rows) {
         hd.pos.push_back(pend_pos_[r]);
       }
     }
+  if (state && !rows.empty()) {
+    for (int l = 0; l < n_layers_; ++l)
+      if (state_n_[l] > 0) std::copy_n(pending_state(l, rows.back()), state_n_[l], state_[l].begin());
+    pending_committed_ = true;
+  }
 }
 
 void KvCache::commit_all() {
@@ -69,6 +106,11 @@ void KvCache::commit_all() {
 
 void KvCache::truncate(int n) {
   n = std::max(0, n);
+  if (has_state())
+    for (const Head& hd : heads_)
+      if (hd.pos.size() > std::size_t(n))
+        throw InputError("cannot roll back a recurrent state to " + std::to_string(n) +
+                         " slots (commit only the accepted rows instead)");
   for (Head& hd : heads_) {
     if (hd.pos.size() <= std::size_t(n)) continue;
     hd.pos.resize(n);
@@ -104,6 +146,11 @@ void KvCache::retain(const std::vector<std::vector<std::int32_t>>& keep) {
 void KvCache::clear() {
   for (Head& hd : heads_) { hd.k.clear(); hd.v.clear(); hd.pos.clear(); }
   pend_pos_.clear();
+  pend_parent_.clear();
+  for (int l = 0; l < n_layers_; ++l) {
+    std::fill(state_[l].begin(), state_[l].end(), 0.0f);
+    pend_state_[l].clear();
+  }
 }
 
 }  // namespace icmlkit::lm

@@ -46,11 +46,20 @@ class View {
 /// [head_dim] (K after RoPE) and the position id of each slot.  Heads may hold different slot
 /// sets after per-head eviction.  A forward pass writes the new rows' K/V to a pending area;
 /// commit() appends chosen pending rows, so rejected draft rows never enter the cache.
+///
+/// A layer may also hold a recurrent state (model contract v2: blocks whose memory is not a KV
+/// cache, such as mLSTM's matrix memory): a float vector per sequence, zero at the start.  A
+/// forward writes the state after each new row to the pending area, each row continuing its
+/// recurrent parent's state (the last in-batch row it attends; none = the committed state), and
+/// commit() takes the state after the last committed row, so the committed rows must form a
+/// chain from the committed state (a prefix of a causal batch, or a root-to-node tree path).
 class KvCache {
  public:
   /// An empty cache for `config` (capacity grows on demand up to n_ctx slots per head).
+  /// Layers of blocks with recurrent state get it (ModelConfig::block_state_floats).
   explicit KvCache(const ModelConfig& config);
-  /// A cache of `layers` layers (a forward with a block schedule of that length).
+  /// A cache of `layers` layers (a forward with a block schedule of that length); recurrent
+  /// states, if the schedule's blocks need them, are sized with set_state_size.
   KvCache(const ModelConfig& config, int layers);
 
   int n_layers() const noexcept { return n_layers_; }
@@ -68,17 +77,36 @@ class KvCache {
 
   /// Appends pending rows `rows` (indices into the last forward batch), in the given order, to
   /// every (layer, head).  Throws InputError on a bad index or when n_ctx slots would be exceeded.
+  /// With recurrent state: the state becomes the pending state of rows.back(), and commit()
+  /// throws InputError when the rows are not a chain of recurrent parents starting at the
+  /// committed state, or when this pending area was already committed (the state moved on).
   void commit(const std::vector<int>& rows);
   /// Appends every pending row in batch order.
   void commit_all();
   /// Keeps the first n slots of every head (rollback).  n larger than a head's size is a no-op
-  /// for that head.
+  /// for that head.  Throws InputError when it would drop slots of a cache with recurrent state
+  /// (a state cannot be rolled back: commit only the accepted rows instead).
   void truncate(int n);
   /// Keeps, per (layer, head), exactly the sorted slots keep[layer*n_kv+head] (eviction by
   /// index set; gather).  Throws InputError when a list is unsorted or out of range.
   void retain(const std::vector<std::vector<std::int32_t>>& keep);
-  /// Drops all slots and pending rows.
+  /// Drops all slots and pending rows; recurrent states return to zero.
   void clear();
+  /// Slot lists and gathers (retain) leave recurrent states alone: a state is not per slot.
+
+  // ---- recurrent state (blocks whose memory is not a KV cache) ---------------------------
+  /// Gives `layer` a recurrent state of n floats (zeros; n = 0 removes it).  Throws InputError
+  /// for a layer outside the cache or n < 0.
+  void set_state_size(int layer, int n);
+  /// Floats of `layer`'s state (0 = none).
+  int state_size(int layer) const noexcept { return state_n_[layer]; }
+  /// Whether any layer holds a recurrent state.
+  bool has_state() const noexcept;
+  /// The committed state of `layer` [state_size(layer)].
+  const float* state(int layer) const noexcept { return state_[layer].data(); }
+  /// The state after pending row `row` of `layer` [state_size(layer)], written by forward().
+  float* pending_state(int layer, int row) noexcept { return pend_state_[layer].data() + std::size_t(row) * state_n_[layer]; }
+  const float* pending_state(int layer, int row) const noexcept { return pend_state_[layer].data() + std::size_t(row) * state_n_[layer]; }
 
   // ---- used by forward() ---------------------------------------------------------------
   /// Prepares the pending area for `rows` new rows.
@@ -90,6 +118,10 @@ class KvCache {
   const float* pending_value(int layer, int head, int row) const noexcept { return pend_v_[layer].data() + (std::size_t(row) * n_kv_ + head) * hd_; }
   /// Records the position id of pending row `row`.
   void set_pending_position(int row, std::int32_t pos) { pend_pos_[row] = pos; }
+  /// Records pending row `row`'s recurrent parent (a pending row index, −1 = the committed state).
+  void set_pending_parent(int row, int parent) { pend_parent_[row] = parent; }
+  /// The recurrent parent recorded for pending row `row`.
+  int pending_parent(int row) const noexcept { return pend_parent_[row]; }
   /// Rows in the pending area.
   int pending_rows() const noexcept { return static_cast<int>(pend_pos_.size()); }
   /// Layer*n_kv + head.
@@ -104,6 +136,10 @@ class KvCache {
   std::vector<Head> heads_;
   std::vector<std::vector<float>> pend_k_, pend_v_;  // per layer [rows, n_kv, hd]
   std::vector<std::int32_t> pend_pos_;
+  std::vector<int> pend_parent_;
+  std::vector<int> state_n_;                               // per layer: floats of state
+  std::vector<std::vector<float>> state_, pend_state_;     // per layer: [n], [rows, n]
+  bool pending_committed_ = false;                         // with state: this pending area was committed
 };
 
 }  // namespace icmlkit::lm

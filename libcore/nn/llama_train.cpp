@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "lm/support.hpp"
 #include "nn/layers.hpp"
 #include "util/error.hpp"
 
@@ -79,13 +80,121 @@ double training_flop_per_token(const lm::ModelConfig& c, int S) noexcept {
   return 6.0 * matrix + 6.0 * c.n_layers * double(S) * c.d_model;
 }
 
+namespace {
+
+/// The shapes of one llama block pass over B sequences of S rows.
+struct Dims {
+  Dims(const lm::ModelConfig& c, int B, int S)
+      : N(B * S), d(c.d_model), hd(c.head_dim()), nh(c.n_heads), nkv(c.n_kv_heads), dq(nh * hd), dkv(nkv * hd), ff(c.d_ff),
+        attn{B, S, nh, nkv, hd} {}
+  int N, d, hd, nh, nkv, dq, dkv, ff;
+  AttnShape attn;
+};
+
+/// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.
 template <class T>
-double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::vector<int>& targets, int B,
-                  int S, double grad_scale, TrainCache<T>& C, std::vector<T>* logits_out) {
+void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                               typename TrainCache<T>::LayerActs& A, T* x) {
   using LP = LlamaParams<T>;
   const lm::ModelConfig& c = P.config;
-  const int N = B * S, d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
-  const int dq = nh * hd, dkv = nkv * hd, ff = c.d_ff, V = c.vocab_size;
+  const Dims z(c, B, S);
+  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv, ff = z.ff;
+  const std::size_t nx = std::size_t(N) * d;
+  std::vector<T>& tmp = C.tmp;
+  tmp.resize(nx);
+  A.x_in.assign(x, x + nx);
+  A.xn1.resize(nx); A.rstd1.resize(N);
+  A.q.resize(std::size_t(N) * dq); A.k.resize(std::size_t(N) * dkv); A.v.resize(A.k.size());
+  A.att.resize(A.q.size()); A.amx.resize(std::size_t(N) * nh); A.ainv.resize(A.amx.size());
+  A.xn2.resize(nx); A.rstd2.resize(N);
+  A.gate.resize(std::size_t(N) * ff); A.up.resize(A.gate.size()); A.h.resize(A.gate.size());
+  rmsnorm_forward(x, N, d, P.layer(l, LP::attn_norm).value.data(), c.rms_eps, A.xn1.data(), A.rstd1.data());
+  linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, A.q.data());
+  linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wk).value.data(), dkv, A.k.data());
+  linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wv).value.data(), dkv, A.v.data());
+  rope_forward(A.q.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
+  rope_forward(A.k.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
+  attention_forward(A.q.data(), A.k.data(), A.v.data(), z.attn, A.att.data(), A.amx.data(), A.ainv.data());
+  linear_forward(A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, tmp.data());
+  for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
+  A.x_mid.assign(x, x + nx);
+  rmsnorm_forward(x, N, d, P.layer(l, LP::ffn_norm).value.data(), c.rms_eps, A.xn2.data(), A.rstd2.data());
+  linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, A.gate.data());
+  linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, A.up.data());
+  swiglu_forward(A.gate.data(), A.up.data(), std::int64_t(N) * ff, A.h.data());
+  linear_forward(A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, tmp.data());
+  for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
+}
+
+/// The llama block's backward: dx [N, d] (the gradient at the block's output) becomes the
+/// gradient at its input; the block's parameter gradients are accumulated.
+template <class T>
+void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                                typename TrainCache<T>::LayerActs& A, T* dx) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const Dims z(c, B, S);
+  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv, ff = z.ff;
+  std::vector<T>&dxn = C.dxn, &dh = C.dh, &dg = C.dg, &du = C.du, &datt = C.datt, &dqv = C.dqv, &dk = C.dk, &dv = C.dv;
+  dxn.resize(std::size_t(N) * d);
+  dh.resize(std::size_t(N) * ff);
+  dg.resize(dh.size());
+  du.resize(dh.size());
+  datt.resize(std::size_t(N) * dq);
+  dqv.resize(datt.size());
+  dk.resize(std::size_t(N) * dkv);
+  dv.resize(dk.size());
+  // FFN: x_out = x_mid + Wdown·h,  h = swiglu(Wgate·xn2, Wup·xn2),  xn2 = norm(x_mid)
+  linear_backward(dx, A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, dh.data(),
+                  P.layer(l, LP::w_down).grad.data());
+  swiglu_backward(dh.data(), A.gate.data(), A.up.data(), std::int64_t(N) * ff, dg.data(), du.data());
+  linear_backward(dg.data(), A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, dxn.data(),
+                  P.layer(l, LP::w_gate).grad.data());
+  linear_backward(du.data(), A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, dxn.data(),
+                  P.layer(l, LP::w_up).grad.data(), true);
+  rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
+                   P.layer(l, LP::ffn_norm).grad.data());
+  // Attention: x_mid = x_in + Wo·attn(rope(Wq·xn1), rope(Wk·xn1), Wv·xn1),  xn1 = norm(x_in)
+  linear_backward(dx, A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, datt.data(),
+                  P.layer(l, LP::wo).grad.data());
+  attention_backward(datt.data(), A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.amx.data(), A.ainv.data(),
+                     z.attn, dqv.data(), dk.data(), dv.data());
+  rope_backward(dqv.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
+  rope_backward(dk.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
+  linear_backward(dqv.data(), A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, dxn.data(),
+                  P.layer(l, LP::wq).grad.data());
+  linear_backward(dk.data(), A.xn1.data(), N, d, P.layer(l, LP::wk).value.data(), dkv, dxn.data(),
+                  P.layer(l, LP::wk).grad.data(), true);
+  linear_backward(dv.data(), A.xn1.data(), N, d, P.layer(l, LP::wv).value.data(), dkv, dxn.data(),
+                  P.layer(l, LP::wv).grad.data(), true);
+  rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(), dx,
+                   P.layer(l, LP::attn_norm).grad.data());
+}
+
+}  // namespace
+
+template <class T>
+void block_train_forward(LlamaParams<T>& P, int block, int B, int S, TrainCache<T>& C,
+                         typename TrainCache<T>::LayerActs& acts, T* x) {
+  switch (P.config.block_type(block)) {
+    case lm::BlockType::llama: return llama_block_train_forward(P, block, B, S, C, acts, x);
+  }
+}
+
+template <class T>
+void block_train_backward(LlamaParams<T>& P, int block, int B, int S, TrainCache<T>& C,
+                          typename TrainCache<T>::LayerActs& acts, T* dx) {
+  switch (P.config.block_type(block)) {
+    case lm::BlockType::llama: return llama_block_train_backward(P, block, B, S, C, acts, dx);
+  }
+}
+
+template <class T>
+double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::vector<int>& targets, int B,
+                  int S, double grad_scale, TrainCache<T>& C, std::vector<T>* logits_out,
+                  const std::vector<int>& schedule) {
+  const lm::ModelConfig& c = P.config;
+  const int N = B * S, d = c.d_model, hd = c.head_dim(), V = c.vocab_size;
   if (S > c.n_ctx)
     throw InputError(fmt::format("sequence length {} exceeds the model's context n_ctx = {}", S, c.n_ctx));
   if (tokens.size() != std::size_t(N) || targets.size() != std::size_t(N))
@@ -94,44 +203,22 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
     if (tokens[n] < 0 || tokens[n] >= V) throw InputError(fmt::format("token id {} outside the vocabulary", tokens[n]));
     if (targets[n] >= V) throw InputError(fmt::format("target id {} outside the vocabulary", targets[n]));
   }
-  const AttnShape as{B, S, nh, nkv, hd};
+  for (int l : schedule)
+    if (l < 0 || l >= c.n_layers) throw InputError(fmt::format("block schedule names block {} of {}", l, c.n_layers));
+  lm::require_blocks(lm::Runner::trainer, c);
+  const int n_steps = schedule.empty() ? c.n_layers : static_cast<int>(schedule.size());
+  auto block_of = [&](int step) { return schedule.empty() ? step : schedule[step]; };
   const bool grad = grad_scale > 0;
 
-  // ---- forward ----
+  // ---- forward: the block list (or schedule), one step each, activations per step ----
   C.pos.resize(N);
   for (int n = 0; n < N; ++n) C.pos[n] = n % S;
   rope_tables(C.pos.data(), N, hd, c.rope_theta, C.cs, C.sn);
-  C.layers.resize(c.n_layers);
+  C.layers.resize(n_steps);
   std::vector<T>& x = C.x;
-  std::vector<T>& tmp = C.tmp;
   x.resize(std::size_t(N) * d);
-  tmp.resize(x.size());
   embedding_forward(P.embd().value.data(), d, tokens.data(), N, x.data());
-  for (int l = 0; l < c.n_layers; ++l) {
-    auto& A = C.layers[l];
-    A.x_in.assign(x.begin(), x.end());
-    A.xn1.resize(x.size()); A.rstd1.resize(N);
-    A.q.resize(std::size_t(N) * dq); A.k.resize(std::size_t(N) * dkv); A.v.resize(A.k.size());
-    A.att.resize(A.q.size()); A.amx.resize(std::size_t(N) * nh); A.ainv.resize(A.amx.size());
-    A.xn2.resize(x.size()); A.rstd2.resize(N);
-    A.gate.resize(std::size_t(N) * ff); A.up.resize(A.gate.size()); A.h.resize(A.gate.size());
-    rmsnorm_forward(x.data(), N, d, P.layer(l, LP::attn_norm).value.data(), c.rms_eps, A.xn1.data(), A.rstd1.data());
-    linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, A.q.data());
-    linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wk).value.data(), dkv, A.k.data());
-    linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wv).value.data(), dkv, A.v.data());
-    rope_forward(A.q.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
-    rope_forward(A.k.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
-    attention_forward(A.q.data(), A.k.data(), A.v.data(), as, A.att.data(), A.amx.data(), A.ainv.data());
-    linear_forward(A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, tmp.data());
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-    A.x_mid.assign(x.begin(), x.end());
-    rmsnorm_forward(x.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), c.rms_eps, A.xn2.data(), A.rstd2.data());
-    linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, A.gate.data());
-    linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, A.up.data());
-    swiglu_forward(A.gate.data(), A.up.data(), std::int64_t(N) * ff, A.h.data());
-    linear_forward(A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, tmp.data());
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
-  }
+  for (int step = 0; step < n_steps; ++step) block_train_forward(P, block_of(step), B, S, C, C.layers[step], x.data());
   C.x_out.assign(x.begin(), x.end());
   C.xnf.resize(x.size());
   C.rstdf.resize(N);
@@ -144,49 +231,14 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, grad_scale);
   if (!grad) return loss;
 
-  // ---- backward ----
+  // ---- backward: steps in reverse; a repeated block accumulates every step's gradient ----
   std::vector<T>&dx = C.dx, &dxn = C.dxn;
   dx.assign(x.size(), T(0));
   dxn.resize(x.size());
   linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(), P.head().grad.data());
   rmsnorm_backward(dxn.data(), C.x_out.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), dx.data(),
                    P.out_norm().grad.data());
-  std::vector<T>&dh = C.dh, &dg = C.dg, &du = C.du, &datt = C.datt, &dqv = C.dqv, &dk = C.dk, &dv = C.dv;
-  dh.resize(std::size_t(N) * ff);
-  dg.resize(dh.size());
-  du.resize(dh.size());
-  datt.resize(std::size_t(N) * dq);
-  dqv.resize(datt.size());
-  dk.resize(std::size_t(N) * dkv);
-  dv.resize(dk.size());
-  for (int l = c.n_layers - 1; l >= 0; --l) {
-    auto& A = C.layers[l];
-    // FFN: x_out = x_mid + Wdown·h,  h = swiglu(Wgate·xn2, Wup·xn2),  xn2 = norm(x_mid)
-    linear_backward(dx.data(), A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, dh.data(),
-                    P.layer(l, LP::w_down).grad.data());
-    swiglu_backward(dh.data(), A.gate.data(), A.up.data(), std::int64_t(N) * ff, dg.data(), du.data());
-    linear_backward(dg.data(), A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, dxn.data(),
-                    P.layer(l, LP::w_gate).grad.data());
-    linear_backward(du.data(), A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, dxn.data(),
-                    P.layer(l, LP::w_up).grad.data(), true);
-    rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(),
-                     dx.data(), P.layer(l, LP::ffn_norm).grad.data());
-    // Attention: x_mid = x_in + Wo·attn(rope(Wq·xn1), rope(Wk·xn1), Wv·xn1),  xn1 = norm(x_in)
-    linear_backward(dx.data(), A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, datt.data(),
-                    P.layer(l, LP::wo).grad.data());
-    attention_backward(datt.data(), A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.amx.data(),
-                       A.ainv.data(), as, dqv.data(), dk.data(), dv.data());
-    rope_backward(dqv.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
-    rope_backward(dk.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
-    linear_backward(dqv.data(), A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, dxn.data(),
-                    P.layer(l, LP::wq).grad.data());
-    linear_backward(dk.data(), A.xn1.data(), N, d, P.layer(l, LP::wk).value.data(), dkv, dxn.data(),
-                    P.layer(l, LP::wk).grad.data(), true);
-    linear_backward(dv.data(), A.xn1.data(), N, d, P.layer(l, LP::wv).value.data(), dkv, dxn.data(),
-                    P.layer(l, LP::wv).grad.data(), true);
-    rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(),
-                     dx.data(), P.layer(l, LP::attn_norm).grad.data());
-  }
+  for (int step = n_steps - 1; step >= 0; --step) block_train_backward(P, block_of(step), B, S, C, C.layers[step], dx.data());
   embedding_backward(dx.data(), d, tokens.data(), N, P.embd().grad.data());
   return loss;
 }
@@ -196,7 +248,11 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   template LlamaParams<T> params_from_model<T>(const lm::Model&);                                     \
   template void params_to_model<T>(LlamaParams<T>&, lm::Model&);                                      \
   template double llama_loss<T>(LlamaParams<T>&, const std::vector<int>&, const std::vector<int>&, int, int, \
-                                double, TrainCache<T>&, std::vector<T>*);
+                                double, TrainCache<T>&, std::vector<T>*, const std::vector<int>&);        \
+  template void block_train_forward<T>(LlamaParams<T>&, int, int, int, TrainCache<T>&,                 \
+                                       typename TrainCache<T>::LayerActs&, T*);                        \
+  template void block_train_backward<T>(LlamaParams<T>&, int, int, int, TrainCache<T>&,                \
+                                        typename TrainCache<T>::LayerActs&, T*);
 
 ICMLKIT_NN_LLAMA(float)
 ICMLKIT_NN_LLAMA(double)

@@ -1,5 +1,5 @@
-// Training forward and backward of the Llama-style decoder (model contract v1) on packed
-// sequences, over a parameter store.
+// Training forward and backward of the decoder (model contract v2: the block list is walked,
+// each block by its type; today the llama block) on packed sequences, over a parameter store.
 //
 // The float forward performs exactly lm::forward's arithmetic for a causal batch (every row of
 // a sequence attends its earlier rows), so its logits are bitwise equal to the inference
@@ -46,10 +46,11 @@ void params_to_model(LlamaParams<T>& params, lm::Model& model);
 /// work buffers (all reused across calls: a step allocates nothing once shapes repeat).
 template <class T>
 struct TrainCache {
+  /// One block step's activations (a block type that needs others adds its fields here).
   struct LayerActs {
     std::vector<T> x_in, xn1, rstd1, q, k, v, att, amx, ainv, x_mid, xn2, rstd2, gate, up, h;
   };
-  std::vector<LayerActs> layers;
+  std::vector<LayerActs> layers;  ///< per block step (n_layers, or the schedule's length)
   std::vector<T> x_out, xnf, rstdf, logits, cs, sn;
   std::vector<T> x, tmp, dlogits, dx, dxn, dh, dg, du, datt, dqv, dk, dv;  // work buffers
   std::vector<int> tokens, pos;
@@ -66,10 +67,27 @@ double training_flop_per_token(const lm::ModelConfig& config, int S) noexcept;
 /// tokens [B·S], targets [B·S] (−1 = not counted).  Returns the summed cross-entropy over
 /// counted targets; gradients of grad_scale · (summed loss) are ADDED to params.store grads
 /// (so accumulation over micro-batches is plain summation; pass 1/total_targets for a mean).
-/// With `logits_out`, the logits [B·S, vocab] are copied there.
-/// Throws InputError for tokens outside the vocabulary or S > n_ctx.
+/// With `logits_out`, the logits [B·S, vocab] are copied there.  With a `schedule`, the blocks
+/// run in that order, one step each (repeats allowed: recurrent depth; omissions: layer
+/// subsets), as lm::ForwardOptions::schedule; a repeated block's gradient sums every step's.
+/// Throws InputError for tokens outside the vocabulary, S > n_ctx or a schedule entry outside
+/// the model; UsageError (lm/support.hpp) for a block type the trainer does not run.
 template <class T>
 double llama_loss(LlamaParams<T>& params, const std::vector<int>& tokens, const std::vector<int>& targets,
-                  int B, int S, double grad_scale, TrainCache<T>& cache, std::vector<T>* logits_out = nullptr);
+                  int B, int S, double grad_scale, TrainCache<T>& cache, std::vector<T>* logits_out = nullptr,
+                  const std::vector<int>& schedule = {});
+
+/// The trainer's block interface (the counterpart of lm/block.hpp): one block's training
+/// forward over the B·S packed rows, x [B·S, d_model] updated in place and the activations the
+/// backward needs kept in `acts`, by the block's type (llama today).  cache.cs / cache.sn must
+/// hold the rows' RoPE tables.
+template <class T>
+void block_train_forward(LlamaParams<T>& params, int block, int B, int S, TrainCache<T>& cache,
+                         typename TrainCache<T>::LayerActs& acts, T* x);
+/// Its backward: dx [B·S, d_model], the loss gradient at the block's output, becomes the
+/// gradient at its input, and the block's parameter gradients are accumulated (+=).
+template <class T>
+void block_train_backward(LlamaParams<T>& params, int block, int B, int S, TrainCache<T>& cache,
+                          typename TrainCache<T>::LayerActs& acts, T* dx);
 
 }  // namespace icmlkit::nn

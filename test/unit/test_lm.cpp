@@ -489,6 +489,7 @@ TEST_CASE("lm: the support table refuses what a runner lacks, with exit-2 errors
   CHECK_FALSE(supports(Runner::cuda_engine, Feature::multi_sequence));
   CHECK(supports(Runner::trainer, Feature::multi_sequence));
   CHECK_FALSE(supports(Runner::trainer, Feature::adapters));
+  CHECK(supports(Runner::trainer, Feature::block_schedule));
   CHECK_THROWS_WITH_AS(require(Runner::cuda_engine, Feature::adapters, "merge them"),
                        "the CUDA engine does not support unmerged adapters (merge them)", UsageError);
   CHECK_NOTHROW(require(Runner::cpu_engine, Feature::adapters));
@@ -602,6 +603,57 @@ TEST_CASE("lm: KV cache truncate and retain agree with views") {
   Batch bad;
   bad.rows.push_back({30, 6, bad.add_view(View::per_head({{1, 9}, {1}})), {}});
   CHECK_THROWS_AS(forward(m, c1, bad), InputError);
+}
+
+// Contract v2 (issue 25), per-layer state other than a KV cache (mLSTM-style blocks): a forward
+// records each row's recurrent parent (the last in-batch row it attends), and commit takes the
+// state after the last committed row only when the committed rows are a chain of parents from
+// the committed state; a state cannot be rolled back, and clear() zeroes it.
+TEST_CASE("lm: a recurrent layer state commits along a chain of rows and cannot roll back") {
+  const Model m = tiny_model();
+  CHECK(m.config.block_state_floats(0) == 0);
+  KvCache plain(m.config);
+  CHECK_FALSE(plain.has_state());
+  KvCache cache(m.config);
+  cache.set_state_size(1, 3);
+  REQUIRE(cache.has_state());
+  CHECK(cache.state_size(0) == 0);
+  CHECK(cache.state(1)[2] == 0.0f);
+  // A tree batch: root 0, children 1 and 2 of 0, 3 a child of 2.
+  Batch tree;
+  tree.add(5, 0);
+  tree.add(6, 1, 0, {0});
+  tree.add(7, 1, 0, {0});
+  tree.add(8, 2, 0, {0, 2});
+  forward(m, cache, tree);
+  CHECK(cache.pending_parent(0) == -1);
+  CHECK(cache.pending_parent(1) == 0);
+  CHECK(cache.pending_parent(2) == 0);
+  CHECK(cache.pending_parent(3) == 2);
+  for (int r = 0; r < 4; ++r)  // what a recurrent block would write: the state after row r
+    for (int i = 0; i < 3; ++i) cache.pending_state(1, r)[i] = float(10 * r + i);
+  KvCache bad = cache;
+  CHECK_THROWS_WITH_AS(bad.commit({0, 1, 3}), doctest::Contains("chain of rows"), InputError);
+  CHECK_THROWS_WITH_AS(bad.commit({2}), doctest::Contains("chain of rows"), InputError);
+  CHECK(bad.size() == 0);  // a refused commit leaves the cache as it was
+  cache.commit({0, 2, 3});  // the path root -> 2 -> 3
+  CHECK(cache.size() == 3);
+  CHECK(cache.state(1)[0] == 30.0f);
+  CHECK(cache.state(1)[2] == 32.0f);
+  CHECK_THROWS_WITH_AS(cache.commit({1}), doctest::Contains("already took rows"), InputError);
+  CHECK_THROWS_WITH_AS(cache.truncate(1), doctest::Contains("cannot roll back"), InputError);
+  CHECK_NOTHROW(cache.truncate(3));
+  // The next forward continues from the committed state: a causal batch is a chain.
+  Batch step = Batch::causal({9, 10}, 3);
+  forward(m, cache, step);
+  CHECK(cache.pending_parent(0) == -1);
+  CHECK(cache.pending_parent(1) == 0);
+  cache.pending_state(1, 0)[0] = 99.0f;
+  cache.commit({0});
+  CHECK(cache.state(1)[0] == 99.0f);
+  cache.clear();
+  CHECK(cache.state(1)[0] == 0.0f);
+  CHECK_THROWS_AS(cache.set_state_size(2, 1), InputError);
 }
 
 TEST_CASE("lm: attention records and apply_head are consistent with the logits") {

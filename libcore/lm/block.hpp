@@ -1,0 +1,64 @@
+// The block interface of the CPU engine (model contract v2, lm/README.md "Block types").
+//
+// lm::forward embeds the batch rows, walks the block list (or ForwardOptions::schedule) one step
+// at a time, and applies the head; each step hands the residual stream to the forward of the
+// step's block type, looked up here.  A block type's forward reads the step (which block, which
+// cache layer, the batch and its masks), updates the residual stream of every row in place and
+// writes what later rows need to its cache layer's pending area: K/V for attention blocks, the
+// recurrent state after each row for blocks with state (KvCache::pending_state).  A new block
+// type adds one forward here, its tensors in lm/blocks.hpp and its row in lm/support.hpp; the
+// trainer's counterpart is nn/llama_train.hpp's per-block forward/backward.
+#pragma once
+
+#include <vector>
+
+#include "lm/forward.hpp"
+
+namespace icmlkit::lm {
+
+/// What one block step of a forward pass reads (all borrowed from forward()).
+struct BlockStep {
+  const Model& model;
+  const Batch& batch;
+  const std::vector<KvCache*>& caches;  ///< one per sequence (BatchRow::seq)
+  const ForwardOptions& options;
+  int block = 0;        ///< the model block run (index into model.layers)
+  int cache_layer = 0;  ///< the cache layer this step reads and writes (= the step index)
+  /// Each row's index in its own sequence's pending area [R].
+  const std::vector<int>& local;
+  /// Per row, the sorted in-batch rows it attends, itself included [R][*].
+  const std::vector<std::vector<int>>& inbatch;
+  /// Per row, its recurrent parent: the in-batch row whose state it continues (the last row
+  /// it attends other than itself; −1 = the sequence's committed state) [R].
+  const std::vector<int>& parent;
+  const float* rope_cos = nullptr;  ///< RoPE tables [R, head_dim/2]
+  const float* rope_sin = nullptr;
+};
+
+/// Scratch buffers a block forward may reuse across steps (sized on first use).
+struct BlockWork {
+  std::vector<float> xn, tmp, q, k, v, att, gate, up, adapter_t, adapter_y;
+};
+
+/// A block type's forward: updates x [R, d_model] (the residual stream, row-major) in place,
+/// writes the rows' K/V or state to cache layer step.cache_layer's pending area, and appends
+/// attention records and per-view attention times to `result` when options ask.  Bitwise: a
+/// row's outputs do not depend on the other rows or the thread count.
+using BlockForward = void (*)(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);
+
+/// The forward of block type t.
+BlockForward block_forward(BlockType t) noexcept;
+
+/// The llama block (attention with RoPE and GQA over the view's cache slots and the attended
+/// new rows, then SwiGLU; both pre-normed; skip lists and adapters applied).
+void llama_block_forward(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);
+
+/// y [R, O] = x [R, K] W^T (row strides ldx, ldy) for a weight held as float32 or f16, bitwise
+/// the same either way (lm/matmul.hpp's batch-invariant kernel).
+void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy);
+
+/// y [R, O] += scale · (in A^T) B^T for every adapter of step.options on (step.block, p):
+/// in [R, K] is the projection's input, y its output (LoRA, Hu et al. 2022, eq. 3).
+void apply_adapters(const BlockStep& step, Projection p, const float* in, int K, float* y, int O, BlockWork& work);
+
+}  // namespace icmlkit::lm

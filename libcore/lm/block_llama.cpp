@@ -1,0 +1,193 @@
+// The llama block's forward on the CPU engine (lm/block.hpp), and the block-type table.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "lm/block.hpp"
+#include "lm/matmul.hpp"
+#include "lm/support.hpp"
+#include "util/threads.hpp"
+
+namespace icmlkit::lm {
+
+void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy) {
+  if (W.is_half()) matmul_xwt_f16(x, R, K, ldx, W.half.data(), O, y, ldy);
+  else matmul_xwt(x, R, K, ldx, W.data.data(), O, y, ldy);
+}
+
+void apply_adapters(const BlockStep& st, Projection p, const float* in, int K, float* y, int O, BlockWork& w) {
+  if (!st.options.adapters) return;
+  const int R = st.batch.size();
+  for (const Adapter& a : *st.options.adapters) {
+    if (a.block != st.block || a.proj != p) continue;
+    const int rank = a.A.rows;
+    w.adapter_t.resize(std::size_t(R) * rank);
+    w.adapter_y.resize(std::size_t(R) * O);
+    matmul_xwt(in, R, K, K, a.A.data.data(), rank, w.adapter_t.data(), rank);
+    matmul_xwt(w.adapter_t.data(), R, rank, rank, a.B.data.data(), O, w.adapter_y.data(), O);
+    for (std::size_t i = 0; i < w.adapter_y.size(); ++i) y[i] += a.scale * w.adapter_y[i];
+  }
+}
+
+BlockForward block_forward(BlockType t) noexcept {
+  switch (t) {
+    case BlockType::llama: return &llama_block_forward;
+  }
+  return nullptr;
+}
+
+namespace {
+
+/// The attention sublayer: x += Wo · Attn(RoPE(Wq n1(x)), RoPE(Wk n1(x)), Wv n1(x)); the rows'
+/// K (after RoPE) and V go to the pending area of the step's cache layer.
+void llama_attention(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
+  const Model& model = st.model;
+  const ModelConfig& c = model.config;
+  const Batch& b = st.batch;
+  const ForwardOptions& opt = st.options;
+  const Layer& L = model.layers[st.block];
+  const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
+  const int group = c.group(), dq = nh * hd, dkv = nkv * hd, cl = st.cache_layer;
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+  w.xn.resize(std::size_t(R) * d);
+  w.tmp.resize(w.xn.size());
+  w.q.resize(std::size_t(R) * dq);
+  w.att.resize(w.q.size());
+  w.k.resize(std::size_t(R) * dkv);
+  w.v.resize(w.k.size());
+  float *xn = w.xn.data(), *q = w.q.data(), *k = w.k.data(), *v = w.v.data(), *att = w.att.data();
+
+  rms_norm(x, R, d, L.attn_norm.data(), c.rms_eps, xn);
+  matmul_weight(xn, R, d, d, L.wq, dq, q, dq);
+  matmul_weight(xn, R, d, d, L.wk, dkv, k, dkv);
+  matmul_weight(xn, R, d, d, L.wv, dkv, v, dkv);
+  apply_adapters(st, Projection::attn_q, xn, d, q, dq, w);
+  apply_adapters(st, Projection::attn_k, xn, d, k, dkv, w);
+  apply_adapters(st, Projection::attn_v, xn, d, v, dkv, w);
+  const int half = hd / 2;
+  for (int r = 0; r < R; ++r) {
+    const float* rc = st.rope_cos + std::size_t(r) * half;
+    const float* rs = st.rope_sin + std::size_t(r) * half;
+    for (int h = 0; h < nh; ++h) apply_rope(q + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
+    KvCache& cache = *st.caches[b.rows[r].seq];
+    for (int h = 0; h < nkv; ++h) {
+      float* kr = k + std::size_t(r) * dkv + h * hd;
+      apply_rope(kr, hd, c.rope_style, rc, rs);
+      std::copy_n(kr, hd, cache.pending_key(cl, h, st.local[r]));
+      std::copy_n(v + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(cl, h, st.local[r]));
+    }
+  }
+
+  // One (row, query head) per task: gather the view's slots, then the attended new rows.
+  std::vector<char> record(R, 0);
+  for (int r : opt.attn_rows) record[r] = 1;
+  const int nviews = static_cast<int>(b.views.size());
+  const int nthreads = threads();
+  using Clock = std::chrono::steady_clock;
+  std::vector<AttentionRecord> recs;
+  const std::int64_t attn_work = std::int64_t(R) * nh * hd * (st.caches[0]->size(cl, 0) + R);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
+  {
+    std::vector<float> sc;
+    std::vector<AttentionRecord> mine;
+    std::vector<double> busy(opt.time_attention ? nviews : 0, 0.0);
+#pragma omp for schedule(dynamic, 1)
+    for (int task = 0; task < R * nh; ++task) {
+      const auto t0 = opt.time_attention ? Clock::now() : Clock::time_point();
+      const int r = task / nh, h = task % nh, g = h / group;
+      const BatchRow& row = b.rows[r];
+      const KvCache& cache = *st.caches[row.seq];
+      const View& view = b.views[row.view];
+      const int lhi = cache.lh(cl, g);
+      const int nslots = view.count(lhi, cache.size(cl, g));
+      const auto& nb = st.inbatch[r];
+      const int nkeys = nslots + static_cast<int>(nb.size());
+      sc.resize(nkeys);
+      const float* qr = q + std::size_t(r) * dq + h * hd;
+      for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(cl, g, view.slot(lhi, j)), hd) * scale;
+      for (std::size_t j = 0; j < nb.size(); ++j)
+        sc[nslots + j] = dot8(qr, cache.pending_key(cl, g, st.local[nb[j]]), hd) * scale;
+      AttentionRecord* rec = nullptr;
+      const auto t_rec = opt.time_attention ? Clock::now() : Clock::time_point();
+      if (record[r]) {
+        mine.push_back(AttentionRecord{r, cl, h, {}, sc, {}, {}});
+        rec = &mine.back();
+      }
+      const auto t_rec_end = opt.time_attention ? Clock::now() : Clock::time_point();
+      float mx = sc[0];
+      for (int j = 1; j < nkeys; ++j) mx = std::max(mx, sc[j]);
+      double sum = 0.0;
+      for (int j = 0; j < nkeys; ++j) { sc[j] = std::exp(sc[j] - mx); sum += sc[j]; }
+      const float inv = static_cast<float>(1.0 / sum);
+      float* out = att + std::size_t(r) * dq + h * hd;
+      std::fill_n(out, hd, 0.0f);
+      for (int j = 0; j < nkeys; ++j) {
+        const float p = sc[j] * inv;
+        sc[j] = p;
+        const float* vv = j < nslots ? cache.value(cl, g, view.slot(lhi, j)) : cache.pending_value(cl, g, st.local[nb[j - nslots]]);
+        for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
+      }
+      // Attention time excludes the copies made for attention records.
+      if (opt.time_attention)
+        busy[row.view] += std::chrono::duration<double>((Clock::now() - t0) - (t_rec_end - t_rec)).count();
+      if (rec) {
+        rec->probs.assign(sc.begin(), sc.end());
+        rec->output.assign(out, out + hd);
+        rec->keys.resize(nkeys);
+        for (int j = 0; j < nslots; ++j) rec->keys[j] = view.slot(lhi, j);
+        for (std::size_t j = 0; j < nb.size(); ++j) rec->keys[nslots + j] = -(nb[j] + 1);
+      }
+    }
+    if (!mine.empty() || opt.time_attention) {
+#pragma omp critical
+      {
+        for (auto& m : mine) recs.push_back(std::move(m));
+        for (int vi = 0; vi < static_cast<int>(busy.size()); ++vi) res.attn_cpu_s[vi] += busy[vi];
+      }
+    }
+  }
+  std::sort(recs.begin(), recs.end(), [](const AttentionRecord& a, const AttentionRecord& b2) {
+    return a.row != b2.row ? a.row < b2.row : a.head < b2.head;
+  });
+  for (auto& rr : recs) res.attention.push_back(std::move(rr));
+
+  matmul_weight(att, R, dq, dq, L.wo, d, w.tmp.data(), d);
+  apply_adapters(st, Projection::attn_output, att, dq, w.tmp.data(), d, w);
+  for (std::size_t i = 0; i < w.tmp.size(); ++i) x[i] += w.tmp[i];
+}
+
+/// The MLP sublayer: x += Wdown · (silu(Wgate n2(x)) ⊙ Wup n2(x)).
+void llama_mlp(const BlockStep& st, BlockWork& w, float* x) {
+  const ModelConfig& c = st.model.config;
+  const Layer& L = st.model.layers[st.block];
+  const int R = st.batch.size(), d = c.d_model, ff = c.d_ff;
+  w.xn.resize(std::size_t(R) * d);
+  w.tmp.resize(w.xn.size());
+  w.gate.resize(std::size_t(R) * ff);
+  w.up.resize(w.gate.size());
+  float *xn = w.xn.data(), *gate = w.gate.data(), *up = w.up.data();
+  rms_norm(x, R, d, L.ffn_norm.data(), c.rms_eps, xn);
+  matmul_weight(xn, R, d, d, L.w_gate, ff, gate, ff);
+  matmul_weight(xn, R, d, d, L.w_up, ff, up, ff);
+  apply_adapters(st, Projection::ffn_gate, xn, d, gate, ff, w);
+  apply_adapters(st, Projection::ffn_up, xn, d, up, ff, w);
+  for (std::size_t i = 0; i < w.gate.size(); ++i) {
+    const float gv = gate[i];
+    gate[i] = gv / (1.0f + std::exp(-gv)) * up[i];
+  }
+  matmul_weight(gate, R, ff, ff, L.w_down, d, w.tmp.data(), d);
+  apply_adapters(st, Projection::ffn_down, gate, ff, w.tmp.data(), d, w);
+  for (std::size_t i = 0; i < w.tmp.size(); ++i) x[i] += w.tmp[i];
+}
+
+}  // namespace
+
+void llama_block_forward(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
+  const ForwardOptions& opt = st.options;
+  if (opt.skip_attn.empty() || !opt.skip_attn[st.block]) llama_attention(st, w, x, res);
+  if (opt.skip_mlp.empty() || !opt.skip_mlp[st.block]) llama_mlp(st, w, x);
+}
+
+}  // namespace icmlkit::lm
