@@ -6,6 +6,7 @@
 
 #include "ann/cli_options.hpp"
 #include "cli/run_tool.hpp"
+#include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -37,8 +38,7 @@ int main(int argc, char** argv) {
         app.add_flag("--no-check", no_check, "cover tree: skip the O(n^2) invariant check");
       },
       [&](cli::Context& ctx) {
-        const auto ext = std::filesystem::path(output).extension();
-        if (ext != ".h5" && ext != ".hdf5") throw UsageError("the index is HDF5: give a path ending in .h5", "-o " + output);
+        io::require_output_extension(output, "-o", {".h5", ".hdf5"}, "the index is HDF5");
         set_threads(ctx.common.threads);
         const ann::DataOptions o = ann::finish_shared_flags(f, ctx.common.seed);
         ann::BimetricData data = ann::load_bimetric_data(o, false, ctx.prov);
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
           }
           out["R"] = f.vamana.R;
           out["L"] = f.vamana.L;
-          out["alpha"] = f.vamana.alpha;
+          out["alpha"] = io::float_for_json(f.vamana.alpha);
           out["passes"] = f.vamana.passes;
           out["pass_seconds"] = idx.graph->pass_seconds();
           out["max_degree"] = mx;

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "ann/cli_options.hpp"
 #include "cli/run_tool.hpp"
@@ -19,7 +20,7 @@ using namespace icmlkit;
 
 int main(int argc, char** argv) {
   ann::SharedFlags f;
-  std::string output = "-", index_path, mode = "bimetric";
+  std::string output = "-", index_path, mode = "bimetric", truth_source = "auto";
   std::vector<std::uint64_t> quotas{100};
   CLI::Option* quota_opt = nullptr;       // -Q: refused outside the quota modes
   CLI::Option* index_type_opt = nullptr;  // --index-type: must match a loaded --index
@@ -39,7 +40,9 @@ int main(int argc, char** argv) {
       "pruning radius 2^i scaled by --distortion-bound c, stopped at Q D-calls.  --mode rerank: the top\n"
       "Q proxy results reranked by D.  --mode proxy: the index under d only.  exact-d / exact-D: brute\n"
       "force.  Reports per query the ids, distances and d-/D-call counts, and per (Q, search-L) the\n"
-      "recall@k against exact-D, D-calls per query and queries/s, plus the measured distortion D/d.",
+      "recall@k (against an ann-benchmarks file's /neighbors when it has them, else exact-D; --truth),\n"
+      "D-calls per query and queries/s, plus the measured distortion D/d.  The metric of an\n"
+      "ann-benchmarks file comes from its distance attribute (angular = cosine).",
       "  bimetric-search ../shared/data/vectors/digits.csv.gz --no-header --label-last --holdout 200 --proxy pool:2 -Q 20,50,100 --summary-only\n"
       "  bimetric-search items.fbin --proxy-file proxy.fbin --queries q.fbin --proxy-queries qp.fbin --index idx.h5 --mode rerank -Q 200\n"
       "  bimetric-search ann.h5 --proxy same --mode proxy --search-L 20,40,80 --summary-only | jq '.results[] | [.search_L, .recall_at_k]'\n"};
@@ -64,6 +67,10 @@ int main(int argc, char** argv) {
             ->check(cli::positive());
         app.add_option("--distortion-pairs", distortion_pairs, "Random pairs for the D/d distortion measurement")->capture_default_str()
             ->check(cli::int_range(0, 100000000));
+        app.add_option("--truth", truth_source,
+                       "Recall@k against: file (an ann-benchmarks file's /neighbors, for its /test queries), exact (brute force "
+                       "under D), auto (file when it has /neighbors)")
+            ->capture_default_str()->check(CLI::IsMember({"auto", "file", "exact"}));
         app.add_flag("--summary-only", summary_only, "Omit the per-query records");
         app.add_option("-o,--output", output, "Result, *.json (- = stdout)")->capture_default_str();
       },
@@ -110,12 +117,33 @@ int main(int argc, char** argv) {
           idx = ann::build_index(data.d, f, ctx.common.seed);
           build_seconds = sw.seconds();
         }
-        // Ground truth under D (brute force, not counted in the reported calls).
-        std::vector<std::vector<ann::Neighbor>> truth(nq);
+        // Ground truth: the file's /neighbors, or brute force under D (not counted in the reported
+        // calls).  Either way a query's recall threshold is the D-distance of its k-th true
+        // neighbour (the largest of the first k), so ties at the boundary count as hits.
+        const bool have_file_truth = !data.file_neighbors.empty();
+        if (truth_source == "file" && !have_file_truth)
+          throw UsageError("no /neighbors for these queries: --truth file needs an ann-benchmarks HDF5 file searched with its /test queries",
+                           "--truth");
+        const bool file_truth = truth_source == "file" || (truth_source == "auto" && have_file_truth);
+        std::vector<float> kth_true(nq);
+        if (file_truth) {
+          for (std::size_t qi = 0; qi < nq; ++qi) {
+            const auto& nb = data.file_neighbors[qi];
+            if (nb.size() < static_cast<std::size_t>(k))
+              throw UsageError(fmt::format("the file's /neighbors holds {} ids per query, fewer than k = {} (use --truth exact)", nb.size(), k),
+                               "--truth");
+            float worst = -std::numeric_limits<float>::infinity();
+            for (int j = 0; j < k; ++j)
+              worst = std::max(worst, ann::raw_distance(data.D.metric(), data.qD[qi].data(),
+                                                        data.D.vectors().row(static_cast<std::size_t>(nb[static_cast<std::size_t>(j)])), data.D.dim()));
+            kth_true[qi] = worst;
+          }
+        } else {
 #pragma omp parallel for schedule(dynamic, 8)
-        for (std::ptrdiff_t qi = 0; qi < static_cast<std::ptrdiff_t>(nq); ++qi) {
-          ann::QueryDistance Dq(data.D, data.qD[static_cast<std::size_t>(qi)].data());
-          truth[static_cast<std::size_t>(qi)] = ann::brute_force(Dq, k);
+          for (std::ptrdiff_t qi = 0; qi < static_cast<std::ptrdiff_t>(nq); ++qi) {
+            ann::QueryDistance Dq(data.D, data.qD[static_cast<std::size_t>(qi)].data());
+            kth_true[static_cast<std::size_t>(qi)] = ann::brute_force(Dq, k).back().dist;
+          }
         }
         const ann::Distortion dist = ann::measure_distortion(data.d, data.D, data.qd, data.qD, distortion_pairs, distortion_pairs, ctx.common.seed);
         if (idx.tree && m == ann::Mode::bimetric && !(c_bound > 0) && !(dist.max_item_ratio > 0))
@@ -154,7 +182,7 @@ int main(int argc, char** argv) {
             for (std::size_t i = 0; i < nq; ++i) {
               std::vector<float> found;
               for (const auto id : res[i].ids) found.push_back(ann::raw_distance(data.D.metric(), data.qD[i].data(), data.D.vectors().row(id), data.D.dim()));
-              rec[i] = ann::recall_at_k(found, truth[i].back().dist, k);
+              rec[i] = ann::recall_at_k(found, kth_true[i], k);
               sum_rec += rec[i];
               sum_D += static_cast<double>(res[i].D_calls);
               sum_d += static_cast<double>(res[i].d_calls);
@@ -180,6 +208,7 @@ int main(int argc, char** argv) {
         out["index_file"] = index_path.empty() ? nlohmann::json() : nlohmann::json(index_path);
         out["build_seconds"] = build_seconds;
         out["k"] = k;
+        out["truth"] = file_truth ? "file /neighbors" : "exact (brute force under D)";
         out["threads"] = threads();
         out["data"] = data.describe;
         nlohmann::json dq = nlohmann::json::object();

@@ -98,10 +98,8 @@ int main(int argc, char** argv) {
         app.add_option("--log", a.log, "per-epoch JSON Lines (*.jsonl): a {\"meta\"} line, then epoch, loss, train/val accuracy, nfe, nfe_backward, seconds");
       },
       [&](cli::Context& ctx) {
-        const auto ext = std::filesystem::path(a.output).extension();
-        if (ext != ".h5" && ext != ".hdf5") throw UsageError("the checkpoint is HDF5: give a path ending in .h5", "-o " + a.output);
-        if (!a.log.empty() && std::filesystem::path(a.log).extension() != ".jsonl")
-          throw UsageError("the log is JSON Lines: give a path ending in .jsonl", "--log " + a.log);
+        io::require_output_extension(a.output, "-o", {".h5", ".hdf5"}, "the checkpoint is HDF5");
+        if (!a.log.empty()) io::require_output_extension(a.log, "--log", {".jsonl"}, "the log is JSON Lines");
         if (a.train.empty() == (a.spirals == 0)) throw UsageError("give either a training .ts file or --spirals N", "train");
         cde::ModelConfig mc;
         mc.kind = cde::parse_model_kind(a.model, "--model");
@@ -190,7 +188,11 @@ int main(int argc, char** argv) {
           if (have_val) last_val = cde::evaluate(model, val, so, T);
           const auto line = epoch_json(ep, last, last_val);
           if (log_file) log << line.dump() << "\n";
-          log::info("{}", line.dump());
+          // A readable line on stderr; the JSON record goes to --log.
+          log::info("epoch {}/{}: loss {:.4f}, train accuracy {:.3f}{}, NFE {:.1f} fwd / {:.1f} bwd, {:.2f}s", ep, a.epochs, last.loss,
+                    last.train_accuracy,
+                    last_val ? fmt::format(", val accuracy {:.3f}, val loss {:.4f}", last_val->accuracy, last_val->loss) : std::string(),
+                    last.nfe, last.nfe_backward, last.seconds);
         }
         if (log_file) {
           log.close();

@@ -117,11 +117,11 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app_ptr = &app;
-        app.add_option("model", model_path, "Model (.h5, .gguf, or a Hugging Face directory)")->required();
+        app.add_option("model,-m,--model", model_path, "Model (.h5, .gguf, or a Hugging Face directory)")->required();
         lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids, prompt_tokens);
         app.add_option("--method", method, "ar | prompt-lookup | lookahead | self-spec | fafo")->capture_default_str()
             ->check(CLI::IsMember({"ar", "prompt-lookup", "lookahead", "self-spec", "fafo"}));
-        app.add_option("-n,--max-new-tokens", dc.max_new_tokens, "Tokens to generate at most")->capture_default_str()->check(cli::int_range(1, 1 << 24));
+        app.add_option("-n,--max-new-tokens,--n-predict", dc.max_new_tokens, "Tokens to generate at most")->capture_default_str()->check(cli::int_range(1, 1 << 24));
         lm::add_sampler_flags(app, dc.sampler);
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
         app.add_option("--window", dc.window, "Lookahead/FAFO: Jacobi window W (columns)")->capture_default_str()->check(cli::int_range(1, 256));
@@ -155,11 +155,9 @@ int main(int argc, char** argv) {
         CLI::App* app = app_ptr;
         const bool searching = !search_out.empty();
         lm::check_prompt_sources(*app, prompt_file, prompt_ids);
-        if (!output.empty() && std::filesystem::path(output).extension() != ".jsonl")
-          throw UsageError("the run record is JSON Lines: give a path ending in .jsonl", "-o " + output);
+        if (!output.empty()) io::require_output_extension(output, "-o", {".jsonl"}, "the run record is JSON Lines");
         if (searching && calibration.empty()) throw UsageError("--search-skip-set needs --calibration prompts");
-        if (searching && std::filesystem::path(search_out).extension() != ".json")
-          throw UsageError("the skip set is JSON: give a path ending in .json", "--search-skip-set " + search_out);
+        if (searching) io::require_output_extension(search_out, "--search-skip-set", {".json"}, "the skip set is JSON");
         if (searching) io::check_output_dir(search_out);  // -o is checked by run_tool
         dc.method = decode::parse_method(method);
         if (app->count("--draft") == 0 && dc.method == decode::Method::self_spec) dc.pld_draft = 8;
@@ -205,7 +203,7 @@ int main(int argc, char** argv) {
         const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, dev, weights, model_path);
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
-        if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(model.tokenizer_model, model_path + ":/tokenizer/model");
+        if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(lm::model_tokenizer(model, model_path));
         auto encode = [&](const std::string& text, const std::string& where) {
           return lm::encode_prompt(tok.get(), c, text, where, model_path);
         };
@@ -240,7 +238,8 @@ int main(int argc, char** argv) {
 
         std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov, prompt_tokens);
         if (static_cast<int>(ids.size()) >= c.n_ctx)
-          throw InputError(fmt::format("prompt has {} tokens, no room to generate in the context of n_ctx = {}", ids.size(), c.n_ctx));
+          throw InputError(fmt::format("prompt has {} tokens, no room to generate in the context of n_ctx = {}: keep its first "
+                                       "tokens with --prompt-tokens N (N < {})", ids.size(), c.n_ctx, c.n_ctx), model_path);
         if (!skip_file.empty()) {
           dc.skip = decode::SkipSet::from_json(io::read_file(skip_file), c.n_layers, skip_file);
           ctx.prov.add_input(skip_file, io::sha256_hex(io::read_file(skip_file)));
@@ -278,6 +277,9 @@ int main(int argc, char** argv) {
         };
         const auto before = engine->counters();
         decode::DecodeResult r = decode::generate(*engine, ids, dc, sink);
+        if (r.context_full && !r.eos)
+          log::warn("stopped at the context limit n_ctx = {} after {} tokens (prompt {} tokens); a shorter prompt "
+                    "(--prompt-tokens N) leaves more room", c.n_ctx, r.tokens.size(), ids.size());
         nlohmann::json summary = summarise(r);
         if (!before.empty()) summary["engine_counters"] = counters_since(before);
         // Attention CPU time is measured by the CPU engine only: elsewhere it is not 0 but absent.

@@ -31,7 +31,7 @@ struct Args {
   std::string input;
   std::string output = "-";
   std::string law = "chinchilla";
-  bool no_header = false;
+  bool header = true;
   fit::ColumnMap cols;
   std::vector<std::string> where;
   int drop_highest = 0;
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
         app.add_option("--law", a.law, "Law: chinchilla, data-constrained or infolaw")
             ->capture_default_str()
             ->check(CLI::IsMember({"chinchilla", "data-constrained", "infolaw"}));
-        app.add_flag("--no-header", a.no_header, "CSV has no header row (columns are c1, c2, ...)");
+        cli::add_header_flags(app, a.header, "CSV (without one the columns are c1, c2, ...)");
         app.add_option("--params-col", a.cols.role["params"], "Column of model parameters N")->capture_default_str();
         app.add_option("--tokens-col", a.cols.role["tokens"], "Column of training tokens D (InfoLaw: K)")->capture_default_str();
         app.add_option("--unique-col", a.cols.role["unique_tokens"], "Column of unique tokens U_D (data-constrained)")
@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         io::require_json_path(a.output);
         io::TableReadOptions ro;
-        ro.header = !a.no_header;
+        ro.header = a.header;
         const io::Table full = io::Table::read(a.input, ro);
         ctx.prov.add_input(a.input, full.sha256());
         std::vector<std::size_t> rows = io::filter_rows(full, a.where);

@@ -22,7 +22,7 @@ namespace {
 struct Args {
   std::string params_path, query, output = "-";
   std::vector<double> compute;
-  bool no_header = false;
+  bool header = true;
   fit::ColumnMap cols;
   std::string pred_col = "pred_loss";
 };
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
             ->capture_default_str();
         app.add_option("--compute", a.compute, "FLOP budget C (repeatable): print N_opt, D_opt and the loss there")
             ->check(cli::positive());
-        app.add_flag("--no-header", a.no_header, "CSV has no header row (columns are c1, c2, ...)");
+        cli::add_header_flags(app, a.header, "CSV (without one the columns are c1, c2, ...)");
         app.add_option("--params-col", a.cols.role["params"], "Column of model parameters N")->capture_default_str();
         app.add_option("--tokens-col", a.cols.role["tokens"], "Column of training tokens D")->capture_default_str();
         app.add_option("--unique-col", a.cols.role["unique_tokens"], "Column of unique tokens U_D")->capture_default_str();
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
         }
 
         io::TableReadOptions ro;
-        ro.header = !a.no_header;
+        ro.header = a.header;
         io::Table t = io::Table::read(a.query, ro);
         if (t.has(a.pred_col))
           throw UsageError(fmt::format("the query file already has a column '{}'; name the predictions otherwise", a.pred_col), "--pred-col");

@@ -18,10 +18,11 @@ int main(int argc, char** argv) {
       "native HDF5 checkpoint, GGUF (F32, F16, BF16, Q8_0 tensors; llama SentencePiece vocabulary), or\n"
       "a Hugging Face directory (config.json + model.safetensors or sharded with\n"
       "model.safetensors.index.json, tokenizer.model).  Output from the extension of -o: .h5 native,\n"
-      ".gguf GGUF v3 (f32 or f16), anything else a Hugging Face directory.  q/k rows are permuted\n"
+      ".gguf GGUF v3 (f32, f16 or bf16), anything else a Hugging Face directory.  q/k rows are permuted\n"
       "between the rotate-half (Hugging Face) and interleaved (GGUF) RoPE layouts as needed, so the\n"
-      "converted model computes the same function.  --dtype defaults to the input's storage (f16 for\n"
-      "GGUF output of a bf16 model; f32 for Q8_0 input).",
+      "converted model computes the same function.  --dtype defaults to the input's storage (f32 for\n"
+      "Q8_0 input).  A weight beyond the chosen storage's range (f16: 65504) is refused with exit 2,\n"
+      "naming the tensor; weights too small for it are counted in a warning.",
       "  lm-convert model.h5 -o model.gguf --dtype f16\n"
       "  lm-convert ~/hf/TinyLlama-1.1B -o tinyllama.h5 --dtype bf16\n"
       "  lm-convert model.gguf -o hf_dir/\n"};
@@ -35,12 +36,10 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         if (output == "-") throw UsageError("a model cannot go to stdout: give *.h5, *.gguf or a directory", "-o");
         const lm::ModelFormat out_fmt = lm::output_format(output);
-        if (out_fmt == lm::ModelFormat::gguf && dtype == "bf16") throw UsageError("GGUF export writes f32 or f16", "--dtype bf16");
         ctx.prov.add_input(input, lm::model_sha256(input));
         const lm::ModelFormat in_fmt = lm::detect_format(input);
         const lm::Model m = lm::load_any(input);
         io::h5::FloatStorage st = dtype.empty() ? m.stored : io::h5::parse_float_storage(dtype, "--dtype");
-        if (out_fmt == lm::ModelFormat::gguf && st == io::h5::FloatStorage::bf16) st = io::h5::FloatStorage::f16;
         ctx.prov.extra["converted_from"] = lm::format_name(in_fmt);
         lm::save_any(output, out_fmt, m, st, ctx.prov);
         log::info("{} ({}, {} weights, {}) -> {} ({}, {})", input, lm::format_name(in_fmt), m.config.n_params(),

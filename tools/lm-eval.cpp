@@ -21,6 +21,7 @@
 #include "nn/llama_train.hpp"
 #include "nn/trainer.hpp"
 #include "util/error.hpp"
+#include "util/progress.hpp"
 #include "util/log.hpp"
 #include "util/threads.hpp"
 #include "util/timer.hpp"
@@ -76,7 +77,8 @@ int main(int argc, char** argv) {
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         std::unique_ptr<lm::Engine> engine;
         if (dev != lm::Device::cpu) engine = lm::open_engine(model, dev, weights);
-        if (model.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", model_path);
+        if (model.tokenizer_model.empty())
+          throw InputError("the model has no tokenizer (" + lm::tokenizer_location(model_path) + " missing)", model_path);
         const auto& c = model.config;
         if (seq_len == 0) seq_len = c.n_ctx;
         if (seq_len > c.n_ctx)
@@ -93,18 +95,26 @@ int main(int argc, char** argv) {
           chosen = nn::read_corpus(text_path, all).train;
         }
         if (chosen.empty()) throw InputError(fmt::format("no documents in split '{}'", split), text_path);
-        const lm::Tokenizer tok(model.tokenizer_model, model_path + ":/tokenizer/model");
+        const lm::Tokenizer tok = lm::model_tokenizer(model, model_path);
         const auto stream = nn::tokenize_documents(tok, chosen, c.add_bos ? c.bos_id : -1, text_path);
         if (stream.size() < 2) throw InputError("text has fewer than 2 tokens", text_path);
         nn::EvalResult r;
         const Stopwatch sw;  // the scoring only (not loading or tokenising)
+        const std::int64_t all_targets = static_cast<std::int64_t>(stream.size()) - 1;
+        Progress bar(static_cast<std::size_t>(max_tokens > 0 ? std::min(all_targets, max_tokens) : all_targets), "tokens");
+        std::int64_t shown = 0;
+        const auto progress = [&](std::int64_t done, std::int64_t) {
+          bar.tick(static_cast<std::size_t>(done - shown));
+          shown = done;
+        };
         if (dev == lm::Device::cpu) {
           auto params = nn::params_from_model<float>(model);
-          r = nn::evaluate(params, stream, seq_len, batch, max_tokens);
+          r = nn::evaluate(params, stream, seq_len, batch, max_tokens, progress);
         } else {  // the inference engine on the device: one causal forward per window
-          const double sum = lm::engine_loss(*engine, stream, seq_len, max_tokens, r.tokens);
+          const double sum = lm::engine_loss(*engine, stream, seq_len, max_tokens, r.tokens, progress);
           r.loss = r.tokens > 0 ? sum / double(r.tokens) : 0.0;
         }
+        bar.finish();
         const double seconds = sw.seconds();
         nlohmann::json out{{"loss", r.loss},
                            {"perplexity", r.perplexity()},

@@ -57,9 +57,9 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app_ptr = &app;
-        app.add_option("model", model_path, "Model (.h5, .gguf, or a Hugging Face directory)")->required();
+        app.add_option("model,-m,--model", model_path, "Model (.h5, .gguf, or a Hugging Face directory)")->required();
         lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids, prompt_tokens);
-        app.add_option("-n,--max-new-tokens", max_new, "Tokens to generate at most")->capture_default_str()->transform(cli::count(0, 1 << 24));
+        app.add_option("-n,--max-new-tokens,--n-predict", max_new, "Tokens to generate at most")->capture_default_str()->transform(cli::count(0, 1 << 24));
         lm::add_sampler_flags(app, sc);
         app.add_option("--top-logprobs", top_logprobs, "Top ids recorded per token in -o")->capture_default_str()->check(cli::int_range(0, 100));
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
@@ -71,8 +71,7 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
         lm::check_prompt_sources(*app, prompt_file, prompt_ids);
-        if (!output.empty() && std::filesystem::path(output).extension() != ".jsonl")
-          throw UsageError("the per-token output is JSON Lines: give a path ending in .jsonl", "-o " + output);
+        if (!output.empty()) io::require_output_extension(output, "-o", {".jsonl"}, "the per-token output is JSON Lines");
         if (no_text && output.empty()) throw UsageError("without -o the run would print nothing: give -o run.jsonl, or drop it", "--no-text");
         sc.seed = ctx.common.seed;
         const std::string model_sha = lm::model_sha256(model_path);
@@ -83,11 +82,12 @@ int main(int argc, char** argv) {
         const double load_s = load_timer.seconds();
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
-        if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(model.tokenizer_model, model_path + ":/tokenizer/model");
+        if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(lm::model_tokenizer(model, model_path));
 
         std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov, prompt_tokens);
-        if (static_cast<int>(ids.size()) > c.n_ctx)
-          throw InputError(fmt::format("prompt has {} tokens, longer than n_ctx = {}", ids.size(), c.n_ctx), model_path);
+        if (static_cast<int>(ids.size()) >= c.n_ctx)
+          throw InputError(fmt::format("prompt has {} tokens, no room to generate in the context of n_ctx = {}: keep its first "
+                                       "tokens with --prompt-tokens N (N < {})", ids.size(), c.n_ctx, c.n_ctx), model_path);
         const int n_prompt = static_cast<int>(ids.size());
         const int requested = max_new;
         max_new = std::min(max_new, c.n_ctx - n_prompt);
@@ -148,6 +148,9 @@ int main(int argc, char** argv) {
           engine->commit_all();
         }
         const double decode_s = decode_timer.seconds();
+        if (stop == "n_ctx")
+          log::warn("stopped at the context limit n_ctx = {} after {} of the {} tokens asked (prompt {} tokens); "
+                    "a shorter prompt (--prompt-tokens N) leaves more room", c.n_ctx, gen.size(), requested, n_prompt);
         if (!no_text && tok) {
           std::cout << (stream ? stream->finish() : tok->decode(gen)) << "\n" << std::flush;
         } else if (!no_text) {

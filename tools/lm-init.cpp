@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/run_tool.hpp"
+#include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "lm/model.hpp"
@@ -54,8 +55,8 @@ int main(int argc, char** argv) {
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
-        if (std::filesystem::path(output).extension() != ".h5")
-          throw UsageError("lm-init writes the native HDF5 checkpoint: give a path ending in .h5 (lm-convert makes GGUF or Hugging Face)", "-o " + output);
+        io::require_output_extension(output, "-o", {".h5", ".hdf5"},
+                                     "lm-init writes the native HDF5 checkpoint (lm-convert makes GGUF or Hugging Face)");
         // A preset fills every size field the command line did not set explicitly.
         if (!preset.empty()) lm::apply_preset(preset, c, [&](const char* flag) { return app->count(flag) > 0; });
         std::string tok_bytes;

@@ -87,6 +87,7 @@ void apply_config_json(const nlohmann::json& j, lm::ModelConfig& c, const std::s
 }
 
 std::string best_path_for(const std::string& out) {
+  if (io::is_stream_path(out)) return out;  // -o /dev/null: the best checkpoint goes there too
   std::filesystem::path p(out);
   return (p.parent_path() / (p.stem().string() + ".best.h5")).string();
 }
@@ -180,7 +181,7 @@ int main(int argc, char** argv) {
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
-        if (std::filesystem::path(output).extension() != ".h5") throw UsageError("-o must end in .h5", "-o");
+        io::require_output_extension(output, "-o", {".h5", ".hdf5"}, "the checkpoint is HDF5");
         io::check_distinct_outputs({{"-o", output},
                                     {"--best", best_path.empty() ? best_path_for(output) : best_path},
                                     {"--export", export_path},
@@ -209,16 +210,17 @@ int main(int argc, char** argv) {
         // Unwritable outputs fail now, before any work (AtomicFile checks the directory).
         { io::AtomicFile probe(output); io::AtomicFile probe2(best_path); }
         if (!export_path.empty()) {
-          if (std::filesystem::path(export_path).extension() != ".h5") throw UsageError("--export must end in .h5", "--export");
+          io::require_output_extension(export_path, "--export", {".h5", ".hdf5"}, "the exported model is HDF5");
           io::AtomicFile probe3(export_path);
         }
         // The log is opened at its first line, so a run that fails while reading its inputs
         // leaves an existing log untouched.
-        if (!io::is_stdout(log_path) && std::filesystem::path(log_path).extension() != ".jsonl")
-          throw UsageError("--log must end in .jsonl", "--log");
+        io::require_output_extension(log_path, "--log", {".jsonl"}, "the log is JSON Lines", true);
         io::check_output_dir(log_path);
         std::unique_ptr<std::ofstream> log_file;
+        Progress* active_bar = nullptr;  // cleared before a record goes to stdout (same terminal)
         auto emit = [&](const nlohmann::json& j) {
+          if (!log_file && io::is_stdout(log_path) && active_bar) active_bar->clear();
           if (!io::is_stdout(log_path) && !log_file) {
             log_file = std::make_unique<std::ofstream>(log_path, resume ? std::ios::app : std::ios::trunc);
             if (!*log_file) throw RuntimeError("cannot write log", log_path);
@@ -240,7 +242,8 @@ int main(int argc, char** argv) {
         } else if (!init_path.empty()) {
           init = lm::load_any(init_path);
           ctx.prov.add_input(init_path, lm::model_sha256(init_path));
-          if (init.tokenizer_model.empty()) throw InputError("checkpoint has no tokenizer (/tokenizer/model)", init_path);
+          if (init.tokenizer_model.empty())
+            throw InputError("the model has no tokenizer (" + lm::tokenizer_location(init_path) + " missing)", init_path);
         } else {
           if (!preset.empty()) lm::apply_preset(preset, c, [&](const char* flag) { return std::string(flag) == "--vocab-size" || app->count(flag) > 0; });
           if (!config_path.empty()) {
@@ -341,7 +344,15 @@ int main(int argc, char** argv) {
         };
         auto validate = [&](nlohmann::json& line) {
           if (val_stream.size() < 2) return;
-          const auto r = nn::evaluate(trainer.params(), val_stream, t.seq_len, t.batch, eval_tokens);
+          if (active_bar) active_bar->clear();
+          const std::int64_t val_targets = static_cast<std::int64_t>(val_stream.size()) - 1;
+          Progress vbar(static_cast<std::size_t>(eval_tokens > 0 ? std::min(val_targets, eval_tokens) : val_targets), "validation tokens");
+          std::int64_t shown = 0;
+          const auto r = nn::evaluate(trainer.params(), val_stream, t.seq_len, t.batch, eval_tokens, [&](std::int64_t done, std::int64_t) {
+            vbar.tick(static_cast<std::size_t>(done - shown));
+            shown = done;
+          });
+          vbar.finish();
           line["val_loss"] = r.loss;
           line["val_tokens"] = r.tokens;
           if (!std::isfinite(r.loss))
@@ -362,6 +373,7 @@ int main(int argc, char** argv) {
           return gemm_rate > 0 ? nlohmann::json(tokens_per_s * flop_per_token / gemm_rate) : nlohmann::json();
         };
         Progress bar(static_cast<std::size_t>(std::max<std::int64_t>(0, end - trainer.steps_done())), "steps");
+        active_bar = &bar;
         const auto t_start = std::chrono::steady_clock::now();
         double train_seconds = 0, window_seconds = 0, window_loss = 0;
         std::int64_t window_tokens = 0, window_steps = 0, start_tokens = trainer.tokens_seen();
@@ -407,9 +419,10 @@ int main(int argc, char** argv) {
           if ((ckpt_every > 0 && st.step % ckpt_every == 0) || st.step == end) checkpoint();
         }
         bar.finish();
+        active_bar = nullptr;
         if (last_ckpt_step != trainer.steps_done()) checkpoint();
         if (!export_path.empty() && trainer.steps_done() >= t.steps) {
-          const bool have_best = std::isfinite(best_val) && std::filesystem::exists(best_path);
+          const bool have_best = std::isfinite(best_val) && !io::is_stream_path(best_path) && std::filesystem::exists(best_path);
           lm::Model shipped = have_best ? lm::load_checkpoint(best_path) : trainer.model();
           io::Provenance prov = ctx.prov;
           prov.extra["exported_from"] = have_best ? "best validation checkpoint" : "final weights";

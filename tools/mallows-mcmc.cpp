@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
                                                "FILE.csv.meta.json)")->transform(cli::count(1, 10000000));
         app.add_flag("--pairwise", pairwise, "Input is pairwise preferences (assessor,bottom_item,top_item)");
         app.add_option("--items", items, "Number of items for --pairwise (default: the largest item seen) or --simulate")->check(cli::int_range(2, 1000));
-        app.add_flag("--header", header, "Rank CSV has a header row to skip");
+        cli::add_header_flags(app, header, "Rank CSV");
         app.add_option("--missing", missing, "Missing ranks (empty, NA or 0): augment, fail or omit the assessor")
             ->capture_default_str()->check(CLI::IsMember({"augment", "fail", "omit"}));
         app.add_flag("--as-pairwise", implied, "Fit a rank CSV through the pairwise preferences it implies");
@@ -94,8 +94,7 @@ int main(int argc, char** argv) {
           if (items > rank::subset_dp_max_n)
             throw UsageError(fmt::format("--simulate draws exactly by the subset DP: --items <= {}", rank::subset_dp_max_n), "--items");
           if (!rank::is_itemwise(o.metric)) throw UsageError("--simulate needs an item-wise metric: footrule, spearman or hamming", "--metric");
-          if (io::is_stdout(output) || std::filesystem::path(output).extension() != ".csv")
-            throw UsageError("--simulate writes a rank CSV: give -o FILE.csv", "-o " + output);
+          io::require_output_extension(output, "-o", {".csv"}, "--simulate writes a rank CSV");
           rank::Perm rho0(static_cast<std::size_t>(items));
           std::iota(rho0.begin(), rho0.end(), 0);
           Rng rng(ctx.common.seed);

@@ -33,7 +33,7 @@ struct Args {
   int starts = 4, hops = 6;
   double step = 0.5, temperature = 5e-5;
   std::vector<std::string> fix;
-  bool no_header = false, predictions = false, drop_incomplete = false;
+  bool header = true, predictions = false, drop_incomplete = false;
   std::string long_value_col = "loss";
   std::string test_mixture, test_losses;
 };
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
         app.add_option("--law", a.law, "capacity-noise, capacity, exponential, linear, or all")
             ->capture_default_str()
             ->check(CLI::IsMember({"capacity-noise", "capacity", "exponential", "linear", "all"}));
-        app.add_flag("--no-header", a.no_header, "CSV has no header row");
+        cli::add_header_flags(app, a.header, "CSV");
         app.add_option("--weight-pattern", a.cols.weight_pattern, "Weight column names, {} = domain")->capture_default_str();
         app.add_option("--loss-pattern", a.cols.loss_pattern, "Loss column names, {} = domain")->capture_default_str();
         app.add_option("--index-col", a.cols.index_col, "Join key and the key of --split files")->capture_default_str();
@@ -198,8 +198,8 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         io::require_json_path(a.output);
         io::TableReadOptions ro;
-        ro.header = !a.no_header;
-        const bool size_free = a.law == "exponential" || a.law == "linear";
+        ro.header = a.header;
+        const bool size_free = a.law != "all" && !fit::make_mixlaw(a.law)->uses_scale();
         if (size_free && a.cols.params_col.empty() && !(a.cols.params > 0)) a.cols.params = 1;  // unused by these laws
         if (size_free && a.cols.tokens_col.empty() && !(a.cols.tokens > 0)) a.cols.tokens = 1;
         // Reads a mixture table (and an optional wide or long loss table) into MixData.
@@ -299,6 +299,8 @@ int main(int argc, char** argv) {
                            {"rows", all.h.rows()},
                            {"split", {{"how", split.how}, {"train", split.train.size()}, {"val", split.val.size()}}},
                            {"min_weight", a.cols.min_weight},
+                           {"columns", {{"weight_pattern", a.cols.weight_pattern}, {"params_col", a.cols.params_col},
+                                        {"tokens_col", a.cols.tokens_col}}},
                            {"units", "N in millions of parameters, D in billions of tokens"},
                            {"summary", summary},
                            {"laws", results},

@@ -37,8 +37,8 @@ int main(int argc, char** argv) {
         app.add_option("fit", fit_path, "mixlaw-fit result (JSON)")->required();
         app.add_option("-o,--output", output, "Output JSON file (- = stdout)")->capture_default_str();
         app.add_option("--law", law, "Which fitted law to use when the file holds several (default: the only one, else capacity-noise, the paper's law)");
-        app.add_option("--params", params, "Model size N (millions of parameters)")->required()->check(cli::positive());
-        app.add_option("--tokens", tokens, "Training tokens D (billions)")->required()->check(cli::positive());
+        app.add_option("--params", params, "Model size N (millions of parameters); needed by the capacity laws")->check(cli::positive());
+        app.add_option("--tokens", tokens, "Training tokens D (billions); needed by the capacity laws")->check(cli::positive());
         app.add_option("--domain-weights", domain_weights,
                        "Objective weights v: V for all, or dom=V,... (unnamed: 1/K over domains the fit observed)");
         app.add_option("--lower", lower, "Lower bounds: V or dom=V,... (default 0)");
@@ -54,6 +54,13 @@ int main(int argc, char** argv) {
         const auto f = fit::load_fitted_mixlaw(j, law, fit_path);
         if (j.contains("meta")) ctx.prov.extra["fit_meta"] = j["meta"];
         const Eigen::Index K = static_cast<Eigen::Index>(f.domains.size());
+        if (f.law->uses_scale()) {
+          if (!(params > 0)) throw UsageError(fmt::format("the {} law needs the model size N", f.law->name()), "--params");
+          if (!(tokens > 0)) throw UsageError(fmt::format("the {} law needs the training tokens D", f.law->name()), "--tokens");
+        } else {
+          params = params > 0 ? params : 1;  // unused by this law
+          tokens = tokens > 0 ? tokens : 1;
+        }
         fit::MixOptimizeOptions opt;
         opt.lower = fit::parse_domain_values(lower, f.domains, 0.0, "--lower");
         opt.upper = fit::parse_domain_values(upper, f.domains, 1.0, "--upper");
@@ -75,8 +82,8 @@ int main(int argc, char** argv) {
           losses[f.domains[static_cast<std::size_t>(i)]] = li;
         }
         nlohmann::json out{{"law", f.law->name()},
-                           {"params", params},
-                           {"tokens", tokens},
+                           {"params", f.law->uses_scale() ? nlohmann::json(params) : nlohmann::json()},
+                           {"tokens", f.law->uses_scale() ? nlohmann::json(tokens) : nlohmann::json()},
                            {"objective", best.objective},
                            {"objective_kind", "sum_i v_i L_i(h)"},
                            {"method", "projected gradient descent with Armijo backtracking on the bounded simplex"},

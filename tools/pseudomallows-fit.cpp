@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("input", input, "Rank CSV, no header, one assessor per line; - = stdin")->required();
-        app.add_flag("--header", header, "Rank CSV has a header row to skip");
+        cli::add_header_flags(app, header, "Rank CSV");
         app.add_option("--missing", missing, "Missing ranks: fail or omit the assessor (augmentation: use mallows-mcmc)")
             ->capture_default_str()
             ->check(CLI::Validator(

@@ -33,7 +33,7 @@ struct Args {
   std::string problem = "toy", data, output = "-", trajectory, method = "sosmc", move = "ula", resampling = "multinomial";
   int particles = 100, steps = 400, inner_steps = 10, toy_d = 100, skip_lines = 0, leapfrog = 5;
   double lr = 0.01, step_size = 0.01, resample_threshold = 0.9, toy_theta = 1.0, test_fraction = 0.2, theta0 = 0.0;
-  bool no_header = false, no_adapt = false;
+  bool header = true, no_adapt = false;
   double beta = 0.1;
   int n_ref = 5000;
   std::string label_col;
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
         app.add_option("--toy-d", a.toy_d, "toy: number of latent variables D (generated data only)")->capture_default_str()->check(cli::int_range(1, 10000000));
         app.add_option("--toy-theta", a.toy_theta, "toy: theta used to generate y (with --seed)")->capture_default_str();
         app.add_option("--test-fraction", a.test_fraction, "logistic: held-out fraction")->capture_default_str()->check(CLI::Range(0.0, 0.9));
-        app.add_flag("--no-header", a.no_header, "CSV has no header row");
+        cli::add_header_flags(app, a.header, "CSV");
         app.add_option("--skip-lines", a.skip_lines, "CSV lines to skip first (scikit-learn's files: 1)")
             ->capture_default_str()
             ->check(cli::int_range(0, 1000000));
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
           throw UsageError(fmt::format("--step-size {} is below --step-size-min {}", a.step_size, a.step_size_min));
         if (!a.plot.empty()) {
           // Plot mode: draw the given trajectories, nothing else.
-          if (std::filesystem::path(a.plot).extension() != ".png") throw UsageError("the plot is a PNG: give a path ending in .png", "--plot " + a.plot);
+          io::require_output_extension(a.plot, "--plot", {".png"}, "the plot is a PNG");
           if (a.plot_inputs.empty()) throw UsageError("--plot needs trajectory files (*.jsonl) as arguments", "--plot");
           std::vector<smc::PlotSeries> series;
           std::string ylabel, first;
@@ -187,8 +187,7 @@ int main(int argc, char** argv) {
           if (!digits && !a.data.empty()) throw UsageError("the ebm-reward problem takes no data", "--data");
           if (a.method == "pgd") throw UsageError("pgd takes theta steps of the Langevin step; use sosmc, impdiff or soul for " + a.problem, "--method");
         }
-        if (!a.trajectory.empty() && std::filesystem::path(a.trajectory).extension() != ".jsonl")
-          throw UsageError("the trajectory is JSON Lines: give a path ending in .jsonl", "--trajectory " + a.trajectory);
+        if (!a.trajectory.empty()) io::require_output_extension(a.trajectory, "--trajectory", {".jsonl"}, "the trajectory is JSON Lines");
         if (a.method == "em" && a.problem != "toy") throw UsageError("exact EM exists only for the toy problem", "--method");
         // Flags the chosen method or problem never reads are refused, not ignored.
         for (const char* flag : {"--adapt-factor", "--step-size-min", "--step-size-max", "--no-adapt"})
@@ -210,7 +209,7 @@ int main(int argc, char** argv) {
         // Reads --data with the CSV flags and records it in the provenance.
         auto read_data = [&] {
           io::TableReadOptions ro;
-          ro.header = !a.no_header;
+          ro.header = a.header;
           ro.skip_lines = a.skip_lines;
           io::Table t = io::Table::read(a.data, ro);
           ctx.prov.add_input(a.data, t.sha256());

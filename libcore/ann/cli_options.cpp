@@ -1,6 +1,7 @@
 #include "ann/cli_options.hpp"
 
 #include "cli/run_tool.hpp"
+#include "io/json.hpp"
 #include "util/error.hpp"
 
 namespace icmlkit::ann {
@@ -9,12 +10,14 @@ void add_shared_flags(CLI::App& app, SharedFlags& f) {
   app.add_option("items", f.data.items, "True vectors of the items (D): .h5 (ann-benchmarks /train, /test), .fvecs, .fbin, .csv[.gz]")->required();
   app.add_option("--proxy", f.data.proxy, "Proxy transform giving d: pca:K, pool:F (F x F image pooling), pool1d:F, quantize:B, same")->capture_default_str();
   app.add_option("--proxy-file", f.data.proxy_file, "Proxy vectors (d) of the same items, same order (a second embedding model)");
-  app.add_option("--metric", f.metric, "True metric D: l2 (Euclidean), ip (-<x,y>), cosine (1 - cos, zero vectors rejected)")->capture_default_str()
+  app.add_option("--metric", f.metric,
+                 "True metric D: l2 (Euclidean), ip (-<x,y>), cosine (1 - cos, zero vectors rejected).  Default: an ann-benchmarks "
+                 "file's distance attribute (angular = cosine, euclidean = l2), else l2; a contradicting --metric is refused")
       ->check(CLI::IsMember({"l2", "ip", "cosine"}));
   app.add_option("--proxy-metric", f.proxy_metric, "Proxy metric d (default: --metric)")->check(CLI::IsMember({"l2", "ip", "cosine"}));
   app.add_option("--holdout", f.data.holdout, "Take N random rows of ITEMS (seeded by --seed) as queries; the rest are the items")
       ->check(cli::int_range(0, 100000000));
-  app.add_flag("--no-header", f.data.read.no_header, "CSV files have no header row");
+  cli::add_header_flags(app, f.header, "Each CSV file");
   app.add_flag("--label-last", f.data.read.label_last, "CSV: the last column of the items and query files is a class label, not a coordinate (proxy files are read whole)");
   app.add_option("--skip-lines", f.data.read.skip_lines, "CSV lines to skip first")->check(cli::int_range(0, 1000000));
   app.add_option("--index-type", f.index_type, "vamana (DiskANN graph) or cover-tree")->capture_default_str()
@@ -30,8 +33,11 @@ void add_shared_flags(CLI::App& app, SharedFlags& f) {
 
 DataOptions finish_shared_flags(SharedFlags& f, std::uint64_t seed) {
   DataOptions o = f.data;
-  o.metric = parse_metric(f.metric, "--metric");
-  o.proxy_metric = f.proxy_metric.empty() ? o.metric : parse_metric(f.proxy_metric, "--proxy-metric");
+  o.read.no_header = !f.header;
+  o.metric_given = !f.metric.empty();
+  o.metric = o.metric_given ? parse_metric(f.metric, "--metric") : Metric::l2;
+  o.proxy_metric_given = !f.proxy_metric.empty();
+  o.proxy_metric = o.proxy_metric_given ? parse_metric(f.proxy_metric, "--proxy-metric") : o.metric;
   o.seed = seed;
   return o;
 }
@@ -58,7 +64,7 @@ nlohmann::json build_description(const BimetricData& data, const SharedFlags& f,
   if (f.index_type == "vamana") {
     j["R"] = f.vamana.R;
     j["L"] = f.vamana.L;
-    j["alpha"] = f.vamana.alpha;
+    j["alpha"] = io::float_for_json(f.vamana.alpha);
     j["passes"] = f.vamana.passes;
   }
   return j;

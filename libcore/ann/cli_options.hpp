@@ -13,7 +13,9 @@ namespace icmlkit::ann {
 /// Raw flag values for the data and the index build.
 struct SharedFlags {
   DataOptions data;
-  std::string metric = "l2", proxy_metric;  ///< proxy_metric empty = same as metric
+  /// metric empty = the file's distance attribute, else l2; proxy_metric empty = same as metric
+  std::string metric, proxy_metric;
+  bool header = true;  ///< CSV files have a header row (--header / --no-header)
   std::string index_type = "vamana";
   VamanaParams vamana;
 };

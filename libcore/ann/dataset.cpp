@@ -32,6 +32,19 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
                      "--proxy-queries");
   VectorFile items = read_vectors(o.items, o.read);
   prov.add_input(o.items, items.sha256);
+  // The metric: --metric, or the ann-benchmarks file's distance attribute, which must agree.
+  Metric metric = o.metric, proxy_metric = o.proxy_metric;
+  std::string metric_source = o.metric_given ? "--metric" : "default";
+  if (!items.distance.empty()) {
+    const Metric file_metric = metric_of_distance(items.distance, o.items);
+    if (o.metric_given && o.metric != file_metric)
+      throw UsageError(fmt::format("{} says distance = {} ({}): --metric {} contradicts it (drop --metric)", o.items, items.distance,
+                                   metric_name(file_metric), metric_name(o.metric)),
+                       "--metric");
+    metric = file_metric;
+    metric_source = fmt::format("file distance attribute '{}'", items.distance);
+  }
+  if (!o.proxy_metric_given) proxy_metric = metric;
   Vectors true_items = std::move(items.items), true_queries = std::move(items.queries);
   std::string query_source = true_queries.n ? o.items + ":/test" : "";
   std::string proxy_query_source;  // where the proxy queries come from, for error messages
@@ -105,12 +118,14 @@ BimetricData load_bimetric_data(const DataOptions& o, bool need_queries, io::Pro
   BimetricData out;
   out.describe = {{"items", true_items.n},          {"true_dim", true_items.dim},
                   {"proxy_dim", proxy_items.dim},  {"queries", true_queries.n},
-                  {"metric", metric_name(o.metric)}, {"proxy_metric", metric_name(o.proxy_metric)},
+                  {"metric", metric_name(metric)}, {"proxy_metric", metric_name(proxy_metric)},
+                  {"metric_source", metric_source},
                   {"proxy", o.proxy_file.empty() ? o.proxy : "file " + o.proxy_file},
                   {"query_source", query_source},  {"holdout", o.holdout}};
   out.items_sha256 = items.sha256;
-  out.D = Space(std::move(true_items), o.metric, o.items);
-  out.d = Space(std::move(proxy_items), o.proxy_metric, o.proxy_file.empty() ? o.items + " (proxy " + o.proxy + ")" : o.proxy_file);
+  if (o.queries.empty() && !o.holdout) out.file_neighbors = std::move(items.neighbors);
+  out.D = Space(std::move(true_items), metric, o.items);
+  out.d = Space(std::move(proxy_items), proxy_metric, o.proxy_file.empty() ? o.items + " (proxy " + o.proxy + ")" : o.proxy_file);
   out.qD = prepare(out.D, true_queries, query_source);
   out.qd = prepare(out.d, proxy_queries, proxy_query_source);
   return out;

@@ -26,7 +26,7 @@ bool ends_with(const std::string& s, const std::string& suf) {
 // Whole file as bytes; .gz files are inflated (every member, CRC and length checked).
 std::string read_bytes(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw InputError("cannot read file", path);
+  if (!std::filesystem::is_regular_file(path, ec)) throw unreadable_file(path);
   return io::read_maybe_gzip(path);
 }
 
@@ -68,6 +68,20 @@ VectorFile read_h5(const std::string& path) {
       out.queries = from_h5(f, "test", file + ":/test");
       if (out.queries.n > 0 && out.queries.dim != out.items.dim)
         throw InputError(fmt::format("/test has {} coordinates, /train has {}", out.queries.dim, out.items.dim), file);
+    }
+    io::h5::read_attr(f, "distance", out.distance);
+    if (h5_exists(f, "neighbors")) {
+      Shape2 s;
+      const std::vector<std::int64_t> ids = h5_read_ints(f, "neighbors", file + ":/neighbors", s);
+      if (s.rows != out.queries.n)
+        throw InputError(fmt::format("/neighbors has {} rows for {} /test queries", s.rows, out.queries.n), file);
+      out.neighbors.resize(s.rows);
+      for (std::size_t q = 0; q < s.rows; ++q) {
+        out.neighbors[q].assign(ids.begin() + std::ptrdiff_t(q * s.cols), ids.begin() + std::ptrdiff_t((q + 1) * s.cols));
+        for (const std::int64_t id : out.neighbors[q])
+          if (id < 0 || static_cast<std::size_t>(id) >= out.items.n)
+            throw InputError(fmt::format("/neighbors row {} names item {} of {}", q + 1, id, out.items.n), file);
+      }
     }
   }
   return out;
@@ -139,6 +153,13 @@ VectorFile read_csv(const std::string& path, const std::string& bytes, const Vec
 }
 
 }  // namespace
+
+Metric metric_of_distance(const std::string& distance, const std::string& where) {
+  if (distance == "angular" || distance == "cosine") return Metric::cosine;
+  if (distance == "euclidean" || distance == "l2") return Metric::l2;
+  if (distance == "dot" || distance == "ip" || distance == "inner_product") return Metric::ip;
+  throw InputError(fmt::format("the file's distance '{}' is not one this toolkit searches (angular, euclidean, dot)", distance), where);
+}
 
 VectorFile read_vectors(const std::string& path, const VectorReadOptions& opt) {
   VectorFile out;

@@ -3,14 +3,18 @@
 //
 // Formats (by extension):
 //   .h5/.hdf5   ann-benchmarks layout: 2-D float datasets /train [n, dim] and, when present,
-//               /test [m, dim]; "file.h5:/path" reads one 2-D dataset as the items
+//               /test [m, dim], /neighbors [m, k] (the true ids) and the root attribute
+//               `distance` (angular, euclidean, ...); "file.h5:/path" reads one 2-D dataset
+//               as the items
 //   .fvecs      per vector: int32 dim, then dim float32 (little endian)
 //   .fbin       uint32 n, uint32 dim, then n*dim float32
 //   .csv/.tsv   one vector per row (optionally .gz); header row unless no_header; the last
 //               column is dropped when label_last (scikit-learn's digits keep the class there)
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ann/metric.hpp"
 
@@ -28,7 +32,18 @@ struct VectorFile {
   Vectors items;        ///< /train or the whole file
   Vectors queries;      ///< /test (n = 0 when absent)
   std::string sha256;   ///< of the file's bytes
+  /// ann-benchmarks: the root attribute `distance` as stored ("angular", "euclidean", ...;
+  /// empty when absent).
+  std::string distance;
+  /// ann-benchmarks: /neighbors, the true nearest ids of each /test query in order
+  /// [queries.n][k] (empty when absent).  Ids are checked against items.n.
+  std::vector<std::vector<std::int64_t>> neighbors;
 };
+
+/// The metric of an ann-benchmarks `distance` attribute: angular -> cosine, euclidean -> l2,
+/// dot / ip / inner_product -> ip.  Throws InputError naming `where` for one this toolkit
+/// does not search (jaccard, hamming, ...).
+Metric metric_of_distance(const std::string& distance, const std::string& where);
 
 /// Reads a vector file.  Throws InputError naming the file (and row/vector/dataset) when it is
 /// missing, empty, truncated, ragged, non-numeric or has a non-finite value.

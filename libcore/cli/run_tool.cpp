@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -14,6 +15,7 @@
 #include <new>
 #include <regex>
 #include <sstream>
+#include <vector>
 
 #include "io/atomic_file.hpp"
 #include "util/build_info_access.hpp"
@@ -79,6 +81,46 @@ std::string describe_parse_error(const std::string& what) {
 
 namespace {
 
+/// Edit distance (insertions, deletions, substitutions) between two short strings.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// " (did you mean --prompt?)" for the first unknown --flag of the command line that is close
+/// to one of the app's option names; "" when none is.
+std::string suggest_options(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
+    for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word.size() < 2 || word[0] != '-' || word == "--") continue;
+    word = word.substr(0, word.find('='));
+    if (std::find(names.begin(), names.end(), word) != names.end()) continue;
+    std::string best;
+    std::size_t best_d = std::max<std::size_t>(2, word.size() / 4) + 1;
+    for (const std::string& n : names) {
+      const std::size_t d = edit_distance(word, n);
+      if (d < best_d) { best_d = d; best = n; }
+    }
+    if (!best.empty()) return fmt::format(" (did you mean {} for {}?)", best, word);
+  }
+  return "";
+}
+
 int fail(const std::string& tool, const std::string& msg, int code) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s: error: %s\n", tool.c_str(), one_line(msg).c_str());
@@ -93,6 +135,15 @@ std::string strip(const std::string& s) {
 }
 
 }  // namespace
+
+void add_header_flags(CLI::App& app, bool& has_header, const std::string& what) {
+  const std::string def = has_header ? "--header" : "--no-header";
+  CLI::Option* yes = app.add_flag_callback("--header", [&has_header] { has_header = true; },
+                                           what + " has a header row" + (has_header ? " (default)" : ""));
+  CLI::Option* no = app.add_flag_callback("--no-header", [&has_header] { has_header = false; },
+                                          what + " has no header row" + (has_header ? "" : " (default)"));
+  yes->excludes(no);
+}
 
 CLI::Validator positive() {
   return CLI::Validator(
@@ -195,7 +246,7 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
               return {};
             },
             "SEED"));
-    app.add_option("--threads", ctx.common.threads, "Worker threads (0 = all cores)")
+    app.add_option("-t,--threads", ctx.common.threads, "Worker threads (0 = all cores)")
         ->capture_default_str()
         ->check(int_range(0, 1024));
     setup(app);
@@ -207,6 +258,8 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
       return app.exit(e);
     } catch (const CLI::Success&) {
       return 0;
+    } catch (const CLI::ExtrasError& e) {
+      return fail(info.name, describe_parse_error(e.what()) + suggest_options(app, argc, argv), 2);
     } catch (const CLI::ParseError& e) {
       return fail(info.name, describe_parse_error(e.what()), 2);
     }
@@ -221,9 +274,10 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
     if (const CLI::Option* out = app.get_option_no_throw("--output")) {
       const std::string o = out->as<std::string>();
       io::check_output_dir(o);
-      // -o naming an existing file that another argument gives (an input, as a rule) would replace it.
+      // -o naming an existing file that another argument gives (an input, as a rule) would replace
+      // it; a stream (/dev/null) may take several outputs.
       for (const CLI::Option* opt : app.get_options()) {
-        if (opt == out) continue;
+        if (opt == out || io::is_stream_path(o)) continue;
         for (const std::string& v : opt->results()) {
           std::error_code ec;
           if (!v.empty() && v != "-" && std::filesystem::exists(v, ec) && io::same_file_path(v, o))

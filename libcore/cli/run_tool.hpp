@@ -54,6 +54,11 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
 std::string describe_parse_error(const std::string& what);
 
 /// Flag validators with short messages ("must be > 0", "must be an integer in 0..100000").
+/// The pair --header / --no-header on one table input (every table reader takes both, issue 26):
+/// --header sets `has_header` true, --no-header false, neither keeps its default (shown in the
+/// help); giving both is a usage error.  `what` names the input ("CSV", "Rank CSV").
+void add_header_flags(CLI::App& app, bool& has_header, const std::string& what);
+
 CLI::Validator positive();
 /// Validator for a probability in (0, 1] (nucleus top-p, fractions that may not be zero).
 CLI::Validator unit_interval_open_left();

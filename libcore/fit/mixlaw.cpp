@@ -318,6 +318,7 @@ class CapacityLaw final : public MixLaw {
 class ExponentialLaw final : public MixLaw {
  public:
   std::string name() const override { return "exponential"; }
+  bool uses_scale() const override { return false; }
   std::string equation() const override { return "L_i = c_i + k_i exp(sum_j t_ij h_j)"; }
   std::string source() const override { return "Ye et al., Data Mixing Laws (ICLR 2025), eq. 6 (multi-domain form)"; }
   int block_size(int K) const override { return K + 2; }
@@ -405,6 +406,7 @@ class ExponentialLaw final : public MixLaw {
 class LinearLaw final : public MixLaw {
  public:
   std::string name() const override { return "linear"; }
+  bool uses_scale() const override { return false; }
   std::string equation() const override { return "L_i = sum_j beta_ij h_j (least squares; weights sum to 1, so no intercept)"; }
   std::string source() const override { return "RegMix (Liu et al., ICLR 2025), linear-regression variant"; }
   int block_size(int K) const override { return K; }

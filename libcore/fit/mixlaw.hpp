@@ -66,6 +66,9 @@ class MixLaw {
   virtual std::string source() const = 0;
   /// Parameter names for K domains, e.g. "c[arxiv]", "t[arxiv][github]", "H".
   virtual std::vector<std::string> param_names(const std::vector<std::string>& domains) const = 0;
+  /// Whether predictions depend on the model size N and tokens D (the capacity laws); the
+  /// exponential and linear laws see the mixture only, so their tools need neither.
+  virtual bool uses_scale() const { return true; }
   /// For laws whose domains have separate parameter blocks (exponential, linear): the block
   /// size, so unobserved domains can be left out of parameter counts; 0 for coupled laws.
   virtual int block_size(int K) const { return 0; }

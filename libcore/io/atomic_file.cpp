@@ -1,8 +1,12 @@
 #include "io/atomic_file.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -85,8 +89,30 @@ fs::path containing_dir(fs::path path) {
 }
 }  // namespace
 
+bool is_stream_path(const std::string& path) {
+  if (is_stdout(path)) return false;
+  if (path == "/dev/stdout" || path == "/dev/stderr" || path.rfind("/dev/fd/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0)
+    return true;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  return S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
+}
+
+void require_output_extension(const std::string& path, const std::string& flag, const std::vector<std::string>& extensions,
+                              const std::string& what, bool allow_stdout) {
+  if (is_stdout(path) ? allow_stdout : is_stream_path(path)) return;
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  for (const std::string& e : extensions)
+    if (ext == e) return;
+  std::string list;
+  for (std::size_t i = 0; i < extensions.size(); ++i) list += (i ? " or " : "") + extensions[i];
+  throw UsageError(fmt::format("{}: give a path ending in {}{}", what, list, allow_stdout ? " (or - for stdout)" : ""),
+                   flag + " " + (path.empty() ? std::string("-") : path));
+}
+
 void check_output_dir(const std::string& path) {
-  if (is_stdout(path)) return;
+  if (is_stdout(path) || is_stream_path(path)) return;
   const fs::path dir = containing_dir(path);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw RuntimeError("output directory does not exist", dir.string());
@@ -109,7 +135,7 @@ bool same_file_path(const std::string& a, const std::string& b) {
 void check_distinct_outputs(const std::vector<NamedOutput>& outputs, const std::vector<std::string>& inputs) {
   std::vector<const NamedOutput*> seen;
   for (const NamedOutput& o : outputs) {
-    if (is_stdout(o.path)) continue;
+    if (is_stdout(o.path) || is_stream_path(o.path)) continue;  // /dev/null may take several outputs
     for (const NamedOutput* other : seen)
       if (same_file_path(other->path, o.path))
         throw UsageError(fmt::format("{} and {} name the same file; give each output its own path", other->flag, o.flag), o.path);
@@ -119,13 +145,13 @@ void check_distinct_outputs(const std::vector<NamedOutput>& outputs, const std::
   }
 }
 
-AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
+AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)), stream_(is_stream_path(target_.string())) {
   check_output_dir(target_.string());
-  const fs::path dir = containing_dir(target_);
   std::error_code ec;
+  const fs::path dir = stream_ ? fs::temp_directory_path(ec) : containing_dir(target_);
   if (fs::is_directory(target_, ec)) throw RuntimeError("output path is a directory", target_.string());
   std::string name = ".";
-  name += target_.filename().string();
+  name += stream_ ? std::string("icmlkit-stream") : target_.filename().string();
   name += ".tmp.";
   name += std::to_string(::getpid());
   name += '.';
@@ -145,8 +171,22 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::commit() {
   std::error_code ec;
   if (!fs::exists(temp_, ec)) throw RuntimeError("nothing was written", target_.string());
-  fs::rename(temp_, target_, ec);
-  if (ec) throw RuntimeError("cannot write output: " + ec.message(), target_.string());
+  if (stream_) {
+    std::ifstream in(temp_, std::ios::binary);
+    std::ofstream out(target_, std::ios::binary);
+    if (!in || !out) throw RuntimeError(std::string("cannot write output: ") + std::strerror(errno), target_.string());
+    std::vector<char> buf(1 << 16);
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      if (in.gcount() > 0) out.write(buf.data(), in.gcount());
+    }
+    out.flush();
+    if (!out) throw RuntimeError("cannot write output", target_.string());
+    fs::remove(temp_, ec);
+  } else {
+    fs::rename(temp_, target_, ec);
+    if (ec) throw RuntimeError("cannot write output: " + ec.message(), target_.string());
+  }
   committed_ = true;
   unregister_pending(slot_);
   slot_ = -1;

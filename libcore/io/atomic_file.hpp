@@ -34,12 +34,26 @@ class AtomicFile {
  private:
   std::filesystem::path target_, temp_;
   bool committed_ = false;
+  bool stream_ = false;  ///< target is a stream (is_stream_path): commit copies into it
   int slot_ = -1;  ///< entry in the table the signal handler cleans up (-1: none)
 };
 
+/// Whether `path` is a stream to write into rather than a file to replace: an existing
+/// character device, FIFO or socket (/dev/null, a named pipe), or /dev/stdout, /dev/stderr,
+/// /dev/fd/N, /proc/self/fd/N.  Such outputs skip extension checks (the format is the tool's
+/// default) and are written in one piece after the run succeeds.
+bool is_stream_path(const std::string& path);
+
+/// Checks an output path's extension, in any case, against `extensions` (".json", ...): throws
+/// UsageError "<what>: give a path ending in <ext>[ or <ext>...]" naming `flag` and the path.
+/// Stdout ("-" or empty) passes when `allow_stdout`; stream paths always pass.
+void require_output_extension(const std::string& path, const std::string& flag, const std::vector<std::string>& extensions,
+                              const std::string& what, bool allow_stdout = false);
+
 /// Checks, before any work is done, that a file can be created at `path`: the directory that
 /// would hold it exists and is writable ("dir/" counts as the entry "dir", so a tool that makes
-/// an output directory needs only its parent).  Does nothing for stdout ("-" or empty).  Throws
+/// an output directory needs only its parent).  Does nothing for stdout ("-" or empty) and
+/// stream paths.  Throws
 /// RuntimeError naming the directory (exit 1, like an unreadable input).  run_tool calls it for
 /// every tool's -o/--output; AtomicFile calls it again when the file is opened.
 void check_output_dir(const std::string& path);

@@ -34,7 +34,7 @@ void close_file(Handle& file, const std::string& label) {
 Handle open_file(const std::string& path) {
   quiet_errors();
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw InputError("cannot read file", path);
+  if (!std::filesystem::is_regular_file(path, ec)) throw unreadable_file(path);
   if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError("not an HDF5 file", path);
   Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!f) throw InputError("cannot open HDF5 file (corrupted?)", path);

@@ -2,6 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "io/atomic_file.hpp"
@@ -24,8 +27,15 @@ nlohmann::json read_json(const std::string& path, std::string* sha256) {
 }
 
 void require_json_path(const std::string& path) {
-  if (!is_stdout(path) && std::filesystem::path(path).extension() != ".json")
-    throw UsageError("the result is JSON: give an output path ending in .json (or - for stdout)", "-o " + path);
+  require_output_extension(path, "-o", {".json"}, "the result is JSON", true);
+}
+
+double float_for_json(float f) noexcept {
+  if (!std::isfinite(f)) return f;
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf - 1, f);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {

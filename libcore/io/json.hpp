@@ -11,9 +11,14 @@ namespace icmlkit::io {
 nlohmann::json read_json(const std::string& path);
 /// The same, also giving the SHA-256 of the bytes read (for provenance; works for stdin).
 nlohmann::json read_json(const std::string& path, std::string* sha256);
-/// Throws UsageError naming -o unless `path` is stdout ("-") or ends in .json (for tools
-/// whose result is a JSON document).
+/// Throws UsageError naming -o unless `path` is stdout ("-"), a stream (/dev/null) or ends in
+/// .json (for tools whose result is a JSON document).
 void require_json_path(const std::string& path);
+/// A float as the double of its shortest round-trip decimal, for JSON output: 1.2f gives 1.2
+/// (printed "1.2"), not 1.2000000476837158, the exact value of the float.  Non-finite values
+/// pass through.
+double float_for_json(float f) noexcept;
+
 /// Writes `j` pretty-printed (2-space indent) plus a newline, atomically; "-" = stdout.
 void write_json(const std::string& path, const nlohmann::json& j);
 

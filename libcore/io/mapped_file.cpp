@@ -11,7 +11,7 @@ namespace icmlkit::io {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw InputError("cannot read file", path);
+  if (fd < 0) throw unreadable_file(path);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

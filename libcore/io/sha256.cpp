@@ -46,7 +46,7 @@ std::string sha256_hex(std::string_view bytes) {
 
 std::string sha256_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read file", path);
+  if (!in) throw unreadable_file(path);
   Ctx ctx = new_ctx();
   std::array<char, 1 << 16> buf{};
   while (in) {

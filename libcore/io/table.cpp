@@ -67,7 +67,7 @@ std::string read_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError("is a directory, not a file", path);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read file", path);
+  if (!in) throw unreadable_file(path);
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw InputError("error while reading file", path);
   return s;
@@ -509,7 +509,10 @@ std::string Table::to_csv(char delimiter) const {
 }
 
 void Table::write(const std::string& path, const Provenance* prov) const {
-  const std::string ext = is_stdout(path) ? ".json" : lower_ext(path);
+  // stdout and streams (/dev/null, a pipe) take the default JSON unless their name says otherwise
+  const std::string named = lower_ext(path);
+  const bool known = named == ".json" || named == ".jsonl" || named == ".csv" || named == ".tsv" || is_hdf5_ext(named);
+  const std::string ext = is_stdout(path) || (is_stream_path(path) && !known) ? ".json" : named;
   if (ext == ".json") {
     nlohmann::ordered_json j;
     if (prov) j["meta"] = prov->to_json();

@@ -22,10 +22,13 @@ nlohmann::json CpuEngine::settings() const { return {{"weights", model_.token_em
 
 nlohmann::json EngineWrapper::settings() const { return inner_.settings(); }
 
-double engine_loss(Engine& engine, const std::vector<int>& stream, int S, std::int64_t max_tokens, std::int64_t& tokens) {
+double engine_loss(Engine& engine, const std::vector<int>& stream, int S, std::int64_t max_tokens, std::int64_t& tokens,
+                   const std::function<void(std::int64_t, std::int64_t)>& on_progress) {
   tokens = 0;
   double sum = 0.0;
   if (stream.size() < 2 || S < 1) return 0.0;
+  const std::int64_t all = std::int64_t(stream.size()) - 1;
+  const std::int64_t targets = max_tokens > 0 ? std::min(all, max_tokens) : all, full = targets / S;  // the first ones
   const int V = engine.config().vocab_size;
   auto window = [&](std::size_t o, int n) {
     engine.clear();
@@ -33,9 +36,8 @@ double engine_loss(Engine& engine, const std::vector<int>& stream, int S, std::i
     const ForwardResult fr = engine.forward(Batch::causal(in, 0));
     for (int t = 0; t < n; ++t) sum -= log_softmax_at(fr.logits.row(t), V, stream[o + t + 1]);
     tokens += n;
+    if (on_progress) on_progress(tokens, targets);
   };
-  const std::int64_t all = std::int64_t(stream.size()) - 1;
-  const std::int64_t targets = max_tokens > 0 ? std::min(all, max_tokens) : all, full = targets / S;  // the first ones
   for (std::int64_t w = 0; w < full; ++w) window(std::size_t(w) * S, S);
   const std::int64_t rest = targets - full * S;
   if (rest > 0) window(std::size_t(full) * S, static_cast<int>(rest));

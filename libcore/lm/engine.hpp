@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -107,7 +108,9 @@ class EngineWrapper : public Engine {
 /// included); max_tokens > 0 scores only the first max_tokens targets (as nn::evaluate).  Each
 /// window is one causal forward from an empty cache, log-softmax in double.  `tokens` receives the
 /// targets counted.  Throws what engine.forward throws.
-double engine_loss(Engine& engine, const std::vector<int>& stream, int seq_len, std::int64_t max_tokens, std::int64_t& tokens);
+/// `on_progress(done, total)` (optional) is called after each window with the targets scored so far.
+double engine_loss(Engine& engine, const std::vector<int>& stream, int seq_len, std::int64_t max_tokens, std::int64_t& tokens,
+                   const std::function<void(std::int64_t, std::int64_t)>& on_progress = {});
 
 }  // namespace icmlkit::lm
 

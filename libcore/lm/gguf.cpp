@@ -426,14 +426,16 @@ class Writer {
 }  // namespace
 
 void save_model(const std::string& path, const Model& m, io::h5::FloatStorage storage, const io::Provenance& prov) {
-  if (storage == io::h5::FloatStorage::bf16) throw UsageError("GGUF export writes f32 or f16", "--dtype");
   const ModelConfig& c = m.config;
   c.validate("model config");
+  check_narrowing(m, storage);
   struct Out { std::string name; const float* data; std::vector<std::uint64_t> ne; bool half; };
   std::vector<Out> outs;
   std::vector<Matrix> permuted;  // q/k in the interleaved layout for rope_style = half
   permuted.reserve(2 * c.n_layers);
-  const bool half_mat = storage == io::h5::FloatStorage::f16;
+  const bool half_mat = storage != io::h5::FloatStorage::f32;  // F16 or BF16 matrices
+  const bool bf16 = storage == io::h5::FloatStorage::bf16;
+  const std::uint32_t half_type = static_cast<std::uint32_t>(bf16 ? TensorType::bf16 : TensorType::f16);
   for (const auto& t : tensor_slots(m)) {
     if (!t.is_matrix()) {
       outs.push_back({t.gguf, t.data, {std::uint64_t(t.rows)}, false});
@@ -457,7 +459,7 @@ void save_model(const std::string& path, const Model& m, io::h5::FloatStorage st
   meta.kv_str("general.architecture", "llama"); count();
   meta.kv_str("general.name", "icmlkit"); count();
   meta.kv_u32("general.alignment", alignment); count();
-  meta.kv_u32("general.file_type", half_mat ? 1 : 0); count();
+  meta.kv_u32("general.file_type", bf16 ? 32 : half_mat ? 1 : 0); count();  // llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_BF16
   meta.kv_str("icmlkit.provenance.command", prov.command); count();
   meta.kv_u32("llama.context_length", c.n_ctx); count();
   meta.kv_u32("llama.embedding_length", c.d_model); count();
@@ -503,7 +505,7 @@ void save_model(const std::string& path, const Model& m, io::h5::FloatStorage st
     w.str(o.name);
     w.put<std::uint32_t>(static_cast<std::uint32_t>(o.ne.size()));
     for (auto d : o.ne) w.put<std::uint64_t>(d);
-    w.put<std::uint32_t>(o.half ? 1 : 0);
+    w.put<std::uint32_t>(o.half ? half_type : 0);
     w.put<std::uint64_t>(off);
     off += (n * (o.half ? 2 : 4) + alignment - 1) / alignment * alignment;
   }
@@ -520,7 +522,10 @@ void save_model(const std::string& path, const Model& m, io::h5::FloatStorage st
       for (auto d : o.ne) n *= d;
       chunk.assign((n * (o.half ? 2 : 4) + alignment - 1) / alignment * alignment, '\0');
       if (o.half)
-        for (std::uint64_t j = 0; j < n; ++j) { const std::uint16_t h = num::f32_to_f16(o.data[j]); std::memcpy(chunk.data() + 2 * j, &h, 2); }
+        for (std::uint64_t j = 0; j < n; ++j) {
+          const std::uint16_t h = bf16 ? num::f32_to_bf16(o.data[j]) : num::f32_to_f16(o.data[j]);
+          std::memcpy(chunk.data() + 2 * j, &h, 2);
+        }
       else
         std::memcpy(chunk.data(), o.data, n * 4);
       out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));

@@ -1,4 +1,4 @@
-// GGUF (llama.cpp) model files: a hardened reader and an F32/F16 writer for the llama
+// GGUF (llama.cpp) model files: a hardened reader and an F32/F16/BF16 writer for the llama
 // architecture.  Spec: github.com/ggerganov/ggml docs/gguf.md (version 2 and 3).
 //
 // Every count, length, offset, dimension and the alignment read from a file is checked against
@@ -61,10 +61,12 @@ Model load_model(const std::string& path);
 /// load_model() on bytes already in memory (the whole file); `where` names it in errors.
 Model load_model(const std::uint8_t* data, std::size_t size, const std::string& where);
 
-/// Writes `model` as GGUF v3 (matrices F32 or F16, norms F32).  A rope_style=half model has its
-/// q/k rows permuted to the interleaved layout llama.cpp expects (lm/README.md).  The tokenizer
-/// goes in as tokenizer.ggml.* (type "llama") plus the exact SentencePiece bytes.
-/// Throws UsageError for a storage other than f32/f16, RuntimeError on write failure.
+/// Writes `model` as GGUF v3 (matrices F32, F16 or BF16 = ggml type 30 with general.file_type
+/// 32, as llama.cpp's MOSTLY_BF16; norms F32).  A rope_style=half model has its q/k rows
+/// permuted to the interleaved layout llama.cpp expects (lm/README.md).  The tokenizer goes in
+/// as tokenizer.ggml.* (type "llama") plus the exact SentencePiece bytes.  Throws UsageError
+/// from lm::check_narrowing (a weight beyond the storage's range) before anything is written,
+/// RuntimeError on write failure.
 void save_model(const std::string& path, const Model& model, io::h5::FloatStorage storage,
                 const io::Provenance& prov);
 

@@ -11,6 +11,7 @@
 #include "lm/tokenizer.hpp"
 #include "num/half.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
 #include "util/rng.hpp"
 
 namespace icmlkit::lm {
@@ -122,6 +123,40 @@ Model random_model(const ModelConfig& config, std::uint64_t seed, double std) {
     for (std::size_t i = 0; i < std::size_t(t.rows) * t.cols; ++i) t.data[i] = static_cast<float>(std * rng.normal());
   }
   return m;
+}
+
+NarrowingReport narrowing_report(const Model& model, h5::FloatStorage storage) {
+  NarrowingReport rep;
+  if (storage == h5::FloatStorage::f32) return rep;
+  const bool f16 = storage == h5::FloatStorage::f16;
+  for (const auto& t : tensor_slots(model)) {
+    if (!t.is_matrix()) continue;
+    std::int64_t zeros = 0;
+    for (std::size_t i = 0; i < std::size_t(t.rows) * t.cols; ++i) {
+      const float x = t.data[i];
+      const float y = f16 ? num::f16_to_f32(num::f32_to_f16(x)) : num::bf16_to_f32(num::f32_to_bf16(x));
+      if (std::isfinite(x) && !std::isfinite(y) && rep.overflow_tensor.empty()) {
+        rep.overflow_tensor = t.gguf;
+        rep.overflow_value = x;
+      }
+      if (x != 0.0f && y == 0.0f) ++zeros;
+    }
+    if (zeros > 0 && rep.underflow_tensor.empty()) rep.underflow_tensor = t.gguf;
+    rep.underflow_count += zeros;
+  }
+  return rep;
+}
+
+void check_narrowing(const Model& model, h5::FloatStorage storage) {
+  const NarrowingReport rep = narrowing_report(model, storage);
+  const char* name = h5::storage_name(storage);
+  if (!rep.overflow_tensor.empty())
+    throw UsageError(fmt::format("weight {:g} in {} is beyond {}'s range ({}): use --dtype bf16 or f32", rep.overflow_value,
+                                 rep.overflow_tensor, name, storage == h5::FloatStorage::f16 ? "65504" : "3.4e38"),
+                     "--dtype");
+  if (rep.underflow_count > 0)
+    log::warn("{} non-zero weight(s) become 0 in {} (first in {}){}", rep.underflow_count, name, rep.underflow_tensor,
+              storage == h5::FloatStorage::f16 ? "; --dtype bf16 keeps them" : "");
 }
 
 void round_weights(Model& model, h5::FloatStorage storage) {
@@ -242,6 +277,7 @@ void save_checkpoint(const std::string& path, const Model& m, h5::FloatStorage s
                      const io::Provenance& prov) {
   const auto& c = m.config;
   c.validate("model config");
+  check_narrowing(m, storage);
   io::AtomicFile out(path);
   {
     h5::Handle file = h5::create_file(out.temp_path().string());

@@ -96,13 +96,31 @@ bool hold_half(Model& model);
 /// checkpoint saved at that precision loads as.
 void round_weights(Model& model, io::h5::FloatStorage storage);
 
+/// What narrowing a model's matrices to `storage` loses (lm-convert's check, issue 26).
+struct NarrowingReport {
+  std::string overflow_tensor;  ///< first tensor with a finite weight that becomes ±inf ("" = none)
+  float overflow_value = 0;     ///< that weight
+  std::string underflow_tensor; ///< first tensor with a non-zero weight that becomes 0 ("" = none)
+  std::int64_t underflow_count = 0;  ///< non-zero weights that become 0, over all matrices
+};
+
+/// Scans every matrix for weights `storage` cannot hold: finite values that round to ±inf
+/// (|x| >= 65520 in f16) and non-zero values that round to 0 (|x| <= 2^-25 in f16).  f32: none.
+NarrowingReport narrowing_report(const Model& model, io::h5::FloatStorage storage);
+
+/// Every writer's guard: throws UsageError naming the tensor, the weight and the remedy
+/// ("--dtype bf16 or f32") when narrowing to `storage` would turn a finite weight into inf,
+/// and warns on stderr (log::warn) with the count when non-zero weights would become 0.
+void check_narrowing(const Model& model, io::h5::FloatStorage storage);
+
 /// Loads a native checkpoint.  Throws InputError (exit 1) naming the file and tensor for: not
 /// HDF5, missing attribute or tensor, shape mismatch, n_heads not divisible by n_kv_heads,
 /// NaN/Inf weights, unknown dtype or rope_style, tokenizer vocabulary != vocab_size.
 Model load_checkpoint(const std::string& path);
 
 /// Writes a native checkpoint atomically: config attributes, tensors (matrices narrowed to
-/// `storage`, norms f32), /tokenizer/model bytes and provenance.  Throws RuntimeError.
+/// `storage`, norms f32), /tokenizer/model bytes and provenance.  Throws RuntimeError, and
+/// UsageError from check_narrowing before anything is written.
 void save_checkpoint(const std::string& path, const Model& model, io::h5::FloatStorage storage,
                      const io::Provenance& prov);
 

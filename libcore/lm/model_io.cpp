@@ -1,10 +1,12 @@
 #include "lm/model_io.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <algorithm>
 #include <vector>
 
 #include "io/sha256.hpp"
@@ -31,7 +33,7 @@ ModelFormat detect_format(const std::string& path) {
     throw InputError("directory has no config.json (not a Hugging Face model)", path);
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read file", path);
+  if (!in) throw unreadable_file(path);
   char head[8] = {0};
   in.read(head, 8);
   if (in.gcount() >= 8 && std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) return ModelFormat::native_h5;
@@ -64,10 +66,39 @@ Model load_any(const std::string& path) {
   }
 }
 
+std::string tokenizer_location(const std::string& path) {
+  try {
+    switch (detect_format(path)) {
+      case ModelFormat::gguf: return path + ":tokenizer.ggml.*";
+      case ModelFormat::hf_safetensors: {
+        const fs::path p(path);
+        std::error_code ec;
+        return ((fs::is_directory(p, ec) ? p : p.parent_path()) / "tokenizer.model").string();
+      }
+      default: return path + ":/tokenizer/model";
+    }
+  } catch (const Error&) {
+    return path;
+  }
+}
+
+Tokenizer model_tokenizer(const Model& model, const std::string& path) {
+  const std::string where = tokenizer_location(path);
+  if (model.tokenizer_model.empty()) throw InputError("the model has no tokenizer (" + where + " missing)", path);
+  return Tokenizer(model.tokenizer_model, where);
+}
+
 ModelFormat output_format(const std::string& path) {
-  const auto ext = fs::path(path).extension();
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   if (ext == ".h5" || ext == ".hdf5") return ModelFormat::native_h5;
   if (ext == ".gguf") return ModelFormat::gguf;
+  if (ext == ".safetensors" || ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".json" || ext == ".onnx") {
+    const std::string dir = fs::path(path).replace_extension().string() + "/";
+    throw UsageError(fmt::format("a Hugging Face model is written as a directory (config.json, model.safetensors, "
+                                 "tokenizer files): give one such as {}, or *.h5 / *.gguf for one file", dir),
+                     "-o " + path);
+  }
   return ModelFormat::hf_safetensors;
 }
 

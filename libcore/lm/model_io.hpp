@@ -6,6 +6,7 @@
 #include "io/h5array.hpp"
 #include "io/provenance.hpp"
 #include "lm/model.hpp"
+#include "lm/tokenizer.hpp"
 
 namespace icmlkit::lm {
 
@@ -26,10 +27,21 @@ std::string model_sha256(const std::string& path);
 /// Loads a model of any supported format (every inference tool accepts all of them).
 Model load_any(const std::string& path);
 
-/// Output format from a path: *.h5 -> native, *.gguf -> gguf, anything else (a directory) -> hf.
+/// Where the tokenizer of the model at `path` comes from, for messages: "m.h5:/tokenizer/model",
+/// "hf/tokenizer.model", "m.gguf:tokenizer.ggml.*" (by the detected format; the path itself
+/// when it cannot be read).
+std::string tokenizer_location(const std::string& path);
+
+/// The model's tokenizer (read from `model.tokenizer_model`).  Throws InputError
+/// "the model has no tokenizer (<location> missing)" naming `path` when it has none.
+Tokenizer model_tokenizer(const Model& model, const std::string& path);
+
+/// Output format from a path's extension, in any case: *.h5 / *.hdf5 -> native, *.gguf -> gguf,
+/// anything else (a directory) -> hf.  Throws UsageError for a file extension of another model
+/// format (.safetensors, .bin, .pt, .pth, .json, .onnx), suggesting the directory form.
 ModelFormat output_format(const std::string& path);
 
-/// Writes `model` in `format` (GGUF: f32/f16; others: f32/f16/bf16).
+/// Writes `model` in `format` (matrices f32, f16 or bf16).
 void save_any(const std::string& path, ModelFormat format, const Model& model,
               io::h5::FloatStorage storage, const io::Provenance& prov);
 

@@ -14,7 +14,7 @@
 namespace icmlkit::lm {
 
 void add_prompt_flags(CLI::App& app, std::string& text, std::string& file, std::string& ids, int& prompt_tokens) {
-  app.add_option("--prompt", text, "Prompt text");
+  app.add_option("-p,--prompt", text, "Prompt text");
   app.add_option("--prompt-file", file, "File holding the prompt text (- for stdin)");
   app.add_option("--prompt-ids", ids, "Prompt as comma-separated token ids");
   app.add_option("--prompt-tokens", prompt_tokens, "Keep only the first N prompt tokens (0 = all)")->check(cli::int_range(0, 1 << 24));
@@ -26,7 +26,7 @@ void add_text_flags(CLI::App& app, bool& no_text, bool& no_stream) {
 }
 
 void add_sampler_flags(CLI::App& app, SamplerConfig& sc) {
-  app.add_option("--temperature", sc.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
+  app.add_option("--temperature,--temp", sc.temperature, "0 = greedy; > 0 samples")->capture_default_str()->check(cli::non_negative());
   app.add_option("--top-k", sc.top_k, "Sample among the k most likely (0 = all)")->capture_default_str()->check(cli::int_range(0, 1 << 24));
   app.add_option("--top-p", sc.top_p, "Nucleus: smallest set with probability >= p")->capture_default_str()->check(cli::unit_interval_open_left());
 }

@@ -239,7 +239,7 @@ Model load_model(const std::string& path) {
     dir = fs::path(path).parent_path();
     if (dir.empty()) dir = ".";
   } else if (!fs::is_directory(path, ec)) {
-    throw InputError("cannot read file", path);
+    throw unreadable_file(path);
   }
   const fs::path cfg_path = dir / "config.json";
   const std::string cw = cfg_path.string();
@@ -303,6 +303,7 @@ Model load_model(const std::string& path) {
 void save_model(const std::string& dir, const Model& m, io::h5::FloatStorage storage, const io::Provenance& prov) {
   const ModelConfig& c = m.config;
   c.validate("model config");
+  check_narrowing(m, storage);
   std::error_code ec;
   if (fs::exists(fs::path(dir) / "model.safetensors.index.json"))
     throw RuntimeError("the output directory holds a sharded model (model.safetensors.index.json): choose an empty directory", dir);
@@ -373,7 +374,28 @@ void save_model(const std::string& dir, const Model& m, io::h5::FloatStorage sto
   if (c.bos_id >= 0) cfg["bos_token_id"] = c.bos_id;
   if (c.eos_id >= 0) cfg["eos_token_id"] = c.eos_id;
   io::write_text((fs::path(dir) / "config.json").string(), cfg.dump(2) + "\n");
-  if (!m.tokenizer_model.empty()) io::write_text((fs::path(dir) / "tokenizer.model").string(), m.tokenizer_model);
+  // generation_config.json and tokenizer_config.json: transformers loads the folder without
+  // falling back to defaults (and warning) for the special tokens and the BOS rule.
+  json gen = {{"_from_model_config", true}, {"do_sample", false}};
+  if (c.bos_id >= 0) gen["bos_token_id"] = c.bos_id;
+  if (c.eos_id >= 0) gen["eos_token_id"] = c.eos_id;
+  io::write_text((fs::path(dir) / "generation_config.json").string(), gen.dump(2) + "\n");
+  if (!m.tokenizer_model.empty()) {
+    io::write_text((fs::path(dir) / "tokenizer.model").string(), m.tokenizer_model);
+    const Tokenizer tok(m.tokenizer_model, "model tokenizer");
+    auto piece = [&](int id) { return id >= 0 && id < tok.vocab_size() ? json(tok.piece(id)) : json(nullptr); };
+    json tc = {{"tokenizer_class", "LlamaTokenizer"},
+               {"add_bos_token", c.add_bos},
+               {"add_eos_token", false},
+               {"bos_token", piece(c.bos_id)},
+               {"eos_token", piece(c.eos_id)},
+               {"unk_token", piece(tok.unk_id())},
+               {"pad_token", nullptr},
+               {"model_max_length", c.n_ctx},
+               {"legacy", false},
+               {"clean_up_tokenization_spaces", false}};
+    io::write_text((fs::path(dir) / "tokenizer_config.json").string(), tc.dump(2) + "\n");
+  }
 }
 
 }  // namespace icmlkit::lm::safetensors

@@ -46,7 +46,8 @@ Model load_model(const std::string& path);
 /// Writes `model` as a Hugging Face Llama directory: config.json, model.safetensors (matrices in
 /// `storage`, norms F32), tokenizer.model when the model has one.  A rope_style = interleaved
 /// model has its q/k rows permuted back to rotate-half.  The directory is created; files inside
-/// are written atomically.  Throws RuntimeError.
+/// are written atomically.  Throws RuntimeError, and UsageError from lm::check_narrowing before
+/// anything is written.
 void save_model(const std::string& dir, const Model& model, io::h5::FloatStorage storage,
                 const io::Provenance& prov);
 

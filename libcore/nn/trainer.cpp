@@ -27,7 +27,7 @@ nlohmann::json TrainOptions::to_json() const {
 double EvalResult::perplexity() const { return std::exp(loss); }
 
 EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int S, int batch,
-                    std::int64_t max_tokens) {
+                    std::int64_t max_tokens, const std::function<void(std::int64_t, std::int64_t)>& on_progress) {
   EvalResult r;
   if (stream.size() < 2) return r;
   TrainCache<float> cache;
@@ -46,6 +46,7 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
     sum += llama_loss(params, in, tg, b, S, 0.0, cache);
     r.tokens += std::int64_t(b) * S;
     w += b;
+    if (on_progress) on_progress(r.tokens, targets);
   }
   const std::int64_t rest = targets - full * S;
   if (rest > 0) {
@@ -54,6 +55,7 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
     tg.assign(stream.begin() + o + 1, stream.begin() + o + rest + 1);
     sum += llama_loss(params, in, tg, 1, static_cast<int>(rest), 0.0, cache);
     r.tokens += rest;
+    if (on_progress) on_progress(r.tokens, targets);
   }
   r.loss = r.tokens > 0 ? sum / double(r.tokens) : 0.0;
   return r;

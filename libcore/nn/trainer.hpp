@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,8 +54,11 @@ struct EvalResult {
 /// Loss of `params` on every non-overlapping window of `stream` (the last, shorter window
 /// included), `batch` windows per forward.  max_tokens > 0 scores only the first max_tokens
 /// targets (the same as evaluating stream[0, max_tokens]), so `tokens` is at most max_tokens.
+/// `on_progress(done, total)` (optional) is called after each forward with the targets scored
+/// so far and the total to score.
 EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int seq_len, int batch,
-                    std::int64_t max_tokens = 0);
+                    std::int64_t max_tokens = 0,
+                    const std::function<void(std::int64_t, std::int64_t)>& on_progress = {});
 
 /// Whether `path` is one of our checkpoints holding a training run's state (/train), which
 /// Trainer::load can resume.  False for a missing file or any other file; never throws.

@@ -57,4 +57,9 @@ class UsageError : public Error {
       : Error(std::move(what), std::move(where), ExitCode::usage) {}
 };
 
+/// The error for an input that cannot be opened: "cannot read file: <the system's reason>"
+/// (No such file or directory, Permission denied, Is a directory, ...), naming `path`.  The
+/// reason is found by asking the system about the path now (stat, then open).
+InputError unreadable_file(const std::string& path);
+
 }  // namespace icmlkit

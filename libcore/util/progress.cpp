@@ -37,6 +37,15 @@ void Progress::draw(std::size_t done) {
   std::fflush(stderr);
 }
 
+void Progress::clear() {
+  if (!enabled_) return;
+  std::lock_guard lock(mutex_);
+  if (finished_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  last_ = std::chrono::steady_clock::time_point();  // redraw at the next tick
+}
+
 void Progress::finish() {
   if (!enabled_) return;
   std::lock_guard lock(mutex_);

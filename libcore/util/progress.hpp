@@ -23,6 +23,9 @@ class Progress {
   void tick(std::size_t n = 1);
   /// Clears the bar (also done by the destructor).
   void finish();
+  /// Erases the bar's line so that other output (a log record on the same terminal) starts on a
+  /// clean line; the next tick draws it again.
+  void clear();
   /// Whether the bar draws anything (stderr is a TTY and not -q).
   bool enabled() const noexcept { return enabled_; }
 

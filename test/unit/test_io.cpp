@@ -4,7 +4,10 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
@@ -121,6 +124,53 @@ TEST_CASE("io: atomic writes never leave partial files or clobber good ones") {
   for (const auto& e : fs::directory_iterator(p.parent_path())) tmp += e.path().filename().string().find(".tmp.") != std::string::npos;
   CHECK(tmp == 0);
   CHECK_THROWS_AS(io::write_text("/nonexistent-dir/x.json", "x"), RuntimeError);
+}
+
+// Issue 26: streams (/dev/null, a FIFO) are written into, never replaced, and pass extension
+// checks; the device is still a character device afterwards and a FIFO receives the bytes.
+TEST_CASE("io: stream outputs are written into, not replaced, whatever their name") {
+  CHECK(io::is_stream_path("/dev/null"));
+  CHECK(io::is_stream_path("/dev/stdout"));
+  CHECK(io::is_stream_path("/dev/fd/1"));
+  CHECK_FALSE(io::is_stream_path("-"));
+  const auto p = scratch("plain.json", "stream");
+  io::write_text(p.string(), "x\n");
+  CHECK_FALSE(io::is_stream_path(p.string()));
+  CHECK_FALSE(io::is_stream_path((p.parent_path() / "absent.json").string()));
+  CHECK_NOTHROW(io::require_output_extension("/dev/null", "-o", {".h5"}, "the model is HDF5"));
+  CHECK_NOTHROW(io::require_output_extension("OUT.JSON", "-o", {".json"}, "the result is JSON"));
+  CHECK_THROWS_WITH_AS(io::require_output_extension("out.txt", "-o", {".h5", ".hdf5"}, "the index is HDF5"),
+                       "the index is HDF5: give a path ending in .h5 or .hdf5", UsageError);
+  CHECK_THROWS_AS(io::require_output_extension("-", "-o", {".h5"}, "x"), UsageError);
+  CHECK_NOTHROW(io::require_output_extension("-", "-o", {".json"}, "x", true));
+  io::write_text("/dev/null", "discarded\n");
+  struct stat st {};
+  REQUIRE(::stat("/dev/null", &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+  const auto fifo = p.parent_path() / "pipe";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(io::is_stream_path(fifo.string()));
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(fifo);
+    std::getline(in, got);
+  });
+  io::write_text(fifo.string(), "through the pipe\n");
+  reader.join();
+  CHECK(got == "through the pipe");
+  CHECK(fs::is_fifo(fifo));
+  // Several outputs may name /dev/null.
+  CHECK_NOTHROW(io::check_distinct_outputs({{"-o", "/dev/null"}, {"--log", "/dev/null"}}, {}));
+}
+
+// Issue 26: an unreadable input says the system's reason.
+TEST_CASE("io: unreadable inputs name the system's reason") {
+  const auto d = scratch("adir", "reason");
+  fs::create_directories(d);
+  CHECK(std::string(unreadable_file((d.parent_path() / "absent.csv").string()).what()) == "cannot read file: No such file or directory");
+  CHECK(std::string(unreadable_file(d.string()).what()) == "cannot read file: Is a directory");
+  CHECK_THROWS_WITH_AS(io::Table::read((d.parent_path() / "absent.csv").string()), doctest::Contains("No such file or directory"),
+                       InputError);
 }
 
 // Truth: the file system itself (a directory made here, one that is not, one made read-only).

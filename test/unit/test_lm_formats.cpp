@@ -181,7 +181,15 @@ TEST_CASE("formats: f16 GGUF and bf16/f16 safetensors load as the rounded weight
   CHECK(g.stored == io::h5::FloatStorage::f16);
   CHECK(same(g.layers[0].w_up.data, want.layers[0].w_up.data));
   CHECK(same(g.token_embd.data, want.token_embd.data));
-  CHECK_THROWS_AS(gguf::save_model((dir / "x.gguf").string(), m, io::h5::FloatStorage::bf16, prov()), UsageError);
+  // BF16 GGUF (ggml type 30): loads as the bf16-rounded weights, and is stored as bf16.
+  gguf::save_model((dir / "b.gguf").string(), m, io::h5::FloatStorage::bf16, prov());
+  Model want_b = m;
+  round_weights(want_b, io::h5::FloatStorage::bf16);
+  const Model gb = gguf::load_model((dir / "b.gguf").string());
+  CHECK(gb.stored == io::h5::FloatStorage::bf16);
+  CHECK(same(gb.layers[1].w_down.data, want_b.layers[1].w_down.data));
+  CHECK(same(gb.token_embd.data, want_b.token_embd.data));
+  CHECK(fs::file_size(dir / "b.gguf") == fs::file_size(dir / "h.gguf"));
   safetensors::save_model((dir / "hf").string(), m, io::h5::FloatStorage::bf16, prov());
   Model wb = m;
   round_weights(wb, io::h5::FloatStorage::bf16);
@@ -191,6 +199,52 @@ TEST_CASE("formats: f16 GGUF and bf16/f16 safetensors load as the rounded weight
   // interleaved -> HF permutes q back to rotate-half.
   CHECK(same(s.layers[0].wq.data, gguf::permute_rope_rows(wb.layers[0].wq, 4, true).data));
   CHECK(same(s.layers[1].w_gate.data, wb.layers[1].w_gate.data));
+}
+
+// Issue 26: narrowing to f16 turned weights beyond 65504 into inf and tiny ones into 0 without a
+// word.  Every writer now refuses the overflow before writing (naming the tensor) and counts the
+// underflow; bf16 holds both.
+TEST_CASE("formats: narrowing refuses weights beyond the storage's range and counts those lost to 0") {
+  Model m = test_model(RopeStyle::half, false);
+  CHECK(narrowing_report(m, io::h5::FloatStorage::f16).overflow_tensor.empty());
+  CHECK(narrowing_report(m, io::h5::FloatStorage::f16).underflow_count == 0);
+  m.layers[1].w_up.data[3] = 1.0e6f;
+  m.layers[0].wk.data[0] = 1.0e-9f;
+  m.layers[0].wk.data[1] = -2.0e-8f;
+  m.layers[0].wk.data[2] = 6.0e-8f;  // just above f16's smallest subnormal 2^-24: kept
+  m.layers[0].wk.data[4] = 65519.0f;  // rounds to 65504: kept
+  const NarrowingReport r = narrowing_report(m, io::h5::FloatStorage::f16);
+  CHECK(r.overflow_tensor == "blk.1.ffn_up.weight");
+  CHECK(r.overflow_value == 1.0e6f);
+  CHECK(r.underflow_tensor == "blk.0.attn_k.weight");
+  CHECK(r.underflow_count == 2);
+  const NarrowingReport rb = narrowing_report(m, io::h5::FloatStorage::bf16);
+  CHECK(rb.overflow_tensor.empty());
+  CHECK(rb.underflow_count == 0);
+  CHECK(narrowing_report(m, io::h5::FloatStorage::f32).underflow_count == 0);
+  const fs::path dir = scratch("narrow");
+  fs::create_directories(dir);
+  CHECK_THROWS_WITH_AS(gguf::save_model((dir / "m.gguf").string(), m, io::h5::FloatStorage::f16, prov()),
+                       doctest::Contains("weight 1e+06 in blk.1.ffn_up.weight is beyond f16's range"), UsageError);
+  CHECK_THROWS_AS(save_checkpoint((dir / "m.h5").string(), m, io::h5::FloatStorage::f16, prov()), UsageError);
+  CHECK_THROWS_AS(safetensors::save_model((dir / "hf").string(), m, io::h5::FloatStorage::f16, prov()), UsageError);
+  CHECK_FALSE(fs::exists(dir / "m.gguf"));
+  CHECK_FALSE(fs::exists(dir / "m.h5"));
+  CHECK_FALSE(fs::exists(dir / "hf"));
+  m.layers[1].w_up.data[3] = 1.0f;
+  CHECK_NOTHROW(gguf::save_model((dir / "m.gguf").string(), m, io::h5::FloatStorage::f16, prov()));  // warns only
+  CHECK(gguf::load_model((dir / "m.gguf").string()).layers[0].wk.data[0] == 0.0f);
+}
+
+// Output paths: extensions in any case; other model formats' file names are refused.
+TEST_CASE("formats: output_format reads extensions in any case and refuses single-file HF names") {
+  CHECK(output_format("a.H5") == ModelFormat::native_h5);
+  CHECK(output_format("a.HDF5") == ModelFormat::native_h5);
+  CHECK(output_format("x/OUT.GGUF") == ModelFormat::gguf);
+  CHECK(output_format("hf_dir/") == ModelFormat::hf_safetensors);
+  CHECK(output_format("hf.v2") == ModelFormat::hf_safetensors);
+  CHECK_THROWS_WITH_AS(output_format("model.safetensors"), doctest::Contains("model/"), UsageError);
+  CHECK_THROWS_AS(output_format("pytorch_model.BIN"), UsageError);
 }
 
 TEST_CASE("formats: safetensors -> HDF5 keeps tensors and logits bitwise, single and sharded") {

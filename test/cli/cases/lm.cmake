@@ -21,12 +21,12 @@ cli_case(lm/generate-sampling-seeded
   -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt x --temperature 1 --top-k 50 --seed 3 -n 15 --ignore-eos -o a.jsonl -q >/dev/null && ${LMGEN} m.h5 --prompt x --temperature 1 --top-k 50 --seed 3 -n 15 --ignore-eos -o b.jsonl -q >/dev/null && ${LMGEN} m.h5 --prompt x --temperature 1 --top-k 50 --seed 4 -n 15 --ignore-eos -o c.jsonl -q >/dev/null && cmp <(jq -c .id a.jsonl) <(jq -c .id b.jsonl) && ! cmp -s <(jq -c .id a.jsonl) <(jq -c .id c.jsonl)")
 cli_case(lm/generate-prompt-ids-stdin-and-ctx-limit
   --rc 0
-  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt-ids 1,5,9 -n 100 --ignore-eos -o r.jsonl -q > /dev/null && test $(jq -s '.[-1].summary.generated_tokens' r.jsonl) -eq 61 && test $(jq -rs '.[-1].summary.stop_reason' r.jsonl) = n_ctx && echo 'Let there be light' | ${LMGEN} m.h5 -n 3 -q > s.txt && test -s s.txt")
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt-ids 1,5,9 -n 100 --ignore-eos -o r.jsonl > /dev/null 2> err.txt && grep -q 'stopped at the context limit n_ctx = 64 after 61 of the 100 tokens asked' err.txt && test $(jq -s '.[-1].summary.generated_tokens' r.jsonl) -eq 61 && test $(jq -rs '.[-1].summary.stop_reason' r.jsonl) = n_ctx && echo 'Let there be light' | ${LMGEN} m.h5 -n 3 -q > s.txt && test -s s.txt")
 
 # ---- bad input ----------------------------------------------------------------------------------
-cli_case(lm/generate-missing-model --rc 1 --stderr "cannot read file" -- ${LMGEN} nope.h5 --prompt x)
+cli_case(lm/generate-missing-model --rc 1 --stderr "cannot read file: No such file or directory" -- ${LMGEN} nope.h5 --prompt x)
 cli_case(lm/generate-not-a-model --rc 1 --stderr "unrecognised model file" -- ${LMGEN} ${FX}/genesis.txt --prompt x)
-cli_case(lm/generate-prompt-too-long --rc 1 --stderr "longer than n_ctx = 64" --tool lm-generate --no-file r.jsonl
+cli_case(lm/generate-prompt-too-long --rc 1 --stderr "no room to generate in the context of n_ctx = 64: keep its first tokens with --prompt-tokens N" --tool lm-generate --no-file r.jsonl
   -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --prompt-file ${FX}/genesis.txt -o r.jsonl")
 cli_case(lm/generate-invalid-utf8 --rc 1 --stderr "not valid UTF-8 \\(bad.txt\\)" --tool lm-generate
   -- bash -c "${MKMODEL} && printf 'ab\\xc3\\x28' > bad.txt && ${LMGEN} m.h5 --prompt-file bad.txt")
@@ -69,10 +69,23 @@ cli_case(lm-convert/gguf-f16-size
   --rc 0
   -- bash -c "${LMINIT} --preset tiny -o m.h5 -q && ${LMCONV} m.h5 -o a.gguf --dtype f16 -q && ${LMCONV} m.h5 -o b.gguf -q && test $(stat -c %s a.gguf) -lt $(stat -c %s b.gguf)")
 cli_case(lm-convert/not-a-model --rc 1 --stderr "unrecognised model file" --no-file out.h5 -- ${LMCONV} ${FX}/genesis.txt -o out.h5)
-cli_case(lm-convert/missing-input --rc 1 --stderr "cannot read file" --no-file out.h5 -- ${LMCONV} nope.gguf -o out.h5)
+cli_case(lm-convert/missing-input --rc 1 --stderr "cannot read file: No such file or directory" --no-file out.h5 -- ${LMCONV} nope.gguf -o out.h5)
 cli_case(lm-convert/truncated-gguf --rc 1 --stderr "runs past the end|truncated" --tool lm-convert --no-file out.h5
   -- bash -c "${LMINIT} --preset tiny -o m.h5 -q && ${LMCONV} m.h5 -o m.gguf -q && head -c 5000 m.gguf > cut.gguf && ${LMCONV} cut.gguf -o out.h5")
-cli_case(lm-convert/gguf-bf16-refused --rc 2 --stderr "GGUF export writes f32 or f16" --no-file m.gguf -- ${LMCONV} x.h5 -o m.gguf --dtype bf16)
+# Issue 26: narrowing to f16 refuses a weight beyond its range (the fixture's 1e6) before writing,
+# naming the tensor; the default keeps a bf16 input bf16, also in GGUF (ggml type 30), which
+# reads back and runs.  Before the fix: exit 0 and a file of inf weights every tool refused.
+set(HFX ${FX}/hf_bf16_extreme)
+cli_case(lm-convert/f16-overflow-refused-gguf --rc 2 --stderr "weight 999424 in blk.0.ffn_up.weight is beyond f16's range.*--dtype bf16 or f32"
+  --no-file m.gguf -- ${LMCONV} ${HFX} -o m.gguf --dtype f16)
+cli_case(lm-convert/f16-overflow-refused-h5 --rc 2 --stderr "beyond f16's range" --no-file m.h5 -- ${LMCONV} ${HFX} -o m.h5 --dtype f16)
+cli_case(lm-convert/bf16-gguf-by-default --rc 0 --tool lm-convert
+  -- bash -c "${LMCONV} ${HFX} -o m.gguf 2> err.txt && grep -q '(gguf, bf16)' err.txt && ${LMCONV} m.gguf -o back.h5 -q && ${LMCONV} ${HFX} -o f32.gguf --dtype f32 -q && test $(stat -c %s m.gguf) -lt $(stat -c %s f32.gguf) && ${LMCONV} back.h5 -o again.h5 -q")
+# Output extensions in any case; a .safetensors file name is refused with the directory form.
+cli_case(lm-convert/safetensors-file-refused --rc 2 --stderr "written as a directory.*model/" --no-file model.safetensors
+  -- ${LMCONV} ${HFX} -o model.safetensors)
+cli_case(lm-convert/extensions-any-case --rc 0 --tool lm-convert
+  -- bash -c "${LMCONV} ${HFX} -o OUT.GGUF -q && test \"$(head -c 4 OUT.GGUF)\" = GGUF && ${LMCONV} OUT.GGUF -o m.H5 -q && test -f m.H5 && ${LMCONV} m.H5 -o again.Hdf5 -q && test -f again.Hdf5")
 cli_case(lm-convert/hf-dir-without-config --rc 1 --stderr "no config.json" --tool lm-convert -- bash -c "mkdir d && ${LMCONV} d -o out.h5")
 
 # ---- newcomer findings -----------------------------------------------------------------------------
@@ -131,3 +144,20 @@ cli_case(lm/train-best-same-as-output --rc 2 --stderr "-o and --best name the sa
   -- $<TARGET_FILE:lm-train> ${FX}/genesis.txt --vocab-size 300 --steps 2 --batch 2 --seq-len 32 -o m.h5 --best ./m.h5)
 cli_case(lm/train-export-same-as-output --rc 2 --stderr "-o and --export name the same file" --no-file m.h5
   -- $<TARGET_FILE:lm-train> ${FX}/genesis.txt --vocab-size 400 --steps 2 --batch 2 --seq-len 32 -o m.h5 --export ./m.h5)
+# Issue 26: /dev/null takes a checkpoint and a log (and is still there afterwards).
+cli_case(lm/init-and-train-to-dev-null --rc 0 --tool lm-train
+  -- bash -c "${LMINIT} --preset tiny --vocab-size 400 -o /dev/null -q && $<TARGET_FILE:lm-train> ${FX}/genesis.txt --preset tiny --vocab-size 400 --steps 1 --batch 1 --seq-len 16 --threads 1 -o /dev/null --log /dev/null -q && test -c /dev/null")
+# llama.cpp habits (issue 26): -m, -p, -t, --temp and --n-predict mean what they mean there, and a
+# misspelt flag gets a suggestion.
+cli_case(lm/generate-llama-cpp-flags --rc 0 --tool lm-generate
+  -- bash -c "${MKMODEL} && ${LMGEN} -m m.h5 -p 'And God said' --n-predict 4 -t 1 --temp 0 --ignore-eos -o r.jsonl -q > a.txt && ${LMGEN} m.h5 --prompt 'And God said' -n 4 --threads 1 --ignore-eos -q > b.txt && cmp a.txt b.txt && test $(jq -s '.[-1].summary.generated_tokens' r.jsonl) -eq 4")
+cli_case(lm/generate-misspelt-flag --rc 2 --stderr "unexpected arguments: --promt x.*did you mean --prompt for --promt" --tool lm-generate
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 --promt x")
+# A Hugging Face folder gets tokenizer_config.json and generation_config.json (issue 26), and one
+# without tokenizer.model says so.
+cli_case(lm-convert/hf-folder-configs --rc 0 --file hf/tokenizer_config.json --file hf/generation_config.json
+  --file-jq hf/tokenizer_config.json ".tokenizer_class == \"LlamaTokenizer\" and .bos_token == \"<s>\" and .add_bos_token == true"
+  --file-jq hf/generation_config.json ".bos_token_id == 1 and .eos_token_id == 2"
+  -- bash -c "${MKMODEL} && ${LMCONV} m.h5 -o hf -q")
+cli_case(lm/eval-hf-without-tokenizer --rc 1 --stderr "the model has no tokenizer \\(.*hf_bf16_extreme/tokenizer.model missing\\)"
+  -- $<TARGET_FILE:lm-eval> ${FX}/hf_bf16_extreme ${FX}/genesis.txt)
