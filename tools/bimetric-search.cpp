@@ -124,7 +124,11 @@ int main(int argc, char** argv) {
         if (truth_source == "file" && !have_file_truth)
           throw UsageError("no /neighbors for these queries: --truth file needs an ann-benchmarks HDF5 file searched with its /test queries",
                            "--truth");
-        const bool file_truth = truth_source == "file" || (truth_source == "auto" && have_file_truth);
+        const bool enough = have_file_truth && data.file_neighbors[0].size() >= static_cast<std::size_t>(k);
+        if (truth_source == "auto" && have_file_truth && !enough)
+          log::info("the file's /neighbors holds {} ids per query, fewer than k = {}: recall against brute force (--truth exact)",
+                    data.file_neighbors[0].size(), k);
+        const bool file_truth = truth_source == "file" || (truth_source == "auto" && enough);
         std::vector<float> kth_true(nq);
         if (file_truth) {
           for (std::size_t qi = 0; qi < nq; ++qi) {

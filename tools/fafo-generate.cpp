@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file, device = "cpu",
       weights = "auto";
-  std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max";
+  std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max", kv_gqa_reduce = "sum";
   int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
   decode::DecodeConfig dc;
   bool ignore_eos = false, quiet_text = false, no_stream = false;
@@ -132,8 +132,13 @@ int main(int argc, char** argv) {
         app.add_option("--draft", dc.pld_draft, "Prompt lookup: tokens proposed; self-spec: most tokens drafted (default 8)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--skip-set", skip_file, "Self-spec: skip set (JSON written by --search-skip-set)");
         app.add_option("--draft-stop", dc.draft_stop, "Self-spec: stop drafting when the draft's top probability is below this")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-        app.add_option("--kv-policy", kv_policy, "FAFO: streaming | h2o | tova | snapkv")->capture_default_str()
-            ->check(CLI::IsMember({"streaming", "h2o", "tova", "snapkv"}));
+        app.add_option("--kv-policy", kv_policy,
+                       "FAFO: streaming | h2o | tova | snapkv, the last three also with OBCache's score: +obcV, +obcK, +obcVK "
+                       "(value, key, joint; p = 2 with the value norm), _no_cross, _p1 (e.g. h2o+obcVK)")
+            ->capture_default_str()
+            ->check(CLI::IsMember(kv::preset_names()));
+        app.add_option("--kv-gqa-reduce", kv_gqa_reduce, "OBCache scores: combine a KV group's query heads by sum or max")
+            ->capture_default_str()->check(CLI::IsMember({"sum", "max"}));
         app.add_option("--kv-budget", dc.kv.budget, "FAFO: cache slots the drafting rows see per layer and KV head")->capture_default_str()->check(cli::int_range(1, 1 << 24));
         app.add_option("--kv-sinks", dc.kv.sinks, "streaming: attention-sink slots kept (-1 = min(4, budget - 1))")->capture_default_str()->check(cli::int_range(-1, 1 << 24));
         app.add_option("--kv-recent", dc.kv.recent, "h2o: recent slots kept (-1 = budget/2)")->capture_default_str()->check(cli::int_range(-1, 1 << 24));
@@ -164,7 +169,9 @@ int main(int argc, char** argv) {
         dc.draft_max = dc.pld_draft;
         dc.stop_at_eos = !ignore_eos;
         dc.sampler.seed = ctx.common.seed;
-        dc.kv.policy = kv::parse_policy(kv_policy);
+        kv::apply_preset(kv_policy, dc.kv);
+        dc.kv.gqa_reduce = kv::parse_gqa_reduce(kv_gqa_reduce, "--kv-gqa-reduce");
+        const std::string kv_base = kv_policy.substr(0, kv_policy.find('+'));
         dc.kv.max_pool = kv_pool == "max";
         // A flag that the chosen method never reads is a mistake on the command line, not a no-op.
         struct FlagUse { const char* flag; std::vector<decode::Method> methods; };
@@ -173,7 +180,7 @@ int main(int argc, char** argv) {
             {"--window", {M::lookahead, M::fafo}}, {"--ngram", {M::lookahead, M::fafo}}, {"--guesses", {M::lookahead, M::fafo}},
             {"--pld-max-ngram", {M::prompt_lookup}}, {"--pld-min-ngram", {M::prompt_lookup}},
             {"--draft", {M::prompt_lookup, M::self_spec}}, {"--skip-set", {M::self_spec}}, {"--draft-stop", {M::self_spec}},
-            {"--kv-policy", {M::fafo}}, {"--kv-budget", {M::fafo}}, {"--kv-sinks", {M::fafo}}, {"--kv-recent", {M::fafo}},
+            {"--kv-policy", {M::fafo}}, {"--kv-gqa-reduce", {M::fafo}}, {"--kv-budget", {M::fafo}}, {"--kv-sinks", {M::fafo}}, {"--kv-recent", {M::fafo}},
             {"--kv-window", {M::fafo}}, {"--kv-kernel", {M::fafo}}, {"--kv-pool", {M::fafo}}};
         if (!searching)
           for (const FlagUse& u : uses)
@@ -184,7 +191,7 @@ int main(int argc, char** argv) {
             {"--kv-sinks", "streaming"}, {"--kv-recent", "h2o"}, {"--kv-window", "snapkv"}, {"--kv-kernel", "snapkv"}, {"--kv-pool", "snapkv"}};
         if (!searching && dc.method == decode::Method::fafo)
           for (const auto& [flag, policy] : policy_flags)
-            if (app->count(flag) > 0 && kv_policy != policy)
+            if (app->count(flag) > 0 && kv_base != policy)
               throw UsageError(fmt::format("{} is only used by --kv-policy {} (this run uses {})", flag, policy, kv_policy));
         for (const char* flag : {"--calibration", "--calibration-tokens", "--max-skips"})
           if (app->count(flag) > 0 && !searching) throw UsageError(fmt::format("{} is only used with --search-skip-set", flag));
@@ -278,8 +285,8 @@ int main(int argc, char** argv) {
         const auto before = engine->counters();
         decode::DecodeResult r = decode::generate(*engine, ids, dc, sink);
         if (r.context_full && !r.eos)
-          log::warn("stopped at the context limit n_ctx = {} after {} tokens (prompt {} tokens); a shorter prompt "
-                    "(--prompt-tokens N) leaves more room", c.n_ctx, r.tokens.size(), ids.size());
+          log::warn("stopped at the context limit n_ctx = {} after {} of the {} tokens asked (prompt {} tokens); a shorter "
+                    "prompt (--prompt-tokens N) leaves more room", c.n_ctx, r.tokens.size(), dc.max_new_tokens, ids.size());
         nlohmann::json summary = summarise(r);
         if (!before.empty()) summary["engine_counters"] = counters_since(before);
         // Attention CPU time is measured by the CPU engine only: elsewhere it is not 0 but absent.

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
       "native HDF5 checkpoint, GGUF (F32, F16, BF16, Q8_0 tensors; llama SentencePiece vocabulary), or\n"
       "a Hugging Face directory (config.json + model.safetensors or sharded with\n"
       "model.safetensors.index.json, tokenizer.model).  Output from the extension of -o: .h5 native,\n"
-      ".gguf GGUF v3 (f32, f16 or bf16), anything else a Hugging Face directory.  q/k rows are permuted\n"
+      ".gguf GGUF v3 (f32, f16 or bf16), a directory a Hugging Face folder (file names of other model\n"
+      "formats such as .safetensors or .bin are refused; /dev/null or a pipe takes the native file).  q/k rows are permuted\n"
       "between the rotate-half (Hugging Face) and interleaved (GGUF) RoPE layouts as needed, so the\n"
       "converted model computes the same function.  --dtype defaults to the input's storage (f32 for\n"
       "Q8_0 input).  A weight beyond the chosen storage's range (f16: 65504) is refused with exit 2,\n"
@@ -30,8 +31,8 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("input", input, "Model file or Hugging Face directory")->required();
-        app.add_option("-o,--output", output, "Output: *.h5 (native), *.gguf, anything else = a Hugging Face directory")->required();
-        app.add_option("--dtype", dtype, "Storage of matrices: f32, f16 or bf16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+        app.add_option("-o,--output", output, "Output: *.h5 (native), *.gguf, or a directory (Hugging Face); a stream such as /dev/null takes .h5")->required();
+        app.add_option("--dtype", dtype, "Storage of matrices: f32, f16 or bf16")->transform(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case));
       },
       [&](cli::Context& ctx) {
         if (output == "-") throw UsageError("a model cannot go to stdout: give *.h5, *.gguf or a directory", "-o");

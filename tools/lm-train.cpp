@@ -216,6 +216,7 @@ int main(int argc, char** argv) {
         // The log is opened at its first line, so a run that fails while reading its inputs
         // leaves an existing log untouched.
         io::require_output_extension(log_path, "--log", {".jsonl"}, "the log is JSON Lines", true);
+        if (io::descriptor_path(log_path) == 1) log_path = "-";  // std::cout itself, never a second handle on the file
         io::check_output_dir(log_path);
         std::unique_ptr<std::ofstream> log_file;
         Progress* active_bar = nullptr;  // cleared before a record goes to stdout (same terminal)

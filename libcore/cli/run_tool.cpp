@@ -107,7 +107,7 @@ std::string suggest_options(const CLI::App& app, int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i) {
     std::string word = argv[i];
-    if (word.size() < 2 || word[0] != '-' || word == "--") continue;
+    if (word.size() < 3 || word[0] != '-' || word == "--") continue;  // no guesses for one-letter flags
     word = word.substr(0, word.find('='));
     if (std::find(names.begin(), names.end(), word) != names.end()) continue;
     std::string best;
@@ -275,9 +275,9 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
       const std::string o = out->as<std::string>();
       io::check_output_dir(o);
       // -o naming an existing file that another argument gives (an input, as a rule) would replace
-      // it; a stream (/dev/null) may take several outputs.
+      // it; /dev/null may take several outputs.
       for (const CLI::Option* opt : app.get_options()) {
-        if (opt == out || io::is_stream_path(o)) continue;
+        if (opt == out || io::is_dev_null(o)) continue;
         for (const std::string& v : opt->results()) {
           std::error_code ec;
           if (!v.empty() && v != "-" && std::filesystem::exists(v, ec) && io::same_file_path(v, o))

@@ -175,7 +175,7 @@ class Decoder {
     if (comp_) {
       std::vector<int> slots(n);
       for (int i = 0; i < n; ++i) slots[i] = i;
-      comp_->commit(fr.attention, slots, true);
+      comp_->commit(fr.attention, slots, true, engine_.host_cache());
     }
     n_past_ = n;
     res_.prefill_s = since(t0);
@@ -367,7 +367,7 @@ class Decoder {
     if (comp_) {
       std::vector<int> slot(b.size(), -1);
       for (std::size_t i = 0; i < commit_rows.size(); ++i) slot[commit_rows[i]] = n_past_ + static_cast<int>(i);
-      comp_->commit(fr.attention, slot, false);
+      comp_->commit(fr.attention, slot, false, engine_.host_cache());
     }
     n_past_ += static_cast<int>(commit_rows.size());
 

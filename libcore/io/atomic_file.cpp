@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <fstream>
@@ -89,6 +90,23 @@ fs::path containing_dir(fs::path path) {
 }
 }  // namespace
 
+int descriptor_path(const std::string& path) noexcept {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const std::size_t n = std::strlen(prefix);
+    if (path.size() > n && path.compare(0, n, prefix) == 0 && path.find_first_not_of("0123456789", n) == std::string::npos &&
+        path.size() - n < 6)
+      return std::atoi(path.c_str() + n);
+  }
+  return -1;
+}
+
+bool is_dev_null(const std::string& path) noexcept {
+  std::error_code ec;
+  return path == "/dev/null" || fs::weakly_canonical(path, ec) == fs::path("/dev/null");
+}
+
 bool is_stream_path(const std::string& path) {
   if (is_stdout(path)) return false;
   if (path == "/dev/stdout" || path == "/dev/stderr" || path.rfind("/dev/fd/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0)
@@ -135,7 +153,7 @@ bool same_file_path(const std::string& a, const std::string& b) {
 void check_distinct_outputs(const std::vector<NamedOutput>& outputs, const std::vector<std::string>& inputs) {
   std::vector<const NamedOutput*> seen;
   for (const NamedOutput& o : outputs) {
-    if (is_stdout(o.path) || is_stream_path(o.path)) continue;  // /dev/null may take several outputs
+    if (is_stdout(o.path) || is_dev_null(o.path)) continue;  // /dev/null may take several outputs
     for (const NamedOutput* other : seen)
       if (same_file_path(other->path, o.path))
         throw UsageError(fmt::format("{} and {} name the same file; give each output its own path", other->flag, o.flag), o.path);
@@ -171,7 +189,25 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::commit() {
   std::error_code ec;
   if (!fs::exists(temp_, ec)) throw RuntimeError("nothing was written", target_.string());
-  if (stream_) {
+  if (stream_ && descriptor_path(target_.string()) >= 0) {
+    const int fd = descriptor_path(target_.string());
+    if (fd == 1) std::cout.flush();
+    std::ifstream in(temp_, std::ios::binary);
+    std::vector<char> buf(1 << 16);
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      const char* p = buf.data();
+      std::streamsize left = in.gcount();
+      while (left > 0) {
+        const ssize_t w = ::write(fd, p, static_cast<std::size_t>(left));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) throw RuntimeError(std::string("cannot write output: ") + std::strerror(errno), target_.string());
+        p += w;
+        left -= w;
+      }
+    }
+    fs::remove(temp_, ec);
+  } else if (stream_) {
     std::ifstream in(temp_, std::ios::binary);
     std::ofstream out(target_, std::ios::binary);
     if (!in || !out) throw RuntimeError(std::string("cannot write output: ") + std::strerror(errno), target_.string());

@@ -44,6 +44,15 @@ class AtomicFile {
 /// default) and are written in one piece after the run succeeds.
 bool is_stream_path(const std::string& path);
 
+/// The file descriptor a path names directly (/dev/stdout, /dev/fd/1, /proc/self/fd/1 -> 1;
+/// /dev/stderr -> 2; /dev/fd/N -> N), or -1.  Such an output is written through that descriptor
+/// (after flushing std::cout for 1), never reopened: reopening would truncate the file a shell
+/// redirected it to and write from its start.
+int descriptor_path(const std::string& path) noexcept;
+
+/// Whether `path` is /dev/null (which several outputs may name at once).
+bool is_dev_null(const std::string& path) noexcept;
+
 /// Checks an output path's extension, in any case, against `extensions` (".json", ...): throws
 /// UsageError "<what>: give a path ending in <ext>[ or <ext>...]" naming `flag` and the path.
 /// Stdout ("-" or empty) passes when `allow_stdout`; stream paths always pass.

@@ -65,7 +65,7 @@ std::string read_file(const std::string& path) {
     return s;
   }
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw InputError("is a directory, not a file", path);
+  if (std::filesystem::is_directory(path, ec)) throw unreadable_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw unreadable_file(path);
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -232,7 +232,9 @@ Table Table::parse_csv(const std::string& text, const std::string& label, const 
         else throw InputError(fmt::format("column {} has an empty name", c + 1), fmt::format("{}, line {}", label, record_lines[0]));
       }
       if (!seen.insert(names[c]).second)
-        throw InputError(fmt::format("duplicate column name '{}'", names[c]), fmt::format("{}, line {}", label, record_lines[0]));
+        throw InputError(fmt::format("duplicate column name '{}' (if the first line is data, not column names, give --no-header)",
+                                     names[c]),
+                         fmt::format("{}, line {}", label, record_lines[0]));
     }
   } else {
     for (std::size_t c = 0; c < records[0].size(); ++c) names.push_back(fmt::format("c{}", c + 1));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "util/error.hpp"
 
@@ -13,6 +14,40 @@ Policy parse_policy(const std::string& name, const std::string& flag) {
   if (name == "tova") return Policy::tova;
   if (name == "snapkv") return Policy::snapkv;
   throw UsageError("unknown KV policy '" + name + "' (streaming, h2o, tova, snapkv)", flag);
+}
+
+void apply_preset(const std::string& name, PolicyConfig& cfg, const std::string& flag) {
+  const auto plus = name.find('+');
+  cfg.policy = parse_policy(name.substr(0, plus), flag);
+  cfg.obc = false;
+  cfg.score = ObcScore::attention();
+  if (plus == std::string::npos) return;
+  std::string rest = name.substr(plus + 1);
+  auto strip = [&rest](const std::string& suffix) {
+    if (rest.size() > suffix.size() && rest.compare(rest.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      rest.resize(rest.size() - suffix.size());
+      return true;
+    }
+    return false;
+  };
+  const bool p1 = strip("_p1");
+  const bool no_cross = strip("_no_cross");
+  if (cfg.policy == Policy::streaming || (rest != "obcV" && rest != "obcK" && rest != "obcVK") || (no_cross && rest != "obcVK"))
+    throw UsageError("unknown KV policy '" + name + "' (streaming, or h2o, tova, snapkv with +obcV, +obcK, +obcVK[_no_cross][_p1])", flag);
+  cfg.score = rest == "obcV" ? ObcScore::value_only() : rest == "obcK" ? ObcScore::key_only() : ObcScore::joint();
+  if (no_cross) cfg.score.cross = false;
+  if (p1) cfg.score.p = 1;
+  cfg.obc = true;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names{"streaming"};
+  for (const char* base : {"h2o", "tova", "snapkv"}) {
+    names.emplace_back(base);
+    for (const char* s : {"+obcV", "+obcK", "+obcVK", "+obcVK_no_cross", "+obcV_p1", "+obcK_p1", "+obcVK_p1"})
+      names.push_back(std::string(base) + s);
+  }
+  return names;
 }
 
 const char* policy_name(Policy p) noexcept {
@@ -61,8 +96,22 @@ std::vector<int> Compressor::prefill_rows(int n) const {
   return rows;
 }
 
+namespace {
+/// The batch row of the records committed to the highest slot, and that slot ({-1, -1}: none).
+std::pair<int, int> newest_committed(const std::vector<lm::AttentionRecord>& records, const std::vector<int>& row_slot) {
+  int newest = -1, newest_row = -1;
+  for (const auto& rec : records)
+    if (rec.row < static_cast<int>(row_slot.size()) && row_slot[rec.row] > newest) {
+      newest = row_slot[rec.row];
+      newest_row = rec.row;
+    }
+  return {newest_row, newest};
+}
+}  // namespace
+
 void Compressor::commit(const std::vector<lm::AttentionRecord>& records, const std::vector<int>& row_slot,
-                        bool prefill) {
+                        bool prefill, const lm::KvCache* cache) {
+  if (cfg_.obc && !cache) throw InputError("an OBCache score needs the committed values (the cache)");
   int next = n_;
   std::vector<int> slots;
   for (int s : row_slot)
@@ -83,7 +132,8 @@ void Compressor::commit(const std::vector<lm::AttentionRecord>& records, const s
     return;
   }
   if (cfg_.policy == Policy::snapkv && !prefill) return;  // decode slots are all kept
-  accumulate(records, row_slot);
+  if (cfg_.obc) accumulate_obc(records, row_slot, *cache);
+  else accumulate(records, row_slot);
   if (snap_prompt) snap_select();
   else evict();
 }
@@ -95,12 +145,7 @@ void Compressor::accumulate(const std::vector<lm::AttentionRecord>& records, con
     return r < static_cast<int>(row_slot.size()) ? row_slot[r] : -1;
   };
   if (cfg_.policy == Policy::tova) {
-    int newest = -1, newest_row = -1;
-    for (const auto& rec : records)
-      if (rec.row < static_cast<int>(row_slot.size()) && row_slot[rec.row] > newest) {
-        newest = row_slot[rec.row];
-        newest_row = rec.row;
-      }
+    const auto [newest_row, newest] = newest_committed(records, row_slot);
     if (newest_row < 0) return;
     for (auto& v : last_) v.assign(n_, 0.0);
     const double inv = 1.0 / n_heads_;
@@ -123,6 +168,33 @@ void Compressor::accumulate(const std::vector<lm::AttentionRecord>& records, con
       if (s >= 0 && s < n_) sc[s] += rec.probs[j];
     }
   }
+}
+
+void Compressor::accumulate_obc(const std::vector<lm::AttentionRecord>& records, const std::vector<int>& row_slot,
+                                const lm::KvCache& cache) {
+  if (cache.n_layers() != n_layers_ || cache.n_kv_heads() != n_kv_) throw InputError("the cache does not match the compressor's model");
+  if (cfg_.policy == Policy::tova) {
+    // TOVA: the newest committed row's scores only, averaged over the layer's KV heads.
+    const auto [newest_row, newest] = newest_committed(records, row_slot);
+    if (newest_row < 0) return;
+    std::vector<lm::AttentionRecord> mine;
+    for (const auto& rec : records)
+      if (rec.row == newest_row) mine.push_back(rec);
+    const auto sc = slot_scores(cfg_.score, cfg_.gqa_reduce, cache, n_heads_, mine, row_slot);
+    for (int l = 0; l < n_layers_; ++l) {
+      auto& v = last_[l];
+      v.assign(n_, 0.0);
+      for (int h = 0; h < n_kv_; ++h) {
+        const auto& s = sc[std::size_t(l) * n_kv_ + h];
+        for (int j = 0; j < n_ && j < static_cast<int>(s.size()); ++j) v[j] += s[j] / n_kv_;
+      }
+    }
+    last_row_slot_ = newest;
+    return;
+  }
+  const auto sc = slot_scores(cfg_.score, cfg_.gqa_reduce, cache, n_heads_, records, row_slot);
+  for (std::size_t lh = 0; lh < score_.size(); ++lh)
+    for (int j = 0; j < n_ && j < static_cast<int>(sc[lh].size()); ++j) score_[lh][j] += sc[lh][j];
 }
 
 void Compressor::evict() {

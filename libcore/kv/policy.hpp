@@ -15,6 +15,10 @@
 //     summed over them and over the group's query heads, pooled along the slots (max or average,
 //     odd kernel), keeps the top budget - window prompt slots plus the window; slots committed
 //     after the prompt are all kept (SnapKV compresses the prompt only).
+// Each of h2o, tova and snapkv also runs with OBCache's output-aware score in place of its
+// accumulated attention (kv/obc_score.hpp; presets "<policy>+obcV", "+obcK", "+obcVK", with
+// "_no_cross" and "_p1" suffixes), keeping the rest of the method (windows, pooling, recent
+// slots, accumulation), as the OBCache paper does.
 // Scores come from the full-cache attention of committed rows (prefill rows, and in decoding the
 // input row and accepted verification rows), recorded by lm::forward (ForwardOptions::attn_rows).
 #pragma once
@@ -23,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/obc_score.hpp"
 #include "lm/config.hpp"
 #include "lm/forward.hpp"
 #include "lm/kv_cache.hpp"
@@ -37,6 +42,15 @@ Policy parse_policy(const std::string& name, const std::string& flag = "--kv-pol
 /// The policy's name as parse_policy() reads it.
 const char* policy_name(Policy p) noexcept;
 
+/// The policy and score of a preset name: "streaming", "h2o", "tova", "snapkv", or one of the last
+/// three with "+obcV", "+obcK" or "+obcVK" (OBCache's value, key or joint score, p = 2 with the
+/// value norm) and optionally "_no_cross" (joint without the cross term) and "_p1" (p = 1), e.g.
+/// "snapkv+obcVK".  Sets `config.policy`, `.score` and `.obc`; throws UsageError naming `flag`.
+struct PolicyConfig;
+void apply_preset(const std::string& name, PolicyConfig& config, const std::string& flag = "--kv-policy");
+/// The names apply_preset reads (for help texts and errors).
+std::vector<std::string> preset_names();
+
 /// Compressor settings.
 struct PolicyConfig {
   Policy policy = Policy::streaming;
@@ -46,6 +60,11 @@ struct PolicyConfig {
   int window = 32;        ///< snapkv: observation window (last prompt queries), kept as well
   int kernel = 7;         ///< snapkv: pooling kernel (odd, >= 1)
   bool max_pool = true;   ///< snapkv: max pooling (else average)
+  /// The score that ranks slots: accumulated attention (the policies' own), or an OBCache
+  /// score (`obc` true: needs the committed values, Compressor::commit's cache).
+  ObcScore score = ObcScore::attention();
+  bool obc = false;
+  GqaReduce gqa_reduce = GqaReduce::sum;  ///< OBCache scores: query heads of a KV group combine so
   /// Throws UsageError for a budget < 1, sinks >= budget, recent >= budget, window >= budget
   /// or an even / non-positive kernel.
   void validate() const;
@@ -69,8 +88,10 @@ class Compressor {
   /// (lm::forward with attn_rows; records of uncommitted rows are ignored).  Slots must be
   /// committed in increasing order, continuing from the last call.  `prefill` marks the prompt
   /// (snapkv selects then).  Throws InputError when slots do not continue the cache.
+  /// With an OBCache score, `cache` must be the cache the slots were committed to (its values
+  /// enter the score; InputError when null).
   void commit(const std::vector<lm::AttentionRecord>& records, const std::vector<int>& row_slot,
-              bool prefill);
+              bool prefill, const lm::KvCache* cache = nullptr);
 
   /// The current keep sets as a per-head view (every list sorted, at most the budget except
   /// snapkv after the prompt).
@@ -82,6 +103,7 @@ class Compressor {
 
  private:
   void accumulate(const std::vector<lm::AttentionRecord>& records, const std::vector<int>& row_slot);
+  void accumulate_obc(const std::vector<lm::AttentionRecord>& records, const std::vector<int>& row_slot, const lm::KvCache& cache);
   void evict();
   void snap_select();
 

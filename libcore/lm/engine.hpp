@@ -56,6 +56,9 @@ class Engine {
   /// {"weights": "f32" | "f16" | "bf16", "batch_invariant": bool, "invariant_rows": int,
   /// "cuda_graphs": bool}.  An empty object by default.
   virtual nlohmann::json settings() const;
+  /// The committed cache in host memory when the engine keeps one there (the CPU engine), for
+  /// compressors that read values (kv::Compressor with an OBCache score); null otherwise.
+  virtual const KvCache* host_cache() const noexcept { return nullptr; }
 };
 
 /// The CPU engine: lm::forward on a KvCache; outputs bitwise those of lm::forward.
@@ -76,6 +79,7 @@ class CpuEngine final : public Engine {
   nlohmann::json settings() const override;
   /// The underlying cache (per-head access for compressors and tests).
   KvCache& cache() noexcept { return cache_; }
+  const KvCache* host_cache() const noexcept override { return &cache_; }
 
  private:
   const Model& model_;
@@ -98,6 +102,7 @@ class EngineWrapper : public Engine {
   int size() const override { return inner_.size(); }
   std::vector<std::pair<std::string, long long>> counters() const override { return inner_.counters(); }
   nlohmann::json settings() const override;
+  const KvCache* host_cache() const noexcept override { return inner_.host_cache(); }
 
  protected:
   Engine& inner_;

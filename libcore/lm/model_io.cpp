@@ -9,6 +9,7 @@
 #include <fstream>
 #include <vector>
 
+#include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
 #include "lm/gguf.hpp"
 #include "lm/safetensors.hpp"
@@ -89,6 +90,7 @@ Tokenizer model_tokenizer(const Model& model, const std::string& path) {
 }
 
 ModelFormat output_format(const std::string& path) {
+  if (io::is_stream_path(path)) return ModelFormat::native_h5;  // /dev/null, a pipe: one file, the native one
   std::string ext = fs::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   if (ext == ".h5" || ext == ".hdf5") return ModelFormat::native_h5;

@@ -37,7 +37,7 @@ std::string tokenizer_location(const std::string& path);
 Tokenizer model_tokenizer(const Model& model, const std::string& path);
 
 /// Output format from a path's extension, in any case: *.h5 / *.hdf5 -> native, *.gguf -> gguf,
-/// anything else (a directory) -> hf.  Throws UsageError for a file extension of another model
+/// anything else (a directory) -> hf; a stream (/dev/null, a pipe) -> native.  Throws UsageError for a file extension of another model
 /// format (.safetensors, .bin, .pt, .pth, .json, .onnx), suggesting the directory form.
 ModelFormat output_format(const std::string& path);
 

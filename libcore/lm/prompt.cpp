@@ -1,5 +1,7 @@
 #include "lm/prompt.hpp"
 
+#include "lm/model_io.hpp"
+
 #include <cctype>
 #include <limits>
 #include <sstream>
@@ -71,7 +73,7 @@ std::vector<int> parse_token_ids(const std::string& text, const std::string& whe
 
 std::vector<int> encode_prompt(const Tokenizer* tok, const ModelConfig& c, const std::string& text,
                                const std::string& where, const std::string& model_path) {
-  if (!tok) throw InputError("the model has no tokenizer (/tokenizer/model): use --prompt-ids", model_path);
+  if (!tok) throw InputError("the model has no tokenizer (" + tokenizer_location(model_path) + " missing): use --prompt-ids", model_path);
   std::vector<int> ids = tok->encode(text, where);
   if (c.add_bos) ids.insert(ids.begin(), c.bos_id);
   if (ids.empty()) throw InputError("empty prompt", where);
@@ -94,7 +96,7 @@ std::vector<int> resolve_prompt(const CLI::App& app, const std::string& text, co
       if (id >= c.vocab_size)
         throw InputError(fmt::format("token id {} outside the vocabulary [0, {})", id, c.vocab_size), "--prompt-ids");
   } else {
-    if (!tok) throw InputError("the model has no tokenizer (/tokenizer/model): use --prompt-ids", model_path);
+    if (!tok) throw InputError("the model has no tokenizer (" + tokenizer_location(model_path) + " missing): use --prompt-ids", model_path);
     if (app.count("--prompt") > 0 && file.empty()) {
       ids = encode_prompt(tok, c, text, "--prompt", model_path);
     } else {

@@ -161,6 +161,11 @@ TEST_CASE("io: stream outputs are written into, not replaced, whatever their nam
   CHECK(fs::is_fifo(fifo));
   // Several outputs may name /dev/null.
   CHECK_NOTHROW(io::check_distinct_outputs({{"-o", "/dev/null"}, {"--log", "/dev/null"}}, {}));
+  CHECK_THROWS_AS(io::check_distinct_outputs({{"-o", "/dev/stdout"}, {"--log", "/dev/stdout"}}, {}), UsageError);
+  CHECK(io::descriptor_path("/dev/stdout") == 1);
+  CHECK(io::descriptor_path("/proc/self/fd/2") == 2);
+  CHECK(io::descriptor_path("/dev/fd/7") == 7);
+  CHECK(io::descriptor_path("/dev/null") == -1);
 }
 
 // Issue 26: an unreadable input says the system's reason.

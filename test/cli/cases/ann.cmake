@@ -155,7 +155,9 @@ cli_case(bimetric/ann-angular-index-too --rc 2 --stderr "contradicts" --no-file 
 cli_case(bimetric/truth-file-needs-neighbors --rc 2 --stderr "--truth file needs an ann-benchmarks HDF5 file"
   -- ${BSR} ${FX}/ann_small.csv --holdout 5 --proxy same --mode exact-D --truth file)
 cli_case(bimetric/truth-file-k-too-large --rc 2 --stderr "holds 10 ids per query, fewer than k = 20"
-  -- ${BSR} ${ANGULAR} --proxy same --mode exact-D -k 20 --summary-only)
+  -- ${BSR} ${ANGULAR} --proxy same --mode exact-D -k 20 --truth file --summary-only)
+cli_case(bimetric/truth-auto-k-too-large-falls-back --rc 0 --jq ".truth | test(\"exact\")" --jq ".results[0].recall_at_k == 1"
+  -- ${BSR} ${ANGULAR} --proxy same --mode exact-D -k 20 --summary-only -q)
 # Unreadable inputs say the system's reason (issue 26).
 cli_case(bimetric/directory-input-reason --rc 1 --stderr "cannot read file: Is a directory" --tool bimetric-index
   -- bash -c "mkdir v.fbin && exec ${BIX} v.fbin -o i.h5")

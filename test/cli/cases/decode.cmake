@@ -64,3 +64,9 @@ cli_case(fafo/demo-model-lossless --needs ${DEMO_MODEL}
 # An int flag given a value beyond int says the allowed range, like every other range error.
 cli_case(fafo/window-out-of-range --rc 2 --stderr "^fafo-generate: error: must be an integer in 1\\.\\.256, got 99999999999 \\(--window\\)$"
   -- ${FAFO} ${DEMO_MODEL} --prompt-ids 1,2 --window 99999999999)
+# OBCache's scores as FAFO drafting views (issue 27): lossless like every policy, and the record
+# says which preset ran.
+cli_case(fafo/demo-model-obcache-presets-lossless --needs ${DEMO_MODEL}
+  --rc 0 --file-jq all.json "([.[] | .identical_to_ar] | all) and (length == 3) and ([.[] | .kv_policy] == [\"h2o+obcVK\", \"snapkv+obcK\", \"tova+obcV_p1\"])"
+  -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy h2o+obcVK --kv-budget 16 -o a.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy snapkv+obcK --kv-budget 48 --kv-gqa-reduce max -o b.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy tova+obcV_p1 --kv-budget 16 -o c.jsonl && cat a.jsonl b.jsonl c.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
+cli_case(fafo/unknown-obcache-preset --rc 2 --stderr "kv-policy" -- ${FAFO} ${DEMO_MODEL} --prompt-ids 1,2 --method fafo --kv-policy h2o+obcX)

@@ -161,3 +161,11 @@ cli_case(lm-convert/hf-folder-configs --rc 0 --file hf/tokenizer_config.json --f
   -- bash -c "${MKMODEL} && ${LMCONV} m.h5 -o hf -q")
 cli_case(lm/eval-hf-without-tokenizer --rc 1 --stderr "the model has no tokenizer \\(.*hf_bf16_extreme/tokenizer.model missing\\)"
   -- $<TARGET_FILE:lm-eval> ${FX}/hf_bf16_extreme ${FX}/genesis.txt)
+# -o /dev/stdout with stdout redirected to a file: written through descriptor 1 after the text,
+# not by reopening (which truncated the file and overwrote the text, exit 0).
+cli_case(lm/generate-output-dev-stdout-redirected --rc 0 --tool lm-generate
+  -- bash -c "${MKMODEL} && ${LMGEN} m.h5 -p 'And God said' -n 4 --ignore-eos -o /dev/stdout -q > g.txt && test $(grep -c '\"summary\"' g.txt) -eq 1 && test $(grep -c '\"step\"' g.txt) -eq 4 && head -1 g.txt | grep -qv '^{'")
+cli_case(lm/train-two-outputs-on-dev-stdout-refused --rc 2 --stderr "-o names the file given to --log" --tool lm-train
+  -- bash -c "${MKMODEL} && $<TARGET_FILE:lm-train> ${FX}/genesis.txt --init m.h5 --steps 1 -o /dev/stdout --log /dev/stdout > x")
+cli_case(lm-convert/to-dev-null-writes-native --rc 0 --tool lm-convert
+  -- bash -c "${MKMODEL} && ${LMCONV} m.h5 -o /dev/null -q && ${LMCONV} m.h5 -o /dev/stdout -q > c.h5 && ${LMCONV} c.h5 -o back.gguf -q && test -c /dev/null")
