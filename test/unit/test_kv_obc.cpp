@@ -10,6 +10,7 @@
 
 #include "kv/obc_score.hpp"
 #include "kv/policy.hpp"
+#include "kv/prefill_evict.hpp"
 #include "lm/forward.hpp"
 #include "lm/model.hpp"
 #include "util/error.hpp"
@@ -241,4 +242,30 @@ TEST_CASE("kv obc: compressor presets, and the attention score reproduces the he
   CHECK_THROWS_AS(kv::apply_preset("h2o+obcV_no_cross", p), UsageError);
   CHECK_THROWS_AS(kv::apply_preset("h2o+obc", p), UsageError);
   CHECK(kv::preset_names().size() == 25);
+}
+
+// Prefill-only eviction (the paper's protocol): the recent slots are always kept, the budget is
+// exact, the rest are the top scores (max-pooled for snapkv), tova keeps no recent slots.
+TEST_CASE("kv obc: prefill keep sets hold the recent slots and the top scores, exactly the budget") {
+  const int n = 20, recent = 4;
+  std::vector<double> sc(n);
+  for (int j = 0; j < n; ++j) sc[j] = (j * 7) % 11;  // 0, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0, ...
+  const auto h2o = kv::parse_prefill_method("h2o+obcVK");
+  const auto k = kv::prefill_keep(h2o, sc, n, 8, recent);
+  CHECK(k == std::vector<std::int32_t>{3, 6, 9, 14, 16, 17, 18, 19});  // scores 10, 9, 8, 10 among slots < 16, then the 4 recent
+  const auto tova = kv::parse_prefill_method("tova");
+  const auto kt = kv::prefill_keep(tova, sc, n, 3, recent);
+  CHECK(kt == std::vector<std::int32_t>{3, 6, 14});  // slots 3 and 14 score 10; of the 9s, slot 6 before 17
+  const auto snap = kv::parse_prefill_method("snapkv");
+  const auto ks = kv::prefill_keep(snap, sc, n, 6, recent, 3);
+  CHECK(ks.size() == 6u);
+  CHECK(std::is_sorted(ks.begin(), ks.end()));
+  for (int s = n - recent; s < n; ++s) CHECK(std::binary_search(ks.begin(), ks.end(), s));
+  const auto stream = kv::parse_prefill_method("streaming");
+  CHECK(kv::prefill_keep(stream, sc, n, 7, recent) == std::vector<std::int32_t>{0, 1, 2, 3, 17, 18, 19});
+  CHECK(kv::prefill_keep(h2o, sc, n, 30, recent).size() == std::size_t(n));
+  CHECK_THROWS_AS(kv::prefill_keep(h2o, sc, n, 4, recent), UsageError);
+  CHECK(kv::score_rows(h2o, n, recent) == std::vector<int>{16, 17, 18, 19});
+  CHECK(kv::score_rows(tova, n, recent) == std::vector<int>{19});
+  CHECK(kv::score_rows(stream, n, recent).empty());
 }

@@ -70,3 +70,18 @@ cli_case(fafo/demo-model-obcache-presets-lossless --needs ${DEMO_MODEL}
   --rc 0 --file-jq all.json "([.[] | .identical_to_ar] | all) and (length == 3) and ([.[] | .kv_policy] == [\"h2o+obcVK\", \"snapkv+obcK\", \"tova+obcV_p1\"])"
   -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy h2o+obcVK --kv-budget 16 -o a.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy snapkv+obcK --kv-budget 48 --kv-gqa-reduce max -o b.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy tova+obcV_p1 --kv-budget 16 -o c.jsonl && cat a.jsonl b.jsonl c.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
 cli_case(fafo/unknown-obcache-preset --rc 2 --stderr "kv-policy" -- ${FAFO} ${DEMO_MODEL} --prompt-ids 1,2 --method fafo --kv-policy h2o+obcX)
+# ---- obcache-score (issue 27) ------------------------------------------------------------------------
+set(OBC $<TARGET_FILE:obcache-score>)
+set(OBC_PROMPT "zcat ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz | awk -F'\\t' '$1 ~ /^Ge1:/ {print $2}' > p.txt")
+# Layout and the protocol's invariants on the demo model: [n_kv, n] scores, [n_kv, slots] keep sets,
+# the 16 newest prompt slots in every non-tova keep set, overlaps in [0, 1].
+cli_case(obcache-score/demo-layout-and-recent-kept --needs ${DEMO_MODEL} --rc 0 --tool obcache-score --file s.h5
+  -- bash -c "${OBC_PROMPT} && ${OBC} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 300 --methods h2o,h2o+obcVK,snapkv+obcK,tova+obcV --budget 0.1,40 -o s.h5 -q > sum.json && jq -e '.prompt_tokens == 300 and ([.budgets[].slots] == [30, 40]) and ([.overlap_jaccard[][]] | all(. >= 0 and . <= 1))' sum.json && h5dump -H -d /h2o+obcVK/layer_5/scores s.h5 | grep -q '( 4, 300 )' && h5dump -H -d /h2o+obcVK/layer_0/keep/30 s.h5 | grep -q '( 4, 30 )' && h5dump -d /h2o+obcVK/layer_3/keep/30 -w 400 s.h5 | grep -E '^ *\\(3,0\\)' | grep -q '284, 285, 286, 287, 288, 289, 290, 291, 292, 293, 294, 295, 296, 297, 298, 299$'")
+cli_case(obcache-score/budget-zero --rc 2 --stderr "neither a fraction" --no-file s.h5 --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --budget 0 -o s.h5")
+cli_case(obcache-score/budget-above-prompt --rc 2 --stderr "above the prompt's 6 tokens" --no-file s.h5 --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --budget 9 -o s.h5")
+cli_case(obcache-score/unknown-preset --rc 2 --stderr "methods" --no-file s.h5 --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9 --methods h2o+obcQ -o s.h5")
+cli_case(obcache-score/prompt-above-n-ctx --rc 1 --stderr "more than n_ctx = 128" --no-file s.h5 --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && cat ${FX}/genesis.txt ${FX}/genesis.txt > long.txt && ${OBC} m.h5 --prompt-file long.txt --budget 0.1 -o s.h5")
