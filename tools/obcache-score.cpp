@@ -26,21 +26,6 @@ using namespace icmlkit;
 
 namespace {
 
-/// Budgets as slots of an n-token prompt: a fraction in (0, 1) of n (rounded down, at least 1),
-/// or a whole number of slots >= 1.  Throws UsageError for anything else or a budget above n.
-std::vector<int> budget_slots(const std::vector<double>& budgets, int n) {
-  std::vector<int> out;
-  for (const double b : budgets) {
-    int slots = 0;
-    if (b > 0 && b < 1) slots = std::max(1, static_cast<int>(b * n));
-    else if (b >= 1 && b == std::floor(b)) slots = static_cast<int>(b);
-    else throw UsageError(fmt::format("budget {} is neither a fraction in (0, 1) nor a whole number of slots", b), "--budget");
-    if (slots > n) throw UsageError(fmt::format("budget {} ({} slots) is above the prompt's {} tokens", b, slots, n), "--budget");
-    out.push_back(slots);
-  }
-  return out;
-}
-
 double jaccard(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
   std::vector<std::int32_t> both;
   std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
@@ -72,7 +57,7 @@ int main(int argc, char** argv) {
       "[n_kv_heads, slots] (int32) to -o, and a JSON summary (budgets, score seconds per method, mean\n"
       "Jaccard overlap of each pair of methods' kept sets) to stdout.",
       "  obcache-score data/models/kjv7m.h5 --prompt-file gen1.txt --prompt-tokens 400 --budget 0.05,0.1 -o scores.h5\n"
-      "  obcache-score model.h5 -p 'In the beginning God created' --methods h2o,h2o+obcVK --budget 4 | jq .overlap\n"};
+      "  obcache-score model.h5 -p 'In the beginning God created' --methods h2o,h2o+obcVK --budget 4 | jq .overlap_jaccard\n"};
   CLI::App* app = nullptr;
   return cli::run_tool(
       argc, argv, info,
@@ -107,11 +92,7 @@ int main(int argc, char** argv) {
         const std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov, prompt_tokens);
         const int n = static_cast<int>(ids.size());
         if (n > c.n_ctx) throw InputError(fmt::format("prompt has {} tokens, more than n_ctx = {}: keep its first tokens with --prompt-tokens N", n, c.n_ctx), model_path);
-        const std::vector<int> slots = budget_slots(budgets, n);
-        for (const auto& m : ms)
-          for (const int b : slots)
-            if (m.preset.policy != kv::Policy::streaming && m.preset.policy != kv::Policy::tova && b <= num_recent && b < n)
-              throw UsageError(fmt::format("{}: a budget of {} slots leaves none beside the --num-recent {} newest", m.name, b, num_recent), "--budget");
+        const std::vector<int> slots = kv::budget_slots(budgets, n, ms, num_recent);
 
         // One prefill with the attention of every row any method's window reads.
         std::set<int> rows;
@@ -125,51 +106,29 @@ int main(int argc, char** argv) {
         const lm::ForwardResult fr = lm::forward(model, cache, lm::Batch::causal(ids, 0), fo);
         const double prefill_s = sw.seconds();
         cache.commit_all();
-        std::vector<int> row_slot(n);
-        for (int r = 0; r < n; ++r) row_slot[r] = r;
-
+        const kv::PromptKeeps pk =
+            kv::prompt_keep_sets(ms, slots, num_recent, kernel, reduce, reference_norm, cache, c.n_heads, fr.attention);
+        const auto& keeps = pk.keep;
         const int nkv = c.n_kv_heads;
-        std::unique_ptr<io::AtomicFile> out_file;
-        io::h5::Handle h5;
+        nlohmann::json score_s = nlohmann::json::object();
+        for (std::size_t mi = 0; mi < ms.size(); ++mi) score_s[ms[mi].name] = pk.score_seconds[mi];
         if (!output.empty()) {
-          out_file = std::make_unique<io::AtomicFile>(output);
-          h5 = io::h5::create_file(out_file->temp_path().string());
+          io::AtomicFile out_file(output);
+          io::h5::Handle h5 = io::h5::create_file(out_file.temp_path().string());
           io::h5::write_provenance(h5, ctx.prov);
           io::h5::write_attr_int(h5, "prompt_tokens", n);
           io::h5::write_attr_int(h5, "num_recent", num_recent);
           io::h5::write_attr(h5, "gqa_reduce", gqa);
-        }
-        nlohmann::json score_s = nlohmann::json::object();
-        // keeps[method][budget index][layer * nkv + head]
-        std::vector<std::vector<std::vector<std::vector<std::int32_t>>>> keeps(ms.size());
-        for (std::size_t mi = 0; mi < ms.size(); ++mi) {
-          const auto& m = ms[mi];
-          std::vector<std::vector<double>> sc(std::size_t(c.n_layers) * nkv, std::vector<double>(n, 0.0));
-          Stopwatch st;
-          if (m.preset.policy != kv::Policy::streaming) {
-            const std::vector<int> win = kv::score_rows(m, n, num_recent);
-            std::vector<lm::AttentionRecord> recs;
-            for (const auto& rec : fr.attention)
-              if (std::binary_search(win.begin(), win.end(), rec.row)) recs.push_back(rec);
-            kv::ObcScore s = m.preset.score;
-            s.reference_value_norm = reference_norm;
-            sc = kv::slot_scores(s, reduce, cache, c.n_heads, recs, row_slot);
-          }
-          score_s[m.name] = st.seconds();
-          keeps[mi].resize(slots.size());
-          for (std::size_t bi = 0; bi < slots.size(); ++bi)
-            for (std::size_t lh = 0; lh < sc.size(); ++lh)
-              keeps[mi][bi].push_back(kv::prefill_keep(m, sc[lh], n, slots[bi], num_recent, kernel));
-          if (h5) {
+          for (std::size_t mi = 0; mi < ms.size(); ++mi)
             for (int l = 0; l < c.n_layers; ++l) {
               std::vector<float> flat;
               for (int h = 0; h < nkv; ++h)
-                for (double v : sc[std::size_t(l) * nkv + h]) flat.push_back(static_cast<float>(v));
-              const std::string base = fmt::format("{}/layer_{}", m.name, l);
+                for (double v : pk.scores[mi][std::size_t(l) * nkv + h]) flat.push_back(static_cast<float>(v));
+              const std::string base = fmt::format("{}/layer_{}", ms[mi].name, l);
               io::h5::write_floats(h5, base + "/scores", flat.data(), {std::uint64_t(nkv), std::uint64_t(n)});
               for (std::size_t bi = 0; bi < slots.size(); ++bi) {
                 std::vector<std::int32_t> k;
-                std::size_t width = keeps[mi][bi][std::size_t(l) * nkv].size();
+                const std::size_t width = keeps[mi][bi][std::size_t(l) * nkv].size();
                 for (int h = 0; h < nkv; ++h) {
                   const auto& kk = keeps[mi][bi][std::size_t(l) * nkv + h];
                   k.insert(k.end(), kk.begin(), kk.end());
@@ -177,7 +136,8 @@ int main(int argc, char** argv) {
                 ann::h5_write_ints(h5, fmt::format("{}/keep/{}", base, slots[bi]), k, ann::Shape2{std::size_t(nkv), width});
               }
             }
-          }
+          io::h5::close_file(h5, output);
+          out_file.commit();
         }
         nlohmann::json overlap = nlohmann::json::object();
         for (std::size_t bi = 0; bi < slots.size(); ++bi) {
@@ -189,10 +149,6 @@ int main(int argc, char** argv) {
               pairs[ms[a].name + " | " + ms[b].name] = sum / static_cast<double>(keeps[a][bi].size());
             }
           overlap[std::to_string(slots[bi])] = pairs;
-        }
-        if (h5) {
-          io::h5::close_file(h5, output);
-          out_file->commit();
         }
         nlohmann::json bj = nlohmann::json::array();
         for (std::size_t bi = 0; bi < slots.size(); ++bi) bj.push_back({{"budget", budgets[bi]}, {"slots", slots[bi]}});

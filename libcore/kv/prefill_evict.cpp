@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <numeric>
 
 #include "util/error.hpp"
@@ -67,6 +69,58 @@ std::vector<std::int32_t> prefill_keep(const PrefillMethod& m, const std::vector
   std::sort(keep.begin(), keep.end());
   for (int s = m_old; s < n; ++s) keep.push_back(s);
   return keep;
+}
+
+std::vector<int> budget_slots(const std::vector<double>& budgets, int n, const std::vector<PrefillMethod>& methods, int recent) {
+  std::vector<int> out;
+  for (const double b : budgets) {
+    int slots = 0;
+    if (b > 0 && b < 1) slots = std::max(1, static_cast<int>(b * n));
+    else if (b >= 1 && b == std::floor(b) && b <= 1e9) slots = static_cast<int>(b);
+    else throw UsageError(fmt::format("budget {} is neither a fraction in (0, 1) nor a whole number of slots", b), "--budget");
+    if (slots > n) throw UsageError(fmt::format("budget {} ({} slots) is above the prompt's {} tokens", b, slots, n), "--budget");
+    for (const auto& m : methods)
+      if ((m.preset.policy == Policy::h2o || m.preset.policy == Policy::snapkv) && slots <= recent && slots < n)
+        throw UsageError(fmt::format("{}: a budget of {} slots leaves none beside the --num-recent {} newest", m.name, slots, recent),
+                         "--budget");
+    out.push_back(slots);
+  }
+  return out;
+}
+
+PromptKeeps prompt_keep_sets(const std::vector<PrefillMethod>& methods, const std::vector<int>& budget_slots, int recent,
+                             int kernel, GqaReduce reduce, bool reference_value_norm, const lm::KvCache& cache, int n_heads,
+                             const std::vector<lm::AttentionRecord>& records) {
+  const int n = cache.size(), lh_count = cache.n_layers() * cache.n_kv_heads();
+  std::vector<int> row_slot(n);
+  std::iota(row_slot.begin(), row_slot.end(), 0);
+  PromptKeeps out;
+  for (const auto& m : methods) {
+    std::vector<std::vector<double>> sc(std::size_t(lh_count), std::vector<double>(n, 0.0));
+    const auto t0 = std::chrono::steady_clock::now();
+    if (m.preset.policy != Policy::streaming) {
+      const std::vector<int> win = score_rows(m, n, recent);
+      std::vector<lm::AttentionRecord> recs;
+      for (const auto& rec : records)
+        if (std::binary_search(win.begin(), win.end(), rec.row)) recs.push_back(rec);
+      ObcScore s = m.preset.score;
+      s.reference_value_norm = reference_value_norm;
+      sc = slot_scores(s, reduce, cache, n_heads, recs, row_slot);
+    }
+    out.score_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::vector<std::vector<std::vector<std::int32_t>>> per_budget(budget_slots.size());
+    for (std::size_t bi = 0; bi < budget_slots.size(); ++bi)
+      for (const auto& s : sc) per_budget[bi].push_back(prefill_keep(m, s, n, budget_slots[bi], recent, kernel));
+    out.scores.push_back(std::move(sc));
+    out.keep.push_back(std::move(per_budget));
+  }
+  return out;
+}
+
+lm::KvCache evicted_copy(const lm::KvCache& full, const std::vector<std::vector<std::int32_t>>& keep) {
+  lm::KvCache c = full;
+  c.retain(keep);
+  return c;
 }
 
 }  // namespace icmlkit::kv

@@ -37,4 +37,30 @@ std::vector<int> score_rows(const PrefillMethod& m, int n, int recent);
 std::vector<std::int32_t> prefill_keep(const PrefillMethod& m, const std::vector<double>& scores, int n, int budget, int recent,
                                        int kernel = 7);
 
+/// Budgets as slots of an n-token prompt: a fraction in (0, 1) of n (rounded down, at least 1)
+/// or a whole number of slots >= 1.  Throws UsageError (naming --budget) for anything else, a
+/// budget above n, or one that leaves no slot beside the `recent` newest for a method that keeps
+/// them (h2o, snapkv).
+std::vector<int> budget_slots(const std::vector<double>& budgets, int n, const std::vector<PrefillMethod>& methods, int recent);
+
+/// Every method's scores and keep sets for one prompt of n slots, prefilled into `cache` (all
+/// rows committed to slots 0..n-1) by a forward whose `records` hold the attention of at least
+/// the union of the methods' score_rows.
+struct PromptKeeps {
+  std::vector<std::vector<std::vector<double>>> scores;  ///< [method][layer * n_kv + head][slot]
+  /// [method][budget][layer * n_kv + head] sorted kept slots
+  std::vector<std::vector<std::vector<std::vector<std::int32_t>>>> keep;
+  std::vector<double> score_seconds;  ///< [method] wall seconds of scoring (not of selecting)
+};
+
+/// Scores each method over its window and selects each budget's keep sets (prefill_keep).
+/// `reference_value_norm` sets ObcScore::reference_value_norm for every OBCache score.
+PromptKeeps prompt_keep_sets(const std::vector<PrefillMethod>& methods, const std::vector<int>& budget_slots, int recent,
+                             int kernel, GqaReduce reduce, bool reference_value_norm, const lm::KvCache& cache, int n_heads,
+                             const std::vector<lm::AttentionRecord>& records);
+
+/// A copy of `full` holding only the kept slots of each (layer, KV head): the cache a model
+/// decodes from after prefill-only eviction.  Throws InputError for keep sets that do not fit.
+lm::KvCache evicted_copy(const lm::KvCache& full, const std::vector<std::vector<std::int32_t>>& keep);
+
 }  // namespace icmlkit::kv

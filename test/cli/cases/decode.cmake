@@ -85,3 +85,19 @@ cli_case(obcache-score/unknown-preset --rc 2 --stderr "methods" --no-file s.h5 -
   -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9 --methods h2o+obcQ -o s.h5")
 cli_case(obcache-score/prompt-above-n-ctx --rc 1 --stderr "more than n_ctx = 128" --no-file s.h5 --tool obcache-score
   -- bash -c "${FAFO_MODEL} && cat ${FX}/genesis.txt ${FX}/genesis.txt > long.txt && ${OBC} m.h5 --prompt-file long.txt --budget 0.1 -o s.h5")
+# kv-eval (issue 27): with a budget of the whole prompt every method equals the full cache (recall,
+# agreement and perplexity identical; paired differences exactly 0); with a small budget the
+# evicted caches agree less than perfectly; bad budgets and a prompt beyond n_ctx are refused.
+set(KVEVAL $<TARGET_FILE:kv-eval>)
+set(KVE_ARGS ${DEMO_MODEL} ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --val-every 20 --prompts 3 --passage 24 --filler 60 --cue 4 --generate 8)
+cli_case(kv-eval/full-budget-equals-full-cache --needs ${DEMO_MODEL} --rc 0
+  --jq "(.results | map(.next_token_agreement.mean == 1 and .full_token_accuracy.mean == 1) | all) and (.paired | map(.recall_tokens.mean == 0 and .nll.mean == 0) | all)"
+  --jq "(.results | map(.perplexity.mean) | unique | length) == 1 and (.results[0].perplexity.mean - .full_cache.perplexity.mean | fabs) < 1e-9"
+  -- ${KVEVAL} ${KVE_ARGS} --methods h2o,h2o+obcVK,tova,tova+obcK --budget 89 -q)
+cli_case(kv-eval/small-budget-departs --needs ${DEMO_MODEL} --rc 0
+  --jq "(.results | map(.next_token_agreement.mean < 1) | any) and (.results | map(.slots == 17) | all) and (.paired | length) == 1"
+  -- ${KVEVAL} ${KVE_ARGS} --methods streaming,snapkv,snapkv+obcVK --budget 0.2 -q)
+cli_case(kv-eval/budget-too-small-for-recent --needs ${DEMO_MODEL} --rc 2 --stderr "leaves none beside the --num-recent 16 newest"
+  -- ${KVEVAL} ${KVE_ARGS} --methods h2o --budget 10)
+cli_case(kv-eval/prompt-beyond-context --needs ${DEMO_MODEL} --rc 2 --stderr "exceeds n_ctx"
+  -- ${KVEVAL} ${DEMO_MODEL} ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --filler 5000 --methods h2o --budget 0.1)
