@@ -75,7 +75,7 @@ TEST_CASE("io: bad tables give one-line errors naming file, row, line and column
   Table z = Table::parse_csv("a\n0\n", "z.csv");
   CHECK(message_of([&] { z.numbers("a", io::NumberCheck{true, true}); }) == "value 0 in column 'a' must be > 0 (z.csv, row 1, line 2)");
   CHECK(message_of([] { Table::parse_csv("", "e.csv"); }) == "table is empty (e.csv)");
-  CHECK(message_of([] { Table::parse_csv("a,a\n1,2\n", "d.csv"); }) == "duplicate column name 'a' (d.csv, line 1)");
+  CHECK(message_of([] { Table::parse_csv("a,a\n1,2\n", "d.csv"); }) == "duplicate column name 'a' (if the first line is data, not column names, give --no-header) (d.csv, line 1)");
   CHECK(message_of([] { Table::parse_csv("a\n\"open\n", "q.csv"); }) == "unterminated quoted field (q.csv, line 2)");
 }
 

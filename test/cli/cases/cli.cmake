@@ -11,6 +11,7 @@ set(CLI_NODIR_RUNS
   "fafo-generate missing.h5 --prompt x -o nodir/o.jsonl"
   "infolaw-fit missing.csv -o nodir/o.json"
   "infolaw-predict missing.json missing.csv -o nodir/o.json"
+  "kv-eval missing.h5 missing.txt -o nodir/o.json"
   "lm-convert missing.h5 -o nodir/o.h5"
   "lm-eval missing.h5 missing.txt -o nodir/o.json"
   "lm-generate missing.h5 --prompt x -o nodir/o.jsonl"
@@ -20,6 +21,7 @@ set(CLI_NODIR_RUNS
   "mixlaw-fit missing.csv -o nodir/o.json"
   "mixlaw-optimize missing.json --params 1e9 --tokens 1e10 -o nodir/o.json"
   "mixlaw-predict missing.json missing.csv -o nodir/o.json"
+  "obcache-score missing.h5 --prompt x -o nodir/o.h5"
   "pseudomallows-fit missing.csv -o nodir/o.json"
   "smc-optimize --problem toy -o nodir/o.json"
   "tokenizer-train missing.txt -o nodir/o.model")
