@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <set>
 
 #include "cli/run_tool.hpp"
@@ -128,8 +127,7 @@ int main(int argc, char** argv) {
         if (cue >= passage) throw UsageError("the cue must be shorter than the passage", "--cue");
         if (generate > passage - cue) throw UsageError(fmt::format("--generate {} exceeds the passage left after the cue ({})", generate, passage - cue), "--generate");
         if (kernel % 2 == 0) throw UsageError("the pooling width must be odd", "--kernel");
-        std::vector<kv::PrefillMethod> ms;
-        for (const auto& name : methods) ms.push_back(kv::parse_prefill_method(name));
+        const std::vector<kv::PrefillMethod> ms = kv::parse_prefill_methods(methods);
         const kv::GqaReduce reduce = kv::parse_gqa_reduce(gqa);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         const lm::Model model = lm::load_any(model_path);

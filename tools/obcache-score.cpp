@@ -4,7 +4,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <map>
 #include <set>
 
 #include "ann/h5matrix.hpp"
@@ -81,8 +80,7 @@ int main(int argc, char** argv) {
         if (!output.empty()) io::require_output_extension(output, "-o", {".h5", ".hdf5"}, "the scores are HDF5");
         if (kernel % 2 == 0) throw UsageError("the pooling width must be odd", "--kernel");
         lm::check_prompt_sources(*app, prompt_file, prompt_ids);
-        std::vector<kv::PrefillMethod> ms;
-        for (const auto& name : methods) ms.push_back(kv::parse_prefill_method(name));
+        const std::vector<kv::PrefillMethod> ms = kv::parse_prefill_methods(methods);
         const kv::GqaReduce reduce = kv::parse_gqa_reduce(gqa);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         const lm::Model model = lm::load_any(model_path);

@@ -137,7 +137,6 @@ std::string strip(const std::string& s) {
 }  // namespace
 
 void add_header_flags(CLI::App& app, bool& has_header, const std::string& what) {
-  const std::string def = has_header ? "--header" : "--no-header";
   CLI::Option* yes = app.add_flag_callback("--header", [&has_header] { has_header = true; },
                                            what + " has a header row" + (has_header ? " (default)" : ""));
   CLI::Option* no = app.add_flag_callback("--no-header", [&has_header] { has_header = false; },

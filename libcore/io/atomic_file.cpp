@@ -1,5 +1,6 @@
 #include "io/atomic_file.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -189,35 +190,32 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::commit() {
   std::error_code ec;
   if (!fs::exists(temp_, ec)) throw RuntimeError("nothing was written", target_.string());
-  if (stream_ && descriptor_path(target_.string()) >= 0) {
-    const int fd = descriptor_path(target_.string());
+  if (stream_) {
+    // Into the stream: through the descriptor a /dev/fd-style path names (never reopened), or
+    // the device or pipe opened for writing without truncation.
+    int fd = descriptor_path(target_.string());
+    const bool own = fd < 0;
+    if (own) fd = ::open(target_.c_str(), O_WRONLY);
+    if (fd < 0) throw RuntimeError(std::string("cannot write output: ") + std::strerror(errno), target_.string());
     if (fd == 1) std::cout.flush();
     std::ifstream in(temp_, std::ios::binary);
     std::vector<char> buf(1 << 16);
-    while (in) {
+    bool ok = static_cast<bool>(in);
+    while (ok && in) {
       in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
       const char* p = buf.data();
       std::streamsize left = in.gcount();
-      while (left > 0) {
+      while (ok && left > 0) {
         const ssize_t w = ::write(fd, p, static_cast<std::size_t>(left));
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) throw RuntimeError(std::string("cannot write output: ") + std::strerror(errno), target_.string());
-        p += w;
-        left -= w;
+        ok = w > 0;
+        p += ok ? w : 0;
+        left -= ok ? w : 0;
       }
     }
-    fs::remove(temp_, ec);
-  } else if (stream_) {
-    std::ifstream in(temp_, std::ios::binary);
-    std::ofstream out(target_, std::ios::binary);
-    if (!in || !out) throw RuntimeError(std::string("cannot write output: ") + std::strerror(errno), target_.string());
-    std::vector<char> buf(1 << 16);
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      if (in.gcount() > 0) out.write(buf.data(), in.gcount());
-    }
-    out.flush();
-    if (!out) throw RuntimeError("cannot write output", target_.string());
+    const int err = errno;
+    if (own) ::close(fd);
+    if (!ok) throw RuntimeError(std::string("cannot write output: ") + std::strerror(err), target_.string());
     fs::remove(temp_, ec);
   } else {
     fs::rename(temp_, target_, ec);

@@ -18,6 +18,12 @@ PrefillMethod parse_prefill_method(const std::string& name, const std::string& f
   return m;
 }
 
+std::vector<PrefillMethod> parse_prefill_methods(const std::vector<std::string>& names, const std::string& flag) {
+  std::vector<PrefillMethod> ms;
+  for (const auto& name : names) ms.push_back(parse_prefill_method(name, flag));
+  return ms;
+}
+
 std::vector<int> score_rows(const PrefillMethod& m, int n, int recent) {
   int first = n;
   switch (m.preset.policy) {

@@ -25,6 +25,9 @@ struct PrefillMethod {
 /// Parses a preset name (apply_preset).  Throws UsageError naming `flag`.
 PrefillMethod parse_prefill_method(const std::string& name, const std::string& flag = "--methods");
 
+/// parse_prefill_method for each name.
+std::vector<PrefillMethod> parse_prefill_methods(const std::vector<std::string>& names, const std::string& flag = "--methods");
+
 /// The prompt rows whose attention a method's scores read, for an n-row prompt: the last
 /// `recent` rows (h2o, snapkv; at least 1), the last row (tova), none (streaming).
 std::vector<int> score_rows(const PrefillMethod& m, int n, int recent);
