@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
   cli::ToolInfo info{
       "kv-eval",
       "Generation from a KV cache evicted after the prefill (OBCache's protocol: each method keeps, per\n"
-      "layer and KV head, the --num-recent newest prompt slots and its top-scoring older ones up to the\n"
-      "budget; decoding never evicts), on repeated-passage recall prompts: [BOS] passage (the first\n"
+      "layer and KV head, the --num-recent newest prompt slots (tova: none) and its top-scoring older ones\n"
+      "up to the budget; decoding never evicts), on repeated-passage recall prompts: [BOS] passage (the first\n"
       "--passage tokens of one document) + filler (--filler tokens of another) + cue (the passage's first\n"
       "--cue tokens); the model should continue with the passage.  Per method and budget (fractions of\n"
       "the prompt, or slots): recall (tokens of the passage reproduced before the first miss, greedy),\n"
@@ -149,8 +149,9 @@ int main(int argc, char** argv) {
           if (static_cast<int>(t.size()) >= std::max(passage, filler)) toks.push_back(std::move(t));
         }
         if (toks.size() < 2)
-          throw InputError(fmt::format("{} documents of the {} split have at least {} tokens; need 2 (try --split all or shorter --filler)",
-                                       toks.size(), split, std::max(passage, filler)), corpus_path);
+          throw InputError(fmt::format("{} documents of the {} split have at least {} tokens; need 2 ({}shorter --passage or --filler)",
+                                       toks.size(), split, std::max(passage, filler), split == "all" ? "" : "try --split all, or "),
+                           corpus_path);
 
         const std::size_t M = ms.size(), B = slots.size();
         // Per (method, budget): per-prompt values.
@@ -253,7 +254,7 @@ int main(int argc, char** argv) {
                            {"results", results},
                            {"paired", paired}};
         io::write_json(output, out);
-        log::info("{} prompts of {} tokens, {} methods x {} budgets; full-cache recall {:.1f} of {} tokens", n_prompts, n, M, B,
+        log::info("{} prompts of {} tokens, {} methods x {} budgets; full cache: {:.2f} of {} passage tokens recalled on average", n_prompts, n, M, B,
                   out["full_cache"]["recall_tokens"]["mean"].get<double>(), generate);
       });
 }

@@ -53,10 +53,11 @@ int main(int argc, char** argv) {
       "Query heads of a KV group combine by --gqa-reduce.  The key and cross terms use ||v||^2; the\n"
       "reference code reuses S_V's sum |v|^p there, which differs at p = 1 (--reference-value-norm).\n"
       "Writes /<method>/layer_<l>/scores [n_kv_heads, n] (float32) and /<method>/layer_<l>/keep/<slots>\n"
-      "[n_kv_heads, slots] (int32) to -o, and a JSON summary (budgets, score seconds per method, mean\n"
+      "[n_kv_heads, slots] (int32) to -o (snapkv's keep sets rank its scores max-pooled over --kernel\n"
+      "older slots; the stored scores are unpooled), and a JSON summary (budgets, score seconds per method, mean\n"
       "Jaccard overlap of each pair of methods' kept sets) to stdout.",
       "  obcache-score data/models/kjv7m.h5 --prompt-file gen1.txt --prompt-tokens 400 --budget 0.05,0.1 -o scores.h5\n"
-      "  obcache-score model.h5 -p 'In the beginning God created' --methods h2o,h2o+obcVK --budget 4 | jq .overlap_jaccard\n"};
+      "  obcache-score model.h5 --prompt-file chapter.txt --methods h2o,h2o+obcVK --budget 24 | jq .overlap_jaccard\n"};
   CLI::App* app = nullptr;
   return cli::run_tool(
       argc, argv, info,
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
         if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(lm::model_tokenizer(model, model_path));
         const std::vector<int> ids = lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov, prompt_tokens);
         const int n = static_cast<int>(ids.size());
+        if (n < 2) throw InputError(fmt::format("the prompt has {} token (BOS only, or empty): nothing to score", n), model_path);
         if (n > c.n_ctx) throw InputError(fmt::format("prompt has {} tokens, more than n_ctx = {}: keep its first tokens with --prompt-tokens N", n, c.n_ctx), model_path);
         const std::vector<int> slots = kv::budget_slots(budgets, n, ms, num_recent);
 

@@ -20,7 +20,11 @@ PrefillMethod parse_prefill_method(const std::string& name, const std::string& f
 
 std::vector<PrefillMethod> parse_prefill_methods(const std::vector<std::string>& names, const std::string& flag) {
   std::vector<PrefillMethod> ms;
-  for (const auto& name : names) ms.push_back(parse_prefill_method(name, flag));
+  for (const auto& name : names) {
+    for (const auto& m : ms)
+      if (m.name == name) throw UsageError("'" + name + "' is listed twice", flag);
+    ms.push_back(parse_prefill_method(name, flag));
+  }
   return ms;
 }
 
@@ -89,6 +93,9 @@ std::vector<int> budget_slots(const std::vector<double>& budgets, int n, const s
       if ((m.preset.policy == Policy::h2o || m.preset.policy == Policy::snapkv) && slots <= recent && slots < n)
         throw UsageError(fmt::format("{}: a budget of {} slots leaves none beside the --num-recent {} newest", m.name, slots, recent),
                          "--budget");
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (out[i] == slots)
+        throw UsageError(fmt::format("budgets {} and {} both give {} slots", budgets[i], b, slots), "--budget");
     out.push_back(slots);
   }
   return out;

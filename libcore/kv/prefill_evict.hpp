@@ -25,7 +25,7 @@ struct PrefillMethod {
 /// Parses a preset name (apply_preset).  Throws UsageError naming `flag`.
 PrefillMethod parse_prefill_method(const std::string& name, const std::string& flag = "--methods");
 
-/// parse_prefill_method for each name.
+/// parse_prefill_method for each name; a name listed twice is a UsageError.
 std::vector<PrefillMethod> parse_prefill_methods(const std::vector<std::string>& names, const std::string& flag = "--methods");
 
 /// The prompt rows whose attention a method's scores read, for an n-row prompt: the last
@@ -43,7 +43,7 @@ std::vector<std::int32_t> prefill_keep(const PrefillMethod& m, const std::vector
 /// Budgets as slots of an n-token prompt: a fraction in (0, 1) of n (rounded down, at least 1)
 /// or a whole number of slots >= 1.  Throws UsageError (naming --budget) for anything else, a
 /// budget above n, or one that leaves no slot beside the `recent` newest for a method that keeps
-/// them (h2o, snapkv).
+/// them (h2o, snapkv), and for two budgets that give the same number of slots.
 std::vector<int> budget_slots(const std::vector<double>& budgets, int n, const std::vector<PrefillMethod>& methods, int recent);
 
 /// Every method's scores and keep sets for one prompt of n slots, prefilled into `cache` (all

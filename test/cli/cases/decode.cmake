@@ -101,3 +101,11 @@ cli_case(kv-eval/budget-too-small-for-recent --needs ${DEMO_MODEL} --rc 2 --stde
   -- ${KVEVAL} ${KVE_ARGS} --methods h2o --budget 10)
 cli_case(kv-eval/prompt-beyond-context --needs ${DEMO_MODEL} --rc 2 --stderr "exceeds n_ctx"
   -- ${KVEVAL} ${DEMO_MODEL} ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --filler 5000 --methods h2o --budget 0.1)
+# From a newcomer run: duplicates are refused before any work (they collided in the HDF5 after
+# it), and an empty prompt says so.
+cli_case(obcache-score/duplicate-method --rc 2 --stderr "'h2o' is listed twice" --no-file s.h5 --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --methods h2o,h2o --budget 0.5 --num-recent 1 -o s.h5")
+cli_case(obcache-score/duplicate-budget-slots --rc 2 --stderr "budgets 0.5 and 3 both give 3 slots" --no-file s.h5 --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --methods h2o --budget 0.5,3 --num-recent 1 -o s.h5")
+cli_case(obcache-score/empty-prompt --rc 1 --stderr "nothing to score" --no-file s.h5 --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 -p '' -o s.h5")
