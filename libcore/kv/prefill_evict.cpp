@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "util/error.hpp"
@@ -134,6 +135,38 @@ lm::KvCache evicted_copy(const lm::KvCache& full, const std::vector<std::vector<
   lm::KvCache c = full;
   c.retain(keep);
   return c;
+}
+
+double evicted_output_error(const lm::AttentionRecord& rec, const std::vector<int>& row_slot, const lm::KvCache& cache,
+                            int kv_head, const std::vector<std::int32_t>& keep, int keep_from) {
+  const int hd = cache.head_dim(), n = cache.size(rec.layer, kv_head);
+  std::vector<double> o(hd, 0.0);
+  double zmax = -std::numeric_limits<double>::infinity(), denom = 0;
+  std::vector<std::pair<int, double>> kept;  // slot, logit
+  for (std::size_t t = 0; t < rec.keys.size(); ++t) {
+    const std::int32_t key = rec.keys[t];
+    const int r = -(key + 1);
+    const int slot = key >= 0 ? key : (r < static_cast<int>(row_slot.size()) ? row_slot[r] : -1);
+    if (slot < 0 || slot >= n)
+      throw InputError(fmt::format("attention key {} of row {} maps to no cache slot (layer {}, {} slots)", key, rec.row, rec.layer, n));
+    if (slot < keep_from && !std::binary_search(keep.begin(), keep.end(), slot)) continue;
+    kept.emplace_back(slot, rec.scores[t]);
+    zmax = std::max(zmax, static_cast<double>(rec.scores[t]));
+  }
+  if (kept.empty()) throw InputError(fmt::format("row {} keeps no key of layer {}", rec.row, rec.layer));
+  for (const auto& [slot, z] : kept) {
+    const double w = std::exp(z - zmax);
+    denom += w;
+    const float* v = cache.value(rec.layer, kv_head, slot);
+    for (int d = 0; d < hd; ++d) o[d] += w * v[d];
+  }
+  double err = 0, norm = 0;
+  for (int d = 0; d < hd; ++d) {
+    const double full = rec.output[d];
+    err += (o[d] / denom - full) * (o[d] / denom - full);
+    norm += full * full;
+  }
+  return norm > 0 ? std::sqrt(err / norm) : 0.0;
 }
 
 }  // namespace icmlkit::kv

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "kv/obc_score.hpp"
@@ -268,4 +269,49 @@ TEST_CASE("kv obc: prefill keep sets hold the recent slots and the top scores, e
   CHECK(kv::score_rows(h2o, n, recent) == std::vector<int>{16, 17, 18, 19});
   CHECK(kv::score_rows(tova, n, recent) == std::vector<int>{19});
   CHECK(kv::score_rows(stream, n, recent).empty());
+}
+
+// The attention-output error of eviction, reconstructed from the full cache's attention records,
+// against the engine itself: at layer 0 the evicted cache's forward sees the same inputs, so its
+// attention outputs are o' exactly (up to float rounding); keeping everything gives no error.
+TEST_CASE("kv obc: evicted output error equals a forward on the evicted cache at layer 0") {
+  const lm::ModelConfig c = gqa_config(40);
+  const lm::Model m = lm::random_model(c, 9, 0.5);
+  std::vector<int> prompt, cont{5, 17, 33};
+  for (int i = 0; i < 14; ++i) prompt.push_back((5 * i + 1) % c.vocab_size);
+  const int n = static_cast<int>(prompt.size()), G = static_cast<int>(cont.size()), group = c.n_heads / c.n_kv_heads;
+  lm::KvCache cache(c);
+  lm::forward(m, cache, lm::Batch::causal(prompt, 0));
+  cache.commit_all();
+  std::vector<std::vector<std::int32_t>> keep(std::size_t(c.n_layers) * c.n_kv_heads, {0, 2, 5, 7, 9, 12, 13}),
+      all(keep.size(), std::vector<std::int32_t>(n));
+  for (auto& a : all) std::iota(a.begin(), a.end(), 0);
+  lm::ForwardOptions o;
+  for (int r = 0; r < G; ++r) o.attn_rows.push_back(r);
+  lm::KvCache full = cache, ev = kv::evicted_copy(cache, keep);
+  const auto rf = lm::forward(m, full, lm::Batch::causal(cont, n), o);
+  const auto re = lm::forward(m, ev, lm::Batch::causal(cont, n), o);
+  full.commit_all();
+  std::vector<int> row_slot{n, n + 1, n + 2};
+  int checked = 0;
+  for (const auto& rec : rf.attention) {
+    const int g = rec.head / group;
+    CHECK(kv::evicted_output_error(rec, row_slot, full, g, all[g], n) < 1e-6);
+    if (rec.layer != 0) continue;
+    const auto same = std::find_if(re.attention.begin(), re.attention.end(),
+                                   [&](const lm::AttentionRecord& e) { return e.layer == 0 && e.row == rec.row && e.head == rec.head; });
+    REQUIRE(same != re.attention.end());
+    double err = 0, norm = 0;
+    for (std::size_t d = 0; d < rec.output.size(); ++d) {
+      err += std::pow(double(same->output[d]) - rec.output[d], 2);
+      norm += std::pow(double(rec.output[d]), 2);
+    }
+    const double want = std::sqrt(err / norm);
+    CHECK(want > 1e-3);  // the eviction changes the output
+    CHECK(kv::evicted_output_error(rec, row_slot, full, g, keep[g], n) == doctest::Approx(want).epsilon(1e-4));
+    ++checked;
+  }
+  CHECK(checked == G * c.n_heads);
+  // A key that maps to no slot is refused.
+  CHECK_THROWS_AS(kv::evicted_output_error(rf.attention[0], {}, full, 0, keep[0], n), InputError);
 }

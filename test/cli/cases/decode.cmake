@@ -93,9 +93,23 @@ set(KVE_ARGS ${DEMO_MODEL} ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz --column
 cli_case(kv-eval/full-budget-equals-full-cache --needs ${DEMO_MODEL} --rc 0
   --jq "(.results | map(.next_token_agreement.mean == 1 and .full_token_accuracy.mean == 1) | all) and (.paired | map(.recall_tokens.mean == 0 and .nll.mean == 0) | all)"
   --jq "(.results | map(.perplexity.mean) | unique | length) == 1 and (.results[0].perplexity.mean - .full_cache.perplexity.mean | fabs) < 1e-9"
+  --jq "(.results | map(.output_error.mean < 1e-6 and (.output_error_by_layer | length) == 6) | all) and (.paired | map(.output_error.mean | fabs < 1e-6) | all)"
   -- ${KVEVAL} ${KVE_ARGS} --methods h2o,h2o+obcVK,tova,tova+obcK --budget 89 -q)
+# Eviction during decoding (--evict decode, the methods as FAFO's compressors): SnapKV compresses
+# the prompt only, so its two code paths (kv/prefill_evict and kv/policy) give identical results;
+# h2o and streaming evict as they decode, so their caches depart from the full one (output error
+# > 0 in every layer).  Random-token passages run too.
+string(REPLACE ";" " " KVE_LINE "${KVE_ARGS}")
+cli_case(kv-eval/decode-snapkv-equals-prefill --needs ${DEMO_MODEL} --rc 0
+  --file-jq both.json "(.[0].results | map(del(.score_seconds_per_prompt))) == (.[1].results | map(del(.score_seconds_per_prompt))) and (.[1].settings.evict == \"decode\")"
+  -- bash -c "${KVEVAL} ${KVE_LINE} --methods snapkv,snapkv+obcVK --budget 0.3 -q -o p.json && ${KVEVAL} ${KVE_LINE} --methods snapkv,snapkv+obcVK --budget 0.3 --evict decode -q -o d.json && jq -s . p.json d.json > both.json")
+cli_case(kv-eval/decode-evicts --needs ${DEMO_MODEL} --rc 0
+  --jq "(.results | map(.output_error_by_layer | all(. > 0)) | all) and (.results | map(.next_token_agreement.mean < 1) | any) and .settings.passage_source == \"random\""
+  --jq "(.results | map(.peak_slots == .slots + 1) | all)"
+  -- ${KVEVAL} ${KVE_ARGS} --methods streaming,h2o+obcVK --budget 0.3 --evict decode --passage-source random -q)
 cli_case(kv-eval/small-budget-departs --needs ${DEMO_MODEL} --rc 0
   --jq "(.results | map(.next_token_agreement.mean < 1) | any) and (.results | map(.slots == 17) | all) and (.paired | length) == 1"
+  --jq "(.results | map(.peak_slots == 17 + 8) | all)"
   -- ${KVEVAL} ${KVE_ARGS} --methods streaming,snapkv,snapkv+obcVK --budget 0.2 -q)
 cli_case(kv-eval/budget-too-small-for-recent --needs ${DEMO_MODEL} --rc 2 --stderr "leaves none beside the --num-recent 16 newest"
   -- ${KVEVAL} ${KVE_ARGS} --methods h2o --budget 10)
