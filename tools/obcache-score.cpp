@@ -9,6 +9,7 @@
 #include "ann/h5matrix.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
+#include "io/gnuplot.hpp"
 #include "io/h5array.hpp"
 #include "io/hdf5.hpp"
 #include "io/json.hpp"
@@ -32,15 +33,78 @@ double jaccard(const std::vector<std::int32_t>& a, const std::vector<std::int32_
   return uni > 0 ? static_cast<double>(both.size()) / uni : 1.0;
 }
 
+/// The scoring window's attention per layer, dense over the n prompt slots: rows [1, W] (int32),
+/// probs and logits [n_heads, W, n] (0 where a row does not attend), outputs [n_heads, W,
+/// head_dim], values [n_kv_heads, n, head_dim] (float32): what the scores are computed from.
+void write_attention(const io::h5::Handle& h5, const lm::KvCache& cache, int n_heads, const std::set<int>& rowset,
+                     const std::vector<lm::AttentionRecord>& records) {
+  const int L = cache.n_layers(), nkv = cache.n_kv_heads(), hd = cache.head_dim(), n = cache.size();
+  const std::vector<int> rows(rowset.begin(), rowset.end());
+  const int W = static_cast<int>(rows.size());
+  using U = std::uint64_t;
+  for (int l = 0; l < L; ++l) {
+    std::vector<float> probs(std::size_t(n_heads) * W * n, 0.0f), logits(probs.size(), 0.0f), outputs(std::size_t(n_heads) * W * hd, 0.0f),
+        values(std::size_t(nkv) * n * hd);
+    for (const auto& rec : records) {
+      if (rec.layer != l) continue;
+      const std::size_t i = std::size_t(std::lower_bound(rows.begin(), rows.end(), rec.row) - rows.begin());
+      const std::size_t base = (std::size_t(rec.head) * W + i) * n;
+      for (std::size_t t = 0; t < rec.keys.size(); ++t) {
+        const int slot = rec.keys[t] >= 0 ? rec.keys[t] : -(rec.keys[t] + 1);  // prefill: batch row r is slot r
+        probs[base + slot] = rec.probs[t];
+        logits[base + slot] = rec.scores[t];
+      }
+      std::copy(rec.output.begin(), rec.output.end(), outputs.begin() + std::ptrdiff_t((std::size_t(rec.head) * W + i) * hd));
+    }
+    for (int g = 0; g < nkv; ++g)
+      for (int j = 0; j < n; ++j) std::copy_n(cache.value(l, g, j), hd, values.begin() + std::ptrdiff_t((std::size_t(g) * n + j) * hd));
+    const std::string base = fmt::format("attention/layer_{}", l);
+    ann::h5_write_ints(h5, base + "/rows", std::vector<std::int32_t>(rows.begin(), rows.end()), ann::Shape2{1, std::size_t(W)});
+    io::h5::write_floats(h5, base + "/probs", probs.data(), {U(n_heads), U(W), U(n)});
+    io::h5::write_floats(h5, base + "/logits", logits.data(), {U(n_heads), U(W), U(n)});
+    io::h5::write_floats(h5, base + "/outputs", outputs.data(), {U(n_heads), U(W), U(hd)});
+    io::h5::write_floats(h5, base + "/values", values.data(), {U(nkv), U(n), U(hd)});
+  }
+}
+
+/// One image row per (method, budget), one column per prompt slot: the fraction of (layer, KV
+/// head) pairs whose keep set holds the slot.
+void plot_keeps(const std::string& png, const std::vector<kv::PrefillMethod>& ms, const std::vector<int>& slots,
+                const std::vector<std::vector<std::vector<std::vector<std::int32_t>>>>& keeps, int n) {
+  std::string data, tics;
+  int row = 0;
+  for (std::size_t mi = 0; mi < ms.size(); ++mi)
+    for (std::size_t bi = 0; bi < slots.size(); ++bi, ++row) {
+      std::vector<double> frac(std::size_t(n), 0.0);
+      const auto& sets = keeps[mi][bi];
+      for (const auto& k : sets)
+        for (std::int32_t j : k) frac[std::size_t(j)] += 1.0 / static_cast<double>(sets.size());
+      for (int j = 0; j < n; ++j) data += fmt::format("{}{:.6g}", j ? " " : "", frac[std::size_t(j)]);
+      data += "\n";
+      tics += fmt::format("{}{} {}", row ? ", " : "", io::gnuplot_quote(fmt::format("{} @{}", ms[mi].name, slots[bi])), row);
+    }
+  const int rows = row;
+  io::gnuplot_png(
+      png, data,
+      [&](const std::string& dat) {
+        return fmt::format(
+            "set title 'kept KV slots over the prompt (fraction of layer x KV-head keep sets)'\nset xlabel 'prompt slot'\n"
+            "set xrange [-0.5:{}.5]\nset yrange [{}.5:-0.5]\nset ytics ({})\nset cbrange [0:1]\nset cblabel 'fraction kept'\n"
+            "set palette defined (0 'white', 1 'dark-blue')\nplot {} matrix using 1:2:3 with image notitle",
+            n - 1, rows - 1, tics, dat);
+      },
+      1200, 120 + 22 * rows);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, prompt, prompt_file, prompt_ids, output, gqa = "sum";
+  std::string model_path, prompt, prompt_file, prompt_ids, output, gqa = "sum", plot;
   std::vector<std::string> methods{"streaming", "h2o", "h2o+obcV", "h2o+obcK", "h2o+obcVK",
                                    "tova",      "tova+obcVK", "snapkv", "snapkv+obcVK"};
   std::vector<double> budgets{0.05, 0.1, 0.2};
   int prompt_tokens = 0, num_recent = 16, kernel = 7;
-  bool reference_norm = false;
+  bool reference_norm = false, save_attention = false;
   cli::ToolInfo info{
       "obcache-score",
       "Score every cached token of a prompt by OBCache's output-aware saliency (Gu et al., OBCache: the\n"
@@ -55,7 +119,8 @@ int main(int argc, char** argv) {
       "Writes /<method>/layer_<l>/scores [n_kv_heads, n] (float32) and /<method>/layer_<l>/keep/<slots>\n"
       "[n_kv_heads, slots] (int32) to -o (snapkv's keep sets rank its scores max-pooled over --kernel\n"
       "older slots; the stored scores are unpooled), and a JSON summary (budgets, score seconds per method, mean\n"
-      "Jaccard overlap of each pair of methods' kept sets) to stdout.",
+      "Jaccard overlap of each pair of methods' kept sets) to stdout; --save-attention adds the window's attention\n"
+      "(what the scores come from), --plot a heat map of each method's keep sets over the prompt.",
       "  obcache-score data/models/kjv7m.h5 --prompt-file gen1.txt --prompt-tokens 400 --budget 0.05,0.1 -o scores.h5\n"
       "  obcache-score model.h5 --prompt-file chapter.txt --methods h2o,h2o+obcVK --budget 24 | jq .overlap_jaccard\n"};
   CLI::App* app = nullptr;
@@ -75,11 +140,19 @@ int main(int argc, char** argv) {
         a.add_option("--gqa-reduce", gqa, "Combine a KV group's query heads by sum or max")->capture_default_str()
             ->check(CLI::IsMember({"sum", "max"}));
         a.add_flag("--reference-value-norm", reference_norm, "The reference code's sum |v|^p in the key and cross terms");
+        a.add_flag("--save-attention", save_attention,
+                   "Also write the scoring window's attention to -o: /attention/layer_<l>/{rows, probs, logits, outputs, values}");
         a.add_option("-o,--output", output, "Scores and keep sets (.h5); without it, the JSON summary only");
+        a.add_option("--plot", plot, "Heat map (.png, gnuplot): per method and budget, the fraction of (layer, KV head) pairs keeping each prompt slot");
       },
       [&](cli::Context& ctx) {
         if (!output.empty()) io::require_output_extension(output, "-o", {".h5", ".hdf5"}, "the scores are HDF5");
         if (kernel % 2 == 0) throw UsageError("the pooling width must be odd", "--kernel");
+        if (!plot.empty()) {
+          io::require_output_extension(plot, "--plot", {".png"}, "the heat map is a PNG");
+          io::require_gnuplot("--plot");
+        }
+        if (save_attention && output.empty()) throw UsageError("needs -o, the HDF5 file the attention goes to", "--save-attention");
         lm::check_prompt_sources(*app, prompt_file, prompt_ids);
         const std::vector<kv::PrefillMethod> ms = kv::parse_prefill_methods(methods);
         const kv::GqaReduce reduce = kv::parse_gqa_reduce(gqa);
@@ -110,6 +183,8 @@ int main(int argc, char** argv) {
             kv::prompt_keep_sets(ms, slots, num_recent, kernel, reduce, reference_norm, cache, c.n_heads, fr.attention);
         const auto& keeps = pk.keep;
         const int nkv = c.n_kv_heads;
+        // The heat map first: gnuplot is the step most likely to fail, and then nothing is written.
+        if (!plot.empty()) plot_keeps(plot, ms, slots, keeps, n);
         nlohmann::json score_s = nlohmann::json::object();
         for (std::size_t mi = 0; mi < ms.size(); ++mi) score_s[ms[mi].name] = pk.score_seconds[mi];
         if (!output.empty()) {
@@ -136,6 +211,7 @@ int main(int argc, char** argv) {
                 ann::h5_write_ints(h5, fmt::format("{}/keep/{}", base, slots[bi]), k, ann::Shape2{std::size_t(nkv), width});
               }
             }
+          if (save_attention) write_attention(h5, cache, c.n_heads, rows, fr.attention);
           io::h5::close_file(h5, output);
           out_file.commit();
         }

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "io/atomic_file.hpp"
+#include "io/gnuplot.hpp"
 #include "io/hdf5.hpp"
 #include "io/table.hpp"
 #include "util/error.hpp"
@@ -182,42 +183,27 @@ void write_draws_h5(const std::string& path, const std::vector<int>& rho, int n,
   af.commit();
 }
 
-namespace {
-// Throws RuntimeError (exit 1) when gnuplot is not on the PATH.
-void require_gnuplot() {
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0)
-    throw RuntimeError("gnuplot is not installed (apt-get install gnuplot-nox)", "--heatmap");
-}
-}  // namespace
-
 void write_heatmap(const std::string& png, const Eigen::MatrixXd& marginals, const Perm& consensus_order,
                    const std::string& title) {
   if (extension(png) != ".png") throw UsageError("the heat map is a .png", "--heatmap " + png);
-  require_gnuplot();
-  io::AtomicFile af(png);
-  const std::string dat = af.temp_path().string() + ".dat", gp = af.temp_path().string() + ".gp";
+  io::require_gnuplot("--heatmap");
   const int n = static_cast<int>(marginals.rows());
-  {
-    std::ofstream d(dat);
-    for (int k = 0; k < n; ++k) {
-      for (int r = 0; r < n; ++r) d << (r ? " " : "") << marginals(consensus_order[static_cast<std::size_t>(k)], r);
-      d << "\n";
-    }
-    std::ofstream g(gp);
-    g << "set terminal png size 800,700\n"
-      << "set output '" << af.temp_path().string() << "'\n"
-      << "set title '" << title << "'\nset xlabel 'rank'\nset ylabel 'item (CP consensus order)'\n"
-      << "set yrange [" << n << ".5:0.5]\nset xrange [0.5:" << n << ".5]\n"
-      << "set cblabel 'P(rho_i = r)'\nset palette defined (0 'white', 1 'dark-blue')\n"
-      << "set ytics (";
-    for (int k = 0; k < n; ++k) g << (k ? ", " : "") << "'" << consensus_order[static_cast<std::size_t>(k)] + 1 << "' " << k + 1;
-    g << ")\nplot '" << dat << "' matrix using ($1+1):($2+1):3 with image notitle\n";
+  std::string data;
+  for (int k = 0; k < n; ++k) {
+    for (int r = 0; r < n; ++r) data += fmt::format("{}{:.17g}", r ? " " : "", marginals(consensus_order[static_cast<std::size_t>(k)], r));
+    data += "\n";
   }
-  const int rc = std::system(("gnuplot '" + gp + "' 2>/dev/null").c_str());
-  std::filesystem::remove(dat);
-  std::filesystem::remove(gp);
-  if (rc != 0) throw RuntimeError("gnuplot failed", "--heatmap " + png);
-  af.commit();
+  io::gnuplot_png(
+      png, data,
+      [&](const std::string& dat) {
+        std::string g = fmt::format(
+            "set title {}\nset xlabel 'rank'\nset ylabel 'item (CP consensus order)'\nset yrange [{}.5:0.5]\nset xrange [0.5:{}.5]\n"
+            "set cblabel 'P(rho_i = r)'\nset palette defined (0 'white', 1 'dark-blue')\nset ytics (",
+            io::gnuplot_quote(title), n, n);
+        for (int k = 0; k < n; ++k) g += fmt::format("{}'{}' {}", k ? ", " : "", consensus_order[static_cast<std::size_t>(k)] + 1, k + 1);
+        return g + ")\nplot " + dat + " matrix using ($1+1):($2+1):3 with image notitle";
+      },
+      800, 700);
 }
 
 std::vector<int> one_based(const Perm& p) {
@@ -237,7 +223,7 @@ void check_draw_outputs(const DrawOutputs& out) {
   if (!out.marginals.empty() && ext(out.marginals) != ".csv" && ext(out.marginals) != ".h5" && ext(out.marginals) != ".hdf5")
     throw UsageError("marginals are written as .csv or .h5", "--marginals " + out.marginals);
   if (!out.heatmap.empty() && ext(out.heatmap) != ".png") throw UsageError("the heat map is a .png", "--heatmap " + out.heatmap);
-  if (!out.heatmap.empty()) require_gnuplot();
+  if (!out.heatmap.empty()) io::require_gnuplot("--heatmap");
 }
 
 nlohmann::json consensus_json(const Eigen::MatrixXd& marginals, const std::vector<int>& draws, int n) {

@@ -1,7 +1,6 @@
 #include "smc/plot.hpp"
 
 #include <fmt/core.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
@@ -9,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "io/atomic_file.hpp"
+#include "io/gnuplot.hpp"
 #include "util/error.hpp"
 
 namespace icmlkit::smc {
@@ -73,59 +72,22 @@ PlotSeries read_trajectory(const std::string& path, std::string& ylabel) {
 
 void plot_series(const std::vector<PlotSeries>& series, const std::string& ylabel, const std::string& title,
                  const std::string& png, const std::string& gnuplot_exe) {
-  io::AtomicFile out(png);
-  const auto dir = out.temp_path().parent_path();
-  const auto data = std::filesystem::path(out.temp_path().string() + ".dat");
-  const auto script = std::filesystem::path(out.temp_path().string() + ".gp");
-  struct Cleanup {
-    std::filesystem::path a, b;
-    ~Cleanup() {
-      std::error_code ec;
-      std::filesystem::remove(a, ec);
-      std::filesystem::remove(b, ec);
-    }
-  } cleanup{data, script};
-  {
-    // One gnuplot data block per series, separated by two blank lines (index i).
-    std::ofstream d(data);
-    for (const auto& s : series) {
-      for (std::size_t i = 0; i < s.step.size(); ++i) d << fmt::format("{} {:.17g}\n", s.step[i], s.value[i]);
-      d << "\n\n";
-    }
-    if (!d) throw RuntimeError("cannot write plot data", data.string());
+  // One gnuplot data block per series, separated by two blank lines (index i).
+  std::string data;
+  for (const auto& s : series) {
+    for (std::size_t i = 0; i < s.step.size(); ++i) data += fmt::format("{} {:.17g}\n", s.step[i], s.value[i]);
+    data += "\n\n";
   }
-  auto quote = [](const std::string& t) {
-    std::string o = "'";
-    for (char c : t) o += c == '\'' ? std::string("''") : std::string(1, c);
-    return o + "'";
-  };
-  {
-    std::ofstream g(script);
-    g << "set terminal pngcairo size 900,600 noenhanced\n";
-    g << "set output " << quote(out.temp_path().string()) << "\n";
-    g << "set title " << quote(title) << "\nset xlabel 'step'\nset ylabel " << quote(ylabel) << "\n";
-    g << "set key outside right\nset grid\n";
-    g << "plot ";
-    for (std::size_t i = 0; i < series.size(); ++i)
-      g << (i ? ", " : "") << quote(data.string()) << " index " << i << " using 1:2 with lines lw 2 title "
-        << quote(series[i].label);
-    g << "\n";
-    if (!g) throw RuntimeError("cannot write gnuplot script", script.string());
-  }
-  const std::string cmd = fmt::format("{} {} 2>&1", gnuplot_exe, quote(script.string()));
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) throw RuntimeError("cannot run gnuplot (install gnuplot-nox)", gnuplot_exe);
-  std::string msg;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, pipe)) msg += buf;
-  const int st = ::pclose(pipe);
-  if (st != 0 || !std::filesystem::exists(out.temp_path()) || std::filesystem::file_size(out.temp_path()) == 0) {
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) throw RuntimeError("gnuplot not found (install gnuplot-nox)", gnuplot_exe);
-    const auto nl = msg.find('\n');
-    throw RuntimeError(fmt::format("gnuplot failed: {}", msg.substr(0, nl)), png);
-  }
-  (void)dir;
-  out.commit();
+  io::gnuplot_png(
+      png, data,
+      [&](const std::string& dat) {
+        std::string g = "set title " + io::gnuplot_quote(title) + "\nset xlabel 'step'\nset ylabel " + io::gnuplot_quote(ylabel) +
+                        "\nset key outside right\nset grid\nplot ";
+        for (std::size_t i = 0; i < series.size(); ++i)
+          g += fmt::format("{}{} index {} using 1:2 with lines lw 2 title {}", i ? ", " : "", dat, i, io::gnuplot_quote(series[i].label));
+        return g;
+      },
+      900, 600, gnuplot_exe);
 }
 
 }  // namespace icmlkit::smc

@@ -77,6 +77,17 @@ set(OBC_PROMPT "zcat ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz | awk -F'\\t' 
 # the 16 newest prompt slots in every non-tova keep set, overlaps in [0, 1].
 cli_case(obcache-score/demo-layout-and-recent-kept --needs ${DEMO_MODEL} --rc 0 --tool obcache-score --file s.h5
   -- bash -c "${OBC_PROMPT} && ${OBC} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 300 --methods h2o,h2o+obcVK,snapkv+obcK,tova+obcV --budget 0.1,40 -o s.h5 -q > sum.json && jq -e '.prompt_tokens == 300 and ([.budgets[].slots] == [30, 40]) and ([.overlap_jaccard[][]] | all(. >= 0 and . <= 1))' sum.json && h5dump -H -d /h2o+obcVK/layer_5/scores s.h5 | grep -q '( 4, 300 )' && h5dump -H -d /h2o+obcVK/layer_0/keep/30 s.h5 | grep -q '( 4, 30 )' && h5dump -d /h2o+obcVK/layer_3/keep/30 -w 400 s.h5 | grep -E '^ *\\(3,0\\)' | grep -q '284, 285, 286, 287, 288, 289, 290, 291, 292, 293, 294, 295, 296, 297, 298, 299$'")
+# --save-attention: what the scores are computed from, dense per layer (the peer test feeds it to
+# the reference's tracker); it needs -o.
+cli_case(obcache-score/save-attention-layout --needs ${DEMO_MODEL} --rc 0 --tool obcache-score --file s.h5
+  -- bash -c "${OBC_PROMPT} && ${OBC} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 120 --methods h2o,tova+obcVK --budget 0.2 --save-attention -o s.h5 -q > /dev/null && h5dump -H -d /attention/layer_5/probs s.h5 | grep -q '( 8, 16, 120 )' && h5dump -H -d /attention/layer_0/values s.h5 | grep -q '( 4, 120, 32 )' && h5dump -H -d /attention/layer_2/outputs s.h5 | grep -q '( 8, 16, 32 )' && h5dump -d /attention/layer_0/rows -w 400 s.h5 | grep -q '104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119$'")
+# --plot: the keep sets as a heat map (a PNG, gnuplot); another extension is refused before any work.
+cli_case(obcache-score/plot-heat-map --needs ${DEMO_MODEL} --rc 0 --tool obcache-score --file k.png
+  -- bash -c "${OBC_PROMPT} && ${OBC} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 100 --methods streaming,h2o+obcVK --budget 0.2,0.5 --plot k.png -q > /dev/null && head -c 8 k.png | od -An -c | grep -q 'P   N   G'")
+cli_case(obcache-score/plot-not-png --rc 2 --stderr "the heat map is a PNG" --no-file k.jpg --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --budget 0.5 --num-recent 1 --plot k.jpg")
+cli_case(obcache-score/save-attention-needs-output --rc 2 --stderr "needs -o" --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --budget 0.5 --num-recent 1 --save-attention")
 cli_case(obcache-score/budget-zero --rc 2 --stderr "neither a fraction" --no-file s.h5 --tool obcache-score
   -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --budget 0 -o s.h5")
 cli_case(obcache-score/budget-above-prompt --rc 2 --stderr "above the prompt's 6 tokens" --no-file s.h5 --tool obcache-score
