@@ -147,9 +147,10 @@ int main(int argc, char** argv) {
       "and budget (fractions of the prompt, or slots): recall (tokens of the passage reproduced before\n"
       "the first miss, greedy), agreement with the full cache's greedy output (exact-match prefix and\n"
       "token accuracy), and, teacher-forced on the true continuation, next-token agreement with the full\n"
-      "cache, perplexity, and the attention-output error ||o' - o|| / ||o|| per layer (o: the full cache's\n"
-      "attention output of a continuation row and query head; o': the same query over the kept slots and\n"
-      "the continuation, the quantity OBCache minimises; every layer sees the full cache's inputs) and\n"
+      "cache, perplexity, and the attention-output error per layer, sqrt(sum ||o' - o||^2 / sum ||o||^2) over\n"
+      "the continuation rows and query heads (o: the full cache's attention output; o': the same query over\n"
+      "the kept slots and the continuation, the quantity OBCache minimises; every layer sees the full cache's\n"
+      "inputs) and\n"
       "peak_slots, the most slots one KV head held; means with percentile-bootstrap 95 % intervals over\n"
       "the prompts, and for each OBCache method the paired difference to its base (h2o+obcVK - h2o, ...).\n"
       "Documents come from the corpus split (--split val: every --val-every-th document, as lm-train\n"
@@ -331,22 +332,20 @@ int main(int argc, char** argv) {
                   const int kept = row_keep[t] ? static_cast<int>((*row_keep[t])[lh].size()) : keep_from[t];
                   peak[mi][bi] = std::max(peak[mi][bi], kept + (decode ? 1 : t + 1));
                 }
-              // Attention-output error per layer over the teacher-forced rows and query heads.
-              std::vector<double> layer_sum(L, 0.0);
-              std::vector<int> layer_count(L, 0);
+              // Attention-output error per layer over the teacher-forced rows and query heads:
+              // sqrt(sum ||o' - o||^2 / sum ||o||^2); the prompt's figure is the mean over layers.
+              std::vector<kv::OutputError> layer_err(L);
               for (const auto& rec : full_tf_result.attention) {
                 const auto* keep = row_keep[rec.row];
                 const int g = rec.head / group;
-                layer_sum[rec.layer] += keep ? kv::evicted_output_error(rec, tf_slot, full_tf_cache, g, (*keep)[std::size_t(rec.layer) * nkv + g],
-                                                                        keep_from[rec.row])
-                                             : 0.0;
-                ++layer_count[rec.layer];
+                if (keep)
+                  layer_err[rec.layer] += kv::evicted_output_error(rec, tf_slot, full_tf_cache, g, (*keep)[std::size_t(rec.layer) * nkv + g],
+                                                                   keep_from[rec.row]);
               }
               double e_all = 0;
               for (int l = 0; l < L; ++l) {
-                const double e = layer_sum[l] / std::max(layer_count[l], 1);
-                err_layer[mi][bi][l] += e;
-                e_all += e / L;
+                err_layer[mi][bi][l] += layer_err[l].relative();
+                e_all += layer_err[l].relative() / L;
               }
               int same = 0, agreed = 0;
               for (int t = 0; t < generate; ++t) same += out[t] == full_out[t];

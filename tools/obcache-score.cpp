@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 
 #include "ann/h5matrix.hpp"
@@ -119,7 +120,9 @@ int main(int argc, char** argv) {
       "Writes /<method>/layer_<l>/scores [n_kv_heads, n] (float32) and /<method>/layer_<l>/keep/<slots>\n"
       "[n_kv_heads, slots] (int32) to -o (snapkv's keep sets rank its scores max-pooled over --kernel\n"
       "older slots; the stored scores are unpooled), and a JSON summary (budgets, score seconds per method, mean\n"
-      "Jaccard overlap of each pair of methods' kept sets) to stdout; --save-attention adds the window's attention\n"
+      "Jaccard overlap of each pair of methods' kept sets, and each keep set's attention-output error\n"
+      "sqrt(sum ||o' - o||^2 / sum ||o||^2) on the recorded window rows per layer, averaged over layers: the\n"
+      "quantity the scores minimise) to stdout; --save-attention adds the window's attention\n"
       "(what the scores come from), --plot a heat map of each method's keep sets over the prompt.",
       "  obcache-score data/models/kjv7m.h5 --prompt-file gen1.txt --prompt-tokens 400 --budget 0.05,0.1 -o scores.h5\n"
       "  obcache-score model.h5 --prompt-file chapter.txt --methods h2o,h2o+obcVK --budget 24 | jq .overlap_jaccard\n"};
@@ -226,6 +229,29 @@ int main(int argc, char** argv) {
             }
           overlap[std::to_string(slots[bi])] = pairs;
         }
+        // The output error of each keep set on the recorded window rows themselves: the quantity
+        // OBCache's scores minimise to first order, token by token.
+        nlohmann::json window_err = nlohmann::json::object();
+        {
+          std::vector<int> row_slot(n);
+          std::iota(row_slot.begin(), row_slot.end(), 0);
+          const int group = c.n_heads / nkv;
+          for (std::size_t bi = 0; bi < slots.size(); ++bi) {
+            nlohmann::json per = nlohmann::json::object();
+            for (std::size_t mi = 0; mi < ms.size(); ++mi) {
+              // sqrt(sum ||o' - o||^2 / sum ||o||^2) per layer, averaged over layers.
+              std::vector<kv::OutputError> layer_err(std::size_t(c.n_layers));
+              for (const auto& rec : fr.attention) {
+                const int g = rec.head / group;
+                layer_err[std::size_t(rec.layer)] += kv::evicted_output_error(rec, row_slot, cache, g, keeps[mi][bi][std::size_t(rec.layer) * nkv + g], n);
+              }
+              double mean = 0;
+              for (const auto& e : layer_err) mean += e.relative() / c.n_layers;
+              per[ms[mi].name] = mean;
+            }
+            window_err[std::to_string(slots[bi])] = per;
+          }
+        }
         nlohmann::json bj = nlohmann::json::array();
         for (std::size_t bi = 0; bi < slots.size(); ++bi) bj.push_back({{"budget", budgets[bi]}, {"slots", slots[bi]}});
         nlohmann::json out{{"meta", ctx.prov.to_json()},
@@ -237,6 +263,8 @@ int main(int argc, char** argv) {
                            {"prefill_seconds", prefill_s},
                            {"score_seconds", score_s},
                            {"overlap_jaccard", overlap},
+                           {"window_rows", std::vector<int>(rows.begin(), rows.end())},
+                           {"window_output_error", window_err},
                            {"output", output.empty() ? nlohmann::json() : nlohmann::json(output)}};
         io::write_json("-", out);
         log::info("{} tokens, {} methods x {} budgets{}", n, ms.size(), slots.size(), output.empty() ? "" : " -> " + output);

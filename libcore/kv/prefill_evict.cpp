@@ -137,8 +137,8 @@ lm::KvCache evicted_copy(const lm::KvCache& full, const std::vector<std::vector<
   return c;
 }
 
-double evicted_output_error(const lm::AttentionRecord& rec, const std::vector<int>& row_slot, const lm::KvCache& cache,
-                            int kv_head, const std::vector<std::int32_t>& keep, int keep_from) {
+OutputError evicted_output_error(const lm::AttentionRecord& rec, const std::vector<int>& row_slot, const lm::KvCache& cache,
+                                 int kv_head, const std::vector<std::int32_t>& keep, int keep_from) {
   const int hd = cache.head_dim(), n = cache.size(rec.layer, kv_head);
   std::vector<double> o(hd, 0.0);
   double zmax = -std::numeric_limits<double>::infinity(), denom = 0;
@@ -153,20 +153,19 @@ double evicted_output_error(const lm::AttentionRecord& rec, const std::vector<in
     kept.emplace_back(slot, rec.scores[t]);
     zmax = std::max(zmax, static_cast<double>(rec.scores[t]));
   }
-  if (kept.empty()) throw InputError(fmt::format("row {} keeps no key of layer {}", rec.row, rec.layer));
   for (const auto& [slot, z] : kept) {
     const double w = std::exp(z - zmax);
     denom += w;
     const float* v = cache.value(rec.layer, kv_head, slot);
     for (int d = 0; d < hd; ++d) o[d] += w * v[d];
   }
-  double err = 0, norm = 0;
+  OutputError e;
   for (int d = 0; d < hd; ++d) {
-    const double full = rec.output[d];
-    err += (o[d] / denom - full) * (o[d] / denom - full);
-    norm += full * full;
+    const double full = rec.output[d], evicted = denom > 0 ? o[d] / denom : 0.0;  // no key kept: o' = 0
+    e.sq_error += (evicted - full) * (evicted - full);
+    e.sq_norm += full * full;
   }
-  return norm > 0 ? std::sqrt(err / norm) : 0.0;
+  return e;
 }
 
 }  // namespace icmlkit::kv

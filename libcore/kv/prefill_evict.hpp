@@ -7,6 +7,7 @@
 // (kernel 7).  streaming keeps 4 sink slots and the newest ones.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,15 +67,29 @@ PromptKeeps prompt_keep_sets(const std::vector<PrefillMethod>& methods, const st
 /// decodes from after prefill-only eviction.  Throws InputError for keep sets that do not fit.
 lm::KvCache evicted_copy(const lm::KvCache& full, const std::vector<std::vector<std::int32_t>>& keep);
 
+/// Squared attention-output error and squared output norm of one query row, layer and head.
+/// The relative error of a set of rows is sqrt(sum sq_error / sum sq_norm).
+struct OutputError {
+  double sq_error = 0;  ///< ||o' - o||^2
+  double sq_norm = 0;   ///< ||o||^2
+  /// sqrt(sq_error / sq_norm), 0 when sq_norm is 0.
+  double relative() const { return sq_norm > 0 ? std::sqrt(sq_error / sq_norm) : 0.0; }
+  OutputError& operator+=(const OutputError& o) {
+    sq_error += o.sq_error;
+    sq_norm += o.sq_norm;
+    return *this;
+  }
+};
+
 /// The attention-output error of eviction for one query row, layer and head, the quantity
 /// OBCache minimises: from the row's full-cache attention `rec` (keys as slots, or batch rows
 /// -(r + 1) that were committed to slot row_slot[r]), the output o' = sum_j softmax_S(z)_j v_j
 /// over the kept keys S (those in `keep`, the sorted kept slots of the head's KV group, and every
-/// slot >= keep_from: rows no eviction touches), values from `cache`; returns ||o' - o|| / ||o||
-/// in double (0 when o is 0), with o = rec.output.  The same inputs reach the layer with and
-/// without eviction, so this is the layer's own error, not the drift of earlier layers.
-/// Throws InputError for a key that maps to no slot of `cache` or when no key is kept.
-double evicted_output_error(const lm::AttentionRecord& rec, const std::vector<int>& row_slot, const lm::KvCache& cache,
-                            int kv_head, const std::vector<std::int32_t>& keep, int keep_from);
+/// slot >= keep_from: rows no eviction touches; o' = 0 when no key is kept), values from `cache`,
+/// against o = rec.output, in double.  The same inputs reach the layer with and without
+/// eviction, so this is the layer's own error, not the drift of earlier layers.  Throws
+/// InputError for a key that maps to no slot of `cache`.
+OutputError evicted_output_error(const lm::AttentionRecord& rec, const std::vector<int>& row_slot, const lm::KvCache& cache,
+                                 int kv_head, const std::vector<std::int32_t>& keep, int keep_from);
 
 }  // namespace icmlkit::kv

@@ -296,7 +296,7 @@ TEST_CASE("kv obc: evicted output error equals a forward on the evicted cache at
   int checked = 0;
   for (const auto& rec : rf.attention) {
     const int g = rec.head / group;
-    CHECK(kv::evicted_output_error(rec, row_slot, full, g, all[g], n) < 1e-6);
+    CHECK(kv::evicted_output_error(rec, row_slot, full, g, all[g], n).relative() < 1e-6);
     if (rec.layer != 0) continue;
     const auto same = std::find_if(re.attention.begin(), re.attention.end(),
                                    [&](const lm::AttentionRecord& e) { return e.layer == 0 && e.row == rec.row && e.head == rec.head; });
@@ -308,10 +308,15 @@ TEST_CASE("kv obc: evicted output error equals a forward on the evicted cache at
     }
     const double want = std::sqrt(err / norm);
     CHECK(want > 1e-3);  // the eviction changes the output
-    CHECK(kv::evicted_output_error(rec, row_slot, full, g, keep[g], n) == doctest::Approx(want).epsilon(1e-4));
+    const kv::OutputError e = kv::evicted_output_error(rec, row_slot, full, g, keep[g], n);
+    CHECK(e.relative() == doctest::Approx(want).epsilon(1e-4));
+    CHECK(e.sq_norm == doctest::Approx(norm).epsilon(1e-12));
     ++checked;
   }
   CHECK(checked == G * c.n_heads);
+  // Keeping no key of the prompt leaves the row's own key; keeping nothing at all gives o' = 0.
+  const kv::OutputError none = kv::evicted_output_error(rf.attention[0], row_slot, full, 0, {}, n + 100);
+  CHECK(none.sq_error == doctest::Approx(none.sq_norm).epsilon(1e-12));
   // A key that maps to no slot is refused.
   CHECK_THROWS_AS(kv::evicted_output_error(rf.attention[0], {}, full, 0, keep[0], n), InputError);
 }
