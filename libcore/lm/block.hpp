@@ -49,6 +49,19 @@ using BlockForward = void (*)(const BlockStep& step, BlockWork& work, float* x, 
 /// The forward of block type t.
 BlockForward block_forward(BlockType t) noexcept;
 
+/// A block type's state copy (CALM's state propagation, Schuster et al. 2022, sec. 3.2): writes to
+/// cache layer step.cache_layer's pending area what the block's forward would write there if its
+/// input residual were x [R, d_model], without running the block (x is not changed).  For the
+/// llama block: K = RoPE(Wk n1(x)), V = Wv n1(x) with the block's own attention norm, bitwise
+/// the K/V its forward computes from the same x.
+using BlockStateCopy = void (*)(const BlockStep& step, BlockWork& work, const float* x);
+
+/// The state copy of block type t (null where the type has none).
+BlockStateCopy block_state_copy(BlockType t) noexcept;
+
+/// The llama block's state copy.
+void llama_block_state_copy(const BlockStep& step, BlockWork& work, const float* x);
+
 /// The llama block (attention with RoPE and GQA over the view's cache slots and the attended
 /// new rows, then SwiGLU; both pre-normed; skip lists and adapters applied).
 void llama_block_forward(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);

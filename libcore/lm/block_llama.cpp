@@ -40,6 +40,33 @@ BlockForward block_forward(BlockType t) noexcept {
 
 namespace {
 
+/// K = RoPE(Wk xn), V = Wv xn of the batch rows from their attention-normed input xn [R, d]
+/// (adapters applied), to the pending area of the step's cache layer; w.k and w.v keep them.
+void llama_kv(const BlockStep& st, BlockWork& w, const float* xn) {
+  const ModelConfig& c = st.model.config;
+  const Layer& L = st.model.layers[st.block];
+  const int R = st.batch.size(), d = c.d_model, hd = c.head_dim(), nkv = c.n_kv_heads, dkv = nkv * hd, cl = st.cache_layer;
+  w.k.resize(std::size_t(R) * dkv);
+  w.v.resize(w.k.size());
+  float *k = w.k.data(), *v = w.v.data();
+  matmul_weight(xn, R, d, d, L.wk, dkv, k, dkv);
+  matmul_weight(xn, R, d, d, L.wv, dkv, v, dkv);
+  apply_adapters(st, Projection::attn_k, xn, d, k, dkv, w);
+  apply_adapters(st, Projection::attn_v, xn, d, v, dkv, w);
+  const int half = hd / 2;
+  for (int r = 0; r < R; ++r) {
+    const float* rc = st.rope_cos + std::size_t(r) * half;
+    const float* rs = st.rope_sin + std::size_t(r) * half;
+    KvCache& cache = *st.caches[st.batch.rows[r].seq];
+    for (int h = 0; h < nkv; ++h) {
+      float* kr = k + std::size_t(r) * dkv + h * hd;
+      apply_rope(kr, hd, c.rope_style, rc, rs);
+      std::copy_n(kr, hd, cache.pending_key(cl, h, st.local[r]));
+      std::copy_n(v + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(cl, h, st.local[r]));
+    }
+  }
+}
+
 /// The attention sublayer: x += Wo · Attn(RoPE(Wq n1(x)), RoPE(Wk n1(x)), Wv n1(x)); the rows'
 /// K (after RoPE) and V go to the pending area of the step's cache layer.
 void llama_attention(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
@@ -48,36 +75,24 @@ void llama_attention(const BlockStep& st, BlockWork& w, float* x, ForwardResult&
   const Batch& b = st.batch;
   const ForwardOptions& opt = st.options;
   const Layer& L = model.layers[st.block];
-  const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
-  const int group = c.group(), dq = nh * hd, dkv = nkv * hd, cl = st.cache_layer;
+  const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads;
+  const int group = c.group(), dq = nh * hd, cl = st.cache_layer;
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
   w.xn.resize(std::size_t(R) * d);
   w.tmp.resize(w.xn.size());
   w.q.resize(std::size_t(R) * dq);
   w.att.resize(w.q.size());
-  w.k.resize(std::size_t(R) * dkv);
-  w.v.resize(w.k.size());
-  float *xn = w.xn.data(), *q = w.q.data(), *k = w.k.data(), *v = w.v.data(), *att = w.att.data();
+  float *xn = w.xn.data(), *q = w.q.data(), *att = w.att.data();
 
   rms_norm(x, R, d, L.attn_norm.data(), c.rms_eps, xn);
   matmul_weight(xn, R, d, d, L.wq, dq, q, dq);
-  matmul_weight(xn, R, d, d, L.wk, dkv, k, dkv);
-  matmul_weight(xn, R, d, d, L.wv, dkv, v, dkv);
   apply_adapters(st, Projection::attn_q, xn, d, q, dq, w);
-  apply_adapters(st, Projection::attn_k, xn, d, k, dkv, w);
-  apply_adapters(st, Projection::attn_v, xn, d, v, dkv, w);
+  llama_kv(st, w, xn);
   const int half = hd / 2;
   for (int r = 0; r < R; ++r) {
     const float* rc = st.rope_cos + std::size_t(r) * half;
     const float* rs = st.rope_sin + std::size_t(r) * half;
     for (int h = 0; h < nh; ++h) apply_rope(q + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
-    KvCache& cache = *st.caches[b.rows[r].seq];
-    for (int h = 0; h < nkv; ++h) {
-      float* kr = k + std::size_t(r) * dkv + h * hd;
-      apply_rope(kr, hd, c.rope_style, rc, rs);
-      std::copy_n(kr, hd, cache.pending_key(cl, h, st.local[r]));
-      std::copy_n(v + std::size_t(r) * dkv + h * hd, hd, cache.pending_value(cl, h, st.local[r]));
-    }
   }
 
   // One (row, query head) per task: gather the view's slots, then the attended new rows.
@@ -183,6 +198,21 @@ void llama_mlp(const BlockStep& st, BlockWork& w, float* x) {
 }
 
 }  // namespace
+
+void llama_block_state_copy(const BlockStep& st, BlockWork& w, const float* x) {
+  const ModelConfig& c = st.model.config;
+  const int R = st.batch.size(), d = c.d_model;
+  w.xn.resize(std::size_t(R) * d);
+  rms_norm(x, R, d, st.model.layers[st.block].attn_norm.data(), c.rms_eps, w.xn.data());
+  llama_kv(st, w, w.xn.data());
+}
+
+BlockStateCopy block_state_copy(BlockType t) noexcept {
+  switch (t) {
+    case BlockType::llama: return &llama_block_state_copy;
+  }
+  return nullptr;
+}
 
 void llama_block_forward(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
   const ForwardOptions& opt = st.options;

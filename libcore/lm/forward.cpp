@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "lm/block.hpp"
+#include "lm/layerwise.hpp"
 #include "lm/matmul.hpp"
 #include "lm/sampler.hpp"
 #include "lm/support.hpp"
@@ -238,77 +239,9 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
 
 ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, const Batch& b,
                       const ForwardOptions& opt) {
-  const ModelConfig& c = model.config;
-  const int nseq = static_cast<int>(caches.size());
-  if (nseq == 0) throw InputError("forward needs at least one KV cache");
-  check_batch(c, nseq, [&caches](int q, int l, int h) { return caches[q]->size(l, h); }, b, opt);
-  const int n_steps = opt.schedule.empty() ? c.n_layers : static_cast<int>(opt.schedule.size());
-  for (const KvCache* kv : caches)
-    if (kv->n_layers() != n_steps)
-      throw InputError("the KV cache has " + std::to_string(kv->n_layers()) + " layers but the forward runs " +
-                       std::to_string(n_steps) + " block steps (a schedule needs a cache of its length)");
-  const int R = b.size(), d = c.d_model;
-  ForwardResult res;
-
-  std::vector<float> x(std::size_t(R) * d);
-  std::vector<float> cs, sn;
-  rope_tables(c, b, cs, sn);
-  for (int r = 0; r < R; ++r)
-    model.token_embd.row_f32(b.rows[r].token, x.data() + std::size_t(r) * d);
-  const int n_run = opt.stop_after >= 0 ? opt.stop_after : n_steps;  // steps run
-  if (opt.hidden) {
-    res.hidden.assign(n_run + 1, Matrix(R, d));
-    res.hidden[0].data = x;
-  }
-  // Each row's index in its own sequence's pending area.
-  std::vector<int> local(R), per_seq(nseq, 0);
-  for (int r = 0; r < R; ++r) local[r] = per_seq[b.rows[r].seq]++;
-  for (int q = 0; q < nseq; ++q)
-    if (per_seq[q] > 0) caches[q]->begin_pending(per_seq[q]);
-  // Sorted in-batch key lists (self included) and recurrent parents per row.
-  std::vector<std::vector<int>> inbatch(R);
-  std::vector<int> parent(R, -1);
-  for (int r = 0; r < R; ++r) {
-    auto& s = inbatch[r];
-    s = b.rows[r].attend;
-    s.push_back(r);
-    std::sort(s.begin(), s.end());
-    s.erase(std::unique(s.begin(), s.end()), s.end());
-    for (int a : s)
-      if (a != r) parent[r] = std::max(parent[r], a);
-    KvCache& cache = *caches[b.rows[r].seq];
-    cache.set_pending_position(local[r], b.rows[r].pos);
-    cache.set_pending_parent(local[r], parent[r] < 0 ? -1 : local[parent[r]]);
-  }
-  if (opt.time_attention) res.attn_cpu_s.assign(b.views.size(), 0.0);
-
-  // The block list (contract v2): step cl runs block l (the schedule's entry, or the step
-  // itself) on cache layer cl, by the block's type (lm/block.hpp).
-  BlockWork work;
-  for (int cl = 0; cl < n_run; ++cl) {
-    const int l = opt.schedule.empty() ? cl : opt.schedule[cl];
-    const BlockType type = c.block_type(l);
-    const BlockForward run = block_forward(type);
-    if (!run || !supports(Runner::cpu_engine, block_feature(type))) require_blocks(Runner::cpu_engine, c);
-    const BlockStep step{model, b, caches, opt, l, cl, local, inbatch, parent, cs.data(), sn.data()};
-    run(step, work, x.data(), res);
-    if (opt.hidden) res.hidden[cl + 1].data = x;
-  }
-
-  res.logits_rows = logits_rows_of(opt, R);
-  const int nl = static_cast<int>(res.logits_rows.size());
-  if (nl > 0) {
-    Matrix h(nl, d);
-    for (int i = 0; i < nl; ++i) std::copy_n(x.data() + std::size_t(res.logits_rows[i]) * d, d, h.row(i));
-    res.logits = apply_head(model, h);
-    if (opt.greedy_only) {
-      res.greedy.resize(nl);
-      for (int i = 0; i < nl; ++i) res.greedy[i] = greedy_token(res.logits.row(i), c.vocab_size);
-      if (opt.greedy_prob)
-        for (int i = 0; i < nl; ++i) res.greedy_prob.push_back(greedy_probability(res.logits.row(i), c.vocab_size, res.greedy[i]));
-    }
-  }
-  return res;
+  LayerwiseForward pass(model, caches, b, opt);
+  pass.run(opt.stop_after >= 0 ? opt.stop_after : pass.steps());
+  return pass.finish();
 }
 
 Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<int>& vocab_ids) {
