@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
             ->capture_default_str()->check(CLI::IsMember({"prefill", "decode"}));
         a.add_option("--passage-source", passage_source, "corpus: a document's first tokens; random: uniform token ids (not BOS/EOS)")
             ->capture_default_str()->check(CLI::IsMember({"corpus", "random"}));
-        a.add_option("--prompts", n_prompts, "Recall prompts (seeded)")->capture_default_str()->check(cli::int_range(1, 100000));
+        a.add_option("--prompts", n_prompts, "Recall prompts (seeded; at least 2 for an interval)")->capture_default_str()->check(cli::int_range(2, 100000));
         a.add_option("--passage", passage, "Passage tokens")->capture_default_str()->check(cli::int_range(2, 1 << 20));
         a.add_option("--filler", filler, "Filler tokens between the passage and the cue")->capture_default_str()->check(cli::int_range(0, 1 << 20));
         a.add_option("--cue", cue, "Passage tokens repeated at the end")->capture_default_str()->check(cli::int_range(1, 1 << 20));
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
         a.add_option("--num-recent", num_recent, "Newest slots always kept, and the scoring window's rows")->capture_default_str()
             ->check(cli::int_range(1, 1 << 20));
         a.add_option("--kernel", kernel, "snapkv: max-pooling width (odd)")->capture_default_str()->check(cli::int_range(1, 1001));
-        a.add_option("--gqa-reduce", gqa, "OBCache scores: combine a KV group's query heads by sum or max")->capture_default_str()
+        a.add_option("--gqa-reduce", gqa, "Combine a KV group's query heads' scores by sum or max (OBCache scores; with --evict decode also h2o's)")->capture_default_str()
             ->check(CLI::IsMember({"sum", "max"}));
         a.add_option("-o,--output", output, "Result, *.json (- = stdout)")->capture_default_str();
       },
@@ -393,7 +393,9 @@ int main(int argc, char** argv) {
             auto diff = [&](const std::vector<std::vector<std::vector<double>>>& v) {
               std::vector<double> d(v[mi][bi].size());
               for (std::size_t i = 0; i < d.size(); ++i) d[i] = v[mi][bi][i] - v[bj][bi][i];
-              return mean_ci(d, bs);
+              nlohmann::json j = mean_ci(d, bs);
+              j["excludes_zero"] = j["lo"].get<double>() > 0 || j["hi"].get<double>() < 0;
+              return j;
             };
             paired.push_back({{"method", methods[mi]}, {"base", *base}, {"budget", budgets[bi]}, {"recall_tokens", diff(recall)},
                               {"next_token_agreement", diff(agree)}, {"nll", diff(nll)},
@@ -405,7 +407,8 @@ int main(int argc, char** argv) {
                            {"prompt_tokens", n},
                            {"settings", {{"passage", passage}, {"filler", filler}, {"cue", cue}, {"generate", generate},
                                          {"num_recent", num_recent}, {"gqa_reduce", gqa}, {"split", split}, {"documents", toks.size()},
-                                         {"evict", evict}, {"passage_source", passage_source}}},
+                                         {"evict", evict}, {"passage_source", passage_source}, {"methods", methods},
+                                         {"budgets", budgets}, {"kernel", kernel}, {"seed", ctx.common.seed}}},
                            {"full_cache", {{"recall_tokens", mean_ci(full_recall, bs)}, {"perplexity", ppl(full_nll)}}},
                            {"results", results},
                            {"paired", paired}};

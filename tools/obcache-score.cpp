@@ -70,7 +70,7 @@ void write_attention(const io::h5::Handle& h5, const lm::KvCache& cache, int n_h
 
 /// One image row per (method, budget), one column per prompt slot: the fraction of (layer, KV
 /// head) pairs whose keep set holds the slot.
-void plot_keeps(const std::string& png, const std::vector<kv::PrefillMethod>& ms, const std::vector<int>& slots,
+void plot_keeps(io::AtomicFile& png, const std::vector<kv::PrefillMethod>& ms, const std::vector<int>& slots,
                 const std::vector<std::vector<std::vector<std::vector<std::int32_t>>>>& keeps, int n) {
   std::string data, tics;
   int row = 0;
@@ -157,6 +157,8 @@ int main(int argc, char** argv) {
         }
         if (save_attention && output.empty()) throw UsageError("needs -o, the HDF5 file the attention goes to", "--save-attention");
         lm::check_prompt_sources(*app, prompt_file, prompt_ids);
+        if (app->count("--prompt") == 0 && prompt_file.empty() && app->count("--prompt-ids") == 0)
+          throw UsageError("give one of --prompt, --prompt-file, --prompt-ids: the prompt to score");
         const std::vector<kv::PrefillMethod> ms = kv::parse_prefill_methods(methods);
         const kv::GqaReduce reduce = kv::parse_gqa_reduce(gqa);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
@@ -186,8 +188,12 @@ int main(int argc, char** argv) {
             kv::prompt_keep_sets(ms, slots, num_recent, kernel, reduce, reference_norm, cache, c.n_heads, fr.attention);
         const auto& keeps = pk.keep;
         const int nkv = c.n_kv_heads;
-        // The heat map first: gnuplot is the step most likely to fail, and then nothing is written.
-        if (!plot.empty()) plot_keeps(plot, ms, slots, keeps, n);
+        // The heat map first (gnuplot is the step most likely to fail), committed with -o at the end.
+        std::unique_ptr<io::AtomicFile> plot_file;
+        if (!plot.empty()) {
+          plot_file = std::make_unique<io::AtomicFile>(plot);
+          plot_keeps(*plot_file, ms, slots, keeps, n);
+        }
         nlohmann::json score_s = nlohmann::json::object();
         for (std::size_t mi = 0; mi < ms.size(); ++mi) score_s[ms[mi].name] = pk.score_seconds[mi];
         if (!output.empty()) {
@@ -218,6 +224,7 @@ int main(int argc, char** argv) {
           io::h5::close_file(h5, output);
           out_file.commit();
         }
+        if (plot_file) plot_file->commit();
         nlohmann::json overlap = nlohmann::json::object();
         for (std::size_t bi = 0; bi < slots.size(); ++bi) {
           nlohmann::json pairs = nlohmann::json::object();

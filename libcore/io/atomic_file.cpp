@@ -164,6 +164,18 @@ void check_distinct_outputs(const std::vector<NamedOutput>& outputs, const std::
   }
 }
 
+std::string target_of_temp(const std::string& path) {
+  const fs::path p(path);
+  const std::string name = p.filename().string();
+  const std::size_t tmp = name.rfind(".tmp.");
+  if (name.size() < 2 || name[0] != '.' || tmp == std::string::npos || tmp < 2) return path;
+  const std::string tail = name.substr(tmp + 5);
+  const std::size_t dot = tail.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == tail.size() || tail.find_first_not_of("0123456789.") != std::string::npos) return path;
+  const std::string base = name.substr(1, tmp - 1);
+  return base == "icmlkit-stream" ? path : (p.parent_path() / base).string();
+}
+
 AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)), stream_(is_stream_path(target_.string())) {
   check_output_dir(target_.string());
   std::error_code ec;

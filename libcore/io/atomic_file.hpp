@@ -38,6 +38,10 @@ class AtomicFile {
   int slot_ = -1;  ///< entry in the table the signal handler cleans up (-1: none)
 };
 
+/// The target an AtomicFile temporary path stands for ("dir/.name.tmp.PID.N" -> "dir/name"), for
+/// error messages; any other path unchanged.
+std::string target_of_temp(const std::string& path);
+
 /// Whether `path` is a stream to write into rather than a file to replace: an existing
 /// character device, FIFO or socket (/dev/null, a named pipe), or /dev/stdout, /dev/stderr,
 /// /dev/fd/N, /proc/self/fd/N.  Such outputs skip extension checks (the format is the tool's

@@ -27,6 +27,13 @@ void require_gnuplot(const std::string& flag, const std::string& gnuplot_exe) {
 void gnuplot_png(const std::string& png, const std::string& data, const std::function<std::string(const std::string&)>& commands,
                  int width, int height, const std::string& gnuplot_exe) {
   io::AtomicFile out(png);
+  gnuplot_png(out, data, commands, width, height, gnuplot_exe);
+  out.commit();
+}
+
+void gnuplot_png(AtomicFile& out, const std::string& data, const std::function<std::string(const std::string&)>& commands,
+                 int width, int height, const std::string& gnuplot_exe) {
+  const std::string png = out.target().string();
   const auto dat = std::filesystem::path(out.temp_path().string() + ".dat");
   const auto script = std::filesystem::path(out.temp_path().string() + ".gp");
   struct Cleanup {
@@ -55,9 +62,11 @@ void gnuplot_png(const std::string& png, const std::string& data, const std::fun
   const int st = ::pclose(pipe);
   if (st != 0 || !std::filesystem::exists(out.temp_path()) || std::filesystem::file_size(out.temp_path()) == 0) {
     if (WIFEXITED(st) && WEXITSTATUS(st) == 127) throw RuntimeError("gnuplot not found (install gnuplot-nox)", gnuplot_exe);
-    throw RuntimeError(fmt::format("gnuplot failed: {}", msg.substr(0, msg.find('\n'))), png);
+    const std::string first = msg.substr(0, msg.find('\n'));
+    throw RuntimeError(first.empty() ? fmt::format("gnuplot failed (exit status {}) without a message", WIFEXITED(st) ? WEXITSTATUS(st) : st)
+                                     : "gnuplot failed: " + first,
+                       png);
   }
-  out.commit();
 }
 
 }  // namespace icmlkit::io

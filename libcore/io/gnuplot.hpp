@@ -21,4 +21,10 @@ void require_gnuplot(const std::string& flag, const std::string& gnuplot_exe = "
 void gnuplot_png(const std::string& png, const std::string& data, const std::function<std::string(const std::string&)>& commands,
                  int width, int height, const std::string& gnuplot_exe = "gnuplot");
 
+class AtomicFile;
+/// The same into `out`'s temporary file, left uncommitted: a tool writing several outputs
+/// commits them together once all are written.
+void gnuplot_png(AtomicFile& out, const std::string& data, const std::function<std::string(const std::string&)>& commands,
+                 int width, int height, const std::string& gnuplot_exe = "gnuplot");
+
 }  // namespace icmlkit::io

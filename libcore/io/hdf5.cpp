@@ -1,5 +1,7 @@
 #include "io/hdf5.hpp"
 
+#include "io/atomic_file.hpp"
+
 #include <filesystem>
 
 #include "util/error.hpp"
@@ -51,7 +53,7 @@ Handle create_file(const std::string& path) {
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V110);
   H5Pset_obj_track_times(fcpl.get(), 0);
   Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
-  if (!f) throw RuntimeError("cannot create HDF5 file", path);
+  if (!f) throw RuntimeError("cannot create HDF5 file", target_of_temp(path));
   return f;
 }
 

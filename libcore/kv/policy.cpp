@@ -36,6 +36,8 @@ void apply_preset(const std::string& name, PolicyConfig& cfg, const std::string&
     throw UsageError("unknown KV policy '" + name + "' (streaming, or h2o, tova, snapkv with +obcV, +obcK, +obcVK[_no_cross][_p1])", flag);
   cfg.score = rest == "obcV" ? ObcScore::value_only() : rest == "obcK" ? ObcScore::key_only() : ObcScore::joint();
   if (no_cross) cfg.score.cross = false;
+  if (p1 && rest == "obcK")
+    throw UsageError("'" + name + "': p is the power of the value term, which +obcK has not (use " + name.substr(0, name.size() - 3) + ")", flag);
   if (p1) cfg.score.p = 1;
   cfg.obc = true;
 }
@@ -44,7 +46,7 @@ std::vector<std::string> preset_names() {
   std::vector<std::string> names{"streaming"};
   for (const char* base : {"h2o", "tova", "snapkv"}) {
     names.emplace_back(base);
-    for (const char* s : {"+obcV", "+obcK", "+obcVK", "+obcVK_no_cross", "+obcV_p1", "+obcK_p1", "+obcVK_p1"})
+    for (const char* s : {"+obcV", "+obcK", "+obcVK", "+obcVK_no_cross", "+obcV_p1", "+obcVK_p1"})
       names.push_back(std::string(base) + s);
   }
   return names;

@@ -59,7 +59,7 @@ std::vector<std::int32_t> prefill_keep(const PrefillMethod& m, const std::vector
   }
   const int r = p == Policy::tova ? 0 : recent;
   if (budget <= r)
-    throw UsageError(fmt::format("a budget of {} slots leaves none beside the {} recent ones", budget, r), "--budget");
+    throw UsageError(fmt::format("a budget of {} slot{} leaves none beside the {} recent ones", budget, budget == 1 ? "" : "s", r), "--budget");
   const int m_old = n - r, top = budget - r;
   std::vector<double> sc(scores.begin(), scores.begin() + m_old);
   if (p == Policy::snapkv && kernel > 1) {
@@ -92,7 +92,7 @@ std::vector<int> budget_slots(const std::vector<double>& budgets, int n, const s
     if (slots > n) throw UsageError(fmt::format("budget {} ({} slots) is above the prompt's {} tokens", b, slots, n), "--budget");
     for (const auto& m : methods)
       if ((m.preset.policy == Policy::h2o || m.preset.policy == Policy::snapkv) && slots <= recent && slots < n)
-        throw UsageError(fmt::format("{}: a budget of {} slots leaves none beside the --num-recent {} newest", m.name, slots, recent),
+        throw UsageError(fmt::format("{}: a budget of {} slot{} leaves none beside the --num-recent {} newest", m.name, slots, slots == 1 ? "" : "s", recent),
                          "--budget");
     for (std::size_t i = 0; i < out.size(); ++i)
       if (out[i] == slots)

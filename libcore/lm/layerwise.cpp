@@ -82,11 +82,22 @@ void LayerwiseForward::run(int n) {
   }
 }
 
-void LayerwiseForward::skip(int n) {
+void LayerwiseForward::skip(int n, bool copy_kv) {
   if (n < 0 || done_ + n > n_steps_)
     throw InputError("cannot skip " + std::to_string(n) + " more block steps after " + std::to_string(done_) + " of " + std::to_string(n_steps_));
   for (int i = 0; i < n; ++i, ++done_) {
     const BlockStep st = step(done_);
+    if (!copy_kv) {
+      const ModelConfig& c = model_.config;
+      for (int r = 0; r < batch_.size(); ++r) {
+        KvCache& cache = *caches_[batch_.rows[r].seq];
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          std::fill_n(cache.pending_key(done_, h, local_[r]), c.head_dim(), 0.0f);
+          std::fill_n(cache.pending_value(done_, h, local_[r]), c.head_dim(), 0.0f);
+        }
+      }
+      continue;
+    }
     const BlockStateCopy copy = block_state_copy(model_.config.block_type(st.block));
     if (!copy) throw InputError("block type " + std::string(block_type_name(model_.config.block_type(st.block))) + " has no state copy");
     copy(st, work_, x_.data());

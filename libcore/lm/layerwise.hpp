@@ -32,9 +32,10 @@ class LayerwiseForward {
   /// Runs the next `n` steps (each block's forward: residual update, K/V to the pending area).
   /// Throws InputError past the last step.
   void run(int n = 1);
-  /// Passes the next `n` steps without running them (SkipDecode's bypassed lower layers): the
-  /// residual is unchanged and those cache layers get their K/V by state copying from it.
-  void skip(int n);
+  /// Passes the next `n` steps without running them: the residual is unchanged and those cache
+  /// layers get their K/V by state copying from it, or, with copy false, zeros (SkipDecode's
+  /// bypassed lower layers, which no later row attends).
+  void skip(int n, bool copy = true);
   /// Fills the K/V of every step not yet done from the current residual by state copying, and
   /// ends the pass (done() == steps()).  The rows may then be committed.
   void copy_state();

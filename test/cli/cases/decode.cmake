@@ -86,6 +86,10 @@ cli_case(obcache-score/plot-heat-map --needs ${DEMO_MODEL} --rc 0 --tool obcache
   -- bash -c "${OBC_PROMPT} && ${OBC} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 100 --methods streaming,h2o+obcVK --budget 0.2,0.5 --plot k.png -q > /dev/null && head -c 8 k.png | od -An -c | grep -q 'P   N   G'")
 cli_case(obcache-score/plot-not-png --rc 2 --stderr "the heat map is a PNG" --no-file k.jpg --tool obcache-score
   -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --budget 0.5 --num-recent 1 --plot k.jpg")
+cli_case(obcache-score/no-prompt --rc 2 --stderr "give one of --prompt, --prompt-file, --prompt-ids" --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --budget 0.5")
+cli_case(obcache-score/key-score-has-no-p1 --rc 2 --stderr "h2o\\+obcK_p1" --tool obcache-score
+  -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --methods h2o+obcK_p1")
 cli_case(obcache-score/save-attention-needs-output --rc 2 --stderr "needs -o" --tool obcache-score
   -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --budget 0.5 --num-recent 1 --save-attention")
 cli_case(obcache-score/budget-zero --rc 2 --stderr "neither a fraction" --no-file s.h5 --tool obcache-score
@@ -120,6 +124,7 @@ cli_case(kv-eval/decode-evicts --needs ${DEMO_MODEL} --rc 0
   -- ${KVEVAL} ${KVE_ARGS} --methods streaming,h2o+obcVK --budget 0.3 --evict decode --passage-source random -q)
 cli_case(kv-eval/small-budget-departs --needs ${DEMO_MODEL} --rc 0
   --jq "(.results | map(.next_token_agreement.mean < 1) | any) and (.results | map(.slots == 17) | all) and (.paired | length) == 1"
+  --jq "(.paired[0].next_token_agreement | has(\"excludes_zero\")) and .settings.methods == [\"streaming\", \"snapkv\", \"snapkv+obcVK\"]"
   --jq "(.results | map(.peak_slots == 17 + 8) | all)"
   -- ${KVEVAL} ${KVE_ARGS} --methods streaming,snapkv,snapkv+obcVK --budget 0.2 -q)
 cli_case(kv-eval/budget-too-small-for-recent --needs ${DEMO_MODEL} --rc 2 --stderr "leaves none beside the --num-recent 16 newest"

@@ -1,0 +1,218 @@
+#include "decode/early_exit.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "lm/layerwise.hpp"
+#include "lm/sampler.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::decode {
+
+ExitMethod parse_exit_method(const std::string& name, const std::string& flag) {
+  for (ExitMethod m : {ExitMethod::full, ExitMethod::wave, ExitMethod::calm, ExitMethod::dvp, ExitMethod::skipdecode, ExitMethod::layerskip})
+    if (name == exit_method_name(m)) return m;
+  throw UsageError("unknown method '" + name + "' (full, wave, calm, dvp, skipdecode, layerskip)", flag);
+}
+
+const char* exit_method_name(ExitMethod m) noexcept {
+  switch (m) {
+    case ExitMethod::full: return "full";
+    case ExitMethod::wave: return "wave";
+    case ExitMethod::calm: return "calm";
+    case ExitMethod::dvp: return "dvp";
+    case ExitMethod::skipdecode: return "skipdecode";
+    case ExitMethod::layerskip: return "layerskip";
+  }
+  return "?";
+}
+
+void ExitConfig::validate(const lm::ModelConfig& c) const {
+  const int L = c.n_layers;
+  auto depth = [&](int v, const char* flag, int hi) {
+    if (v < 1 || v > hi) throw UsageError(fmt::format("depth {} outside [1, {}] (the model has {} blocks)", v, hi, L), flag);
+  };
+  switch (method) {
+    case ExitMethod::wave:
+      depth(window_start, "--window-start", L - 1);
+      depth(window_end, "--window-end", L - 1);
+      if (window_end < window_start)
+        throw UsageError(fmt::format("the window ends at {} before it starts at {}", window_end, window_start), "--window-end");
+      break;
+    case ExitMethod::calm: depth(min_layer, "--min-layer", L - 1); break;
+    case ExitMethod::dvp: depth(dvp_layer, "--dvp-layer", L - 1); break;
+    case ExitMethod::layerskip: depth(exit_layer, "--exit-layer", L); break;
+    case ExitMethod::skipdecode:
+      depth(skip_min, "--skip-min", L);
+      depth(skip_max, "--skip-max", L);
+      if (skip_min > skip_max) throw UsageError(fmt::format("--skip-min {} above --skip-max {}", skip_min, skip_max), "--skip-min");
+      if (skip_warmup < 0 || skip_warmup > skip_min)
+        throw UsageError(fmt::format("the warm-up ({} blocks) must be in [0, --skip-min = {}]", skip_warmup, skip_min), "--skip-warmup");
+      break;
+    case ExitMethod::full: break;
+  }
+  if ((method == ExitMethod::wave || method == ExitMethod::dvp) && (proxy_k < 2 || proxy_k > c.vocab_size))
+    throw UsageError(fmt::format("proxy vocabulary {} outside [2, {}] (the vocabulary)", proxy_k, c.vocab_size), "--proxy-k");
+  if (!(threshold >= 0)) throw UsageError("the threshold must be >= 0 (above 1: never exit)", "--threshold");
+  if (max_new < 1) throw UsageError("at least 1 token", "-n");
+  if (decay_tau < 0) throw UsageError("the decay rate must be >= 0", "--decay-tau");
+}
+
+StepCost StepCost::of(const lm::ModelConfig& c, double context) {
+  const double d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
+  StepCost s;
+  s.block = 2 * (d * dq * 2 + d * dkv * 2 + 3 * d * c.d_ff) + 4 * dq * context;
+  s.head_row = 2 * d;
+  s.head = s.head_row * c.vocab_size;
+  s.state_copy = 2 * d * dkv * 2;
+  return s;
+}
+
+double top2_gap(const float* z, int n, int* argmax) {
+  int best = 0;
+  for (int i = 1; i < n; ++i)
+    if (z[i] > z[best]) best = i;
+  int second = best == 0 ? 1 : 0;
+  for (int i = 0; i < n; ++i)
+    if (i != best && z[i] > z[second]) second = i;
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(double(z[i]) - z[best]);
+  if (argmax) *argmax = best;
+  if (n < 2) return 1.0;
+  return (1.0 - std::exp(double(z[second]) - z[best])) / sum;
+}
+
+int skipdecode_blocks(const ExitConfig& cfg, int t) {
+  if (cfg.max_new <= 1) return cfg.skip_max;
+  const double f = std::min(1.0, std::max(0.0, double(t) / (cfg.max_new - 1)));
+  return static_cast<int>(std::lround(cfg.skip_max + f * (cfg.skip_min - cfg.skip_max)));
+}
+
+namespace {
+
+/// The top-k ids of logits z [V] (descending logit, lower id first on ties).
+std::vector<int> top_ids(const float* z, int V, int k) {
+  std::vector<int> ids(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [z](int a, int b) { return z[a] != z[b] ? z[a] > z[b] : a < b; });
+  ids.resize(k);
+  return ids;
+}
+
+}  // namespace
+
+ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input, int pos, int t, const ExitConfig& cfg,
+                          const StepCost& cost) {
+  const lm::ModelConfig& c = model.config;
+  const int L = c.n_layers, V = c.vocab_size;
+  lm::Batch b;
+  b.add(input, pos);
+  lm::ForwardOptions no_logits;
+  no_logits.all_logits = false;
+  lm::LayerwiseForward pass(model, cache, b, no_logits);
+  ExitStep s;
+  auto full_head = [&]() {
+    s.head_flops += cost.head;
+    return pass.head({0});
+  };
+  // Runs to the last block and emits the full head's argmax.
+  auto finish_full = [&]() {
+    s.flops += cost.block * (L - pass.done());
+    pass.run(L - pass.done());
+    const lm::Matrix z = full_head();
+    s.token = lm::greedy_token(z.row(0), V);
+    s.depth = L;
+  };
+  // Exits at the current depth with `token`: the rest of the blocks by state copying.
+  auto exit_here = [&](int token) {
+    s.token = token;
+    s.depth = pass.done();
+    s.exited = s.depth < L;
+    s.flops += cost.state_copy * (L - pass.done());
+    pass.copy_state();
+  };
+  // Confidence exits over a proxy vocabulary chosen at the current depth, up to depth `last`.
+  auto proxy_exits = [&](int last) {
+    const lm::Matrix z = full_head();
+    const std::vector<int> ids = top_ids(z.row(0), V, cfg.proxy_k);
+    std::vector<float> zk(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) zk[i] = z.row(0)[ids[i]];
+    for (;;) {
+      int best = 0;
+      s.confidence = top2_gap(zk.data(), static_cast<int>(zk.size()), &best);
+      ++s.checks;
+      if (s.confidence >= cfg.threshold) return exit_here(ids[best]);
+      if (pass.done() >= last) return finish_full();
+      s.flops += cost.block;
+      pass.run(1);
+      const lm::Matrix zp = pass.head({0}, ids);  // bitwise the full head's logits on those rows
+      s.head_flops += cost.head_row * cfg.proxy_k;
+      std::copy_n(zp.row(0), zk.size(), zk.begin());
+    }
+  };
+  switch (cfg.method) {
+    case ExitMethod::full: finish_full(); break;
+    case ExitMethod::layerskip: {
+      s.flops += cost.block * cfg.exit_layer;
+      pass.run(cfg.exit_layer);
+      const lm::Matrix z = full_head();
+      exit_here(lm::greedy_token(z.row(0), V));
+      break;
+    }
+    case ExitMethod::wave:
+      s.flops += cost.block * cfg.window_start;
+      pass.run(cfg.window_start);
+      proxy_exits(cfg.window_end);
+      break;
+    case ExitMethod::dvp:
+      s.flops += cost.block * cfg.dvp_layer;
+      pass.run(cfg.dvp_layer);
+      proxy_exits(L - 1);
+      break;
+    case ExitMethod::calm: {
+      const double lambda =
+          cfg.decay_tau > 0 ? std::clamp(0.9 * cfg.threshold + 0.1 * std::exp(-cfg.decay_tau * t / cfg.max_new), 0.0, 1.0) : cfg.threshold;
+      s.flops += cost.block * cfg.min_layer;
+      pass.run(cfg.min_layer);
+      for (;;) {
+        if (pass.done() >= L) {
+          const lm::Matrix z = full_head();
+          s.token = lm::greedy_token(z.row(0), V);
+          s.depth = L;
+          break;
+        }
+        const lm::Matrix z = full_head();
+        int best = 0;
+        s.confidence = top2_gap(z.row(0), V, &best);
+        ++s.checks;
+        if (s.confidence >= lambda) {
+          exit_here(best);
+          break;
+        }
+        s.flops += cost.block;
+        pass.run(1);
+      }
+      break;
+    }
+    case ExitMethod::skipdecode: {
+      const int n = skipdecode_blocks(cfg, t), warm = std::min(cfg.skip_warmup, n);
+      s.flops += cost.block * n;
+      pass.run(warm);
+      pass.skip(L - n, false);
+      pass.run(n - warm);
+      const lm::Matrix z = full_head();
+      s.token = lm::greedy_token(z.row(0), V);
+      s.depth = n;
+      s.exited = n < L;
+      break;
+    }
+  }
+  s.flops += s.head_flops;
+  cache.commit_all();
+  return s;
+}
+
+}  // namespace icmlkit::decode
