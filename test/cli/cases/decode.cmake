@@ -139,3 +139,41 @@ cli_case(obcache-score/duplicate-budget-slots --rc 2 --stderr "budgets 0.5 and 3
   -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 --prompt-ids 1,5,9,12,7,3 --methods h2o --budget 0.5,3 --num-recent 1 -o s.h5")
 cli_case(obcache-score/empty-prompt --rc 1 --stderr "nothing to score" --no-file s.h5 --tool obcache-score
   -- bash -c "${FAFO_MODEL} && ${OBC} m.h5 -p '' -o s.h5")
+# ---- wave-calibrate / wave-generate (issue 28) ----------------------------------------------------
+# Calibration on the demo model: the lens agrees with itself at the last block, the saturation
+# histogram counts every token, each method's choice meets the target on the calibration text, and
+# the halves of the split are disjoint.
+set(WAVECAL $<TARGET_FILE:wave-calibrate>)
+set(WAVEGEN $<TARGET_FILE:wave-generate>)
+set(WAVE_CORPUS ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --val-every 20)
+string(REPLACE ";" " " WAVE_CORPUS_LINE "${WAVE_CORPUS}")
+cli_case(wave-calibrate/demo-model --needs ${DEMO_MODEL} --rc 0 --tool wave-calibrate
+  --jq ".depth_agreement[-1] == 1 and (.depth_agreement | length) == 6 and ([.saturation_histogram[]] | add) == .tokens and .tokens == 1024"
+  --jq "([.wave, .calm, .dvp, .layerskip] | map(.target_met and .agreement >= 0.9) | all) and .wave.window_start <= .wave.window_end and .wave.window_end < 6"
+  --jq "(.calibration_documents + .evaluation_documents | unique | length) == ((.calibration_documents | length) + (.evaluation_documents | length))"
+  -- ${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS} --tokens 1024 --window 256 --target-agreement 0.9 -q)
+# A threshold above 1 never exits: every method that checks confidence equals the full model, token
+# for token; the calibrated settings decode the calibration's evaluation documents.
+cli_case(wave-generate/never-exit-equals-full --needs ${DEMO_MODEL} --rc 0 --tool wave-generate
+  --file-jq all.json "(map(.token_accuracy == 1 and .rouge_l == 1 and .exit_rate == 0 and .mean_depth == 6) | all) and length == 3"
+  -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 512 --window 256 -q -o cal.json && for m in wave calm dvp
+do ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --method $m --threshold 1.5 --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 16 -q -o $m.jsonl || exit 1
+done && cat wave.jsonl calm.jsonl dvp.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
+cli_case(wave-generate/calibrated-methods-run --needs ${DEMO_MODEL} --rc 0 --tool wave-generate
+  --file-jq all.json "length == 5 and (map(.mean_depth <= 6 and .mean_depth >= 1 and .rouge_l > 0 and .prompts == 2) | all) and (.[0].settings.method == \"wave\") and (.[3].exit_rate > 0)"
+  --file-jq steps.json "(map(select(.step)) | length) == 2 * 15 and (map(select(.step) | .depth) | all(. >= 1 and . <= 6))"
+  -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 512 --window 256 -q -o cal.json && for m in wave calm dvp skipdecode layerskip
+do ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --method $m --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 16 -q -o $m.jsonl || exit 1
+done && cat wave.jsonl calm.jsonl dvp.jsonl skipdecode.jsonl layerskip.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json && jq -s . wave.jsonl > steps.json")
+# Bad input: a window beyond the blocks, K above the vocabulary, a calibration of another model,
+# settings neither given nor calibrated: one line, exit 2 / 1, no output file.
+cli_case(wave-generate/window-outside-layers --needs ${DEMO_MODEL} --rc 2 --stderr "depth 9 outside \\[1, 5\\]" --no-file o.jsonl
+  -- ${WAVEGEN} ${DEMO_MODEL} --prompt-ids 1,5,9 --window-start 9 --window-end 9 --proxy-k 16 --threshold 0.5 -o o.jsonl)
+cli_case(wave-generate/proxy-k-above-vocab --needs ${DEMO_MODEL} --rc 2 --stderr "proxy vocabulary 99999 outside \\[2, 4096\\]" --no-file o.jsonl
+  -- ${WAVEGEN} ${DEMO_MODEL} --prompt-ids 1,5,9 --window-start 1 --window-end 2 --proxy-k 99999 --threshold 0.5 -o o.jsonl)
+cli_case(wave-generate/calibration-of-another-model --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "calibration is of another model" --no-file o.jsonl
+  -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 64 --window 64 -q -o cal.json && ${FAFO_MODEL} && ${WAVEGEN} m.h5 --calibration cal.json --prompt-ids 1,5,9 -o o.jsonl")
+cli_case(wave-generate/settings-needed --needs ${DEMO_MODEL} --rc 2 --stderr "wave needs --window-start \\(or --calibration" --no-file o.jsonl
+  -- ${WAVEGEN} ${DEMO_MODEL} --prompt-ids 1,5,9 -o o.jsonl)
+cli_case(wave-calibrate/proxy-k-above-vocab --needs ${DEMO_MODEL} --rc 2 --stderr "proxy size 5000 above the vocabulary" --no-file c.json
+  -- ${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS} --proxy-k 64,5000 -o c.json)
