@@ -203,8 +203,7 @@ int main(int argc, char** argv) {
         // Documents long enough to give a passage or a filler.
         const nn::Documents docs = nn::read_corpus(corpus_path, copt);
         ctx.prov.add_input(corpus_path, docs.sha256);
-        std::vector<std::string> pool = split == "train" ? docs.train : split == "val" ? docs.val : docs.train;
-        if (split == "all") pool.insert(pool.end(), docs.val.begin(), docs.val.end());
+        const std::vector<std::string> pool = nn::split_documents(docs, split);
         std::vector<std::vector<int>> toks;
         for (const auto& d : pool) {
           std::vector<int> t = tok.encode(d, corpus_path);

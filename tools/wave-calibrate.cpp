@@ -108,8 +108,7 @@ int main(int argc, char** argv) {
         const lm::Tokenizer tok = lm::model_tokenizer(model, model_path);
         const nn::Documents docs = nn::read_corpus(corpus_path, copt);
         ctx.prov.add_input(corpus_path, docs.sha256);
-        std::vector<std::string> pool = split == "train" ? docs.train : split == "val" ? docs.val : docs.train;
-        if (split == "all") pool.insert(pool.end(), docs.val.begin(), docs.val.end());
+        const std::vector<std::string> pool = nn::split_documents(docs, split);
         if (pool.size() < 2)
           throw InputError(fmt::format("the {} split has {} document{}; calibration and evaluation need 2{}", split, pool.size(),
                                        pool.size() == 1 ? "" : "s", split == "all" ? "" : " (try --split all)"),

@@ -194,8 +194,7 @@ int main(int argc, char** argv) {
           if (docs.sha256 != cal.value("corpus_sha256", ""))
             throw InputError("not the corpus the calibration was made on (its SHA-256 differs)", eval_corpus);
           const std::string split = cal.value("split", "val");
-          std::vector<std::string> pool = split == "train" ? docs.train : split == "val" ? docs.val : docs.train;
-          if (split == "all") pool.insert(pool.end(), docs.val.begin(), docs.val.end());
+          const std::vector<std::string> pool = nn::split_documents(docs, split);
           for (int di : cal.value("evaluation_documents", std::vector<int>{})) {
             if (di < 0 || di >= static_cast<int>(pool.size()))
               throw InputError(fmt::format("evaluation document {} outside the {} split's {} (other corpus flags than the calibration's?)", di, split,

@@ -172,4 +172,13 @@ void DataOrder::set_position(std::int64_t epoch, std::int64_t pos) {
   pos_ = pos;
 }
 
+std::vector<std::string> split_documents(const Documents& docs, const std::string& split) {
+  if (split == "train") return docs.train;
+  if (split == "val") return docs.val;
+  if (split != "all") throw UsageError("unknown split '" + split + "' (train, val or all)", "--split");
+  std::vector<std::string> all = docs.train;
+  all.insert(all.end(), docs.val.begin(), docs.val.end());
+  return all;
+}
+
 }  // namespace icmlkit::nn

@@ -34,6 +34,10 @@ struct Documents {
 /// files, invalid UTF-8, a missing column or field, malformed JSON, or no text at all.
 Documents read_corpus(const std::string& path, const CorpusOptions& opt);
 
+/// The documents of one split: "train", "val" or "all" (train then val).  Throws UsageError for
+/// another name.
+std::vector<std::string> split_documents(const Documents& docs, const std::string& split);
+
 /// The token stream of documents in order: per document bos_id (when >= 0) then its tokens.
 std::vector<int> tokenize_documents(const lm::Tokenizer& tok, const std::vector<std::string>& docs, int bos_id,
                                     const std::string& where);
