@@ -39,12 +39,14 @@ int lcs(const std::vector<int>& a, const std::vector<int>& b) {
 /// One method's decode of one prompt.
 struct Run {
   std::vector<int> tokens;
-  std::vector<decode::ExitStep> steps;
+  std::vector<decode::ExitStep> steps;  ///< decode steps (lossless: the draft steps)
   double seconds = 0;
+  decode::LosslessStats lossless;
 };
 
 /// Prefill `prompt` with the full model, then `n` tokens (the first from the prefill) by `cfg`.
-Run generate(const lm::Model& m, const std::vector<int>& prompt, int n, const decode::ExitConfig& cfg, const decode::StepCost& cost) {
+Run generate(const lm::Model& m, const std::vector<int>& prompt, int n, const decode::ExitConfig& cfg, const decode::StepCost& cost,
+             int draft = 0) {
   lm::KvCache cache(m.config);
   lm::ForwardOptions o;
   o.all_logits = false;
@@ -55,6 +57,12 @@ Run generate(const lm::Model& m, const std::vector<int>& prompt, int n, const de
   Run r;
   r.tokens.push_back(fr.greedy[0]);
   Stopwatch sw;
+  if (draft > 0) {
+    r.tokens = decode::lossless_generate(m, cache, r.tokens[0], static_cast<int>(prompt.size()), n, draft, cfg, cost, r.lossless);
+    r.steps = r.lossless.draft_steps;
+    r.seconds = sw.seconds();
+    return r;
+  }
   for (int t = 1; t < n; ++t) {
     const decode::ExitStep s = decode::exit_decode_step(m, cache, r.tokens.back(), static_cast<int>(prompt.size()) + t - 1, t, cfg, cost);
     r.tokens.push_back(s.token);
@@ -71,7 +79,8 @@ int main(int argc, char** argv) {
   std::string model_path, calibration, method_name = "wave", prompt, prompt_file, prompt_ids, output = "-", eval_corpus;
   nn::CorpusOptions copt;
   int prompt_tokens = 0, n_new = 128, n_prompts = 8;
-  bool no_compare = false, no_steps = false;
+  bool no_compare = false, no_steps = false, lossless = false;
+  int draft = 4;
   decode::ExitConfig cfg;
   CLI::App* app = nullptr;
   cli::ToolInfo info{
@@ -85,7 +94,8 @@ int main(int argc, char** argv) {
       "later depth), skipdecode (token t of -n runs the top n_t blocks, n_t falling linearly from --skip-max\n"
       "to --skip-min, after --skip-warmup lowest blocks; bypassed blocks are never attended), layerskip (a fixed\n"
       "exit after --exit-layer blocks), full.  An exit fills the K/V of the blocks not run by state copying\n"
-      "(the exit hidden state through each later block's own norm, K/V projections and RoPE; CALM).  Settings\n"
+      "(the exit hidden state through each later block's own norm, K/V projections and RoPE; CALM).  --lossless\n"
+      "makes the exits drafts that the full model verifies in one pass, so the output equals full's.  Settings\n"
       "come from wave-calibrate's JSON (--calibration; flags override), which must be of this model.  Each\n"
       "prompt is prefilled by the full model, which gives the first token; the method then decodes -n - 1 more.\n"
       "Prompts: --prompt / --prompt-file / --prompt-ids, or --eval-corpus (the calibration's evaluation\n"
@@ -121,6 +131,9 @@ int main(int argc, char** argv) {
         a.add_option("--skip-max", cfg.skip_max, "skipdecode: blocks of the first token (default n_layers)")->check(cli::int_range(0, 1 << 20));
         a.add_option("--skip-warmup", cfg.skip_warmup, "skipdecode: lowest blocks always run")->capture_default_str()->check(cli::int_range(0, 1 << 20));
         a.add_option("--exit-layer", cfg.exit_layer, "layerskip: fixed exit depth")->check(cli::int_range(0, 1 << 20));
+        a.add_flag("--lossless", lossless,
+                   "Exits draft tokens that the full model verifies in one pass (self-speculative): the output equals full's");
+        a.add_option("--draft", draft, "--lossless: draft tokens per verification")->capture_default_str()->check(cli::int_range(1, 64));
         a.add_flag("--no-compare", no_compare, "Do not run the full model for comparison (no agreement or speedup)");
         a.add_flag("--no-steps", no_steps, "Leave the per-step records out");
         a.add_option("-o,--output", output, "JSON Lines (- = stdout)")->capture_default_str();
@@ -178,6 +191,7 @@ int main(int argc, char** argv) {
         }
         cfg.max_new = n_new;
         cfg.validate(c);
+        if (lossless && cfg.method == decode::ExitMethod::full) throw UsageError("the full model drafts nothing to verify", "--lossless");
 
         // The prompts.
         std::vector<std::vector<int>> prompts;
@@ -224,9 +238,10 @@ int main(int argc, char** argv) {
         decode::ExitConfig full_cfg;
         full_cfg.max_new = n_new;
         double steps = 0, depth = 0, exits = 0, head = 0, flops = 0, secs = 0, full_secs = 0, acc = 0, prefix = 0, rouge = 0;
+        double rounds = 0, drafted = 0, accepted = 0;
         Progress bar(prompts.size(), "prompts");
         for (std::size_t p = 0; p < prompts.size(); ++p) {
-          const Run run = generate(model, prompts[p], n_new, cfg, cost);
+          const Run run = generate(model, prompts[p], n_new, cfg, cost, lossless ? draft : 0);
           Run ref;
           const bool compare = !no_compare && cfg.method != decode::ExitMethod::full;
           if (compare) ref = generate(model, prompts[p], n_new, full_cfg, cost);
@@ -238,7 +253,7 @@ int main(int argc, char** argv) {
             ph += s.head_flops;
             pf += s.flops;
             if (!no_steps)
-              out << nlohmann::json{{"prompt", p}, {"step", i + 1}, {"token", s.token}, {"depth", s.depth}, {"exited", s.exited},
+              out << nlohmann::json{{"prompt", p}, {lossless ? "draft" : "step", i + 1}, {"token", s.token}, {"depth", s.depth}, {"exited", s.exited},
                                     {"confidence", s.confidence}, {"checks", s.checks}, {"head_flops", s.head_flops}}
                          .dump()
                   << "\n";
@@ -251,6 +266,16 @@ int main(int argc, char** argv) {
                              {"exit_rate", pe / ns},
                              {"decode_seconds", run.seconds}};
           if (tok) rec["text"] = tok->decode(run.tokens);
+          if (lossless) {
+            rec["rounds"] = run.lossless.rounds;
+            rec["accepted"] = run.lossless.accepted;
+            rec["drafted"] = run.lossless.drafted;
+            rounds += run.lossless.rounds;
+            drafted += run.lossless.drafted;
+            accepted += run.lossless.accepted;
+            // The verifier's pass: the input and the drafts through the full model, per round.
+            pf += (run.lossless.drafted + run.lossless.rounds) * (cost.block * L + cost.head);
+          }
           steps += ns;
           depth += pd;
           exits += pe;
@@ -277,6 +302,7 @@ int main(int argc, char** argv) {
         }
         bar.finish();
         const double np = static_cast<double>(prompts.size()), full_flops = cost.block * L + cost.head;
+        const double emitted = np * (n_new - 1);  // tokens after the prefill's
         nlohmann::json settings{{"method", method_name}, {"threshold", cfg.threshold}, {"window_start", cfg.window_start},
                                 {"window_end", cfg.window_end}, {"proxy_k", cfg.proxy_k}, {"min_layer", cfg.min_layer},
                                 {"decay_tau", cfg.decay_tau}, {"dvp_layer", cfg.dvp_layer}, {"skip_min", cfg.skip_min},
@@ -289,17 +315,21 @@ int main(int argc, char** argv) {
                                {"exit_rate", exits / steps},
                                {"head_flops_per_token", head / steps},
                                {"head_overhead_flops_per_token", head / steps - cost.head},
-                               {"flops_per_token", flops / steps},
-                               {"flops_speedup", full_flops / (flops / steps)},
-                               {"decode_tokens_per_s", steps / secs},
+                               {"flops_per_token", flops / emitted},
+                               {"flops_speedup", full_flops / (flops / emitted)},
+                               {"decode_tokens_per_s", emitted / secs},
                                {"threads", threads()}};
         if (!no_compare && cfg.method != decode::ExitMethod::full) {
-          summary["full_decode_tokens_per_s"] = steps / full_secs;
+          summary["full_decode_tokens_per_s"] = emitted / full_secs;
           summary["speedup"] = full_secs / secs;
           summary["token_accuracy"] = acc / np;
           summary["exact_prefix"] = prefix / np;
           summary["rouge_l"] = rouge / np;
         }
+        if (lossless)
+          summary["lossless"] = {{"draft", draft}, {"rounds", rounds}, {"drafted", drafted}, {"accepted", accepted},
+                                 {"acceptance_rate", drafted > 0 ? accepted / drafted : 0.0},
+                                 {"tokens_per_round", rounds > 0 ? (accepted + rounds) / rounds : 0.0}};
         out << nlohmann::json{{"summary", summary}}.dump() << "\n";
         out.close();
         if (!out) throw RuntimeError("cannot write file", output);

@@ -215,4 +215,43 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
   return s;
 }
 
+std::vector<int> lossless_generate(const lm::Model& model, lm::KvCache& cache, int first, int pos, int n, int draft,
+                                   const ExitConfig& cfg, const StepCost& cost, LosslessStats& st) {
+  if (draft < 1) throw UsageError("at least 1 draft token per verification", "--draft");
+  std::vector<int> out{first};
+  lm::ForwardOptions vo;
+  vo.greedy_only = true;  // every row's greedy token
+  while (static_cast<int>(out.size()) < n) {
+    const int base = cache.size();  // slots before the input token
+    const int cur = out.back(), p0 = pos + static_cast<int>(out.size()) - 1;
+    const int room = n - static_cast<int>(out.size());  // tokens still to emit
+    const int d = std::min(draft, room - 1 > 0 ? room - 1 : 1);
+    std::vector<int> drafts;
+    int in = cur;
+    for (int i = 0; i < d; ++i) {
+      const ExitStep s = exit_decode_step(model, cache, in, p0 + i, static_cast<int>(out.size()) + i, cfg, cost);
+      st.draft_steps.push_back(s);
+      drafts.push_back(s.token);
+      in = s.token;
+    }
+    st.drafted += d;
+    cache.truncate(base);
+    // Verify: row i is the input then the drafts; its greedy token is what follows it.
+    std::vector<int> rows{cur};
+    rows.insert(rows.end(), drafts.begin(), drafts.end());
+    const lm::ForwardResult vr = lm::forward(model, cache, lm::Batch::causal(rows, p0), vo);
+    int a = 0;
+    while (a < d && drafts[a] == vr.greedy[a]) ++a;
+    std::vector<int> keep(std::size_t(a) + 1);  // the input and the accepted drafts
+    std::iota(keep.begin(), keep.end(), 0);
+    cache.commit(keep);
+    for (int i = 0; i < a; ++i) out.push_back(drafts[i]);
+    out.push_back(vr.greedy[a]);  // the verifier's token after the last accepted one
+    st.accepted += a;
+    ++st.rounds;
+  }
+  out.resize(std::size_t(n));
+  return out;
+}
+
 }  // namespace icmlkit::decode

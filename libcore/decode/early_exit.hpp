@@ -87,6 +87,27 @@ double top2_gap(const float* z, int n, int* argmax = nullptr);
 ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input, int pos, int t, const ExitConfig& cfg,
                           const StepCost& cost);
 
+/// What a lossless (self-speculative) run did.
+struct LosslessStats {
+  int rounds = 0;            ///< verification passes
+  int drafted = 0;           ///< draft tokens proposed
+  int accepted = 0;          ///< draft tokens accepted
+  std::vector<ExitStep> draft_steps;  ///< every draft step (accepted or not)
+  /// Mean tokens emitted per verification pass (accepted drafts + the verifier's token).
+  double tokens_per_round() const { return rounds ? double(accepted + rounds) / rounds : 0.0; }
+};
+
+/// Greedy decoding that is lossless: the early-exit rule `cfg` drafts up to `draft` tokens (each
+/// an exit_decode_step, its K/V committed provisionally), then the full model verifies the input
+/// token and the drafts in one causal pass over the cache as it was; the drafts that equal the
+/// verifier's argmax are accepted, with the verifier's next token, and only the verified rows'
+/// K/V (the full model's) stay in the cache.  The output equals full greedy decoding token for
+/// token (self-speculative decoding, Zhang et al. 2024; LayerSkip with a fixed exit).  `first`
+/// is the token after the prompt (not in the cache, at position `pos`); returns n tokens starting
+/// with it.  Throws InputError from the forward, UsageError for draft < 1.
+std::vector<int> lossless_generate(const lm::Model& model, lm::KvCache& cache, int first, int pos, int n, int draft,
+                                   const ExitConfig& cfg, const StepCost& cost, LosslessStats& stats);
+
 /// skipdecode's blocks for token t of N: skip_max falling linearly to skip_min, rounded.
 int skipdecode_blocks(const ExitConfig& cfg, int t);
 

@@ -207,3 +207,44 @@ TEST_CASE("decode exit: settings are validated, skipdecode's schedule falls line
   CHECK(decode::skipdecode_blocks(s, 4) == 2);
   CHECK_THROWS_AS(decode::parse_exit_method("early"), UsageError);
 }
+
+TEST_CASE("decode exit: lossless drafting with any exit rule equals the full model token for token") {
+  const lm::ModelConfig c = exit_config();
+  const lm::Model m = lm::random_model(c, 21, 0.4);
+  const std::vector<int> prompt{1, 9, 33, 4, 17};
+  decode::ExitConfig full;
+  full.max_new = 30;
+  const auto ref = decode_all(m, prompt, 30, full);
+  const auto cost = decode::StepCost::of(c, 10);
+  int some_rejected = 0;
+  for (auto method : {decode::ExitMethod::wave, decode::ExitMethod::layerskip, decode::ExitMethod::skipdecode}) {
+    decode::ExitConfig cfg;
+    cfg.method = method;
+    cfg.threshold = 0.05;  // exits often: drafts go wrong
+    cfg.window_start = 1;
+    cfg.window_end = 3;
+    cfg.proxy_k = 8;
+    cfg.exit_layer = 2;
+    cfg.skip_min = 2;
+    cfg.skip_max = 4;
+    cfg.max_new = 30;
+    for (int draft : {1, 3, 5}) {
+      lm::KvCache cache(c);
+      lm::ForwardOptions o;
+      o.greedy_only = true;
+      o.all_logits = false;
+      o.logits_rows = {static_cast<int>(prompt.size()) - 1};
+      const auto fr = lm::forward(m, cache, lm::Batch::causal(prompt, 0), o);
+      cache.commit_all();
+      decode::LosslessStats st;
+      const auto out = decode::lossless_generate(m, cache, fr.greedy[0], static_cast<int>(prompt.size()), 30, draft, cfg, cost, st);
+      CHECK(out == ref);
+      CHECK(st.accepted <= st.drafted);
+      CHECK(st.rounds > 0);
+      // The cache holds exactly the verified tokens but the last: the full model's K/V.
+      CHECK(cache.size() == static_cast<int>(prompt.size()) + 29);
+      some_rejected += st.accepted < st.drafted;
+    }
+  }
+  CHECK(some_rejected > 0);
+}

@@ -177,3 +177,9 @@ cli_case(wave-generate/settings-needed --needs ${DEMO_MODEL} --rc 2 --stderr "wa
   -- ${WAVEGEN} ${DEMO_MODEL} --prompt-ids 1,5,9 -o o.jsonl)
 cli_case(wave-calibrate/proxy-k-above-vocab --needs ${DEMO_MODEL} --rc 2 --stderr "proxy size 5000 above the vocabulary" --no-file c.json
   -- ${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS} --proxy-k 64,5000 -o c.json)
+# --lossless: WAVE's exits draft, the full model verifies; the output is full's token for token.
+cli_case(wave-generate/lossless-equals-full --needs ${DEMO_MODEL} --rc 0 --tool wave-generate
+  --jq ".summary.token_accuracy == 1 and .summary.rouge_l == 1 and .summary.lossless.rounds > 0 and .summary.lossless.accepted <= .summary.lossless.drafted"
+  -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 512 --window 256 -q -o cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --lossless --draft 3 --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 24 --no-steps -q | tail -1")
+cli_case(wave-generate/lossless-needs-a-drafter --needs ${DEMO_MODEL} --rc 2 --tool wave-generate --stderr "drafts nothing"
+  -- ${WAVEGEN} ${DEMO_MODEL} --method full --lossless --prompt-ids 1,5,9)
