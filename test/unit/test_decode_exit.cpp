@@ -30,15 +30,20 @@ lm::ModelConfig exit_config() {
   return c;
 }
 
-std::vector<int> decode_all(const lm::Model& m, const std::vector<int>& prompt, int n, const decode::ExitConfig& cfg) {
-  lm::KvCache cache(m.config);
+/// Prefills `prompt` into `cache` (committed) and returns the greedy token after it.
+int prefill(const lm::Model& m, lm::KvCache& cache, const std::vector<int>& prompt) {
   lm::ForwardOptions o;
   o.greedy_only = true;
   o.all_logits = false;
   o.logits_rows = {static_cast<int>(prompt.size()) - 1};
   const auto fr = lm::forward(m, cache, lm::Batch::causal(prompt, 0), o);
   cache.commit_all();
-  std::vector<int> out{fr.greedy[0]};
+  return fr.greedy[0];
+}
+
+std::vector<int> decode_all(const lm::Model& m, const std::vector<int>& prompt, int n, const decode::ExitConfig& cfg) {
+  lm::KvCache cache(m.config);
+  std::vector<int> out{prefill(m, cache, prompt)};
   const auto cost = decode::StepCost::of(m.config, 10);
   for (int t = 1; t < n; ++t)
     out.push_back(decode::exit_decode_step(m, cache, out.back(), static_cast<int>(prompt.size()) + t - 1, t, cfg, cost).token);
@@ -230,14 +235,9 @@ TEST_CASE("decode exit: lossless drafting with any exit rule equals the full mod
     cfg.max_new = 30;
     for (int draft : {1, 3, 5}) {
       lm::KvCache cache(c);
-      lm::ForwardOptions o;
-      o.greedy_only = true;
-      o.all_logits = false;
-      o.logits_rows = {static_cast<int>(prompt.size()) - 1};
-      const auto fr = lm::forward(m, cache, lm::Batch::causal(prompt, 0), o);
-      cache.commit_all();
+      const int first = prefill(m, cache, prompt);
       decode::LosslessStats st;
-      const auto out = decode::lossless_generate(m, cache, fr.greedy[0], static_cast<int>(prompt.size()), 30, draft, cfg, cost, st);
+      const auto out = decode::lossless_generate(m, cache, first, static_cast<int>(prompt.size()), 30, draft, cfg, cost, st);
       CHECK(out == ref);
       CHECK(st.accepted <= st.drafted);
       CHECK(st.rounds > 0);
