@@ -111,7 +111,7 @@ void add_lens_window(const lm::Model& model, const std::vector<int>& tokens, Len
 
 std::vector<double> threshold_grid() {
   std::vector<double> g;
-  for (int i = 1; i <= 19; ++i) g.push_back(0.05 * i);
+  for (int i = 1; i <= 19; ++i) g.push_back(i / 20.0);  // the nearest doubles to 0.05, 0.1, ...
   for (double v : {0.97, 0.98, 0.99, 0.995, 0.999}) g.push_back(v);
   return g;
 }
