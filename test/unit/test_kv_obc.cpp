@@ -242,7 +242,8 @@ TEST_CASE("kv obc: compressor presets, and the attention score reproduces the he
   CHECK_THROWS_AS(kv::apply_preset("streaming+obcV", p), UsageError);
   CHECK_THROWS_AS(kv::apply_preset("h2o+obcV_no_cross", p), UsageError);
   CHECK_THROWS_AS(kv::apply_preset("h2o+obc", p), UsageError);
-  CHECK(kv::preset_names().size() == 25);
+  CHECK_THROWS_AS(kv::apply_preset("h2o+obcK_p1", p), UsageError);  // p is the value term's power
+  CHECK(kv::preset_names().size() == 22);
 }
 
 // Prefill-only eviction (the paper's protocol): the recent slots are always kept, the budget is
