@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "cli/run_tool.hpp"
@@ -72,13 +73,35 @@ Run generate(const lm::Model& m, const std::vector<int>& prompt, int n, const de
   return r;
 }
 
+/// Teacher-forced NLL of the `n` tokens after the first `prompt` ones of `doc` under `cfg`'s exits
+/// (the prompt prefilled by the full model; each later token fed as input, its exit logits scoring
+/// the next): the NLLs, +inf where a proxy head leaves the true token out.
+std::vector<double> forced_nll(const lm::Model& m, const std::vector<int>& doc, int prompt, int n, const decode::ExitConfig& cfg,
+                               const decode::StepCost& cost) {
+  lm::KvCache cache(m.config);
+  const std::vector<int> head(doc.begin(), doc.begin() + prompt);
+  lm::ForwardOptions o;
+  o.all_logits = false;
+  o.logits_rows = {prompt - 1};
+  const auto fr = lm::forward(m, cache, lm::Batch::causal(head, 0), o);
+  cache.commit_all();
+  std::vector<double> nll{-lm::log_softmax_at(fr.logits.row(0), m.config.vocab_size, doc[std::size_t(prompt)])};
+  decode::ExitLogits z;
+  for (int i = 1; i < n; ++i) {
+    const int at = prompt + i - 1;  // input position
+    decode::exit_decode_step(m, cache, doc[std::size_t(at)], at, i, cfg, cost, &z);
+    nll.push_back(z.nll(doc[std::size_t(at) + 1]));
+  }
+  return nll;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);
   std::string model_path, calibration, method_name = "wave", prompt, prompt_file, prompt_ids, output = "-", eval_corpus;
   nn::CorpusOptions copt;
-  int prompt_tokens = 0, n_new = 128, n_prompts = 8;
+  int prompt_tokens = 0, n_new = 128, n_prompts = 8, ppl_tokens = 0;
   bool no_compare = false, no_steps = false, lossless = false;
   int draft = 4;
   decode::ExitConfig cfg;
@@ -134,6 +157,9 @@ int main(int argc, char** argv) {
         a.add_flag("--lossless", lossless,
                    "Exits draft tokens that the full model verifies in one pass (self-speculative): the output equals full's");
         a.add_option("--draft", draft, "--lossless: draft tokens per verification")->capture_default_str()->check(cli::int_range(1, 64));
+        a.add_option("--perplexity-tokens", ppl_tokens,
+                     "With --eval-corpus: also the teacher-forced perplexity of this many tokens after each prompt, with exits and full")
+            ->capture_default_str()->check(cli::int_range(0, 1 << 20));
         a.add_flag("--no-compare", no_compare, "Do not run the full model for comparison (no agreement or speedup)");
         a.add_flag("--no-steps", no_steps, "Leave the per-step records out");
         a.add_option("-o,--output", output, "JSON Lines (- = stdout)")->capture_default_str();
@@ -194,7 +220,7 @@ int main(int argc, char** argv) {
         if (lossless && cfg.method == decode::ExitMethod::full) throw UsageError("the full model drafts nothing to verify", "--lossless");
 
         // The prompts.
-        std::vector<std::vector<int>> prompts;
+        std::vector<std::vector<int>> prompts, docs_for_ppl;
         std::unique_ptr<lm::Tokenizer> tok;
         if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(lm::model_tokenizer(model, model_path));
         if (have_prompt) {
@@ -216,15 +242,20 @@ int main(int argc, char** argv) {
                                calibration);
             std::vector<int> t = tok->encode(pool[std::size_t(di)], eval_corpus);
             if (c.bos_id >= 0) t.insert(t.begin(), c.bos_id);
-            if (static_cast<int>(t.size()) < prompt_tokens) continue;
+            if (static_cast<int>(t.size()) < prompt_tokens + (ppl_tokens > 0 ? ppl_tokens + 1 : 0)) continue;
+            if (ppl_tokens > 0) docs_for_ppl.emplace_back(t.begin(), t.begin() + prompt_tokens + ppl_tokens + 1);
             t.resize(std::size_t(prompt_tokens));
             prompts.push_back(std::move(t));
             if (static_cast<int>(prompts.size()) == n_prompts) break;
           }
           if (static_cast<int>(prompts.size()) < n_prompts)
-            log::warn("{} of the evaluation documents have {} tokens; using {} prompts", prompts.size(), prompt_tokens, prompts.size());
+            log::warn("{} of the evaluation documents have {} tokens; using {} prompts", prompts.size(),
+                      prompt_tokens + (ppl_tokens > 0 ? ppl_tokens + 1 : 0), prompts.size());
           if (prompts.empty()) throw InputError(fmt::format("no evaluation document has {} tokens", prompt_tokens), eval_corpus);
         }
+        if (ppl_tokens > 0 && eval_corpus.empty()) throw UsageError("needs --eval-corpus (the text to score)", "--perplexity-tokens");
+        if (prompt_tokens + ppl_tokens + 1 > c.n_ctx)
+          throw UsageError(fmt::format("--prompt-tokens {} plus {} scored exceed n_ctx = {}", prompt_tokens, ppl_tokens, c.n_ctx), "--perplexity-tokens");
         for (const auto& p : prompts)
           if (static_cast<int>(p.size()) + n_new > c.n_ctx)
             throw UsageError(fmt::format("a prompt of {} tokens plus {} new exceeds n_ctx = {}", p.size(), n_new, c.n_ctx), "-n");
@@ -330,6 +361,31 @@ int main(int argc, char** argv) {
           summary["lossless"] = {{"draft", draft}, {"rounds", rounds}, {"drafted", drafted}, {"accepted", accepted},
                                  {"acceptance_rate", drafted > 0 ? accepted / drafted : 0.0},
                                  {"tokens_per_round", rounds > 0 ? (accepted + rounds) / rounds : 0.0}};
+        if (ppl_tokens > 0) {
+          double s_full = 0, s_method = 0, s_full_defined = 0;
+          std::size_t n_all = 0, n_defined = 0;
+          for (const auto& doc : docs_for_ppl) {
+            const std::vector<double> f = forced_nll(model, doc, prompt_tokens, ppl_tokens, full_cfg, cost);
+            const std::vector<double> e = forced_nll(model, doc, prompt_tokens, ppl_tokens, cfg, cost);
+            for (std::size_t i = 0; i < f.size(); ++i) {
+              s_full += f[i];
+              ++n_all;
+              if (std::isfinite(e[i])) {
+                s_method += e[i];
+                s_full_defined += f[i];
+                ++n_defined;
+              }
+            }
+          }
+          const double full_ppl = std::exp(s_full / n_all);
+          nlohmann::json pj{{"tokens", n_all}, {"full", full_ppl}, {"defined_fraction", double(n_defined) / n_all}};
+          if (n_defined > 0) {
+            pj["method"] = std::exp(s_method / n_defined);
+            pj["full_on_defined"] = std::exp(s_full_defined / n_defined);
+            pj["change"] = std::exp(s_method / n_defined) / std::exp(s_full_defined / n_defined) - 1;
+          }
+          summary["perplexity"] = pj;
+        }
         out << nlohmann::json{{"summary", summary}}.dump() << "\n";
         out.close();
         if (!out) throw RuntimeError("cannot write file", output);

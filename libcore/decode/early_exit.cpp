@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "lm/layerwise.hpp"
@@ -104,8 +105,19 @@ std::vector<int> top_ids(const float* z, int V, int k) {
 
 }  // namespace
 
+double ExitLogits::nll(int token) const {
+  int at = token;
+  if (!ids.empty()) {
+    const auto it = std::find(ids.begin(), ids.end(), token);
+    if (it == ids.end()) return std::numeric_limits<double>::infinity();
+    at = static_cast<int>(it - ids.begin());
+  }
+  if (at < 0 || at >= static_cast<int>(logits.size())) return std::numeric_limits<double>::infinity();
+  return -lm::log_softmax_at(logits.data(), static_cast<int>(logits.size()), at);
+}
+
 ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input, int pos, int t, const ExitConfig& cfg,
-                          const StepCost& cost) {
+                          const StepCost& cost, ExitLogits* emitted) {
   const lm::ModelConfig& c = model.config;
   const int L = c.n_layers, V = c.vocab_size;
   lm::Batch b;
@@ -118,11 +130,17 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
     s.head_flops += cost.head;
     return pass.head({0});
   };
+  auto keep_full = [&](const lm::Matrix& z) {
+    if (!emitted) return;
+    emitted->ids.clear();
+    emitted->logits.assign(z.row(0), z.row(0) + V);
+  };
   // Runs to the last block and emits the full head's argmax.
   auto finish_full = [&]() {
     s.flops += cost.block * (L - pass.done());
     pass.run(L - pass.done());
     const lm::Matrix z = full_head();
+    keep_full(z);
     s.token = lm::greedy_token(z.row(0), V);
     s.depth = L;
   };
@@ -144,7 +162,13 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
       int best = 0;
       s.confidence = top2_gap(zk.data(), static_cast<int>(zk.size()), &best);
       ++s.checks;
-      if (s.confidence >= cfg.threshold) return exit_here(ids[best]);
+      if (s.confidence >= cfg.threshold) {
+        if (emitted) {
+          emitted->ids = ids;
+          emitted->logits = zk;
+        }
+        return exit_here(ids[best]);
+      }
       if (pass.done() >= last) return finish_full();
       s.flops += cost.block;
       pass.run(1);
@@ -159,6 +183,7 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
       s.flops += cost.block * cfg.exit_layer;
       pass.run(cfg.exit_layer);
       const lm::Matrix z = full_head();
+      keep_full(z);
       exit_here(lm::greedy_token(z.row(0), V));
       break;
     }
@@ -180,6 +205,7 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
       for (;;) {
         if (pass.done() >= L) {
           const lm::Matrix z = full_head();
+          keep_full(z);
           s.token = lm::greedy_token(z.row(0), V);
           s.depth = L;
           break;
@@ -189,6 +215,7 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
         s.confidence = top2_gap(z.row(0), V, &best);
         ++s.checks;
         if (s.confidence >= lambda) {
+          keep_full(z);
           exit_here(best);
           break;
         }
@@ -204,6 +231,7 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
       pass.skip(L - n, false);
       pass.run(n - warm);
       const lm::Matrix z = full_head();
+      keep_full(z);
       s.token = lm::greedy_token(z.row(0), V);
       s.depth = n;
       s.exited = n < L;

@@ -76,16 +76,25 @@ struct ExitStep {
   int checks = 0;          ///< exit checks made
 };
 
+/// The logits an exit decision emitted from: the full head's [vocab] (ids empty) or a proxy
+/// head's over `ids`.
+struct ExitLogits {
+  std::vector<int> ids;
+  std::vector<float> logits;
+  /// -log p(token) under the softmax of these logits; +inf when a proxy head leaves `token` out.
+  double nll(int token) const;
+};
+
 /// The top-2 softmax gap p1 - p2 of `z` [n] and its argmax (lowest index on ties): softmax in double.
 double top2_gap(const float* z, int n, int* argmax = nullptr);
 
 /// Decodes one token greedily: `input` at position `pos` (the previous token; the cache holds
 /// everything before it), the `t`-th generated token (0-based, for calm's decay and skipdecode's
 /// schedule).  Commits the row's K/V (state-copied for blocks not run; zero for skipdecode's
-/// bypassed blocks, which no later row attends).  `cost` prices the step.  Throws InputError
-/// from the forward.
+/// bypassed blocks, which no later row attends).  `cost` prices the step.  With `logits`, also the
+/// logits the token was chosen from.  Throws InputError from the forward.
 ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input, int pos, int t, const ExitConfig& cfg,
-                          const StepCost& cost);
+                          const StepCost& cost, ExitLogits* logits = nullptr);
 
 /// What a lossless (self-speculative) run did.
 struct LosslessStats {

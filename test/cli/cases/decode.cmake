@@ -156,8 +156,9 @@ cli_case(wave-calibrate/demo-model --needs ${DEMO_MODEL} --rc 0 --tool wave-cali
 # for token; the calibrated settings decode the calibration's evaluation documents.
 cli_case(wave-generate/never-exit-equals-full --needs ${DEMO_MODEL} --rc 0 --tool wave-generate
   --file-jq all.json "(map(.token_accuracy == 1 and .rouge_l == 1 and .exit_rate == 0 and .mean_depth == 6) | all) and length == 3"
+  --file-jq all.json "map(.perplexity.change == 0 and .perplexity.defined_fraction == 1 and .perplexity.tokens == 32) | all"
   -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 512 --window 256 -q -o cal.json && for m in wave calm dvp
-do ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --method $m --threshold 1.5 --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 16 -q -o $m.jsonl || exit 1
+do ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --method $m --threshold 1.5 --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 16 --perplexity-tokens 16 -q -o $m.jsonl || exit 1
 done && cat wave.jsonl calm.jsonl dvp.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
 cli_case(wave-generate/calibrated-methods-run --needs ${DEMO_MODEL} --rc 0 --tool wave-generate
   --file-jq all.json "length == 5 and (map(.mean_depth <= 6 and .mean_depth >= 1 and .rouge_l > 0 and .prompts == 2) | all) and (.[0].settings.method == \"wave\") and (.[3].exit_rate > 0)"
