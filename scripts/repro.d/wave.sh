@@ -24,14 +24,16 @@ for seed in $seeds; do
   jq -r --arg s "$seed" '"calibration seed \($s): \(.tokens) tokens; depth agreement " + ([.depth_agreement[] | . * 100 | round / 100] | map(tostring) | join(" ")) +
     "; wave window [\(.wave.window_start), \(.wave.window_end)], K \(.wave.proxy_k), threshold \(.wave.threshold) (simulated agreement \(.wave.agreement * 1000 | round / 1000), \(.wave.mean_depth * 100 | round / 100) blocks); calm from \(.calm.min_layer) at \(.calm.threshold); dvp K \(.dvp.proxy_k) at \(.dvp.threshold); layerskip exit \(.layerskip.exit_layer)"' "$work/cal$seed.json"
 done
-run() {  # run NAME N SEED FLAGS...: one summary line as TSV
-  local name=$1 n=$2 seed=$3
+run() {  # run NAME N SEED FLAGS...: one summary line as TSV (perplexity with the shortest length only)
+  local name=$1 n=$2 seed=$3 ppl=0
   shift 3
+  [ "$n" = "${lengths%% *}" ] && ppl=64
   $bin/wave-generate "$model" --calibration "$work/cal$seed.json" --eval-corpus $corpus --prompts "$prompts" --prompt-tokens 64 -n "$n" \
-    --no-steps -q "$@" | tail -1 | jq -r --arg name "$name" --arg n "$n" --arg seed "$seed" \
+    --perplexity-tokens $ppl --no-steps -q "$@" | tail -1 | jq -r --arg name "$name" --arg n "$n" --arg seed "$seed" \
     '.summary | [$name, $n, $seed, (.speedup * 100 | round / 100), (.mean_depth * 100 | round / 100),
       (.head_overhead_flops_per_token / 1e6 * 100 | round / 100), (.token_accuracy * 1000 | round / 1000), (.rouge_l * 1000 | round / 1000),
-      (if .lossless then (.lossless.acceptance_rate * 100 | round / 100) else "-" end)] | @tsv'
+      (if .lossless then (.lossless.acceptance_rate * 100 | round / 100) else "-" end),
+      (if .perplexity.change then "\(.perplexity.change * 1000 | round / 10) % (\(.perplexity.defined_fraction * 100 | round) %)" else "-" end)] | @tsv'
 }
 rows=$work/rows.tsv
 half=$((L / 2)) quarter=$((L / 4)) three=$((3 * L / 4))
@@ -52,7 +54,7 @@ for n in $lengths; do
   done
 done
 echo
-printf 'method\tnew tokens\tseed\tspeedup\tblocks/token\thead overhead MFLOP/token\ttoken accuracy\tROUGE-L\tacceptance\n' | cat - "$rows" | column -t -s $'\t'
+printf 'method\tnew tokens\tseed\tspeedup\tblocks/token\thead overhead MFLOP/token\ttoken accuracy\tROUGE-L\tacceptance\tperplexity change (defined)\n' | cat - "$rows" | column -t -s $'\t'
 # Speedup against ROUGE-L, one series per method family.
 awk -F'\t' '{split($1, a, " "); print a[1] (index($1, "lossless") ? "-lossless" : "") "\t" $8 "\t" $4}' "$rows" | sort -k1,1 -s >"$work/pts.tsv"
 data=$(awk -F'\t' 'BEGIN {prev = ""} { if ($1 != prev && prev != "") printf "\n\n"; print $2 " " $3; prev = $1 }' "$work/pts.tsv")
