@@ -10,6 +10,7 @@
 #include "cli/run_tool.hpp"
 #include "decode/exit_calibration.hpp"
 #include "io/json.hpp"
+#include "io/sha256.hpp"
 #include "lm/model_io.hpp"
 #include "nn/corpus.hpp"
 #include "nn/corpus_flags.hpp"
@@ -27,7 +28,8 @@ nlohmann::json choice_json(const decode::ExitChoice& c, const decode::StepCost& 
   const double full = cost.block * L + cost.head;
   nlohmann::json j{{"agreement", c.agreement},     {"mean_depth", c.mean_depth}, {"exit_rate", c.exit_rate},
                    {"flops_per_token", c.flops},   {"head_flops_per_token", c.head_flops},
-                   {"flops_speedup", c.flops > 0 ? full / c.flops : 0.0}, {"target_met", c.met}};
+                   {"flops_speedup", c.flops > 0 ? full / c.flops : 0.0}, {"target_met", c.met},
+                   {"faster_than_full", c.flops < full}};
   const auto& k = c.config;
   switch (k.method) {
     case decode::ExitMethod::wave:
@@ -49,6 +51,17 @@ nlohmann::json choice_json(const decode::ExitChoice& c, const decode::StepCost& 
     default: break;
   }
   return j;
+}
+
+/// SHA-256 of the documents `ids` of `pool`, each followed by a NUL: what wave-generate checks
+/// it reads the same evaluation text (the same corpus flags).
+std::string split_sha(const std::vector<std::string>& pool, const std::vector<int>& ids) {
+  std::string all;
+  for (int i : ids) {
+    all += pool[std::size_t(i)];
+    all.push_back('\0');
+  }
+  return io::sha256_hex(all);
 }
 
 }  // namespace
@@ -130,7 +143,9 @@ int main(int argc, char** argv) {
           stream.insert(stream.end(), t.begin(), t.end());
         }
         if (static_cast<int>(stream.size()) > tokens) stream.resize(std::size_t(tokens));
-        if (stream.size() < 2) throw InputError("the calibration documents hold no text", corpus_path);
+        if (stream.size() < 16)
+          throw InputError(fmt::format("the calibration half of the {} split holds {} tokens; at least 16 are needed", split, stream.size()),
+                           corpus_path);
         if (static_cast<int>(stream.size()) < tokens)
           log::warn("the calibration half of the {} split holds {} tokens, fewer than --tokens {}", split, stream.size(), tokens);
 
@@ -155,6 +170,9 @@ int main(int argc, char** argv) {
             log::warn("{}: no setting reaches agreement {} on the calibration text (best {:.3f}); it is reported", decode::exit_method_name(m),
                       target, ch.agreement);
           methods[decode::exit_method_name(m)] = choice_json(ch, cost, L);
+          if (ch.flops >= cost.block * L + cost.head)
+            log::warn("{}: its cheapest setting meeting the target is no faster than the full model (flops_speedup {:.3f}); decode with the full model",
+                      decode::exit_method_name(m), (cost.block * L + cost.head) / ch.flops);
         }
         const std::vector<double> agree = decode::depth_agreement(lens);
         const std::vector<std::int64_t> sat = decode::saturation_histogram(lens);
@@ -169,6 +187,7 @@ int main(int argc, char** argv) {
                            {"seed", ctx.common.seed},
                            {"calibration_documents", cal},
                            {"evaluation_documents", eval},
+                           {"evaluation_sha256", split_sha(pool, eval)},
                            {"tokens", lens.tokens()},
                            {"window", window},
                            {"target_agreement", target},

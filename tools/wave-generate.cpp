@@ -11,6 +11,7 @@
 #include "decode/early_exit.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
+#include "io/sha256.hpp"
 #include "lm/forward.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
@@ -114,15 +115,15 @@ int main(int argc, char** argv) {
       "against --threshold and the token exits with the argmax over K; past the window the full model runs.\n"
       "Baselines: calm (the full head at every depth from --min-layer, threshold optionally decaying with the\n"
       "step, --decay-tau), dvp (the vocabulary pruned to --proxy-k ids once at --dvp-layer, exits at every\n"
-      "later depth), skipdecode (token t of -n runs the top n_t blocks, n_t falling linearly from --skip-max\n"
-      "to --skip-min, after --skip-warmup lowest blocks; bypassed blocks are never attended), layerskip (a fixed\n"
+      "later depth), skipdecode (token t of -n runs n_t blocks: the --skip-warmup lowest, then the top ones; n_t\n"
+      "falls linearly from --skip-max to --skip-min; bypassed blocks are never attended), layerskip (a fixed\n"
       "exit after --exit-layer blocks), full.  An exit fills the K/V of the blocks not run by state copying\n"
       "(the exit hidden state through each later block's own norm, K/V projections and RoPE; CALM).  --lossless\n"
       "makes the exits drafts that the full model verifies in one pass, so the output equals full's.  Settings\n"
       "come from wave-calibrate's JSON (--calibration; flags override), which must be of this model.  Each\n"
       "prompt is prefilled by the full model, which gives the first token; the method then decodes -n - 1 more.\n"
       "Prompts: --prompt / --prompt-file / --prompt-ids, or --eval-corpus (the calibration's evaluation\n"
-      "documents, each cut to --prompt-tokens).  Writes JSON Lines (-o, default stdout): a meta line, per step\n"
+      "documents, each cut to --prompt-tokens, which it needs).  Writes JSON Lines (-o, default stdout): a meta line, per step\n"
       "{prompt, step, token, depth, exited, confidence, checks, head_flops} (not with --no-steps), a record per\n"
       "prompt and a summary: blocks per token, exit rate, head FLOPs per token and their overhead over the full\n"
       "model's one head, decode tokens/s and the speedup over the full model measured in the same run, and\n"
@@ -181,15 +182,23 @@ int main(int argc, char** argv) {
           std::string cal_sha;
           cal = io::read_json(calibration, &cal_sha);
           ctx.prov.add_input(calibration, cal_sha);
+          if (!cal.is_object() || !cal.contains("model_sha256") || !cal.contains("n_layers"))
+            throw InputError("not a wave-calibrate output (no model_sha256 or n_layers)", calibration);
           if (cal.value("model_sha256", "") != model_hash)
             throw InputError("the calibration is of another model (its model_sha256 differs from this model's)", calibration);
         }
+        if (!eval_corpus.empty() && cal.is_null()) throw UsageError("--eval-corpus takes its documents from --calibration", "--eval-corpus");
         auto setting = [&](const char* flag, const char* method, const char* key, auto& field) {
           if (app->count(flag) > 0) return;
-          if (cal.contains(method) && cal[method].contains(key)) {
-            field = cal[method][key].get<std::remove_reference_t<decltype(field)>>();
+          if (cal.contains(method) && cal[method].is_object() && cal[method].contains(key)) {
+            try {
+              field = cal[method][key].get<std::remove_reference_t<decltype(field)>>();
+            } catch (const nlohmann::json::exception&) {
+              throw InputError(fmt::format("{}.{} is not a number", method, key), calibration);
+            }
             return;
           }
+          if (!cal.is_null()) throw InputError(fmt::format("the calibration has no {}.{} (give {})", method, key, flag), calibration);
           throw UsageError(fmt::format("{} needs {} (or --calibration from wave-calibrate)", method, flag), flag);
         };
         switch (cfg.method) {
@@ -226,7 +235,6 @@ int main(int argc, char** argv) {
         if (have_prompt) {
           prompts.push_back(lm::resolve_prompt(*app, prompt, prompt_file, prompt_ids, tok.get(), c, model_path, ctx.prov, prompt_tokens));
         } else {
-          if (cal.is_null()) throw UsageError("--eval-corpus takes its documents from --calibration", "--eval-corpus");
           if (!tok) throw InputError("the model has no tokenizer to encode the corpus", model_path);
           if (prompt_tokens < 2) throw UsageError("--eval-corpus needs --prompt-tokens N >= 2 (the prompt cut from each document)", "--prompt-tokens");
           const nn::Documents docs = nn::read_corpus(eval_corpus, copt);
@@ -235,11 +243,23 @@ int main(int argc, char** argv) {
             throw InputError("not the corpus the calibration was made on (its SHA-256 differs)", eval_corpus);
           const std::string split = cal.value("split", "val");
           const std::vector<std::string> pool = nn::split_documents(docs, split);
-          for (int di : cal.value("evaluation_documents", std::vector<int>{})) {
-            if (di < 0 || di >= static_cast<int>(pool.size()))
-              throw InputError(fmt::format("evaluation document {} outside the {} split's {} (other corpus flags than the calibration's?)", di, split,
-                                           pool.size()),
-                               calibration);
+          const std::vector<int> eval_ids = cal.value("evaluation_documents", std::vector<int>{});
+          {
+            std::string all;
+            for (int di : eval_ids) {
+              if (di < 0 || di >= static_cast<int>(pool.size()))
+                throw InputError(fmt::format("evaluation document {} outside the {} split's {} (other corpus flags than the calibration's?)", di,
+                                             split, pool.size()),
+                                 calibration);
+              all += pool[std::size_t(di)];
+              all.push_back('\0');
+            }
+            if (io::sha256_hex(all) != cal.value("evaluation_sha256", ""))
+              throw InputError("the evaluation documents read here differ from the calibration's: give the corpus flags it used "
+                               "(--column, --doc-column, --val-every, --format, --field, --doc-field)",
+                               eval_corpus);
+          }
+          for (int di : eval_ids) {
             std::vector<int> t = tok->encode(pool[std::size_t(di)], eval_corpus);
             if (c.bos_id >= 0) t.insert(t.begin(), c.bos_id);
             if (static_cast<int>(t.size()) < prompt_tokens + (ppl_tokens > 0 ? ppl_tokens + 1 : 0)) continue;
@@ -249,7 +269,7 @@ int main(int argc, char** argv) {
             if (static_cast<int>(prompts.size()) == n_prompts) break;
           }
           if (static_cast<int>(prompts.size()) < n_prompts)
-            log::warn("{} of the evaluation documents have {} tokens; using {} prompts", prompts.size(),
+            log::warn("{} of the evaluation documents have at least {} tokens; using {} prompt(s)", prompts.size(),
                       prompt_tokens + (ppl_tokens > 0 ? ppl_tokens + 1 : 0), prompts.size());
           if (prompts.empty()) throw InputError(fmt::format("no evaluation document has {} tokens", prompt_tokens), eval_corpus);
         }
@@ -284,10 +304,12 @@ int main(int argc, char** argv) {
             ph += s.head_flops;
             pf += s.flops;
             if (!no_steps)
-              out << nlohmann::json{{"prompt", p}, {lossless ? "draft" : "step", i + 1}, {"token", s.token}, {"depth", s.depth}, {"exited", s.exited},
-                                    {"confidence", s.confidence}, {"checks", s.checks}, {"head_flops", s.head_flops}}
-                         .dump()
-                  << "\n";
+            {
+              nlohmann::json rec{{"prompt", p}, {lossless ? "draft" : "step", i + 1}, {"token", s.token}, {"depth", s.depth}, {"exited", s.exited},
+                                 {"confidence", s.confidence}, {"checks", s.checks}, {"head_flops", s.head_flops}};
+              if (lossless) rec["accepted"] = bool(run.lossless.draft_accepted[i]);
+              out << rec.dump() << "\n";
+            }
           }
           const double ns = static_cast<double>(run.steps.size());
           nlohmann::json rec{{"prompt", p},
@@ -334,10 +356,23 @@ int main(int argc, char** argv) {
         bar.finish();
         const double np = static_cast<double>(prompts.size()), full_flops = cost.block * L + cost.head;
         const double emitted = np * (n_new - 1);  // tokens after the prefill's
-        nlohmann::json settings{{"method", method_name}, {"threshold", cfg.threshold}, {"window_start", cfg.window_start},
-                                {"window_end", cfg.window_end}, {"proxy_k", cfg.proxy_k}, {"min_layer", cfg.min_layer},
-                                {"decay_tau", cfg.decay_tau}, {"dvp_layer", cfg.dvp_layer}, {"skip_min", cfg.skip_min},
-                                {"skip_max", cfg.skip_max}, {"skip_warmup", cfg.skip_warmup}, {"exit_layer", cfg.exit_layer}};
+        nlohmann::json settings{{"method", method_name}};
+        switch (cfg.method) {
+          case decode::ExitMethod::wave:
+            settings.update({{"window_start", cfg.window_start}, {"window_end", cfg.window_end}, {"proxy_k", cfg.proxy_k}, {"threshold", cfg.threshold}});
+            break;
+          case decode::ExitMethod::calm:
+            settings.update({{"min_layer", cfg.min_layer}, {"threshold", cfg.threshold}, {"decay_tau", cfg.decay_tau}});
+            break;
+          case decode::ExitMethod::dvp:
+            settings.update({{"dvp_layer", cfg.dvp_layer}, {"proxy_k", cfg.proxy_k}, {"threshold", cfg.threshold}});
+            break;
+          case decode::ExitMethod::skipdecode:
+            settings.update({{"skip_min", cfg.skip_min}, {"skip_max", cfg.skip_max}, {"skip_warmup", cfg.skip_warmup}});
+            break;
+          case decode::ExitMethod::layerskip: settings["exit_layer"] = cfg.exit_layer; break;
+          case decode::ExitMethod::full: break;
+        }
         nlohmann::json summary{{"settings", settings},
                                {"prompts", prompts.size()},
                                {"new_tokens", n_new},
@@ -360,7 +395,7 @@ int main(int argc, char** argv) {
         if (lossless)
           summary["lossless"] = {{"draft", draft}, {"rounds", rounds}, {"drafted", drafted}, {"accepted", accepted},
                                  {"acceptance_rate", drafted > 0 ? accepted / drafted : 0.0},
-                                 {"tokens_per_round", rounds > 0 ? (accepted + rounds) / rounds : 0.0}};
+                                 {"tokens_per_round", rounds > 0 ? emitted / rounds : 0.0}};
         if (ppl_tokens > 0) {
           double s_full = 0, s_method = 0, s_full_defined = 0;
           std::size_t n_all = 0, n_defined = 0;
@@ -384,13 +419,13 @@ int main(int argc, char** argv) {
             pj["full_on_defined"] = std::exp(s_full_defined / n_defined);
             pj["change"] = std::exp(s_method / n_defined) / std::exp(s_full_defined / n_defined) - 1;
           }
-          summary["perplexity"] = pj;
+          summary[lossless ? "draft_perplexity" : "perplexity"] = pj;  // lossless: the output is full's; this is the drafter's
         }
         out << nlohmann::json{{"summary", summary}}.dump() << "\n";
         out.close();
         if (!out) throw RuntimeError("cannot write file", output);
         out_file.commit();
-        log::info("{}: {} prompts x {} tokens, {:.2f} of {} blocks per token, exit rate {:.2f}{}", method_name, prompts.size(), n_new,
+        log::info("{}: {} prompt(s) x {} tokens, {:.2f} of {} blocks per token, exit rate {:.2f}{}", method_name, prompts.size(), n_new,
                   depth / steps, L, exits / steps,
                   summary.contains("speedup")
                       ? fmt::format(", speedup {:.2f}, token accuracy {:.3f}", summary["speedup"].get<double>(), summary["token_accuracy"].get<double>())

@@ -270,6 +270,7 @@ std::vector<int> lossless_generate(const lm::Model& model, lm::KvCache& cache, i
     const lm::ForwardResult vr = lm::forward(model, cache, lm::Batch::causal(rows, p0), vo);
     int a = 0;
     while (a < d && drafts[a] == vr.greedy[a]) ++a;
+    for (int i = 0; i < d; ++i) st.draft_accepted.push_back(i < a);
     std::vector<int> keep(std::size_t(a) + 1);  // the input and the accepted drafts
     std::iota(keep.begin(), keep.end(), 0);
     cache.commit(keep);

@@ -102,6 +102,7 @@ struct LosslessStats {
   int drafted = 0;           ///< draft tokens proposed
   int accepted = 0;          ///< draft tokens accepted
   std::vector<ExitStep> draft_steps;  ///< every draft step (accepted or not)
+  std::vector<char> draft_accepted;   ///< per draft step: whether the verifier accepted it
   /// Mean tokens emitted per verification pass (accepted drafts + the verifier's token).
   double tokens_per_round() const { return rounds ? double(accepted + rounds) / rounds : 0.0; }
 };

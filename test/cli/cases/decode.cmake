@@ -184,3 +184,9 @@ cli_case(wave-generate/lossless-equals-full --needs ${DEMO_MODEL} --rc 0 --tool 
   -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 512 --window 256 -q -o cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --lossless --draft 3 --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 24 --no-steps -q | tail -1")
 cli_case(wave-generate/lossless-needs-a-drafter --needs ${DEMO_MODEL} --rc 2 --tool wave-generate --stderr "drafts nothing"
   -- ${WAVEGEN} ${DEMO_MODEL} --method full --lossless --prompt-ids 1,5,9)
+# Evaluation documents read with other corpus flags than the calibration's are refused (they could
+# be training chapters); a JSON that is not a calibration is named as such.
+cli_case(wave-generate/other-corpus-flags --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "differ from the calibration's" --no-file o.jsonl
+  -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 64 --window 64 -q -o cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --eval-corpus ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --val-every 10 --prompts 1 --prompt-tokens 16 -n 4 -o o.jsonl")
+cli_case(wave-generate/not-a-calibration --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "not a wave-calibrate output" --no-file o.jsonl
+  -- bash -c "echo '{}' > c.json && ${WAVEGEN} ${DEMO_MODEL} --calibration c.json --prompt-ids 1,5,9 -o o.jsonl")
