@@ -10,7 +10,6 @@
 #include "cli/run_tool.hpp"
 #include "decode/exit_calibration.hpp"
 #include "io/json.hpp"
-#include "io/sha256.hpp"
 #include "lm/model_io.hpp"
 #include "nn/corpus.hpp"
 #include "nn/corpus_flags.hpp"
@@ -51,17 +50,6 @@ nlohmann::json choice_json(const decode::ExitChoice& c, const decode::StepCost& 
     default: break;
   }
   return j;
-}
-
-/// SHA-256 of the documents `ids` of `pool`, each followed by a NUL: what wave-generate checks
-/// it reads the same evaluation text (the same corpus flags).
-std::string split_sha(const std::vector<std::string>& pool, const std::vector<int>& ids) {
-  std::string all;
-  for (int i : ids) {
-    all += pool[std::size_t(i)];
-    all.push_back('\0');
-  }
-  return io::sha256_hex(all);
 }
 
 }  // namespace
@@ -187,7 +175,7 @@ int main(int argc, char** argv) {
                            {"seed", ctx.common.seed},
                            {"calibration_documents", cal},
                            {"evaluation_documents", eval},
-                           {"evaluation_sha256", split_sha(pool, eval)},
+                           {"evaluation_sha256", nn::documents_sha256(pool, eval)},
                            {"tokens", lens.tokens()},
                            {"window", window},
                            {"target_agreement", target},

@@ -11,7 +11,6 @@
 #include "decode/early_exit.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
-#include "io/sha256.hpp"
 #include "lm/forward.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
@@ -244,21 +243,15 @@ int main(int argc, char** argv) {
           const std::string split = cal.value("split", "val");
           const std::vector<std::string> pool = nn::split_documents(docs, split);
           const std::vector<int> eval_ids = cal.value("evaluation_documents", std::vector<int>{});
-          {
-            std::string all;
-            for (int di : eval_ids) {
-              if (di < 0 || di >= static_cast<int>(pool.size()))
-                throw InputError(fmt::format("evaluation document {} outside the {} split's {} (other corpus flags than the calibration's?)", di,
-                                             split, pool.size()),
-                                 calibration);
-              all += pool[std::size_t(di)];
-              all.push_back('\0');
-            }
-            if (io::sha256_hex(all) != cal.value("evaluation_sha256", ""))
-              throw InputError("the evaluation documents read here differ from the calibration's: give the corpus flags it used "
-                               "(--column, --doc-column, --val-every, --format, --field, --doc-field)",
-                               eval_corpus);
-          }
+          for (int di : eval_ids)
+            if (di < 0 || di >= static_cast<int>(pool.size()))
+              throw InputError(fmt::format("evaluation document {} outside the {} split's {} (other corpus flags than the calibration's?)", di,
+                                           split, pool.size()),
+                               calibration);
+          if (nn::documents_sha256(pool, eval_ids) != cal.value("evaluation_sha256", ""))
+            throw InputError("the evaluation documents read here differ from the calibration's: give the corpus flags it used "
+                             "(--column, --doc-column, --val-every, --format, --field, --doc-field)",
+                             eval_corpus);
           for (int di : eval_ids) {
             std::vector<int> t = tok->encode(pool[std::size_t(di)], eval_corpus);
             if (c.bos_id >= 0) t.insert(t.begin(), c.bos_id);

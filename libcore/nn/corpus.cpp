@@ -181,4 +181,15 @@ std::vector<std::string> split_documents(const Documents& docs, const std::strin
   return all;
 }
 
+std::string documents_sha256(const std::vector<std::string>& pool, const std::vector<int>& ids) {
+  std::string all;
+  for (int i : ids) {
+    if (i < 0 || i >= static_cast<int>(pool.size()))
+      throw InputError(fmt::format("document {} outside the split's {}", i, pool.size()));
+    all += pool[std::size_t(i)];
+    all.push_back('\0');
+  }
+  return io::sha256_hex(all);
+}
+
 }  // namespace icmlkit::nn

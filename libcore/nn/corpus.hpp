@@ -38,6 +38,11 @@ Documents read_corpus(const std::string& path, const CorpusOptions& opt);
 /// another name.
 std::vector<std::string> split_documents(const Documents& docs, const std::string& split);
 
+/// SHA-256 of the documents `ids` of `pool`, each followed by a NUL: a fingerprint of a chosen
+/// set of documents' text (wave-calibrate records it, wave-generate checks it).  Throws
+/// InputError for an index outside `pool`.
+std::string documents_sha256(const std::vector<std::string>& pool, const std::vector<int>& ids);
+
 /// The token stream of documents in order: per document bos_id (when >= 0) then its tokens.
 std::vector<int> tokenize_documents(const lm::Tokenizer& tok, const std::vector<std::string>& docs, int bos_id,
                                     const std::string& where);
