@@ -6,6 +6,7 @@
 #include <functional>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <memory>
 
@@ -97,7 +98,7 @@ std::string best_path_for(const std::string& out) {
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
-  std::string rope = "half", export_path, export_dtype = "bf16", kernels = "fast";
+  std::string rope = "half", export_path, export_dtype = "bf16", kernels = "fast", exit_curriculum = "rot", exit_weights = "sum_l";
   nn::CorpusOptions copt;
   nn::TrainOptions t;
   lm::ModelConfig c = lm::default_shape();
@@ -129,7 +130,11 @@ int main(int argc, char** argv) {
       "end for the summary, which keeps the higher rate: gemm_gflops).  On a machine shared with other work both\n"
       "numbers move with its load.  --kernels reference trains on the v1\n"
       "arithmetic (bitwise the inference engine's forward; 3x slower at seq 256, 5x at seq 1024); a run resumes bit-identically\n"
-      "with the same --kernels, on any --threads.",
+      "with the same --kernels, on any --threads.  --exit-loss E adds LayerSkip's early-exit loss (Elhoushi et\n"
+      "al. 2024, sec. 4.2, as torchtune's early_exit_loss): the shared final norm and head after every\n"
+      "--exit-every-th block (rotated or enabled gradually by --exit-curriculum), each exit's loss weighted by\n"
+      "--exit-weights times E and all weights normalised with the final layer's; train_loss stays the final\n"
+      "layer's, the log adds objective and exit_losses (layer -> mean loss), and mfu does not count the exits' heads.",
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
@@ -177,6 +182,10 @@ int main(int argc, char** argv) {
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
         app.add_option("--kernels", kernels, "fast (blocked GEMM, flash attention, vectorised layers) or reference (the v1 trainer's arithmetic)")->capture_default_str()->check(CLI::IsMember({"fast", "reference"}));
+        app.add_option("--exit-loss", t.exit.scale, "LayerSkip's early-exit loss: e_scale, the weight of the intermediate exits (the shared final norm and head after blocks) against the final layer (0 = off)")->check(cli::non_negative());
+        app.add_option("--exit-every", t.exit.every, "Exits after every R-th block (with --exit-loss)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
+        app.add_option("--exit-curriculum", exit_curriculum, "Which exits train each step: rot (the every-R set shifted by one block per step), gradual (from the last block down, all on at half the run) or all")->capture_default_str()->check(CLI::IsMember({"rot", "gradual", "all"}));
+        app.add_option("--exit-weights", exit_weights, "Exit loss weights before normalisation: sum_l (cumulative sum of layer numbers, LayerSkip's), l or one")->capture_default_str()->check(CLI::IsMember({"sum_l", "l", "one"}));
         app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->transform(cli::count(0, std::int64_t(1) << 40));
       },
       [&](cli::Context& ctx) {
@@ -198,6 +207,10 @@ int main(int argc, char** argv) {
         if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
         if (t.steps == 0 && tokens_budget == 0) throw UsageError("give --steps or --tokens", "--steps");
         if (resume && overwrite) throw UsageError("give --resume or --overwrite, not both");
+        for (const char* f : {"--exit-every", "--exit-curriculum", "--exit-weights"})
+          if (app->count(f) && !(t.exit.scale > 0)) throw UsageError(fmt::format("{} needs --exit-loss > 0", f), f);
+        t.exit.curriculum = nn::parse_exit_curriculum(exit_curriculum);
+        t.exit.weights = nn::parse_exit_weights(exit_weights);
         if (resume)  // the usual way to resume is the same command line plus --resume: say, don't refuse
           for (const char* flag : {"--init", "--preset", "--config", "--tokenizer", "--vocab-size"})
             if (app->count(flag) > 0)
@@ -376,7 +389,8 @@ int main(int argc, char** argv) {
         Progress bar(static_cast<std::size_t>(std::max<std::int64_t>(0, end - trainer.steps_done())), "steps");
         active_bar = &bar;
         const auto t_start = std::chrono::steady_clock::now();
-        double train_seconds = 0, window_seconds = 0, window_loss = 0;
+        double train_seconds = 0, window_seconds = 0, window_loss = 0, window_objective = 0;
+        std::map<int, std::pair<double, int>> window_exits;  // layer -> (summed mean loss, steps)
         std::int64_t window_tokens = 0, window_steps = 0, start_tokens = trainer.tokens_seen();
         nn::StepStats st;
         nlohmann::json last_val;
@@ -395,6 +409,12 @@ int main(int argc, char** argv) {
           window_seconds += dt;
           window_tokens += step_tokens;
           window_loss += st.loss;
+          window_objective += st.objective;
+          for (const auto& [layer, l] : st.exit_losses) {
+            auto& [sum, count] = window_exits[layer];
+            sum += l;
+            ++count;
+          }
           ++window_steps;
           bar.tick();
           const bool do_eval = (eval_every > 0 && st.step % eval_every == 0) || st.step == t.steps;
@@ -407,6 +427,12 @@ int main(int argc, char** argv) {
                                 {"grad_norm", st.grad_norm},
                                 {"tokens_per_s", window_tokens / std::max(window_seconds, 1e-9)},
                                 {"mfu", mfu(window_tokens / std::max(window_seconds, 1e-9))}};
+            if (t.exit.enabled()) {  // the objective minimised, and each exit's mean loss over the steps it trained
+              line["objective"] = window_objective / double(window_steps);
+              nlohmann::json ex = nlohmann::json::object();
+              for (const auto& [layer, sc] : window_exits) ex[std::to_string(layer)] = sc.first / sc.second;
+              line["exit_losses"] = ex;
+            }
             if (do_eval) {
               validate(line);
               if (line.contains("val_loss")) last_val = line["val_loss"];
@@ -415,6 +441,8 @@ int main(int argc, char** argv) {
             window_seconds = 0;
             window_tokens = 0;
             window_loss = 0;
+            window_objective = 0;
+            window_exits.clear();
             window_steps = 0;
           }
           if ((ckpt_every > 0 && st.step % ckpt_every == 0) || st.step == end) checkpoint();

@@ -47,7 +47,7 @@ struct Run {
 
 /// Prefill `prompt` with the full model, then `n` tokens (the first from the prefill) by `cfg`.
 Run generate(const lm::Model& m, const std::vector<int>& prompt, int n, const decode::ExitConfig& cfg, const decode::StepCost& cost,
-             int draft = 0) {
+             int draft = 0, bool reuse = true) {
   lm::KvCache cache(m.config);
   lm::ForwardOptions o;
   o.all_logits = false;
@@ -59,7 +59,7 @@ Run generate(const lm::Model& m, const std::vector<int>& prompt, int n, const de
   r.tokens.push_back(fr.greedy[0]);
   Stopwatch sw;
   if (draft > 0) {
-    r.tokens = decode::lossless_generate(m, cache, r.tokens[0], static_cast<int>(prompt.size()), n, draft, cfg, cost, r.lossless);
+    r.tokens = decode::lossless_generate(m, cache, r.tokens[0], static_cast<int>(prompt.size()), n, draft, cfg, cost, r.lossless, reuse);
     r.steps = r.lossless.draft_steps;
     r.seconds = sw.seconds();
     return r;
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   std::string model_path, calibration, method_name = "wave", prompt, prompt_file, prompt_ids, output = "-", eval_corpus;
   nn::CorpusOptions copt;
   int prompt_tokens = 0, n_new = 128, n_prompts = 8, ppl_tokens = 0;
-  bool no_compare = false, no_steps = false, lossless = false;
+  bool no_compare = false, no_steps = false, lossless = false, no_reuse = false;
   int draft = 4;
   decode::ExitConfig cfg;
   CLI::App* app = nullptr;
@@ -118,7 +118,9 @@ int main(int argc, char** argv) {
       "falls linearly from --skip-max to --skip-min; bypassed blocks are never attended), layerskip (a fixed\n"
       "exit after --exit-layer blocks), full.  An exit fills the K/V of the blocks not run by state copying\n"
       "(the exit hidden state through each later block's own norm, K/V projections and RoPE; CALM).  --lossless\n"
-      "makes the exits drafts that the full model verifies in one pass, so the output equals full's.  Settings\n"
+      "makes the exits drafts that the full model verifies in one pass, so the output equals full's; the verifier\n"
+      "reuses the K/V and residuals of the blocks every draft ran in full (the window start, --min-layer,\n"
+      "--dvp-layer or --exit-layer; LayerSkip's KV reuse) and runs only the blocks above (--no-draft-reuse: all).  Settings\n"
       "come from wave-calibrate's JSON (--calibration; flags override), which must be of this model.  Each\n"
       "prompt is prefilled by the full model, which gives the first token; the method then decodes -n - 1 more.\n"
       "Prompts: --prompt / --prompt-file / --prompt-ids, or --eval-corpus (the calibration's evaluation\n"
@@ -157,6 +159,8 @@ int main(int argc, char** argv) {
         a.add_flag("--lossless", lossless,
                    "Exits draft tokens that the full model verifies in one pass (self-speculative): the output equals full's");
         a.add_option("--draft", draft, "--lossless: draft tokens per verification")->capture_default_str()->check(cli::int_range(1, 64));
+        a.add_flag("--no-draft-reuse", no_reuse,
+                   "--lossless: the verifier runs every block (by default it reuses the blocks every draft ran in full: LayerSkip's KV reuse)");
         a.add_option("--perplexity-tokens", ppl_tokens,
                      "With --eval-corpus: also the teacher-forced perplexity of this many tokens after each prompt, with exits and full")
             ->capture_default_str()->check(cli::int_range(0, 1 << 20));
@@ -226,6 +230,7 @@ int main(int argc, char** argv) {
         cfg.max_new = n_new;
         cfg.validate(c);
         if (lossless && cfg.method == decode::ExitMethod::full) throw UsageError("the full model drafts nothing to verify", "--lossless");
+        if (no_reuse && !lossless) throw UsageError("--no-draft-reuse needs --lossless", "--no-draft-reuse");
 
         // The prompts.
         std::vector<std::vector<int>> prompts, docs_for_ppl;
@@ -283,9 +288,10 @@ int main(int argc, char** argv) {
         full_cfg.max_new = n_new;
         double steps = 0, depth = 0, exits = 0, head = 0, flops = 0, secs = 0, full_secs = 0, acc = 0, prefix = 0, rouge = 0;
         double rounds = 0, drafted = 0, accepted = 0;
+        int reused_depth = 0;
         Progress bar(prompts.size(), "prompts");
         for (std::size_t p = 0; p < prompts.size(); ++p) {
-          const Run run = generate(model, prompts[p], n_new, cfg, cost, lossless ? draft : 0);
+          const Run run = generate(model, prompts[p], n_new, cfg, cost, lossless ? draft : 0, !no_reuse);
           Run ref;
           const bool compare = !no_compare && cfg.method != decode::ExitMethod::full;
           if (compare) ref = generate(model, prompts[p], n_new, full_cfg, cost);
@@ -319,8 +325,9 @@ int main(int argc, char** argv) {
             rounds += run.lossless.rounds;
             drafted += run.lossless.drafted;
             accepted += run.lossless.accepted;
-            // The verifier's pass: the input and the drafts through the full model, per round.
-            pf += (run.lossless.drafted + run.lossless.rounds) * (cost.block * L + cost.head);
+            // The verifier's passes: the input and the drafts through the blocks it did not reuse.
+            pf += run.lossless.verify_flops;
+            reused_depth = run.lossless.reused_depth;
           }
           steps += ns;
           depth += pd;
@@ -388,7 +395,7 @@ int main(int argc, char** argv) {
         if (lossless)
           summary["lossless"] = {{"draft", draft}, {"rounds", rounds}, {"drafted", drafted}, {"accepted", accepted},
                                  {"acceptance_rate", drafted > 0 ? accepted / drafted : 0.0},
-                                 {"tokens_per_round", rounds > 0 ? emitted / rounds : 0.0}};
+                                 {"tokens_per_round", rounds > 0 ? emitted / rounds : 0.0}, {"reused_depth", reused_depth}};
         if (ppl_tokens > 0) {
           double s_full = 0, s_method = 0, s_full_defined = 0;
           std::size_t n_all = 0, n_defined = 0;

@@ -116,8 +116,20 @@ double ExitLogits::nll(int token) const {
   return -lm::log_softmax_at(logits.data(), static_cast<int>(logits.size()), at);
 }
 
+int shared_depth(const ExitConfig& cfg, int L) noexcept {
+  switch (cfg.method) {
+    case ExitMethod::full: return L;
+    case ExitMethod::wave: return cfg.window_start;
+    case ExitMethod::calm: return cfg.min_layer;
+    case ExitMethod::dvp: return cfg.dvp_layer;
+    case ExitMethod::layerskip: return cfg.exit_layer;
+    case ExitMethod::skipdecode: return 0;
+  }
+  return 0;
+}
+
 ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input, int pos, int t, const ExitConfig& cfg,
-                          const StepCost& cost, ExitLogits* emitted) {
+                          const StepCost& cost, ExitLogits* emitted, std::vector<float>* shared) {
   const lm::ModelConfig& c = model.config;
   const int L = c.n_layers, V = c.vocab_size;
   lm::Batch b;
@@ -126,6 +138,13 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
   no_logits.all_logits = false;
   lm::LayerwiseForward pass(model, cache, b, no_logits);
   ExitStep s;
+  const int m = shared_depth(cfg, L);
+  if (shared && m > 0 && cfg.method != ExitMethod::full) {  // the shared blocks first (every method below starts with them)
+    pass.run(m);
+    *shared = pass.residual();
+  }
+  // Runs blocks up to depth `to` (those of the shared prefix already ran).
+  auto run_to = [&](int to) { pass.run(to - pass.done()); };
   auto full_head = [&]() {
     s.head_flops += cost.head;
     return pass.head({0});
@@ -138,7 +157,7 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
   // Runs to the last block and emits the full head's argmax.
   auto finish_full = [&]() {
     s.flops += cost.block * (L - pass.done());
-    pass.run(L - pass.done());
+    run_to(L);
     const lm::Matrix z = full_head();
     keep_full(z);
     s.token = lm::greedy_token(z.row(0), V);
@@ -178,10 +197,13 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
     }
   };
   switch (cfg.method) {
-    case ExitMethod::full: finish_full(); break;
+    case ExitMethod::full:
+      finish_full();
+      if (shared) *shared = pass.residual();
+      break;
     case ExitMethod::layerskip: {
       s.flops += cost.block * cfg.exit_layer;
-      pass.run(cfg.exit_layer);
+      run_to(cfg.exit_layer);
       const lm::Matrix z = full_head();
       keep_full(z);
       exit_here(lm::greedy_token(z.row(0), V));
@@ -189,19 +211,19 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
     }
     case ExitMethod::wave:
       s.flops += cost.block * cfg.window_start;
-      pass.run(cfg.window_start);
+      run_to(cfg.window_start);
       proxy_exits(cfg.window_end);
       break;
     case ExitMethod::dvp:
       s.flops += cost.block * cfg.dvp_layer;
-      pass.run(cfg.dvp_layer);
+      run_to(cfg.dvp_layer);
       proxy_exits(L - 1);
       break;
     case ExitMethod::calm: {
       const double lambda =
           cfg.decay_tau > 0 ? std::clamp(0.9 * cfg.threshold + 0.1 * std::exp(-cfg.decay_tau * t / cfg.max_new), 0.0, 1.0) : cfg.threshold;
       s.flops += cost.block * cfg.min_layer;
-      pass.run(cfg.min_layer);
+      run_to(cfg.min_layer);
       for (;;) {
         if (pass.done() >= L) {
           const lm::Matrix z = full_head();
@@ -244,30 +266,78 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
 }
 
 std::vector<int> lossless_generate(const lm::Model& model, lm::KvCache& cache, int first, int pos, int n, int draft,
-                                   const ExitConfig& cfg, const StepCost& cost, LosslessStats& st) {
+                                   const ExitConfig& cfg, const StepCost& cost, LosslessStats& st, bool reuse) {
   if (draft < 1) throw UsageError("at least 1 draft token per verification", "--draft");
+  const lm::ModelConfig& c = model.config;
+  const int L = c.n_layers, nkv = c.n_kv_heads, hd = c.head_dim();
+  // Reuse needs the shared blocks to be a strict prefix and a cache without recurrent state.
+  const int m = reuse && !cache.has_state() ? std::min(shared_depth(cfg, L), L - 1) : 0;
+  st.reused_depth = m;
   std::vector<int> out{first};
   lm::ForwardOptions vo;
   vo.greedy_only = true;  // every row's greedy token
+  std::vector<float> residuals, row, kv;
   while (static_cast<int>(out.size()) < n) {
     const int base = cache.size();  // slots before the input token
     const int cur = out.back(), p0 = pos + static_cast<int>(out.size()) - 1;
     const int room = n - static_cast<int>(out.size());  // tokens still to emit
     const int d = std::min(draft, room - 1 > 0 ? room - 1 : 1);
     std::vector<int> drafts;
+    residuals.clear();
     int in = cur;
     for (int i = 0; i < d; ++i) {
-      const ExitStep s = exit_decode_step(model, cache, in, p0 + i, static_cast<int>(out.size()) + i, cfg, cost);
+      const ExitStep s = exit_decode_step(model, cache, in, p0 + i, static_cast<int>(out.size()) + i, cfg, cost, nullptr,
+                                          m > 0 ? &row : nullptr);
+      if (m > 0) residuals.insert(residuals.end(), row.begin(), row.end());
       st.draft_steps.push_back(s);
       drafts.push_back(s.token);
       in = s.token;
     }
     st.drafted += d;
-    cache.truncate(base);
     // Verify: row i is the input then the drafts; its greedy token is what follows it.
     std::vector<int> rows{cur};
     rows.insert(rows.end(), drafts.begin(), drafts.end());
-    const lm::ForwardResult vr = lm::forward(model, cache, lm::Batch::causal(rows, p0), vo);
+    const lm::Batch vb = lm::Batch::causal(rows, p0);
+    lm::ForwardResult vr;
+    if (m > 0) {
+      {  // the last draft's shared blocks (it was emitted, never run as an input)
+        lm::Batch lb;
+        lb.add(drafts.back(), p0 + d);
+        lm::ForwardOptions no_logits;
+        no_logits.all_logits = false;
+        lm::LayerwiseForward last(model, cache, lb, no_logits);
+        last.run(m);
+        residuals.insert(residuals.end(), last.residual().begin(), last.residual().end());
+        last.skip(L - m, false);
+        cache.commit_all();
+      }
+      // The verified rows' K/V of the shared blocks, slots base .. base + d of each head.
+      kv.resize(std::size_t(m) * nkv * (d + 1) * hd * 2);
+      float* w = kv.data();
+      for (int l = 0; l < m; ++l)
+        for (int h = 0; h < nkv; ++h)
+          for (int r = 0; r <= d; ++r, w += 2 * hd) {
+            std::copy_n(cache.key(l, h, base + r), hd, w);
+            std::copy_n(cache.value(l, h, base + r), hd, w + hd);
+          }
+      cache.truncate(base);
+      lm::LayerwiseForward pass(model, cache, vb, vo);
+      const float* k = kv.data();
+      for (int l = 0; l < m; ++l)
+        for (int h = 0; h < nkv; ++h)
+          for (int r = 0; r <= d; ++r, k += 2 * hd) {
+            std::copy_n(k, hd, cache.pending_key(l, h, r));
+            std::copy_n(k + hd, hd, cache.pending_value(l, h, r));
+          }
+      pass.resume(m, residuals);
+      pass.run(L - m);
+      vr = pass.finish();
+      st.verify_flops += cost.block * m + double(d + 1) * (cost.block * (L - m) + cost.head);
+    } else {
+      cache.truncate(base);
+      vr = lm::forward(model, cache, vb, vo);
+      st.verify_flops += double(d + 1) * (cost.block * L + cost.head);
+    }
     int a = 0;
     while (a < d && drafts[a] == vr.greedy[a]) ++a;
     for (int i = 0; i < d; ++i) st.draft_accepted.push_back(i < a);

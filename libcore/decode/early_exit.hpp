@@ -93,8 +93,14 @@ double top2_gap(const float* z, int n, int* argmax = nullptr);
 /// schedule).  Commits the row's K/V (state-copied for blocks not run; zero for skipdecode's
 /// bypassed blocks, which no later row attends).  `cost` prices the step.  With `logits`, also the
 /// logits the token was chosen from.  Throws InputError from the forward.
+/// With `shared`, also the residual [d_model] after shared_depth(cfg) blocks (before any exit).
 ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input, int pos, int t, const ExitConfig& cfg,
-                          const StepCost& cost, ExitLogits* logits = nullptr);
+                          const StepCost& cost, ExitLogits* logits = nullptr, std::vector<float>* shared = nullptr);
+
+/// The blocks every decode step of `cfg` runs in full before it may exit or bypass any: full
+/// n_layers, wave window_start, calm min_layer, dvp dvp_layer, layerskip exit_layer, skipdecode
+/// 0 (its lower blocks are bypassed).  A verifier can reuse the drafts' work up to this depth.
+int shared_depth(const ExitConfig& cfg, int n_layers) noexcept;
 
 /// What a lossless (self-speculative) run did.
 struct LosslessStats {
@@ -103,6 +109,8 @@ struct LosslessStats {
   int accepted = 0;          ///< draft tokens accepted
   std::vector<ExitStep> draft_steps;  ///< every draft step (accepted or not)
   std::vector<char> draft_accepted;   ///< per draft step: whether the verifier accepted it
+  int reused_depth = 0;      ///< blocks of the drafts' work the verifier reused (0: none)
+  double verify_flops = 0;   ///< FLOPs of the verification (StepCost), including the last draft's lower blocks
   /// Mean tokens emitted per verification pass (accepted drafts + the verifier's token).
   double tokens_per_round() const { return rounds ? double(accepted + rounds) / rounds : 0.0; }
 };
@@ -112,11 +120,15 @@ struct LosslessStats {
 /// token and the drafts in one causal pass over the cache as it was; the drafts that equal the
 /// verifier's argmax are accepted, with the verifier's next token, and only the verified rows'
 /// K/V (the full model's) stay in the cache.  The output equals full greedy decoding token for
-/// token (self-speculative decoding, Zhang et al. 2024; LayerSkip with a fixed exit).  `first`
-/// is the token after the prompt (not in the cache, at position `pos`); returns n tokens starting
-/// with it.  Throws InputError from the forward, UsageError for draft < 1.
+/// token (self-speculative decoding, Zhang et al. 2024; LayerSkip with a fixed exit).  With
+/// `reuse` (LayerSkip's KV reuse, generalised to any exit rule): every draft ran the first
+/// shared_depth(cfg) blocks exactly, so the verifier takes those blocks' K/V and residuals from
+/// the drafts (the last draft runs them once more) and runs only the blocks above: bitwise the
+/// same verification at (L - shared) / L of its block cost.  `first` is the token after the
+/// prompt (not in the cache, at position `pos`); returns n tokens starting with it.  Throws
+/// InputError from the forward, UsageError for draft < 1.
 std::vector<int> lossless_generate(const lm::Model& model, lm::KvCache& cache, int first, int pos, int n, int draft,
-                                   const ExitConfig& cfg, const StepCost& cost, LosslessStats& stats);
+                                   const ExitConfig& cfg, const StepCost& cost, LosslessStats& stats, bool reuse = true);
 
 /// skipdecode's blocks for token t of N: skip_max falling linearly to skip_min, rounded.
 int skipdecode_blocks(const ExitConfig& cfg, int t);

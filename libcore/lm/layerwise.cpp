@@ -82,6 +82,18 @@ void LayerwiseForward::run(int n) {
   }
 }
 
+void LayerwiseForward::resume(int n, const std::vector<float>& residual) {
+  if (done_ != 0 || n < 0 || n > n_steps_)
+    throw InputError("resume: " + std::to_string(n) + " steps cannot be taken as done after " + std::to_string(done_) + " of " +
+                     std::to_string(n_steps_));
+  if (residual.size() != x_.size()) throw InputError("resume: the residual has the wrong size for the batch");
+  if (opt_.hidden) throw InputError("resume: hidden states of the steps taken as done are not available");
+  for (const KvCache* kv : caches_)
+    if (kv->has_state()) throw InputError("resume: recurrent block states cannot be taken as done");
+  x_ = residual;
+  done_ = n;
+}
+
 void LayerwiseForward::skip(int n, bool copy_kv) {
   if (n < 0 || done_ + n > n_steps_)
     throw InputError("cannot skip " + std::to_string(n) + " more block steps after " + std::to_string(done_) + " of " + std::to_string(n_steps_));

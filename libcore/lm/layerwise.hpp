@@ -32,6 +32,14 @@ class LayerwiseForward {
   /// Runs the next `n` steps (each block's forward: residual update, K/V to the pending area).
   /// Throws InputError past the last step.
   void run(int n = 1);
+  /// Starts the pass after `n` steps computed elsewhere: `residual` [R, d_model] is the stream
+  /// after them, and the caller has written their K/V to the pending area (KvCache::pending_key
+  /// / pending_value of cache layers 0..n-1).  When both come from earlier passes over the same
+  /// rows at the same positions and context (as a self-speculative verifier reuses its drafts'
+  /// lower layers, LayerSkip), the result is bitwise that of run(n): a row's arithmetic does
+  /// not depend on its batch.  Throws InputError unless no step is done yet, for a residual of
+  /// the wrong size, with the hidden-state option, or for caches with recurrent state.
+  void resume(int n, const std::vector<float>& residual);
   /// Passes the next `n` steps without running them: the residual is unchanged and those cache
   /// layers get their K/V by state copying from it, or, with copy false, zeros (SkipDecode's
   /// bypassed lower layers, which no later row attends).

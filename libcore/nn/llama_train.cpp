@@ -192,7 +192,7 @@ void block_train_backward(LlamaParams<T>& P, int block, int B, int S, TrainCache
 template <class T>
 double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::vector<int>& targets, int B,
                   int S, double grad_scale, TrainCache<T>& C, std::vector<T>* logits_out,
-                  const std::vector<int>& schedule) {
+                  const std::vector<int>& schedule, ExitPlan* exits) {
   const lm::ModelConfig& c = P.config;
   const int N = B * S, d = c.d_model, hd = c.head_dim(), V = c.vocab_size;
   if (S > c.n_ctx)
@@ -209,6 +209,16 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   const int n_steps = schedule.empty() ? c.n_layers : static_cast<int>(schedule.size());
   auto block_of = [&](int step) { return schedule.empty() ? step : schedule[step]; };
   const bool grad = grad_scale > 0;
+  const int n_exits = exits ? static_cast<int>(exits->steps.size()) : 0;
+  if (exits) {
+    if (exits->weights.size() != exits->steps.size())
+      throw InputError("early-exit plan: one weight per exit step");
+    for (int i = 0; i < n_exits; ++i)
+      if (exits->steps[i] < 0 || exits->steps[i] >= n_steps - 1 || (i > 0 && exits->steps[i] <= exits->steps[i - 1]))
+        throw InputError(fmt::format("early-exit step {} outside [0, {}) or out of order", exits->steps[i], n_steps - 1));
+    exits->losses.assign(std::size_t(n_exits), 0.0);
+  }
+  const double final_scale = grad_scale * (exits ? exits->final_weight : 1.0);
 
   // ---- forward: the block list (or schedule), one step each, activations per step ----
   C.pos.resize(N);
@@ -218,17 +228,37 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   std::vector<T>& x = C.x;
   x.resize(std::size_t(N) * d);
   embedding_forward(P.embd().value.data(), d, tokens.data(), N, x.data());
-  for (int step = 0; step < n_steps; ++step) block_train_forward(P, block_of(step), B, S, C, C.layers[step], x.data());
-  C.x_out.assign(x.begin(), x.end());
   C.xnf.resize(x.size());
   C.rstdf.resize(N);
-  rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
   C.logits.resize(std::size_t(N) * V);
-  linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
-  if (logits_out) *logits_out = C.logits;
   std::vector<T>& dlogits = C.dlogits;
   dlogits.resize(grad ? C.logits.size() : 0);
-  const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, grad_scale);
+  C.dexit.resize(std::size_t(n_exits));
+  // An early exit's loss and, with gradients, its whole backward through the shared head and
+  // final norm right away (so its [N, V] logits need no storage): the gradient at the block's
+  // output waits in C.dexit until the block backward reaches it.
+  auto exit_loss = [&](int i) {
+    rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
+    linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
+    exits->losses[i] = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr,
+                                     grad_scale * exits->weights[i]);
+    if (!grad) return;
+    std::vector<T>& dxn = C.dxn;
+    dxn.resize(x.size());
+    linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(), P.head().grad.data());
+    C.dexit[i].assign(x.size(), T(0));
+    rmsnorm_backward(dxn.data(), x.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), C.dexit[i].data(),
+                     P.out_norm().grad.data());
+  };
+  for (int step = 0, e = 0; step < n_steps; ++step) {
+    block_train_forward(P, block_of(step), B, S, C, C.layers[step], x.data());
+    if (e < n_exits && exits->steps[e] == step) exit_loss(e++);
+  }
+  C.x_out.assign(x.begin(), x.end());
+  rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
+  linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
+  if (logits_out) *logits_out = C.logits;
+  const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, final_scale);
   if (!grad) return loss;
 
   // ---- backward: steps in reverse; a repeated block accumulates every step's gradient ----
@@ -238,7 +268,13 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(), P.head().grad.data());
   rmsnorm_backward(dxn.data(), C.x_out.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), dx.data(),
                    P.out_norm().grad.data());
-  for (int step = n_steps - 1; step >= 0; --step) block_train_backward(P, block_of(step), B, S, C, C.layers[step], dx.data());
+  for (int step = n_steps - 1, e = n_exits - 1; step >= 0; --step) {
+    if (e >= 0 && exits->steps[e] == step) {  // the early exit's gradient joins at its block's output
+      const std::vector<T>& g = C.dexit[e--];
+      for (std::size_t i = 0; i < g.size(); ++i) dx[i] += g[i];
+    }
+    block_train_backward(P, block_of(step), B, S, C, C.layers[step], dx.data());
+  }
   embedding_backward(dx.data(), d, tokens.data(), N, P.embd().grad.data());
   return loss;
 }
@@ -248,7 +284,7 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   template LlamaParams<T> params_from_model<T>(const lm::Model&);                                     \
   template void params_to_model<T>(LlamaParams<T>&, lm::Model&);                                      \
   template double llama_loss<T>(LlamaParams<T>&, const std::vector<int>&, const std::vector<int>&, int, int, \
-                                double, TrainCache<T>&, std::vector<T>*, const std::vector<int>&);        \
+                                double, TrainCache<T>&, std::vector<T>*, const std::vector<int>&, ExitPlan*); \
   template void block_train_forward<T>(LlamaParams<T>&, int, int, int, TrainCache<T>&,                 \
                                        typename TrainCache<T>::LayerActs&, T*);                        \
   template void block_train_backward<T>(LlamaParams<T>&, int, int, int, TrainCache<T>&,                \

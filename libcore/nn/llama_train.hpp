@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lm/model.hpp"
+#include "nn/exit_loss.hpp"
 #include "nn/params.hpp"
 
 namespace icmlkit::nn {
@@ -52,6 +53,7 @@ struct TrainCache {
   };
   std::vector<LayerActs> layers;  ///< per block step (n_layers, or the schedule's length)
   std::vector<T> x_out, xnf, rstdf, logits, cs, sn;
+  std::vector<std::vector<T>> dexit;  ///< per early exit: the loss gradient at its block's output [N, d]
   std::vector<T> x, tmp, dlogits, dx, dxn, dh, dg, du, datt, dqv, dk, dv;  // work buffers
   std::vector<int> tokens, pos;
 };
@@ -70,12 +72,17 @@ double training_flop_per_token(const lm::ModelConfig& config, int S) noexcept;
 /// With `logits_out`, the logits [B·S, vocab] are copied there.  With a `schedule`, the blocks
 /// run in that order, one step each (repeats allowed: recurrent depth; omissions: layer
 /// subsets), as lm::ForwardOptions::schedule; a repeated block's gradient sums every step's.
-/// Throws InputError for tokens outside the vocabulary, S > n_ctx or a schedule entry outside
-/// the model; UsageError (lm/support.hpp) for a block type the trainer does not run.
+/// With `exits` (LayerSkip's early-exit loss, nn/exit_loss.hpp): the shared final norm and head
+/// are also applied after each of its steps, the gradient is that of grad_scale · (Σ_i
+/// weights[i] · loss_i + final_weight · loss_final) (summed losses), exits->losses[i] receives
+/// loss_i, and the return value is still the final layer's summed loss.
+/// Throws InputError for tokens outside the vocabulary, S > n_ctx, a schedule entry outside
+/// the model or an exit step outside [0, steps - 1); UsageError (lm/support.hpp) for a block
+/// type the trainer does not run.
 template <class T>
 double llama_loss(LlamaParams<T>& params, const std::vector<int>& tokens, const std::vector<int>& targets,
                   int B, int S, double grad_scale, TrainCache<T>& cache, std::vector<T>* logits_out = nullptr,
-                  const std::vector<int>& schedule = {});
+                  const std::vector<int>& schedule = {}, ExitPlan* exits = nullptr);
 
 /// The trainer's block interface (the counterpart of lm/block.hpp): one block's training
 /// forward over the B·S packed rows, x [B·S, d_model] updated in place and the activations the

@@ -17,11 +17,15 @@ namespace icmlkit::nn {
 namespace h5 = io::h5;
 
 nlohmann::json TrainOptions::to_json() const {
-  return {{"seq_len", seq_len}, {"batch", batch},   {"accum", accum},
+  nlohmann::json j = {{"seq_len", seq_len}, {"batch", batch},   {"accum", accum},
           {"steps", steps},     {"lr", lr},         {"min_lr", min_lr},
           {"warmup", warmup},   {"clip", clip},     {"beta1", adam.beta1},
           {"beta2", adam.beta2}, {"eps", adam.eps}, {"weight_decay", adam.weight_decay},
           {"optimizer", "adamw"}, {"seed", seed}};
+  // Only a run with the early-exit loss records its settings, so runs saved before the option
+  // existed resume as before.
+  if (exit.enabled()) j.update(exit.to_json());
+  return j;
 }
 
 double EvalResult::perplexity() const { return std::exp(loss); }
@@ -115,14 +119,24 @@ StepStats Trainer::step() {
   params_.store.zero_grad();
   std::vector<int> in, tg;
   double loss = 0;
+  ExitPlan plan = exit_loss_plan(opt_.exit, base_.config.n_layers, optimizer_->steps(), opt_.steps);
+  std::vector<double> exit_sum(plan.steps.size(), 0.0);
   for (int a = 0; a < opt_.accum; ++a) {
     in.clear();
     tg.clear();
     for (int b = 0; b < B; ++b) windows_.get(order_.next(), in, tg);
-    loss += llama_loss(params_, in, tg, B, S, 1.0 / double(step_tokens), cache_);
+    loss += llama_loss(params_, in, tg, B, S, 1.0 / double(step_tokens), cache_, static_cast<std::vector<float>*>(nullptr), {},
+                       opt_.exit.enabled() ? &plan : nullptr);
+    for (std::size_t i = 0; i < plan.losses.size(); ++i) exit_sum[i] += plan.losses[i];
   }
   StepStats st;
   st.loss = loss / double(step_tokens);
+  st.objective = plan.final_weight * st.loss;
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    const double mean = exit_sum[i] / double(step_tokens);
+    st.exit_losses.emplace_back(plan.steps[i] + 1, mean);
+    st.objective += plan.weights[i] * mean;
+  }
   st.lr = schedule_(optimizer_->steps());
   st.grad_norm = params_.store.clip_grad_norm(opt_.clip);
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
@@ -203,6 +217,11 @@ nlohmann::json Trainer::load(const std::string& path) {
                                                          "schedule, so it cannot change on resume (to train longer, start a new run "
                                                          "with --init from the checkpoint)"
                                                        : ""),
+                       path);
+  for (auto it = saved.begin(); it != saved.end(); ++it)  // the early-exit loss cannot be dropped on resume
+    if (it.key().rfind("exit_", 0) == 0 && !now.contains(it.key()))
+      throw InputError(fmt::format("resume: the checkpoint was trained with the early-exit loss ({} {}); pass the same "
+                                   "--exit-* options", it.key(), it.value().dump()),
                        path);
   std::int64_t step = 0, tokens = 0, ep = 0, pos = 0;
   const std::string label = path + ":/train";

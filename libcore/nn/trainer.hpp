@@ -31,6 +31,7 @@ struct TrainOptions {
   double clip = 1.0;            ///< global gradient-norm limit (0 = off)
   AdamWOptions adam;
   std::uint64_t seed = 0;       ///< data order seed
+  ExitLossOptions exit;         ///< LayerSkip's early-exit loss (off by default)
   /// As JSON (the checkpoint's /train attribute `options`).
   nlohmann::json to_json() const;
 };
@@ -42,6 +43,11 @@ struct StepStats {
   double loss = 0;             ///< mean cross-entropy over the step's targets (nats)
   double grad_norm = 0;        ///< global gradient norm before clipping
   double lr = 0;               ///< learning rate used
+  /// With the early-exit loss: the objective minimised (the weighted mean over the exits and the
+  /// final layer, nats) and each exit's mean loss as (layer = blocks run, loss); otherwise
+  /// objective == loss and no exits.
+  double objective = 0;
+  std::vector<std::pair<int, double>> exit_losses;
 };
 
 /// Mean loss of a token stream.

@@ -222,7 +222,8 @@ TEST_CASE("decode exit: lossless drafting with any exit rule equals the full mod
   const auto ref = decode_all(m, prompt, 30, full);
   const auto cost = decode::StepCost::of(c, 10);
   int some_rejected = 0;
-  for (auto method : {decode::ExitMethod::wave, decode::ExitMethod::layerskip, decode::ExitMethod::skipdecode}) {
+  for (auto method : {decode::ExitMethod::wave, decode::ExitMethod::layerskip, decode::ExitMethod::skipdecode,
+                      decode::ExitMethod::calm, decode::ExitMethod::dvp}) {
     decode::ExitConfig cfg;
     cfg.method = method;
     cfg.threshold = 0.05;  // exits often: drafts go wrong
@@ -232,18 +233,36 @@ TEST_CASE("decode exit: lossless drafting with any exit rule equals the full mod
     cfg.exit_layer = 2;
     cfg.skip_min = 2;
     cfg.skip_max = 4;
+    cfg.min_layer = 2;
+    cfg.dvp_layer = 2;
     cfg.max_new = 30;
     for (int draft : {1, 3, 5}) {
-      lm::KvCache cache(c);
-      const int first = prefill(m, cache, prompt);
-      decode::LosslessStats st;
-      const auto out = decode::lossless_generate(m, cache, first, static_cast<int>(prompt.size()), 30, draft, cfg, cost, st);
-      CHECK(out == ref);
-      CHECK(st.accepted <= st.drafted);
-      CHECK(st.rounds > 0);
-      // The cache holds exactly the verified tokens but the last: the full model's K/V.
-      CHECK(cache.size() == static_cast<int>(prompt.size()) + 29);
-      some_rejected += st.accepted < st.drafted;
+      // Without and with the verifier's reuse of the drafts' shared blocks (LayerSkip's KV
+      // reuse): the same tokens, and a cache bitwise equal, slot by slot, to the plain verifier's.
+      std::vector<float> plain_kv;
+      for (bool reuse : {false, true}) {
+        INFO("method " << decode::exit_method_name(method) << " draft " << draft << " reuse " << reuse);
+        lm::KvCache cache(c);
+        const int first = prefill(m, cache, prompt);
+        decode::LosslessStats st;
+        const auto out = decode::lossless_generate(m, cache, first, static_cast<int>(prompt.size()), 30, draft, cfg, cost, st, reuse);
+        CHECK(out == ref);
+        CHECK(st.accepted <= st.drafted);
+        CHECK(st.rounds > 0);
+        CHECK(st.reused_depth == (reuse ? decode::shared_depth(cfg, c.n_layers) : 0));
+        // The cache holds exactly the verified tokens but the last: the full model's K/V.
+        CHECK(cache.size() == static_cast<int>(prompt.size()) + 29);
+        std::vector<float> kv;
+        for (int l = 0; l < c.n_layers; ++l)
+          for (int h = 0; h < c.n_kv_heads; ++h)
+            for (int sl = 0; sl < cache.size(); ++sl) {
+              kv.insert(kv.end(), cache.key(l, h, sl), cache.key(l, h, sl) + c.head_dim());
+              kv.insert(kv.end(), cache.value(l, h, sl), cache.value(l, h, sl) + c.head_dim());
+            }
+        if (!reuse) plain_kv = kv;
+        else CHECK(kv == plain_kv);
+        some_rejected += st.accepted < st.drafted;
+      }
     }
   }
   CHECK(some_rejected > 0);

@@ -632,3 +632,166 @@ TEST_CASE("nn trainer: gradient accumulation equals the larger batch") {
       worst = std::max(worst, double(std::abs(a.params().store.params[i].value[j] - b.params().store.params[i].value[j])));
   CHECK(worst < 1e-5);
 }
+
+// ---- LayerSkip's early-exit loss (issue 28) ------------------------------------------------
+
+#include "lm/layerwise.hpp"
+#include "nn/exit_loss.hpp"
+
+// The plan's weights against torchtune's closed forms: sum_l over active layers (l + 1)
+// cumulated, e_scale on the intermediate ones, normalised; the rotational set moves one block
+// per step; the gradual one turns on from the last block down and is complete at half the run.
+TEST_CASE("nn early-exit plan: LayerSkip's weights and curricula") {
+  ExitLossOptions o;
+  o.scale = 1;
+  o.curriculum = ExitCurriculum::all;
+  ExitPlan p = exit_loss_plan(o, 4, 0, 10);  // exits after blocks 0, 1, 2; final block 3
+  CHECK(p.steps == std::vector<int>{0, 1, 2});
+  REQUIRE(p.weights.size() == 3);
+  CHECK(p.weights[0] == doctest::Approx(1.0 / 20));  // cumsum(1, 2, 3, 4) = 1, 3, 6, 10
+  CHECK(p.weights[1] == doctest::Approx(3.0 / 20));
+  CHECK(p.weights[2] == doctest::Approx(6.0 / 20));
+  CHECK(p.final_weight == doctest::Approx(10.0 / 20));
+  o.scale = 0.5;  // intermediate raw weights halved: 0.5, 1.5, 3 against 10
+  p = exit_loss_plan(o, 4, 0, 10);
+  CHECK(p.weights[2] == doctest::Approx(3.0 / 15));
+  CHECK(p.final_weight == doctest::Approx(10.0 / 15));
+  o.scale = 1;
+  o.weights = ExitWeights::l;
+  p = exit_loss_plan(o, 4, 0, 10);
+  CHECK(p.weights[0] == doctest::Approx(1.0 / 10));
+  CHECK(p.final_weight == doctest::Approx(4.0 / 10));
+  o.weights = ExitWeights::one;
+  CHECK(exit_loss_plan(o, 4, 0, 10).final_weight == doctest::Approx(0.25));
+
+  o.weights = ExitWeights::sum_l;
+  o.curriculum = ExitCurriculum::rotational;
+  o.every = 2;  // blocks 1, 3, 5 (+ the final 7) at step 0; 0, 2, 4, 6 at step 1; back at step 2
+  CHECK(exit_loss_plan(o, 8, 0, 10).steps == std::vector<int>{1, 3, 5});
+  CHECK(exit_loss_plan(o, 8, 1, 10).steps == std::vector<int>{0, 2, 4, 6});
+  CHECK(exit_loss_plan(o, 8, 2, 10).steps == std::vector<int>{1, 3, 5});
+  p = exit_loss_plan(o, 8, 0, 10);  // cumsum over active layers 2, 4, 6, 8: 2, 6, 12, 20
+  CHECK(p.weights[0] == doctest::Approx(2.0 / 40));
+  CHECK(p.final_weight == doctest::Approx(20.0 / 40));
+
+  o.curriculum = ExitCurriculum::gradual;
+  o.every = 1;  // block l on once step/100 >= 0.5 (8 - l)/8
+  CHECK(exit_loss_plan(o, 8, 0, 100).steps.empty());
+  CHECK(exit_loss_plan(o, 8, 0, 100).final_weight == 1.0);
+  CHECK(exit_loss_plan(o, 8, 13, 100).steps == std::vector<int>{6});  // 0.13 >= 0.125
+  CHECK(exit_loss_plan(o, 8, 50, 100).steps == std::vector<int>{0, 1, 2, 3, 4, 5, 6});
+  o.scale = 0;
+  CHECK(exit_loss_plan(o, 8, 50, 100).steps.empty());
+  o.scale = 1;
+  o.every = 0;
+  CHECK_THROWS_AS(exit_loss_plan(o, 8, 0, 10), UsageError);
+}
+
+// The exit losses are the cross-entropy of the inference engine's logit lens (the final norm and
+// head after a block, lm::LayerwiseForward::head), and the gradient of the weighted objective
+// matches central finite differences for every tensor (the exits' gradients reach the shared
+// head and final norm and every block below them).
+TEST_CASE("nn early-exit loss: exit losses are the engine's logit lens, gradient matches finite differences") {
+  lm::ModelConfig c = tiny_config(lm::RopeStyle::half, false);
+  c.n_layers = 3;
+  lm::Model m = lm::random_model(c, 5, 0.3);
+  const int B = 2, S = 4, V = c.vocab_size;
+  Rng rng(31);
+  std::vector<int> tok(B * S), tgt(B * S);
+  for (auto& t : tok) t = int(rng.below(V));
+  for (auto& t : tgt) t = int(rng.below(V));
+  tgt[2] = -1;
+  ExitPlan plan;
+  plan.steps = {0, 1};
+  plan.weights = {0.2, 0.3};
+  plan.final_weight = 0.5;
+
+  // Exit losses against the engine, sequence by sequence.
+  auto P = params_from_model<double>(m);
+  TrainCache<double> cache;
+  const double final_loss = llama_loss(P, tok, tgt, B, S, 0.0, cache, static_cast<std::vector<double>*>(nullptr), {}, &plan);
+  std::vector<double> lens(3, 0.0);  // after blocks 1, 2, 3
+  for (int b = 0; b < B; ++b) {
+    lm::KvCache kv(c);
+    const std::vector<int> seq(tok.begin() + b * S, tok.begin() + (b + 1) * S);
+    const lm::Batch batch = lm::Batch::causal(seq, 0);
+    lm::LayerwiseForward pass(m, kv, batch);
+    std::vector<int> rows(S);
+    std::iota(rows.begin(), rows.end(), 0);
+    for (int l = 0; l < 3; ++l) {
+      pass.run(1);
+      const lm::Matrix z = pass.head(rows);
+      for (int t = 0; t < S; ++t) {
+        const int y = tgt[b * S + t];
+        if (y < 0) continue;
+        double mx = -1e300, sum = 0;
+        for (int v = 0; v < V; ++v) mx = std::max(mx, double(z.row(t)[v]));
+        for (int v = 0; v < V; ++v) sum += std::exp(double(z.row(t)[v]) - mx);
+        lens[l] += mx + std::log(sum) - z.row(t)[y];
+      }
+    }
+  }
+  REQUIRE(plan.losses.size() == 2);
+  CHECK(plan.losses[0] == doctest::Approx(lens[0]).epsilon(1e-5));
+  CHECK(plan.losses[1] == doctest::Approx(lens[1]).epsilon(1e-5));
+  CHECK(final_loss == doctest::Approx(lens[2]).epsilon(1e-5));
+  CHECK(std::abs(lens[0] - lens[2]) > 1e-3);  // the exits are not the final layer
+
+  P.store.zero_grad();
+  TrainCache<double> c1;
+  llama_loss(P, tok, tgt, B, S, 1.0, c1, static_cast<std::vector<double>*>(nullptr), {}, &plan);
+  auto f = [&] {
+    TrainCache<double> c2;
+    ExitPlan q = plan;
+    const double last = llama_loss(P, tok, tgt, B, S, 0.0, c2, static_cast<std::vector<double>*>(nullptr), {}, &q);
+    return q.weights[0] * q.losses[0] + q.weights[1] * q.losses[1] + q.final_weight * last;
+  };
+  for (auto& p : P.store.params) {
+    INFO("tensor " << p.name);
+    check_grad(f, p.value, p.grad, p.name.c_str(), 2e-6);
+  }
+  ExitPlan bad = plan;
+  bad.steps = {0, 2};  // step 2 is the final block
+  TrainCache<double> c3;
+  CHECK_THROWS_AS(llama_loss(P, tok, tgt, B, S, 0.0, c3, static_cast<std::vector<double>*>(nullptr), {}, &bad), InputError);
+}
+
+// A run with the early-exit loss resumes bit-identically, its trajectory differs from the plain
+// run's, and a resume that drops or changes the exit options is refused.
+TEST_CASE("nn trainer: the early-exit loss resumes bitwise and is part of the run's options") {
+  lm::ModelConfig c = tiny_config(lm::RopeStyle::half, false);
+  c.n_layers = 4;
+  const lm::Model m = lm::random_model(c, 4, 0.02);
+  const auto stream = random_stream(300, c.vocab_size, 1);
+  const int N = 6;
+  TrainOptions o = small_options(N);
+  o.exit.scale = 1;
+  o.exit.every = 2;
+  Trainer a(m, stream, o);
+  StepStats last;
+  for (int i = 0; i < N; ++i) last = a.step();
+  REQUIRE(last.exit_losses.size() == 2);  // step 6 (t = 5): blocks 0 and 2, layers 1 and 3
+  CHECK(last.exit_losses[0].first == 1);
+  CHECK(last.exit_losses[1].first == 3);
+  CHECK(last.objective != last.loss);
+  Trainer plain(m, stream, small_options(N));
+  for (int i = 0; i < N; ++i) plain.step();
+  CHECK_FALSE(same_weights(a.params(), plain.params()));
+
+  Trainer b(m, stream, o);
+  for (int i = 0; i < N / 2; ++i) b.step();
+  const auto ck = scratch("exit-resume.h5");
+  io::Provenance prov;
+  b.save(ck.string(), prov);
+  Trainer r(m, stream, o);
+  r.load(ck.string());
+  for (int i = 0; i < N / 2; ++i) r.step();
+  CHECK(same_weights(a.params(), r.params()));
+  Trainer dropped(m, stream, small_options(N));
+  CHECK_THROWS_WITH_AS(dropped.load(ck.string()), doctest::Contains("early-exit loss"), InputError);
+  TrainOptions other = o;
+  other.exit.every = 3;
+  Trainer changed(m, stream, other);
+  CHECK_THROWS_WITH_AS(changed.load(ck.string()), doctest::Contains("option exit_every"), InputError);
+  std::filesystem::remove_all(ck.parent_path());
+}
