@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         io::require_output_extension(output, "-o", {".jsonl", ".json"}, "the records are JSON Lines", true);
         cfg.method = decode::parse_exit_method(method_name);
+        if (no_reuse && !lossless) throw UsageError("--no-draft-reuse needs --lossless", "--no-draft-reuse");
         lm::check_prompt_sources(*app, prompt_file, prompt_ids);
         const bool have_prompt = app->count("--prompt") > 0 || !prompt_file.empty() || app->count("--prompt-ids") > 0;
         if (have_prompt == !eval_corpus.empty()) throw UsageError("give one of --prompt, --prompt-file, --prompt-ids or --eval-corpus");
@@ -230,7 +231,6 @@ int main(int argc, char** argv) {
         cfg.max_new = n_new;
         cfg.validate(c);
         if (lossless && cfg.method == decode::ExitMethod::full) throw UsageError("the full model drafts nothing to verify", "--lossless");
-        if (no_reuse && !lossless) throw UsageError("--no-draft-reuse needs --lossless", "--no-draft-reuse");
 
         // The prompts.
         std::vector<std::vector<int>> prompts, docs_for_ppl;

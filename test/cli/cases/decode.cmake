@@ -182,6 +182,13 @@ cli_case(wave-calibrate/proxy-k-above-vocab --needs ${DEMO_MODEL} --rc 2 --stder
 cli_case(wave-generate/lossless-equals-full --needs ${DEMO_MODEL} --rc 0 --tool wave-generate
   --jq ".summary.token_accuracy == 1 and .summary.rouge_l == 1 and .summary.lossless.rounds > 0 and .summary.lossless.accepted <= .summary.lossless.drafted"
   -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 512 --window 256 -q -o cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --lossless --draft 3 --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 24 --no-steps -q | tail -1")
+# The verifier's reuse of the drafts' shared blocks changes the cost, not the output: with and
+# without --no-draft-reuse the tokens are full's and equal, and the reused depth is the window start.
+cli_case(wave-generate/lossless-draft-reuse-same-output --needs ${DEMO_MODEL} --rc 0 --tool wave-generate
+  --file-jq r.json ".ta == .tb and (.ta | length) == 2 and .ra == 2 and .rb == 0 and .rouge == 1"
+  -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 512 --window 256 -q -o cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --lossless --draft 3 --method wave --window-start 2 --window-end 4 --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 16 --no-steps -q > a.jsonl && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --lossless --draft 3 --method wave --window-start 2 --window-end 4 --eval-corpus ${WAVE_CORPUS_LINE} --prompts 2 --prompt-tokens 32 -n 16 --no-steps -q --no-draft-reuse > b.jsonl && jq -n --slurpfile a a.jsonl --slurpfile b b.jsonl '{ta: [$a[] | .prompt_summary | select(.) | .tokens], tb: [$b[] | .prompt_summary | select(.) | .tokens], ra: $a[-1].summary.lossless.reused_depth, rb: $b[-1].summary.lossless.reused_depth, rouge: $a[-1].summary.rouge_l}' > r.json")
+cli_case(wave-generate/no-draft-reuse-needs-lossless --needs ${DEMO_MODEL} --rc 2 --tool wave-generate --stderr "--no-draft-reuse needs --lossless"
+  -- ${WAVEGEN} ${DEMO_MODEL} --method wave --window-start 2 --window-end 4 --no-draft-reuse --prompt-ids 1,5,9)
 cli_case(wave-generate/lossless-needs-a-drafter --needs ${DEMO_MODEL} --rc 2 --tool wave-generate --stderr "drafts nothing"
   -- ${WAVEGEN} ${DEMO_MODEL} --method full --lossless --prompt-ids 1,5,9)
 # Evaluation documents read with other corpus flags than the calibration's are refused (they could

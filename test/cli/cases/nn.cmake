@@ -120,3 +120,15 @@ cli_case(lm-eval/max-tokens-exact
 # --log in a missing directory fails before the corpus is read (here the corpus is missing too).
 cli_case(lm-train/log-dir-checked-first --rc 1 --stderr "^lm-train: error: output directory does not exist \\(nodir\\)$" --no-file m.h5
   -- ${LMTRAIN} missing.txt --vocab-size 400 --steps 2 -o m.h5 --log nodir/l.jsonl)
+
+# LayerSkip's early-exit loss (issue 28): with exits after block 1 of 2 in every step (curriculum
+# all) and sum_l weights, the objective is 1/4 of the exit's loss + 3/4 of the final layer's in
+# every logged window (cumsum(1, 2) = 1, 3 normalised), and the options are part of the run.
+cli_case(lm-train/exit-loss-objective
+  --rc 0 --file m.h5
+  --file-jq log.json "[.[] | select(.step)] | length > 0 and all(((.objective - (0.25 * .exit_losses[\"1\"] + 0.75 * .train_loss)) | fabs) < 1e-9 and (.exit_losses | keys) == [\"1\"])"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 10 --eval-every 10 --exit-loss 1 --exit-curriculum all -o m.h5 -q > log.jsonl && jq -s . log.jsonl > log.json && h5dump -a /train/options m.h5 | grep -q exit_loss")
+cli_case(lm-train/exit-options-need-exit-loss --rc 2 --stderr "^lm-train: error: --exit-every needs --exit-loss > 0 \\(--exit-every\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 4 --exit-every 2 -o m.h5)
+cli_case(lm-train/resume-without-exit-loss --rc 1 --stderr "trained with the early-exit loss .*pass the same --exit-\\* options" --tool lm-train
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 --eval-every 2 --stop-at 2 --exit-loss 0.5 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 4 --eval-every 2 --resume -o m.h5 -q")
