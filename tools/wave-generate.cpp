@@ -253,6 +253,10 @@ int main(int argc, char** argv) {
               throw InputError(fmt::format("evaluation document {} outside the {} split's {} (other corpus flags than the calibration's?)", di,
                                            split, pool.size()),
                                calibration);
+          if (!cal.contains("evaluation_sha256"))
+            throw InputError("the calibration predates the record of its evaluation documents (evaluation_sha256): run "
+                             "wave-calibrate again",
+                             calibration);
           if (nn::documents_sha256(pool, eval_ids) != cal.value("evaluation_sha256", ""))
             throw InputError("the evaluation documents read here differ from the calibration's: give the corpus flags it used "
                              "(--column, --doc-column, --val-every, --format, --field, --doc-field)",

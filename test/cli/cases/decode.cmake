@@ -195,5 +195,7 @@ cli_case(wave-generate/lossless-needs-a-drafter --needs ${DEMO_MODEL} --rc 2 --t
 # be training chapters); a JSON that is not a calibration is named as such.
 cli_case(wave-generate/other-corpus-flags --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "differ from the calibration's" --no-file o.jsonl
   -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 64 --window 64 -q -o cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --eval-corpus ${PROJECT_SOURCE_DIR}/data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --val-every 10 --prompts 1 --prompt-tokens 16 -n 4 -o o.jsonl")
+cli_case(wave-generate/calibration-without-evaluation-hash --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "predates the record of its evaluation documents .*run wave-calibrate again" --no-file o.jsonl
+  -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 64 --window 64 -q -o cal0.json && jq 'del(.evaluation_sha256)' cal0.json > cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --eval-corpus ${WAVE_CORPUS_LINE} --prompts 1 --prompt-tokens 16 -n 4 -o o.jsonl")
 cli_case(wave-generate/not-a-calibration --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "not a wave-calibrate output" --no-file o.jsonl
   -- bash -c "echo '{}' > c.json && ${WAVEGEN} ${DEMO_MODEL} --calibration c.json --prompt-ids 1,5,9 -o o.jsonl")
