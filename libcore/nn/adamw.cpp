@@ -61,14 +61,17 @@ void AdamW::step(ParamStore<float>& store, double lr) {
   }
 }
 
-std::vector<StateBuffer> AdamW::state() {
+std::vector<StateBuffer> moment_buffers(const std::vector<std::string>& names, std::vector<std::vector<float>>& m,
+                                        std::vector<std::vector<float>>& v) {
   std::vector<StateBuffer> s;
-  for (std::size_t i = 0; i < names_.size(); ++i) {
-    s.push_back({"m/" + names_[i], &m_[i]});
-    s.push_back({"v/" + names_[i], &v_[i]});
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    s.push_back({"m/" + names[i], &m[i]});
+    s.push_back({"v/" + names[i], &v[i]});
   }
   return s;
 }
+
+std::vector<StateBuffer> AdamW::state() { return moment_buffers(names_, m_, v_); }
 
 ViewAdamW::ViewAdamW(std::vector<ParamRef> params, double lr_, AdamWOptions opt)
     : lr(lr_), params_(std::move(params)), opt_(opt) {

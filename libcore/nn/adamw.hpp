@@ -36,6 +36,10 @@ class Optimizer {
   virtual std::vector<StateBuffer> state() = 0;
 };
 
+/// The checkpoint buffers of a two-moment optimizer: "m/<name>" and "v/<name>" per tensor, in order.
+std::vector<StateBuffer> moment_buffers(const std::vector<std::string>& names, std::vector<std::vector<float>>& m,
+                                        std::vector<std::vector<float>>& v);
+
 /// AdamW hyperparameters (defaults: the LM trainer's; torch.optim.Adam's are beta2 0.999, wd 0).
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;

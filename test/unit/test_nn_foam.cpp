@@ -1,0 +1,163 @@
+// nn/foam (issue 29): FOAM's update against the paper's operator form written out in double
+// (fold matrix A with 2^-l entries, unfold matrix E of ones, zero padding of the last dimension),
+// with the reference code's choices (mean(g^2) for the folded second moment, the residual scale s
+// on R and s^2 on R^2, the update scale, the bias correction in the step size with eps outside
+// it, decay after the update); level 0 is the reference's Adam bit for bit.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "nn/foam.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+using namespace icmlkit;
+using namespace icmlkit::nn;
+
+namespace {
+
+using Mat = std::vector<std::vector<double>>;
+
+/// x [rows, n] times M [n, k].
+Mat mul(const Mat& x, const Mat& M) {
+  Mat y(x.size(), std::vector<double>(M[0].size(), 0.0));
+  for (std::size_t r = 0; r < x.size(); ++r)
+    for (std::size_t i = 0; i < M.size(); ++i)
+      for (std::size_t j = 0; j < M[0].size(); ++j) y[r][j] += x[r][i] * M[i][j];
+  return y;
+}
+
+/// FOAM in the paper's matrix form over a zero-padded width np = ceil(n / f) f: A [np, np/f]
+/// with A_ij = 1/f when i is in block j, E [np/f, np] with E_ij = 1 when j is in block i.  `steps`
+/// gradients applied in turn to w [rows, n]; returns the final w.
+Mat foam_matrix_form(Mat w, const std::vector<Mat>& grads, const FoamOptions& o, double lr) {
+  const int n = static_cast<int>(w[0].size()), f = 1 << o.level, nb = (n + f - 1) / f, np = nb * f;
+  Mat A(np, std::vector<double>(nb, 0.0)), E(nb, std::vector<double>(np, 0.0));
+  for (int i = 0; i < np; ++i) {
+    A[i][i / f] = 1.0 / f;
+    E[i / f][i] = 1.0;
+  }
+  const std::size_t rows = w.size();
+  Mat mf(rows, std::vector<double>(nb, 0.0)), vf = mf;
+  for (std::size_t t = 1; t <= grads.size(); ++t) {
+    Mat g = grads[t - 1], g2 = g;
+    for (auto& row : g) row.resize(np, 0.0);  // zero padding
+    for (auto& row : g2) {
+      for (auto& x : row) x *= x;
+      row.resize(np, 0.0);
+    }
+    const Mat gf = mul(g, A), qf_code = mul(g2, A);
+    const Mat back = mul(gf, E);  // block means, unfolded
+    for (std::size_t r = 0; r < rows; ++r)
+      for (int j = 0; j < nb; ++j) {
+        const double q = o.paper_second_moment ? gf[r][j] * gf[r][j] : qf_code[r][j];
+        mf[r][j] = o.beta1 * mf[r][j] + (1 - o.beta1) * gf[r][j];
+        vf[r][j] = o.beta2 * vf[r][j] + (1 - o.beta2) * q;
+      }
+    const Mat mu = mul(mf, E), vu = mul(vf, E);
+    const double step = lr * std::sqrt(1 - std::pow(o.beta2, double(t))) / (1 - std::pow(o.beta1, double(t)));
+    for (std::size_t r = 0; r < rows; ++r)
+      for (int c = 0; c < n; ++c) {
+        const double R = g[r][c] - back[r][c];
+        const double m = mu[r][c] + o.res_scale * R, v = vu[r][c] + o.res_scale * o.res_scale * R * R;
+        w[r][c] -= step * o.scale * m / (std::sqrt(v) + o.eps);
+        w[r][c] -= lr * o.weight_decay * w[r][c];
+      }
+  }
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("nn FOAM: the update equals the paper's fold/unfold form in double, padding included, both second moments") {
+  Rng rng(7);
+  const int rows = 3, n = 7;  // 7 columns: at level 1 and 2 the last block is zero-padded
+  for (int level : {1, 2})
+    for (bool paper : {false, true}) {
+      FoamOptions o;
+      o.level = level;
+      o.scale = 0.25;
+      o.res_scale = 0.7;
+      o.weight_decay = 0.05;
+      o.paper_second_moment = paper;
+      Mat w0(rows, std::vector<double>(n));
+      for (auto& row : w0)
+        for (auto& x : row) x = rng.normal();
+      std::vector<Mat> grads(3, Mat(rows, std::vector<double>(n)));
+      for (auto& g : grads)
+        for (auto& row : g)
+          for (auto& x : row) x = rng.normal();
+      const Mat want = foam_matrix_form(w0, grads, o, 1e-2);
+      std::vector<double> w, g, mf(rows * foam_folded_cols(n, level), 0.0), vf = mf;
+      for (const auto& row : w0) w.insert(w.end(), row.begin(), row.end());
+      for (int t = 0; t < 3; ++t) {
+        g.clear();
+        for (const auto& row : grads[t]) g.insert(g.end(), row.begin(), row.end());
+        foam_update(w.data(), g.data(), mf.data(), vf.data(), rows, n, t + 1, 1e-2, o, true);
+      }
+      double worst = 0;
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < n; ++c) worst = std::max(worst, std::abs(w[r * n + c] - want[r][c]));
+      INFO("level " << level << " paper " << paper);
+      CHECK(worst < 1e-13);
+      // The paper's and the code's second moments differ (they are not the same rule).
+      if (paper) CHECK(std::abs(w[0] - foam_matrix_form(w0, grads, [&] { auto q = o; q.paper_second_moment = false; return q; }(), 1e-2)[0][0]) > 1e-9);
+    }
+  CHECK(foam_folded_cols(7, 2) == 2);
+  CHECK(foam_folded_cols(8, 2) == 2);
+  CHECK(foam_folded_cols(9, 2) == 3);
+}
+
+TEST_CASE("nn FOAM: level 0 with scale 1 is the reference's Adam bit for bit; that Adam is the hand-computed step") {
+  Rng rng(8);
+  const int rows = 4, n = 6;
+  FoamOptions o;
+  o.level = 0;
+  o.scale = 1;
+  o.weight_decay = 0.1;
+  std::vector<float> w(rows * n), g(w.size());
+  for (auto& x : w) x = static_cast<float>(rng.normal());
+  std::vector<float> w2 = w, m(w.size(), 0), v = m, m2 = m, v2 = m;
+  for (int t = 1; t <= 4; ++t) {
+    for (auto& x : g) x = static_cast<float>(rng.normal());
+    foam_update(w.data(), g.data(), m.data(), v.data(), rows, n, t, 3e-3, o, true);
+    foam_adam_update(w2.data(), g.data(), m2.data(), v2.data(), w.size(), t, 3e-3, o, true);
+  }
+  CHECK(w == w2);
+  CHECK(m == m2);
+  CHECK(v == v2);
+  // One step of the reference's Adam in double: m = (1 - b1) g, v = (1 - b2) g^2, the bias
+  // correction folded into the step size, eps outside the square root, decay after.
+  std::vector<double> wd{0.5, -1.25}, gd{0.3, -2.0}, md(2, 0.0), vd(2, 0.0);
+  foam_adam_update(wd.data(), gd.data(), md.data(), vd.data(), 2, 1, 1e-2, o, true);
+  for (int j = 0; j < 2; ++j) {
+    const double w0 = j == 0 ? 0.5 : -1.25, g0 = j == 0 ? 0.3 : -2.0;
+    const double mm = 0.1 * g0, vv = 0.001 * g0 * g0;
+    double want = w0 - 1e-2 * std::sqrt(0.001) / 0.1 * mm / (std::sqrt(vv) + 1e-8);
+    want -= 1e-2 * 0.1 * want;
+    CHECK(wd[j] == doctest::Approx(want).epsilon(1e-14));
+  }
+}
+
+TEST_CASE("nn FOAM optimizer: folds every matrix but the embedding and head, state 2 m ceil(n / 2^l)") {
+  ParamStore<float> store;
+  store.add("token_embd.weight", {10, 8}, true);
+  store.add("blk.0.attn_q.weight", {8, 8}, true);
+  store.add("blk.0.ffn_down.weight", {8, 6}, true);
+  store.add("blk.0.attn_norm.weight", {8}, false);
+  store.add("output.weight", {10, 8}, true);
+  FoamOptions o;
+  o.level = 2;
+  Foam foam(store, o);
+  std::size_t floats = 0;
+  for (const auto& b : foam.state()) floats += b.data->size();
+  // Adam-sized for embedding, head and norm (2 x (80 + 80 + 8)), folded for the matrices
+  // (2 x 8 x 2 and 2 x 8 x ceil(6 / 4) = 2 x 8 x 2).
+  CHECK(floats == 2 * (80 + 80 + 8) + 2 * 8 * 2 + 2 * 8 * 2);
+  CHECK(foam_folds("blk.0.attn_q.weight", {8, 8}));
+  CHECK_FALSE(foam_folds("output.weight", {10, 8}));
+  CHECK_FALSE(foam_folds("blk.0.attn_norm.weight", {8}));
+  o.level = 3;  // blocks of 8 entries: wider than ffn_down's 6 columns
+  CHECK_THROWS_WITH_AS(Foam(store, o), doctest::Contains("blk.0.ffn_down.weight (6 columns)"), UsageError);
+}
