@@ -28,6 +28,7 @@
 #include "nn/trainer.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
+#include "util/memory.hpp"
 #include "util/progress.hpp"
 #include "util/threads.hpp"
 
@@ -98,7 +99,8 @@ std::string best_path_for(const std::string& out) {
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
-  std::string rope = "half", export_path, export_dtype = "bf16", kernels = "fast", exit_curriculum = "rot", exit_weights = "sum_l";
+  std::string rope = "half", export_path, export_dtype = "bf16", kernels = "fast", exit_curriculum = "rot", exit_weights = "sum_l",
+              foam_moment = "code";
   nn::CorpusOptions copt;
   nn::TrainOptions t;
   lm::ModelConfig c = lm::default_shape();
@@ -134,7 +136,12 @@ int main(int argc, char** argv) {
       "al. 2024, sec. 4.2, as torchtune's early_exit_loss): the shared final norm and head after every\n"
       "--exit-every-th block (rotated or enabled gradually by --exit-curriculum), each exit's loss weighted by\n"
       "--exit-weights times E and all weights normalised with the final layer's; train_loss stays the final\n"
-      "layer's, the log adds objective and exit_losses (layer -> mean loss), and mfu does not count the exits' heads.",
+      "layer's, the log adds objective and exit_losses (layer -> mean loss), and mfu does not count the exits' heads.\n"
+      "--optimizer foam trains with FOAM (Wen et al., ICML 2026; zqOuO/FOAM): Adam moments of every matrix but the\n"
+      "embedding and head folded to blocks of 2^--foam-level entries along the input dimension, the residual\n"
+      "recomputed each step; --beta1/--beta2/--adam-eps/--weight-decay apply (the reference's scripts run beta2\n"
+      "0.999, lr 1e-2, scale 0.25, level 2).  The meta and summary lines give optimizer_state_bytes and\n"
+      "trainable_bytes counted from the buffers, the summary also peak_rss_bytes.",
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
@@ -182,6 +189,11 @@ int main(int argc, char** argv) {
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
         app.add_option("--kernels", kernels, "fast (blocked GEMM, flash attention, vectorised layers) or reference (the v1 trainer's arithmetic)")->capture_default_str()->check(CLI::IsMember({"fast", "reference"}));
+        app.add_option("--optimizer", t.optimizer, "adamw, or foam (FOAM: folded moments, Wen et al. 2026)")->capture_default_str()->check(CLI::IsMember({"adamw", "foam"}));
+        app.add_option("--foam-level", t.foam.level, "foam: fold level l (blocks of 2^l entries along each matrix's input dimension; 0 = Adam)")->capture_default_str()->check(cli::int_range(0, 16));
+        app.add_option("--foam-scale", t.foam.scale, "foam: scale of the folded matrices' update (the reference's `scale`)")->capture_default_str()->check(cli::non_negative());
+        app.add_option("--foam-res-scale", t.foam.res_scale, "foam: weight of the residual in the moments (res_scale)")->capture_default_str()->check(cli::non_negative());
+        app.add_option("--foam-second-moment", foam_moment, "foam: folded second-moment input: code (mean of g^2 per block, the reference's) or paper ((mean g)^2)")->capture_default_str()->check(CLI::IsMember({"code", "paper"}));
         app.add_option("--exit-loss", t.exit.scale, "LayerSkip's early-exit loss: e_scale, the weight of the intermediate exits (the shared final norm and head after blocks) against the final layer (0 = off)")->check(cli::non_negative());
         app.add_option("--exit-every", t.exit.every, "Exits after every R-th block (with --exit-loss)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--exit-curriculum", exit_curriculum, "Which exits train each step: rot (the every-R set shifted by one block per step), gradual (from the last block down, all on at half the run) or all")->capture_default_str()->check(CLI::IsMember({"rot", "gradual", "all"}));
@@ -209,6 +221,9 @@ int main(int argc, char** argv) {
         if (resume && overwrite) throw UsageError("give --resume or --overwrite, not both");
         for (const char* f : {"--exit-every", "--exit-curriculum", "--exit-weights"})
           if (app->count(f) && !(t.exit.scale > 0)) throw UsageError(fmt::format("{} needs --exit-loss > 0", f), f);
+        for (const char* f : {"--foam-level", "--foam-scale", "--foam-res-scale", "--foam-second-moment"})
+          if (app->count(f) && t.optimizer != "foam") throw UsageError(fmt::format("{} needs --optimizer foam", f), f);
+        t.foam.paper_second_moment = foam_moment == "paper";
         t.exit.curriculum = nn::parse_exit_curriculum(exit_curriculum);
         t.exit.weights = nn::parse_exit_weights(exit_weights);
         if (resume)  // the usual way to resume is the same command line plus --resume: say, don't refuse
@@ -340,6 +355,8 @@ int main(int argc, char** argv) {
         }
         const std::int64_t n_params = mc.n_params();
         ctx.prov.extra["n_params"] = n_params;
+        ctx.prov.extra["optimizer_state_bytes"] = trainer.optimizer_state_bytes();
+        ctx.prov.extra["trainable_bytes"] = trainer.trainable_bytes();
         ctx.prov.extra["train_tokens"] = train_tokens;
         ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
         ctx.prov.extra["options"] = t.to_json();
@@ -468,6 +485,10 @@ int main(int argc, char** argv) {
                                {"val_loss", last_val},
                                {"best_val_loss", std::isfinite(best_val) ? nlohmann::json(best_val) : nlohmann::json()},
                                {"n_params", n_params},
+                               {"optimizer", t.optimizer},
+                               {"optimizer_state_bytes", trainer.optimizer_state_bytes()},
+                               {"trainable_bytes", trainer.trainable_bytes()},
+                               {"peak_rss_bytes", peak_rss_bytes()},
                                {"seconds", wall},
                                {"tokens_per_s", (trainer.tokens_seen() - start_tokens) / std::max(train_seconds, 1e-9)},
                                {"mfu", mfu((trainer.tokens_seen() - start_tokens) / std::max(train_seconds, 1e-9))},

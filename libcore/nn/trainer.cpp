@@ -21,7 +21,10 @@ nlohmann::json TrainOptions::to_json() const {
           {"steps", steps},     {"lr", lr},         {"min_lr", min_lr},
           {"warmup", warmup},   {"clip", clip},     {"beta1", adam.beta1},
           {"beta2", adam.beta2}, {"eps", adam.eps}, {"weight_decay", adam.weight_decay},
-          {"optimizer", "adamw"}, {"seed", seed}};
+          {"optimizer", optimizer}, {"seed", seed}};
+  if (optimizer == "foam")
+    j.update({{"foam_level", foam.level}, {"foam_scale", foam.scale}, {"foam_res_scale", foam.res_scale},
+              {"foam_second_moment", foam.paper_second_moment ? "paper" : "code"}});
   // Only a run with the early-exit loss records its settings, so runs saved before the option
   // existed resume as before.
   if (exit.enabled()) j.update(exit.to_json());
@@ -110,7 +113,18 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
                                  opt_.seq_len));
   order_ = DataOrder(opt_.seed, windows_.count());
   schedule_ = WarmupCosine{opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps};
-  optimizer_ = std::make_unique<AdamW>(params_.store, opt_.adam);
+  if (opt_.optimizer == "adamw") {
+    optimizer_ = std::make_unique<AdamW>(params_.store, opt_.adam);
+  } else if (opt_.optimizer == "foam") {
+    FoamOptions f = opt_.foam;
+    f.beta1 = opt_.adam.beta1;
+    f.beta2 = opt_.adam.beta2;
+    f.eps = opt_.adam.eps;
+    f.weight_decay = opt_.adam.weight_decay;
+    optimizer_ = std::make_unique<Foam>(params_.store, f);
+  } else {
+    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw or foam)", "--optimizer");
+  }
 }
 
 StepStats Trainer::step() {
@@ -147,6 +161,12 @@ StepStats Trainer::step() {
   st.step = optimizer_->steps();
   st.tokens = tokens_;
   return st;
+}
+
+std::int64_t Trainer::optimizer_state_bytes() {
+  std::int64_t n = 0;
+  for (const auto& b : optimizer_->state()) n += static_cast<std::int64_t>(b.data->size() * sizeof(float));
+  return n;
 }
 
 lm::Model Trainer::model() {

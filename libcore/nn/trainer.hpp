@@ -15,6 +15,7 @@
 #include "lm/model.hpp"
 #include "nn/adamw.hpp"
 #include "nn/corpus.hpp"
+#include "nn/foam.hpp"
 #include "nn/llama_train.hpp"
 #include "nn/schedule.hpp"
 
@@ -32,6 +33,10 @@ struct TrainOptions {
   AdamWOptions adam;
   std::uint64_t seed = 0;       ///< data order seed
   ExitLossOptions exit;         ///< LayerSkip's early-exit loss (off by default)
+  std::string optimizer = "adamw";  ///< "adamw" or "foam" (issue 29)
+  /// FOAM's own settings (level, scale, res_scale, second moment); its betas, eps and weight
+  /// decay are `adam`'s.
+  FoamOptions foam;
   /// As JSON (the checkpoint's /train attribute `options`).
   nlohmann::json to_json() const;
 };
@@ -84,6 +89,10 @@ class Trainer {
   StepStats step();
 
   std::int64_t steps_done() const noexcept { return optimizer_->steps(); }
+  /// Bytes of the optimizer's state buffers (what a checkpoint stores under /train/optim).
+  std::int64_t optimizer_state_bytes();
+  /// Bytes of the trainable parameters (float32 values; their gradients take as much again).
+  std::int64_t trainable_bytes() const noexcept { return params_.store.numel() * std::int64_t(sizeof(float)); }
   std::int64_t tokens_seen() const noexcept { return tokens_; }
   LlamaParams<float>& params() noexcept { return params_; }
   const TrainOptions& options() const noexcept { return opt_; }

@@ -795,3 +795,34 @@ TEST_CASE("nn trainer: the early-exit loss resumes bitwise and is part of the ru
   CHECK_THROWS_WITH_AS(changed.load(ck.string()), doctest::Contains("option exit_every"), InputError);
   std::filesystem::remove_all(ck.parent_path());
 }
+
+// FOAM through the trainer (issue 29): a run resumes bit-identically with its folded moments, and a
+// resume with another fold level is refused.
+TEST_CASE("nn trainer: FOAM resumes bitwise and its level is part of the run's options") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.02);
+  const auto stream = random_stream(300, m.config.vocab_size, 1);
+  const int N = 6;
+  TrainOptions o = small_options(N);
+  o.optimizer = "foam";
+  o.foam.level = 1;
+  Trainer a(m, stream, o);
+  for (int i = 0; i < N; ++i) a.step();
+  Trainer plain(m, stream, small_options(N));
+  for (int i = 0; i < N; ++i) plain.step();
+  CHECK_FALSE(same_weights(a.params(), plain.params()));
+  CHECK(a.optimizer_state_bytes() < plain.optimizer_state_bytes());
+  Trainer b(m, stream, o);
+  for (int i = 0; i < N / 2; ++i) b.step();
+  const auto ck = scratch("foam-resume.h5");
+  io::Provenance prov;
+  b.save(ck.string(), prov);
+  Trainer r(m, stream, o);
+  r.load(ck.string());
+  for (int i = 0; i < N / 2; ++i) r.step();
+  CHECK(same_weights(a.params(), r.params()));
+  TrainOptions other = o;
+  other.foam.level = 2;
+  Trainer changed(m, stream, other);
+  CHECK_THROWS_WITH_AS(changed.load(ck.string()), doctest::Contains("option foam_level"), InputError);
+  std::filesystem::remove_all(ck.parent_path());
+}
