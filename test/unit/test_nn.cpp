@@ -756,6 +756,24 @@ TEST_CASE("nn early-exit loss: exit losses are the engine's logit lens, gradient
   CHECK_THROWS_AS(llama_loss(P, tok, tgt, B, S, 0.0, c3, static_cast<std::vector<double>*>(nullptr), {}, &bad), InputError);
 }
 
+namespace {
+/// Trains N/2 steps with `o`, saves to scratch `name`, resumes in a fresh trainer for N/2 more:
+/// the weights must equal `straight`'s (N steps in one go).  Returns the checkpoint path.
+std::filesystem::path check_resume_bitwise(const lm::Model& m, const std::vector<int>& stream, const TrainOptions& o, int N,
+                                           Trainer& straight, const std::string& name) {
+  Trainer b(m, stream, o);
+  for (int i = 0; i < N / 2; ++i) b.step();
+  const auto ck = scratch(name);
+  io::Provenance prov;
+  b.save(ck.string(), prov);
+  Trainer r(m, stream, o);
+  r.load(ck.string());
+  for (int i = 0; i < N / 2; ++i) r.step();
+  CHECK(same_weights(straight.params(), r.params()));
+  return ck;
+}
+}  // namespace
+
 // A run with the early-exit loss resumes bit-identically, its trajectory differs from the plain
 // run's, and a resume that drops or changes the exit options is refused.
 TEST_CASE("nn trainer: the early-exit loss resumes bitwise and is part of the run's options") {
@@ -778,15 +796,7 @@ TEST_CASE("nn trainer: the early-exit loss resumes bitwise and is part of the ru
   for (int i = 0; i < N; ++i) plain.step();
   CHECK_FALSE(same_weights(a.params(), plain.params()));
 
-  Trainer b(m, stream, o);
-  for (int i = 0; i < N / 2; ++i) b.step();
-  const auto ck = scratch("exit-resume.h5");
-  io::Provenance prov;
-  b.save(ck.string(), prov);
-  Trainer r(m, stream, o);
-  r.load(ck.string());
-  for (int i = 0; i < N / 2; ++i) r.step();
-  CHECK(same_weights(a.params(), r.params()));
+  const auto ck = check_resume_bitwise(m, stream, o, N, a, "exit-resume.h5");
   Trainer dropped(m, stream, small_options(N));
   CHECK_THROWS_WITH_AS(dropped.load(ck.string()), doctest::Contains("early-exit loss"), InputError);
   TrainOptions other = o;
@@ -811,15 +821,7 @@ TEST_CASE("nn trainer: FOAM resumes bitwise and its level is part of the run's o
   for (int i = 0; i < N; ++i) plain.step();
   CHECK_FALSE(same_weights(a.params(), plain.params()));
   CHECK(a.optimizer_state_bytes() < plain.optimizer_state_bytes());
-  Trainer b(m, stream, o);
-  for (int i = 0; i < N / 2; ++i) b.step();
-  const auto ck = scratch("foam-resume.h5");
-  io::Provenance prov;
-  b.save(ck.string(), prov);
-  Trainer r(m, stream, o);
-  r.load(ck.string());
-  for (int i = 0; i < N / 2; ++i) r.step();
-  CHECK(same_weights(a.params(), r.params()));
+  const auto ck = check_resume_bitwise(m, stream, o, N, a, "foam-resume.h5");
   TrainOptions other = o;
   other.foam.level = 2;
   Trainer changed(m, stream, other);
