@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
         app.add_option("--kernels", kernels, "fast (blocked GEMM, flash attention, vectorised layers) or reference (the v1 trainer's arithmetic)")->capture_default_str()->check(CLI::IsMember({"fast", "reference"}));
-        app.add_option("--optimizer", t.optimizer, "adamw, or foam (FOAM: folded moments, Wen et al. 2026)")->capture_default_str()->check(CLI::IsMember({"adamw", "foam"}));
+        app.add_option("--optimizer", t.optimizer, "adamw, adam-mini (one second moment per head / row / norm, Zhang et al. 2025) or foam (folded moments, Wen et al. 2026)")->capture_default_str()->check(CLI::IsMember({"adamw", "adam-mini", "foam"}));
         app.add_option("--foam-level", t.foam.level, "foam: fold level l (blocks of 2^l entries along each matrix's input dimension; 0 = Adam)")->capture_default_str()->check(cli::int_range(0, 16));
         app.add_option("--foam-scale", t.foam.scale, "foam: scale of the folded matrices' update (the reference's `scale`)")->capture_default_str()->check(cli::non_negative());
         app.add_option("--foam-res-scale", t.foam.res_scale, "foam: weight of the residual in the moments (res_scale)")->capture_default_str()->check(cli::non_negative());

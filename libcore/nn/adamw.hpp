@@ -36,6 +36,16 @@ class Optimizer {
   virtual std::vector<StateBuffer> state() = 0;
 };
 
+/// An optimizer whose only counter is the step count (every Adam variant here).
+class CountedOptimizer : public Optimizer {
+ public:
+  std::int64_t steps() const noexcept override { return t_; }
+  void set_steps(std::int64_t t) noexcept override { t_ = t; }
+
+ protected:
+  std::int64_t t_ = 0;  ///< steps taken
+};
+
 /// The checkpoint buffers of a two-moment optimizer: "m/<name>" and "v/<name>" per tensor, in order.
 std::vector<StateBuffer> moment_buffers(const std::vector<std::string>& names, std::vector<std::vector<float>>& m,
                                         std::vector<std::vector<float>>& v);
@@ -57,19 +67,16 @@ void adamw_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t t, d
 
 /// AdamW over the parameter store (float), weight decay only on Param::decay tensors; its
 /// moments are checkpoint state.
-class AdamW final : public Optimizer {
+class AdamW final : public CountedOptimizer {
  public:
   /// State (m, v) zero-initialised with the shapes of `store`.
   AdamW(const ParamStore<float>& store, AdamWOptions opt);
   std::string name() const override { return "adamw"; }
   void step(ParamStore<float>& store, double lr) override;
-  std::int64_t steps() const noexcept override { return t_; }
-  void set_steps(std::int64_t t) noexcept override { t_ = t; }
   std::vector<StateBuffer> state() override;
 
  private:
   AdamWOptions opt_;
-  std::int64_t t_ = 0;
   std::vector<std::string> names_;
   std::vector<std::vector<float>> m_, v_;
 };

@@ -61,18 +61,15 @@ void foam_adam_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t 
 /// foam_adam_update.  State buffers "m/<name>", "v/<name>" (folded shapes for folded tensors).
 /// Throws UsageError for a level outside [0, 16], negative scale, res_scale or eps, or betas
 /// outside [0, 1).
-class Foam final : public Optimizer {
+class Foam final : public CountedOptimizer {
  public:
   Foam(const ParamStore<float>& store, FoamOptions opt);
   std::string name() const override { return "foam"; }
   void step(ParamStore<float>& store, double lr) override;
-  std::int64_t steps() const noexcept override { return t_; }
-  void set_steps(std::int64_t t) noexcept override { t_ = t; }
   std::vector<StateBuffer> state() override;
 
  private:
   FoamOptions opt_;
-  std::int64_t t_ = 0;
   std::vector<std::string> names_;
   std::vector<char> folded_;
   std::vector<std::vector<float>> m_, v_;

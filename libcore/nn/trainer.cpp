@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "io/atomic_file.hpp"
+#include "nn/adam_mini.hpp"
 #include "io/h5array.hpp"
 #include "lm/support.hpp"
 #include "io/hdf5.hpp"
@@ -122,8 +123,10 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
     f.eps = opt_.adam.eps;
     f.weight_decay = opt_.adam.weight_decay;
     optimizer_ = std::make_unique<Foam>(params_.store, f);
+  } else if (opt_.optimizer == "adam-mini") {
+    optimizer_ = std::make_unique<AdamMini>(params_.store, opt_.adam, c.head_dim());
   } else {
-    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw or foam)", "--optimizer");
+    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw, adam-mini or foam)", "--optimizer");
   }
 }
 

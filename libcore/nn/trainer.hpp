@@ -33,7 +33,7 @@ struct TrainOptions {
   AdamWOptions adam;
   std::uint64_t seed = 0;       ///< data order seed
   ExitLossOptions exit;         ///< LayerSkip's early-exit loss (off by default)
-  std::string optimizer = "adamw";  ///< "adamw" or "foam" (issue 29)
+  std::string optimizer = "adamw";  ///< "adamw", "adam-mini" or "foam" (issue 29)
   /// FOAM's own settings (level, scale, res_scale, second moment); its betas, eps and weight
   /// decay are `adam`'s.
   FoamOptions foam;

@@ -161,3 +161,52 @@ TEST_CASE("nn FOAM optimizer: folds every matrix but the embedding and head, sta
   o.level = 3;  // blocks of 8 entries: wider than ffn_down's 6 columns
   CHECK_THROWS_WITH_AS(Foam(store, o), doctest::Contains("blk.0.ffn_down.weight (6 columns)"), UsageError);
 }
+
+// ---- Adam-mini (a FOAM / POET-X baseline) ----------------------------------------------------
+
+#include "nn/adam_mini.hpp"
+
+// With blocks of one entry Adam-mini is Adam (torch form); with larger blocks the second moment is
+// the block mean of g^2, written out by hand; the partition follows the package's name classes.
+TEST_CASE("nn Adam-mini: one-entry blocks are Adam, larger blocks average g^2, the partition by role") {
+  Rng rng(9);
+  const int n = 6;
+  std::vector<double> w(n), g(n);
+  for (auto& x : w) x = rng.normal();
+  AdamWOptions o;
+  o.beta1 = 0.9;
+  o.beta2 = 0.999;
+  o.weight_decay = 0.1;
+  std::vector<double> wa = w, ma(n, 0), va(n, 0), wm = w, mm(n, 0), vm(n, 0);
+  for (int t = 1; t <= 3; ++t) {
+    for (auto& x : g) x = rng.normal();
+    adamw_update(wa.data(), g.data(), ma.data(), va.data(), n, t, 1e-2, o, true);
+    adam_mini_update(wm.data(), g.data(), mm.data(), vm.data(), n, 1, t, 1e-2, o, true);
+  }
+  for (int j = 0; j < n; ++j) CHECK(wm[j] == doctest::Approx(wa[j]).epsilon(1e-13));
+  // Blocks of 3, one step from zero state: vm_b = (1 - b2) mean(g^2 over block b).
+  std::vector<double> w1 = w, m1(n, 0), v1(2, 0);
+  adam_mini_update(w1.data(), g.data(), m1.data(), v1.data(), n, 3, 1, 1e-2, o, false);
+  for (int b = 0; b < 2; ++b) {
+    const double q = (g[3 * b] * g[3 * b] + g[3 * b + 1] * g[3 * b + 1] + g[3 * b + 2] * g[3 * b + 2]) / 3;
+    CHECK(v1[b] == doctest::Approx(0.001 * q).epsilon(1e-14));
+    for (int j = 3 * b; j < 3 * b + 3; ++j) {
+      const double mh = 0.1 * g[j] / 0.1, vh = 0.001 * q / 0.001;
+      CHECK(w1[j] == doctest::Approx(w[j] - 1e-2 * mh / (std::sqrt(vh) + 1e-8)).epsilon(1e-13));
+    }
+  }
+  ParamStore<float> store;
+  store.add("token_embd.weight", {10, 8}, true);
+  store.add("blk.0.attn_q.weight", {8, 8}, true);  // 2 heads of head_dim 4
+  store.add("blk.0.attn_k.weight", {4, 8}, true);  // 1 KV head
+  store.add("blk.0.attn_v.weight", {4, 8}, true);
+  store.add("blk.0.attn_norm.weight", {8}, false);
+  store.add("output_norm.weight", {8}, false);
+  AdamMini mini(store, o, 4);
+  std::vector<std::size_t> vsizes;
+  for (const auto& b : mini.state())
+    if (b.name.rfind("v/", 0) == 0) vsizes.push_back(b.data->size());
+  CHECK(vsizes == std::vector<std::size_t>{10, 2, 1, 4, 1, 1});
+  CHECK(adam_mini_blocks("output_norm.weight", {8}) == MiniBlocks::per_tensor);  // not the head's rule
+  CHECK_THROWS_WITH_AS(AdamMini(store, o, 3), doctest::Contains("not a multiple of the head size 3"), UsageError);
+}

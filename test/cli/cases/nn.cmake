@@ -136,10 +136,13 @@ cli_case(lm-train/resume-without-exit-loss --rc 1 --stderr "trained with the ear
 # FOAM (issue 29): state counted from the buffers.  The TRAIN_SMALL shape (vocab 512, d_model 32,
 # 2 layers, K/V width 16, d_ff 88) at level 2: unfolded embedding, head and norms 16384 + 16384 +
 # 160 floats, folded matrices per layer 32x8 + 16x8 + 16x8 + 32x8 + 88x8 + 88x8 + 32x22 = 2880;
-# (38688 floats) x 2 moments x 4 bytes = 309504; AdamW's state is twice the trainable bytes.
-cli_case(lm-train/foam-state-bytes
-  --rc 0 --file-jq s.json ".[0].optimizer_state_bytes == 309504 and .[0].optimizer == \"foam\" and .[1].optimizer_state_bytes == 2 * .[1].trainable_bytes and .[0].trainable_bytes == .[1].trainable_bytes and .[0].peak_rss_bytes > 0"
-  -- bash -c "${TRAIN_SMALL_STR} --steps 3 --optimizer foam --foam-level 2 -o f.h5 -q | tail -1 > f.json && ${TRAIN_SMALL_STR} --steps 3 -o a.h5 -q | tail -1 > a.json && jq -s 'map(.summary)' f.json a.json > s.json")
+# (38688 floats) x 2 moments x 4 bytes = 309504; AdamW's state is twice the trainable bytes (55968
+# floats); Adam-mini's is m (55968) + one v per row of embedding and head (512 + 512), per head of
+# q and k (4 + 2), per row of v, o, gate, up, down (16 + 32 + 88 + 88 + 32) per layer, one per norm
+# (5): 55968 + 1553 floats = 230084 bytes.
+cli_case(lm-train/optimizer-state-bytes
+  --rc 0 --file-jq s.json ".[0].optimizer_state_bytes == 309504 and .[0].optimizer == \"foam\" and .[1].optimizer_state_bytes == 2 * .[1].trainable_bytes and .[0].trainable_bytes == .[1].trainable_bytes and .[1].trainable_bytes == 223872 and .[2].optimizer_state_bytes == 230084 and .[0].peak_rss_bytes > 0"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 3 --optimizer foam --foam-level 2 -o f.h5 -q | tail -1 > f.json && ${TRAIN_SMALL_STR} --steps 3 -o a.h5 -q | tail -1 > a.json && ${TRAIN_SMALL_STR} --steps 3 --optimizer adam-mini -o m.h5 -q | tail -1 > m.json && jq -s 'map(.summary)' f.json a.json m.json > s.json")
 cli_case(lm-train/foam-level-too-large --rc 2 --stderr "^lm-train: error: fold level 6 makes blocks of 64 entries, wider than blk.0.attn_q.weight \\(32 columns\\) \\(--foam-level\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --optimizer foam --foam-level 6 -o m.h5)
 cli_case(lm-train/foam-flags-need-foam --rc 2 --stderr "^lm-train: error: --foam-level needs --optimizer foam \\(--foam-level\\)$" --no-file m.h5
