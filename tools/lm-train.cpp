@@ -328,6 +328,9 @@ int main(int argc, char** argv) {
         if (t.min_lr < 0) t.min_lr = t.lr / 10;
         t.seed = ctx.common.seed;
         const std::int64_t train_tokens = static_cast<std::int64_t>(train_stream.size());
+        if (t.exit.enabled() && t.exit.every >= init.config.n_layers)
+          log::warn("--exit-every {} >= the model's {} blocks: only {}", t.exit.every, init.config.n_layers,
+                    t.exit.curriculum == nn::ExitCurriculum::rotational ? "a rotating exit trains in some steps" : "the final layer trains");
         nn::Trainer trainer(init, std::move(train_stream), t);
         trainer.set_corpus_sha256(docs.sha256);
         if (val_stream.size() < 2 && copt.val_every > 0)

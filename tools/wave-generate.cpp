@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
         io::require_output_extension(output, "-o", {".jsonl", ".json"}, "the records are JSON Lines", true);
         cfg.method = decode::parse_exit_method(method_name);
         if (no_reuse && !lossless) throw UsageError("--no-draft-reuse needs --lossless", "--no-draft-reuse");
+        if (app->count("--draft") && !lossless) throw UsageError("--draft needs --lossless", "--draft");
         lm::check_prompt_sources(*app, prompt_file, prompt_ids);
         const bool have_prompt = app->count("--prompt") > 0 || !prompt_file.empty() || app->count("--prompt-ids") > 0;
         if (have_prompt == !eval_corpus.empty()) throw UsageError("give one of --prompt, --prompt-file, --prompt-ids or --eval-corpus");
@@ -229,7 +230,13 @@ int main(int argc, char** argv) {
           case decode::ExitMethod::full: break;
         }
         cfg.max_new = n_new;
-        cfg.validate(c);
+        try {
+          cfg.validate(c);
+        } catch (const UsageError& e) {  // a value the calibration gave, not a flag: bad input, naming the file
+          if (!cal.is_null() && !e.where().empty() && app->count(e.where()) == 0)
+            throw InputError(fmt::format("{} (the calibration's value for {})", e.what(), e.where()), calibration);
+          throw;
+        }
         if (lossless && cfg.method == decode::ExitMethod::full) throw UsageError("the full model drafts nothing to verify", "--lossless");
 
         // The prompts.

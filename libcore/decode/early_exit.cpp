@@ -117,15 +117,16 @@ double ExitLogits::nll(int token) const {
 }
 
 int shared_depth(const ExitConfig& cfg, int L) noexcept {
+  int m = 0;
   switch (cfg.method) {
-    case ExitMethod::full: return L;
-    case ExitMethod::wave: return cfg.window_start;
-    case ExitMethod::calm: return cfg.min_layer;
-    case ExitMethod::dvp: return cfg.dvp_layer;
-    case ExitMethod::layerskip: return cfg.exit_layer;
-    case ExitMethod::skipdecode: return 0;
+    case ExitMethod::full: m = L; break;
+    case ExitMethod::wave: m = cfg.window_start; break;
+    case ExitMethod::calm: m = cfg.min_layer; break;
+    case ExitMethod::dvp: m = cfg.dvp_layer; break;
+    case ExitMethod::layerskip: m = cfg.exit_layer; break;
+    case ExitMethod::skipdecode: m = 0; break;
   }
-  return 0;
+  return std::clamp(m, 0, L - 1);  // the verifier always runs the last block
 }
 
 ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input, int pos, int t, const ExitConfig& cfg,
@@ -139,7 +140,7 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
   lm::LayerwiseForward pass(model, cache, b, no_logits);
   ExitStep s;
   const int m = shared_depth(cfg, L);
-  if (shared && m > 0 && cfg.method != ExitMethod::full) {  // the shared blocks first (every method below starts with them)
+  if (shared && m > 0) {  // the shared blocks first (every method below starts with them), residual kept
     pass.run(m);
     *shared = pass.residual();
   }
@@ -198,8 +199,8 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
   };
   switch (cfg.method) {
     case ExitMethod::full:
+      s.flops += cost.block * pass.done();  // the shared blocks, when they ran first
       finish_full();
-      if (shared) *shared = pass.residual();
       break;
     case ExitMethod::layerskip: {
       s.flops += cost.block * cfg.exit_layer;
@@ -271,7 +272,7 @@ std::vector<int> lossless_generate(const lm::Model& model, lm::KvCache& cache, i
   const lm::ModelConfig& c = model.config;
   const int L = c.n_layers, nkv = c.n_kv_heads, hd = c.head_dim();
   // Reuse needs the shared blocks to be a strict prefix and a cache without recurrent state.
-  const int m = reuse && !cache.has_state() ? std::min(shared_depth(cfg, L), L - 1) : 0;
+  const int m = reuse && !cache.has_state() ? shared_depth(cfg, L) : 0;
   st.reused_depth = m;
   std::vector<int> out{first};
   lm::ForwardOptions vo;
@@ -281,7 +282,7 @@ std::vector<int> lossless_generate(const lm::Model& model, lm::KvCache& cache, i
     const int base = cache.size();  // slots before the input token
     const int cur = out.back(), p0 = pos + static_cast<int>(out.size()) - 1;
     const int room = n - static_cast<int>(out.size());  // tokens still to emit
-    const int d = std::min(draft, room - 1 > 0 ? room - 1 : 1);
+    const int d = std::min(draft, room - 1);  // the last token needs no draft: the verifier gives it
     std::vector<int> drafts;
     residuals.clear();
     int in = cur;
@@ -299,7 +300,7 @@ std::vector<int> lossless_generate(const lm::Model& model, lm::KvCache& cache, i
     rows.insert(rows.end(), drafts.begin(), drafts.end());
     const lm::Batch vb = lm::Batch::causal(rows, p0);
     lm::ForwardResult vr;
-    if (m > 0) {
+    if (m > 0 && d > 0) {
       {  // the last draft's shared blocks (it was emitted, never run as an input)
         lm::Batch lb;
         lb.add(drafts.back(), p0 + d);

@@ -99,7 +99,8 @@ ExitStep exit_decode_step(const lm::Model& model, lm::KvCache& cache, int input,
 
 /// The blocks every decode step of `cfg` runs in full before it may exit or bypass any: full
 /// n_layers, wave window_start, calm min_layer, dvp dvp_layer, layerskip exit_layer, skipdecode
-/// 0 (its lower blocks are bypassed).  A verifier can reuse the drafts' work up to this depth.
+/// 0 (its lower blocks are bypassed), capped at n_layers - 1 (a verifier always runs the last
+/// block).  A verifier can reuse the drafts' work up to this depth.
 int shared_depth(const ExitConfig& cfg, int n_layers) noexcept;
 
 /// What a lossless (self-speculative) run did.

@@ -241,11 +241,15 @@ nlohmann::json Trainer::load(const std::string& path) {
                                                          "with --init from the checkpoint)"
                                                        : ""),
                        path);
-  for (auto it = saved.begin(); it != saved.end(); ++it)  // the early-exit loss cannot be dropped on resume
-    if (it.key().rfind("exit_", 0) == 0 && !now.contains(it.key()))
-      throw InputError(fmt::format("resume: the checkpoint was trained with the early-exit loss ({} {}); pass the same "
-                                   "--exit-* options", it.key(), it.value().dump()),
-                       path);
+  if (saved.contains("exit_loss") && !now.contains("exit_loss")) {  // the early-exit loss cannot be dropped on resume
+    std::string was;
+    for (const auto& [key, flag] : {std::pair{"exit_loss", "--exit-loss"}, {"exit_every", "--exit-every"},
+                                    {"exit_curriculum", "--exit-curriculum"}, {"exit_weights", "--exit-weights"}})
+      if (saved.contains(key))
+        was += fmt::format("{}{} {}", was.empty() ? "" : " ", flag,
+                           saved[key].is_string() ? saved[key].get<std::string>() : saved[key].dump());
+    throw InputError(fmt::format("resume: the checkpoint was trained with the early-exit loss; pass the same options: {}", was), path);
+  }
   std::int64_t step = 0, tokens = 0, ep = 0, pos = 0;
   const std::string label = path + ":/train";
   if (!h5::read_attr_int(g, "step", step, label) || !h5::read_attr_int(g, "tokens", tokens, label) ||

@@ -222,15 +222,19 @@ TEST_CASE("decode exit: lossless drafting with any exit rule equals the full mod
   const auto ref = decode_all(m, prompt, 30, full);
   const auto cost = decode::StepCost::of(c, 10);
   int some_rejected = 0;
-  for (auto method : {decode::ExitMethod::wave, decode::ExitMethod::layerskip, decode::ExitMethod::skipdecode,
-                      decode::ExitMethod::calm, decode::ExitMethod::dvp}) {
+  // layerskip twice: at block 2 and at the last block (its drafts are then the full model's own,
+  // and the reused depth stops one block short of the end).
+  const std::vector<std::pair<decode::ExitMethod, int>> rules{
+      {decode::ExitMethod::wave, 2},      {decode::ExitMethod::layerskip, 2}, {decode::ExitMethod::layerskip, c.n_layers},
+      {decode::ExitMethod::skipdecode, 2}, {decode::ExitMethod::calm, 2},      {decode::ExitMethod::dvp, 2}};
+  for (const auto& [method, exit_layer] : rules) {
     decode::ExitConfig cfg;
     cfg.method = method;
     cfg.threshold = 0.05;  // exits often: drafts go wrong
     cfg.window_start = 1;
     cfg.window_end = 3;
     cfg.proxy_k = 8;
-    cfg.exit_layer = 2;
+    cfg.exit_layer = exit_layer;
     cfg.skip_min = 2;
     cfg.skip_max = 4;
     cfg.min_layer = 2;
@@ -250,6 +254,7 @@ TEST_CASE("decode exit: lossless drafting with any exit rule equals the full mod
         CHECK(st.accepted <= st.drafted);
         CHECK(st.rounds > 0);
         CHECK(st.reused_depth == (reuse ? decode::shared_depth(cfg, c.n_layers) : 0));
+        if (exit_layer == c.n_layers) CHECK(st.accepted == st.drafted);  // the full model's own drafts
         // The cache holds exactly the verified tokens but the last: the full model's K/V.
         CHECK(cache.size() == static_cast<int>(prompt.size()) + 29);
         std::vector<float> kv;

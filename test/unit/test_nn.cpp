@@ -798,7 +798,7 @@ TEST_CASE("nn trainer: the early-exit loss resumes bitwise and is part of the ru
 
   const auto ck = check_resume_bitwise(m, stream, o, N, a, "exit-resume.h5");
   Trainer dropped(m, stream, small_options(N));
-  CHECK_THROWS_WITH_AS(dropped.load(ck.string()), doctest::Contains("early-exit loss"), InputError);
+  CHECK_THROWS_WITH_AS(dropped.load(ck.string()), doctest::Contains("early-exit loss; pass the same options: --exit-loss 1.0 --exit-every 2"), InputError);
   TrainOptions other = o;
   other.exit.every = 3;
   Trainer changed(m, stream, other);

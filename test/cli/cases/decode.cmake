@@ -199,3 +199,8 @@ cli_case(wave-generate/calibration-without-evaluation-hash --needs ${DEMO_MODEL}
   -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 64 --window 64 -q -o cal0.json && jq 'del(.evaluation_sha256)' cal0.json > cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --eval-corpus ${WAVE_CORPUS_LINE} --prompts 1 --prompt-tokens 16 -n 4 -o o.jsonl")
 cli_case(wave-generate/not-a-calibration --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "not a wave-calibrate output" --no-file o.jsonl
   -- bash -c "echo '{}' > c.json && ${WAVEGEN} ${DEMO_MODEL} --calibration c.json --prompt-ids 1,5,9 -o o.jsonl")
+cli_case(wave-generate/draft-needs-lossless --needs ${DEMO_MODEL} --rc 2 --tool wave-generate --stderr "^wave-generate: error: --draft needs --lossless \\(--draft\\)$"
+  -- ${WAVEGEN} ${DEMO_MODEL} --method layerskip --exit-layer 3 --draft 4 --prompt-ids 1,5,9)
+# A bad value inside the calibration is the file's fault (exit 1, naming it), not a flag's.
+cli_case(wave-generate/bad-calibration-value --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "depth 40 outside .* \\(the calibration's value for --window-start\\) \\(cal.json\\)" --no-file o.jsonl
+  -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 64 --window 64 -q -o cal0.json && jq '.wave.window_start = 40' cal0.json > cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --method wave --prompt-ids 1,5,9 -o o.jsonl")

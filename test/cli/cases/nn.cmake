@@ -130,7 +130,7 @@ cli_case(lm-train/exit-loss-objective
   -- bash -c "${TRAIN_SMALL_STR} --steps 10 --eval-every 10 --exit-loss 1 --exit-curriculum all -o m.h5 -q > log.jsonl && jq -s . log.jsonl > log.json && h5dump -a /train/options m.h5 | grep -q exit_loss")
 cli_case(lm-train/exit-options-need-exit-loss --rc 2 --stderr "^lm-train: error: --exit-every needs --exit-loss > 0 \\(--exit-every\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 4 --exit-every 2 -o m.h5)
-cli_case(lm-train/resume-without-exit-loss --rc 1 --stderr "trained with the early-exit loss .*pass the same --exit-\\* options" --tool lm-train
+cli_case(lm-train/resume-without-exit-loss --rc 1 --stderr "trained with the early-exit loss. pass the same options: --exit-loss 0.5 --exit-every 1 --exit-curriculum rot --exit-weights sum_l" --tool lm-train
   -- bash -c "${TRAIN_SMALL_STR} --steps 4 --eval-every 2 --stop-at 2 --exit-loss 0.5 -o m.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 4 --eval-every 2 --resume -o m.h5 -q")
 
 # FOAM (issue 29): state counted from the buffers.  The TRAIN_SMALL shape (vocab 512, d_model 32,
