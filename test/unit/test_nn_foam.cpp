@@ -109,7 +109,7 @@ TEST_CASE("nn FOAM: the update equals the paper's fold/unfold form in double, pa
   CHECK(foam_folded_cols(9, 2) == 3);
 }
 
-TEST_CASE("nn FOAM: level 0 with scale 1 is the reference's Adam bit for bit; that Adam is the hand-computed step") {
+TEST_CASE("nn FOAM: level 0 with scale 1 is the reference's Adam bit for bit, and that Adam is the hand-computed step") {
   Rng rng(8);
   const int rows = 4, n = 6;
   FoamOptions o;
