@@ -13,8 +13,8 @@ root="$here/.."
 py=${BENCH_PYTHON:-}
 if [ -z "$py" ]; then
   venv="$root/build/bench-venv-torch"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, adam_mini, transformers' 2>/dev/null; then
-    { [ -x "$venv/bin/python" ] || python3 -m venv "$venv"; } >&2 && "$venv/bin/pip" install -q torch adam-mini transformers >&2 || true
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, adam_mini, transformers, galore_torch' 2>/dev/null; then
+    { [ -x "$venv/bin/python" ] || python3 -m venv "$venv"; } >&2 && "$venv/bin/pip" install -q torch adam-mini transformers galore-torch >&2 || true
   fi
   py="$venv/bin/python"
 fi

@@ -2,7 +2,7 @@
 // test/peer/optim_peer.py feeds the same tensors to the authors' PyTorch code), or times the step
 // on the parameter store of a Llama shape (JSON on stdout).
 // Usage:
-//   bench-optim-step --optimizer adamw|adam-mini|foam [flags] --in steps.json     (one JSON object out)
+//   bench-optim-step --optimizer adamw|adam-mini|galore|foam [flags] --in steps.json     (one JSON object out)
 //     steps.json: {"params": [{"name", "shape", "value", "decay"}], "grads": [[per param] per step],
 //                  "lr": [per step], "head_rows": h}
 //     out: {"values": {name: [...]}, "state_floats": n}
@@ -18,6 +18,7 @@
 #include "nn/adam_mini.hpp"
 #include "nn/adamw.hpp"
 #include "nn/foam.hpp"
+#include "nn/galore.hpp"
 #include "nn/llama_train.hpp"
 #include "util/rng.hpp"
 #include "util/threads.hpp"
@@ -29,9 +30,13 @@ int main(int argc, char** argv) {
   std::string optimizer = "adamw", in_path, moment = "code";
   nn::AdamWOptions adam;
   nn::FoamOptions foam;
+  nn::GaloreOptions galore;
   bool time = false;
   int d = 256, layers = 6, ff = 768, vocab = 4096, heads = 8, kv = 4, steps = 20, nthreads = 0;
-  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"adamw", "adam-mini", "foam"}));
+  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam"}));
+  app.add_option("--galore-rank", galore.rank);
+  app.add_option("--galore-gap", galore.update_gap);
+  app.add_option("--galore-scale", galore.scale);
   app.add_option("--in", in_path);
   app.add_option("--beta1", adam.beta1);
   app.add_option("--beta2", adam.beta2);
@@ -88,6 +93,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<nn::Optimizer> opt;
     if (optimizer == "adamw") opt = std::make_unique<nn::AdamW>(store, adam);
     else if (optimizer == "foam") opt = std::make_unique<nn::Foam>(store, foam);
+    else if (optimizer == "galore") opt = std::make_unique<nn::Galore>(store, adam, galore);
     else opt = std::make_unique<nn::AdamMini>(store, adam, head_rows);
     std::size_t state = 0;
     for (const auto& b : opt->state()) state += b.data->size();

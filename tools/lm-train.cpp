@@ -189,7 +189,10 @@ int main(int argc, char** argv) {
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
         app.add_option("--kernels", kernels, "fast (blocked GEMM, flash attention, vectorised layers) or reference (the v1 trainer's arithmetic)")->capture_default_str()->check(CLI::IsMember({"fast", "reference"}));
-        app.add_option("--optimizer", t.optimizer, "adamw, adam-mini (one second moment per head / row / norm, Zhang et al. 2025) or foam (folded moments, Wen et al. 2026)")->capture_default_str()->check(CLI::IsMember({"adamw", "adam-mini", "foam"}));
+        app.add_option("--optimizer", t.optimizer, "adamw, adam-mini (one second moment per head / row / norm, Zhang et al. 2025) galore (Adam on a rank-r SVD subspace of each attention/MLP gradient, Zhao et al. 2024) or foam (folded moments, Wen et al. 2026)")->capture_default_str()->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam"}));
+        app.add_option("--galore-rank", t.galore.rank, "galore: subspace rank r")->capture_default_str()->check(cli::int_range(1, 1 << 20));
+        app.add_option("--galore-gap", t.galore.update_gap, "galore: steps between SVDs of the gradient (T)")->capture_default_str()->check(cli::int_range(1, 1 << 30));
+        app.add_option("--galore-scale", t.galore.scale, "galore: scale of the projected-back update")->capture_default_str()->check(cli::non_negative());
         app.add_option("--foam-level", t.foam.level, "foam: fold level l (blocks of 2^l entries along each matrix's input dimension; 0 = Adam)")->capture_default_str()->check(cli::int_range(0, 16));
         app.add_option("--foam-scale", t.foam.scale, "foam: scale of the folded matrices' update (the reference's `scale`)")->capture_default_str()->check(cli::non_negative());
         app.add_option("--foam-res-scale", t.foam.res_scale, "foam: weight of the residual in the moments (res_scale)")->capture_default_str()->check(cli::non_negative());
@@ -223,6 +226,8 @@ int main(int argc, char** argv) {
           if (app->count(f) && !(t.exit.scale > 0)) throw UsageError(fmt::format("{} needs --exit-loss > 0", f), f);
         for (const char* f : {"--foam-level", "--foam-scale", "--foam-res-scale", "--foam-second-moment"})
           if (app->count(f) && t.optimizer != "foam") throw UsageError(fmt::format("{} needs --optimizer foam", f), f);
+        for (const char* f : {"--galore-rank", "--galore-gap", "--galore-scale"})
+          if (app->count(f) && t.optimizer != "galore") throw UsageError(fmt::format("{} needs --optimizer galore", f), f);
         t.foam.paper_second_moment = foam_moment == "paper";
         t.exit.curriculum = nn::parse_exit_curriculum(exit_curriculum);
         t.exit.weights = nn::parse_exit_weights(exit_weights);

@@ -8,6 +8,7 @@
 
 #include "io/atomic_file.hpp"
 #include "nn/adam_mini.hpp"
+#include "nn/galore.hpp"
 #include "io/h5array.hpp"
 #include "lm/support.hpp"
 #include "io/hdf5.hpp"
@@ -26,6 +27,8 @@ nlohmann::json TrainOptions::to_json() const {
   if (optimizer == "foam")
     j.update({{"foam_level", foam.level}, {"foam_scale", foam.scale}, {"foam_res_scale", foam.res_scale},
               {"foam_second_moment", foam.paper_second_moment ? "paper" : "code"}});
+  if (optimizer == "galore")
+    j.update({{"galore_rank", galore.rank}, {"galore_gap", galore.update_gap}, {"galore_scale", galore.scale}});
   // Only a run with the early-exit loss records its settings, so runs saved before the option
   // existed resume as before.
   if (exit.enabled()) j.update(exit.to_json());
@@ -123,10 +126,12 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
     f.eps = opt_.adam.eps;
     f.weight_decay = opt_.adam.weight_decay;
     optimizer_ = std::make_unique<Foam>(params_.store, f);
+  } else if (opt_.optimizer == "galore") {
+    optimizer_ = std::make_unique<Galore>(params_.store, opt_.adam, opt_.galore);
   } else if (opt_.optimizer == "adam-mini") {
     optimizer_ = std::make_unique<AdamMini>(params_.store, opt_.adam, c.head_dim());
   } else {
-    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw, adam-mini or foam)", "--optimizer");
+    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw, adam-mini, galore or foam)", "--optimizer");
   }
 }
 

@@ -16,6 +16,7 @@
 #include "nn/adamw.hpp"
 #include "nn/corpus.hpp"
 #include "nn/foam.hpp"
+#include "nn/galore.hpp"
 #include "nn/llama_train.hpp"
 #include "nn/schedule.hpp"
 
@@ -33,10 +34,11 @@ struct TrainOptions {
   AdamWOptions adam;
   std::uint64_t seed = 0;       ///< data order seed
   ExitLossOptions exit;         ///< LayerSkip's early-exit loss (off by default)
-  std::string optimizer = "adamw";  ///< "adamw", "adam-mini" or "foam" (issue 29)
+  std::string optimizer = "adamw";  ///< "adamw", "adam-mini", "galore" or "foam" (issue 29)
   /// FOAM's own settings (level, scale, res_scale, second moment); its betas, eps and weight
   /// decay are `adam`'s.
   FoamOptions foam;
+  GaloreOptions galore;  ///< GaLore's rank, update gap and scale (its Adam's settings are `adam`'s)
   /// As JSON (the checkpoint's /train attribute `options`).
   nlohmann::json to_json() const;
 };

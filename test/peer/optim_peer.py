@@ -4,6 +4,7 @@ bench-optim-step and through the authors' PyTorch code, three steps, every param
 
   - adamw:     torch.optim.AdamW (decay on matrices, none on norms);
   - adam-mini: the adam-mini package (1.1.1) on Hugging Face Llama parameter names;
+  - galore:    the galore-torch package's GaLoreAdamW (proj_type std, rank 4, one SVD: see below);
   - foam:      FOAM's foam_torch/foam_adam.py (zqOuO/FOAM, instantiated directly: its optimizer.py
                path fails as shipped), levels 1-3 (a padded last block at level 3), both second
                moments are ours; the reference has the code's mean(g^2) only.
@@ -96,6 +97,17 @@ def torch_adam_mini(params):
                      weight_decay=WD, dim=D, n_heads=HEADS, n_kv_heads=KV, verbose=False)
 
 
+def torch_galore(params):
+    from galore_torch import GaLoreAdamW
+    pn = list(zip(params, TENSORS))
+    proj = [p for p, (n, _, s) in pn if len(s) == 2 and (".attn_" in n or ".ffn_" in n)]
+    plain = [p for p, (n, _, s) in pn if n in ("token_embd.weight", "output.weight")]
+    norms = [p for p, (n, _, s) in pn if len(s) == 1]
+    return GaLoreAdamW([{"params": proj, "rank": 4, "update_proj_gap": 3, "scale": 0.25, "proj_type": "std", "weight_decay": WD},
+                        {"params": plain, "weight_decay": WD}, {"params": norms, "weight_decay": 0.0}],
+                       lr=LRS[0], betas=(B1, B2), eps=EPS, no_deprecation_warning=True)
+
+
 def foam_class():
     sys.path.insert(0, FOAM_DIR)
     import foam_adam  # noqa: E402  (the reference's file, imported from its folder)
@@ -125,7 +137,7 @@ if TIME:
         "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight")] + [
         "model.norm.weight", "lm_head.weight"]
     result = {}
-    for name in ("adamw", "adam-mini", "foam"):
+    for name in ("adamw", "adam-mini", "galore", "foam"):
         if name == "foam" and not FOAM_DIR:
             continue
         params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in shapes]
@@ -136,6 +148,12 @@ if TIME:
         elif name == "adam-mini":
             from adam_mini import Adam_mini
             opt = Adam_mini(named_parameters=list(zip(names, params)), lr=1e-3, dim=256, n_heads=8, n_kv_heads=4, verbose=False)
+        elif name == "galore":
+            from galore_torch import GaLoreAdamW
+            proj = [p for p, n in zip(params, names) if p.dim() == 2 and ("self_attn" in n or "mlp" in n)]
+            rest = [p for p, n in zip(params, names) if not (p.dim() == 2 and ("self_attn" in n or "mlp" in n))]
+            opt = GaLoreAdamW([{"params": rest}, {"params": proj, "rank": 128, "update_proj_gap": 200, "scale": 0.25, "proj_type": "std"}],
+                              lr=1e-3, no_deprecation_warning=True)
         else:
             FOAM = foam_class()
             folded = [p for p, n in zip(params, names) if p.dim() == 2 and "embed" not in n and "lm_head" not in n]
@@ -160,6 +178,13 @@ try:
     report["adam-mini"] = worst(ours("adam-mini", []), run_torch(torch_adam_mini, None))
 except ImportError as e:
     print(f"adam-mini peer unavailable: {e}", file=sys.stderr)
+    skipped = True
+try:  # rank 4, one SVD in the 3 steps: after a renewal the kept moments meet the new basis, whose singular
+    # vectors' signs are the SVD routine's choice (LAPACK's here, Eigen's in ours), so the runs part there
+    report["galore"] = worst(ours("galore", ["--galore-rank", "4", "--galore-gap", "3", "--galore-scale", "0.25"]),
+                             run_torch(torch_galore, None))
+except ImportError as e:
+    print(f"galore-torch peer unavailable: {e}", file=sys.stderr)
     skipped = True
 if FOAM_DIR and os.path.isfile(os.path.join(FOAM_DIR, "foam_adam.py")):
     for level in (1, 2, 3):

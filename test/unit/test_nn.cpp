@@ -828,3 +828,25 @@ TEST_CASE("nn trainer: FOAM resumes bitwise and its level is part of the run's o
   CHECK_THROWS_WITH_AS(changed.load(ck.string()), doctest::Contains("option foam_level"), InputError);
   std::filesystem::remove_all(ck.parent_path());
 }
+
+// GaLore through the trainer (issue 29): bitwise resume with its projections in the checkpoint,
+// on one thread as on two.
+TEST_CASE("nn trainer: GaLore resumes bitwise and does not depend on the thread count") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.02);
+  const auto stream = random_stream(300, m.config.vocab_size, 1);
+  const int N = 6;
+  TrainOptions o = small_options(N);
+  o.optimizer = "galore";
+  o.galore.rank = 2;
+  o.galore.update_gap = 2;
+  Trainer a(m, stream, o);
+  for (int i = 0; i < N; ++i) a.step();
+  const auto ck = check_resume_bitwise(m, stream, o, N, a, "galore-resume.h5");
+  const int keep = threads();
+  set_threads(1);
+  Trainer one(m, stream, o);
+  for (int i = 0; i < N; ++i) one.step();
+  set_threads(keep);
+  CHECK(same_weights(a.params(), one.params()));
+  std::filesystem::remove_all(ck.parent_path());
+}

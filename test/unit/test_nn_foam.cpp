@@ -210,3 +210,73 @@ TEST_CASE("nn Adam-mini: one-entry blocks are Adam, larger blocks average g^2, t
   CHECK(adam_mini_blocks("output_norm.weight", {8}) == MiniBlocks::per_tensor);  // not the head's rule
   CHECK_THROWS_WITH_AS(AdamMini(store, o, 3), doctest::Contains("not a multiple of the head size 3"), UsageError);
 }
+
+// ---- GaLore (a FOAM / POET-X baseline) -------------------------------------------------------
+
+#include <Eigen/SVD>
+
+#include "nn/galore.hpp"
+
+// GaLore's projection keeps the gradient's top-r right singular vectors (m >= n) or left ones
+// (m < n): the residual of projecting G on them is the sum of the other squared singular values
+// (an SVD in double); the first update from zero state is lr * scale * sign(G P^T) P (Adam's first
+// step is the sign, eps aside); the subspace is renewed only every T steps.
+TEST_CASE("nn GaLore: the top-r subspace, the first step's sign update, renewal every T steps") {
+  Rng rng(10);
+  for (const auto& shape : {std::vector<int>{12, 5}, std::vector<int>{5, 12}}) {
+    ParamStore<float> store;
+    const int i = store.add("blk.0.ffn_up.weight", shape, false);
+    auto& p = store.params[i];
+    for (auto& x : p.value) x = static_cast<float>(rng.normal());
+    for (auto& x : p.grad) x = static_cast<float>(rng.normal());
+    const std::vector<float> w0 = p.value, g0 = p.grad;
+    AdamWOptions a;
+    a.beta1 = 0.9;
+    a.beta2 = 0.999;
+    a.weight_decay = 0;
+    GaloreOptions o;
+    o.rank = 2;
+    o.update_gap = 2;
+    o.scale = 0.25;
+    Galore gal(store, a, o);
+    gal.step(store, 1e-2);
+    const int m = shape[0], n = shape[1];
+    const bool right = m >= n;
+    std::vector<float>* P = nullptr;
+    for (auto& b : gal.state())
+      if (b.name == "p/blk.0.ffn_up.weight") P = b.data;
+    REQUIRE(P != nullptr);
+    Eigen::MatrixXd G(m, n), Pd = right ? Eigen::MatrixXd(2, n) : Eigen::MatrixXd(m, 2);
+    for (int r = 0; r < m; ++r)
+      for (int c = 0; c < n; ++c) G(r, c) = g0[r * n + c];
+    for (int r = 0; r < Pd.rows(); ++r)
+      for (int c = 0; c < Pd.cols(); ++c) Pd(r, c) = (*P)[r * Pd.cols() + c];
+    const Eigen::VectorXd sv = Eigen::JacobiSVD<Eigen::MatrixXd>(G).singularValues();
+    double tail = 0;
+    for (int k = 2; k < sv.size(); ++k) tail += sv(k) * sv(k);
+    const Eigen::MatrixXd resid = right ? Eigen::MatrixXd(G - G * Pd.transpose() * Pd) : Eigen::MatrixXd(G - Pd * Pd.transpose() * G);
+    CHECK(resid.squaredNorm() == doctest::Approx(tail).epsilon(1e-4));
+    const Eigen::MatrixXd low = right ? Eigen::MatrixXd(G * Pd.transpose()) : Eigen::MatrixXd(Pd.transpose() * G);
+    const Eigen::MatrixXd sgn = low.unaryExpr([](double x) { return x > 0 ? 1.0 : -1.0; });
+    const Eigen::MatrixXd upd = right ? Eigen::MatrixXd(sgn * Pd) : Eigen::MatrixXd(Pd * sgn);
+    double worst = 0;
+    for (int r = 0; r < m; ++r)
+      for (int c = 0; c < n; ++c) worst = std::max(worst, std::abs(p.value[r * n + c] - (w0[r * n + c] - 1e-2 * 0.25 * upd(r, c))));
+    CHECK(worst < 1e-6);
+    // Step 1 (t = 1, not a multiple of T = 2) keeps P; step 2 renews it from the new gradient.
+    const std::vector<float> keep = *P;
+    for (auto& x : p.grad) x = static_cast<float>(rng.normal());
+    gal.step(store, 1e-2);
+    CHECK(*P == keep);
+    for (auto& x : p.grad) x = static_cast<float>(rng.normal());
+    gal.step(store, 1e-2);
+    CHECK(*P != keep);
+  }
+  ParamStore<float> s2;
+  s2.add("token_embd.weight", {6, 4}, true);
+  CHECK_FALSE(galore_projects("token_embd.weight", {6, 4}));
+  CHECK(galore_projects("blk.3.attn_q.weight", {4, 4}));
+  GaloreOptions bad;
+  bad.rank = 0;
+  CHECK_THROWS_AS(Galore(s2, AdamWOptions{}, bad), UsageError);
+}

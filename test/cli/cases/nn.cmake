@@ -147,3 +147,8 @@ cli_case(lm-train/foam-level-too-large --rc 2 --stderr "^lm-train: error: fold l
   -- ${TRAIN_SMALL} --steps 3 --optimizer foam --foam-level 6 -o m.h5)
 cli_case(lm-train/foam-flags-need-foam --rc 2 --stderr "^lm-train: error: --foam-level needs --optimizer foam \\(--foam-level\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --foam-level 1 -o m.h5)
+cli_case(lm-train/galore-flags-need-galore --rc 2 --stderr "^lm-train: error: --galore-rank needs --optimizer galore \\(--galore-rank\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --galore-rank 4 -o m.h5)
+cli_case(lm-train/galore-trains --rc 0 --file m.h5
+  --jq ".summary.optimizer == \"galore\" and .summary.steps == 6 and .summary.train_loss < 6.3"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 6 --optimizer galore --galore-rank 8 --galore-gap 3 -o m.h5 -q | tail -1")
