@@ -5,8 +5,6 @@
 // Prints one JSON object.
 // Usage: bench-lm-train [--preset 7m|100m] [--threads N] [--steps N] [--seq-len S] [--batch B]
 //                       [--kernels fast|reference]
-#include <sys/resource.h>
-
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
@@ -18,6 +16,7 @@
 #include "nn/layers.hpp"
 #include "nn/llama_train.hpp"
 #include "nn/trainer.hpp"
+#include "util/memory.hpp"
 #include "util/rng.hpp"
 #include "util/threads.hpp"
 
@@ -29,12 +28,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// Peak resident set size of this process so far, MiB (getrusage: ru_maxrss is in KiB on Linux).
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_maxrss) / 1024.0;
-}
+/// Peak resident set size of this process so far, MiB.
+double peak_rss_mib() { return double(peak_rss_bytes()) / (1024.0 * 1024.0); }
 
 }  // namespace
 
