@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
   std::string rope = "half", export_path, export_dtype = "bf16", kernels = "fast", exit_curriculum = "rot", exit_weights = "sum_l",
-              foam_moment = "code";
+              foam_moment = "code", poet_cayley = "neumann";
+  bool poet_no_normalize = false;
   nn::CorpusOptions copt;
   nn::TrainOptions t;
   lm::ModelConfig c = lm::default_shape();
@@ -140,8 +141,13 @@ int main(int argc, char** argv) {
       "--optimizer foam trains with FOAM (Wen et al., ICML 2026; zqOuO/FOAM): Adam moments of every matrix but the\n"
       "embedding and head folded to blocks of 2^--foam-level entries along the input dimension, the residual\n"
       "recomputed each step; --beta1/--beta2/--adam-eps/--weight-decay apply (the reference's scripts run beta2\n"
-      "0.999, lr 1e-2, scale 0.25, level 2).  The meta and summary lines give optimizer_state_bytes and\n"
-      "trainable_bytes counted from the buffers, the summary also peak_rss_bytes.",
+      "0.999, lr 1e-2, scale 0.25, level 2).  --optimizer poet-x trains\n"
+      "with POET-X (Qiu et al., ICML 2026; Sphere-AI-Lab/poet): each attention/MLP matrix W = R W0 P with W0 fixed\n"
+      "(rows normalised) and R, P block-diagonal orthogonal (Cayley-Neumann of skew-symmetric blocks of --poet-block,\n"
+      "under random permutations), merged into W0 every --poet-merge-every steps; the Q entries train at --poet-lr x\n"
+      "--poet-scale, the embedding, head and norms at --lr (the reference's recipe: --beta2 0.999 --adam-eps 1e-6\n"
+      "--weight-decay 0).  The meta and summary lines give optimizer_state_bytes, trainable_bytes and frozen_bytes\n"
+      "(POET-X's W0) counted from the buffers, the summary also peak_rss_bytes.",
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
@@ -189,7 +195,16 @@ int main(int argc, char** argv) {
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
         app.add_option("--kernels", kernels, "fast (blocked GEMM, flash attention, vectorised layers) or reference (the v1 trainer's arithmetic)")->capture_default_str()->check(CLI::IsMember({"fast", "reference"}));
-        app.add_option("--optimizer", t.optimizer, "adamw, adam-mini (one second moment per head / row / norm, Zhang et al. 2025) galore (Adam on a rank-r SVD subspace of each attention/MLP gradient, Zhao et al. 2024) or foam (folded moments, Wen et al. 2026)")->capture_default_str()->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam"}));
+        app.add_option("--optimizer", t.optimizer, "adamw, adam-mini (one second moment per head / row / norm, Zhang et al. 2025), galore (Adam on a rank-r SVD subspace of each attention/MLP gradient, Zhao et al. 2024), foam (folded moments, Wen et al. 2026) or poet-x (orthogonal equivalence transformation of every attention/MLP matrix, Qiu et al. 2026)")->capture_default_str()->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam", "poet-x"}));
+        app.add_option("--poet-block", t.poet.block, "poet-x: block size b of the orthogonal blocks (must divide every attention/MLP dimension; with --poet-fully-stochastic at most the smallest)")->capture_default_str()->check(cli::int_range(2, 1 << 16));
+        app.add_option("--poet-merge-every", t.poet.merge_every, "poet-x: merge-then-reinitialise every T steps (0 = never)")->capture_default_str()->check(cli::int_range(0, 1 << 30));
+        app.add_option("--poet-terms", t.poet.terms, "poet-x: k of the Cayley-Neumann polynomial")->capture_default_str()->check(cli::int_range(1, 16));
+        app.add_option("--poet-cayley", poet_cayley, "poet-x: neumann = (I+Q)(I+Q+...+Q^k), the reference's Triton kernel (k = 3); series = I+2(Q+...+Q^k), its PyTorch fallback (k = 4)")->capture_default_str()->check(CLI::IsMember({"neumann", "series"}));
+        app.add_flag("--poet-fully-stochastic", t.poet.fully_stochastic, "poet-x: POET-FS, one b x b block per side on a random index subset (redrawn at each merge) instead of all m/b blocks");
+        app.add_option("--poet-lr", t.poet.lr, "poet-x: peak learning rate of the Q entries (on the run's schedule; --lr is the embedding's, head's and norms')")->capture_default_str()->check(cli::positive());
+        app.add_option("--poet-scale", t.poet.scale, "poet-x: poet_scale, multiplies the Q learning rate")->capture_default_str()->check(cli::non_negative());
+        app.add_flag("--poet-no-normalize", poet_no_normalize, "poet-x: keep W0's rows as they are (the reference normalises them to unit norm)");
+        app.add_option("--poet-clip-ramp-until", t.poet.clip_ramp_until, "poet-x: the clip limit ramps from 0.1x to 1x over the 10 steps after each merge up to this step (gd_warmup_steps)")->capture_default_str()->transform(cli::count(0, std::int64_t(1) << 40));
         app.add_option("--galore-rank", t.galore.rank, "galore: subspace rank r")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--galore-gap", t.galore.update_gap, "galore: steps between SVDs of the gradient (T)")->capture_default_str()->check(cli::int_range(1, 1 << 30));
         app.add_option("--galore-scale", t.galore.scale, "galore: scale of the projected-back update")->capture_default_str()->check(cli::non_negative());
@@ -228,6 +243,11 @@ int main(int argc, char** argv) {
           if (app->count(f) && t.optimizer != "foam") throw UsageError(fmt::format("{} needs --optimizer foam", f), f);
         for (const char* f : {"--galore-rank", "--galore-gap", "--galore-scale"})
           if (app->count(f) && t.optimizer != "galore") throw UsageError(fmt::format("{} needs --optimizer galore", f), f);
+        for (const char* f : {"--poet-block", "--poet-merge-every", "--poet-terms", "--poet-cayley", "--poet-fully-stochastic",
+                              "--poet-lr", "--poet-scale", "--poet-no-normalize", "--poet-clip-ramp-until"})
+          if (app->count(f) && t.optimizer != "poet-x") throw UsageError(fmt::format("{} needs --optimizer poet-x", f), f);
+        t.poet.polynomial = poet_cayley == "series" ? nn::CayleyPolynomial::series : nn::CayleyPolynomial::neumann;
+        t.poet.normalize = !poet_no_normalize;
         t.foam.paper_second_moment = foam_moment == "paper";
         t.exit.curriculum = nn::parse_exit_curriculum(exit_curriculum);
         t.exit.weights = nn::parse_exit_weights(exit_weights);
@@ -365,6 +385,7 @@ int main(int argc, char** argv) {
         ctx.prov.extra["n_params"] = n_params;
         ctx.prov.extra["optimizer_state_bytes"] = trainer.optimizer_state_bytes();
         ctx.prov.extra["trainable_bytes"] = trainer.trainable_bytes();
+        ctx.prov.extra["frozen_bytes"] = trainer.frozen_bytes();
         ctx.prov.extra["train_tokens"] = train_tokens;
         ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
         ctx.prov.extra["options"] = t.to_json();
@@ -496,6 +517,7 @@ int main(int argc, char** argv) {
                                {"optimizer", t.optimizer},
                                {"optimizer_state_bytes", trainer.optimizer_state_bytes()},
                                {"trainable_bytes", trainer.trainable_bytes()},
+                               {"frozen_bytes", trainer.frozen_bytes()},
                                {"peak_rss_bytes", peak_rss_bytes()},
                                {"seconds", wall},
                                {"tokens_per_s", (trainer.tokens_seen() - start_tokens) / std::max(train_seconds, 1e-9)},

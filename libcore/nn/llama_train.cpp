@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "lm/support.hpp"
 #include "nn/layers.hpp"
@@ -67,10 +68,99 @@ LlamaParams<T> params_from_model(const lm::Model& model) {
 
 template <class T>
 void params_to_model(LlamaParams<T>& P, lm::Model& model) {
-  zip_model(P, model, [](Param<T>& p, std::vector<float>& v) {
+  PoetWork<T> work;
+  std::vector<T> eff;
+  zip_model(P, model, [&](Param<T>& p, std::vector<float>& v) {
     v.resize(p.numel());
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(p.value[i]);
+    const std::size_t index = std::size_t(&p - P.store.params.data());
+    const T* src = p.value.data();
+    if (index < P.poet_of.size() && P.poet_of[index] >= 0) {  // POET-X: the effective weight
+      PoetLinear<T>& pl = P.poet[P.poet_of[index]];
+      pl.prepare(P.store, work);
+      eff.resize(p.numel());
+      pl.effective_weight(p.value.data(), eff.data());
+      src = eff.data();
+    }
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(src[i]);
   });
+}
+
+template <class T>
+void enable_poet(LlamaParams<T>& P, const PoetOptions& opt, std::uint64_t seed) {
+  using LP = LlamaParams<T>;
+  if (!P.poet.empty()) throw UsageError("POET-X is already enabled on this model");
+  const int b = opt.block;
+  if (b < 2) throw UsageError(fmt::format("the POET-X block size must be >= 2 (got {})", b), "--poet-block");
+  const std::vector<double> coeffs = cayley_coefficients(opt.polynomial, opt.terms);
+  const int L = P.config.n_layers;
+  std::vector<int> targets;
+  std::vector<std::pair<int, int>> dims;
+  for (int l = 0; l < L; ++l)
+    for (auto t : {LP::wq, LP::wk, LP::wv, LP::wo, LP::w_gate, LP::w_up, LP::w_down}) {
+      targets.push_back(1 + l * LP::kPerLayer + t);
+      dims.emplace_back(P.store.params[targets.back()].shape[0], P.store.params[targets.back()].shape[1]);
+    }
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const auto& w = P.store.params[targets[i]];
+    const int m = w.shape[0], n = w.shape[1];
+    if (opt.fully_stochastic ? (b > m || b > n) : (m % b != 0 || n % b != 0)) {
+      int small = m;
+      for (auto [r, c] : dims) small = std::min({small, r, c});
+      throw UsageError(opt.fully_stochastic
+                           ? fmt::format("POET-FS block size {} is larger than {} [{}, {}]; blocks up to {} fit every matrix", b,
+                                         w.name, m, n, small)
+                           : fmt::format("POET-X block size {} does not divide {} [{}, {}]; sizes that divide every matrix: {}", b,
+                                         w.name, m, n, poet_block_sizes(dims)),
+                       "--poet-block");
+    }
+  }
+  P.poet_of.assign(P.store.params.size(), -1);
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    PoetLinear<T> pl;
+    Param<T>& w = P.store.params[targets[i]];
+    pl.rows = w.shape[0];
+    pl.cols = w.shape[1];
+    pl.b = b;
+    pl.out_blocks = opt.fully_stochastic ? 1 : pl.rows / b;
+    pl.in_blocks = opt.fully_stochastic ? 1 : pl.cols / b;
+    pl.coeffs = coeffs;
+    pl.weight = targets[i];
+    if (opt.normalize)  // W0 = W / |row| (replace_linear_with_poet's normalize_weights)
+      for (int r = 0; r < pl.rows; ++r) {
+        T* row = w.value.data() + std::size_t(r) * pl.cols;
+        double ss = 0;
+        for (int c = 0; c < pl.cols; ++c) ss += double(row[c]) * row[c];
+        const T inv = T(1.0 / std::sqrt(ss));
+        if (ss > 0)
+          for (int c = 0; c < pl.cols; ++c) row[c] *= inv;
+      }
+    const std::string name = w.name.substr(0, w.name.size() - std::string(".weight").size()) + ".poet_q";
+    P.store.freeze(targets[i]);
+    pl.q = P.store.add(name, {pl.out_blocks + pl.in_blocks, b * (b - 1) / 2}, false);
+    pl.draw_permutations(poet_permutation_seed(seed, 0, static_cast<int>(i)));
+    P.poet_of.resize(P.store.params.size(), -1);
+    P.poet_of[targets[i]] = static_cast<int>(P.poet.size());
+    P.poet.push_back(std::move(pl));
+  }
+  P.poet_of.resize(P.store.params.size(), -1);
+}
+
+template <class T>
+void poet_merge(LlamaParams<T>& P, std::uint64_t seed, std::int64_t merges) {
+  PoetWork<T> work;
+  std::vector<T> eff;
+  for (std::size_t i = 0; i < P.poet.size(); ++i) {
+    PoetLinear<T>& pl = P.poet[i];
+    Param<T>& w = P.store.params[pl.weight];
+    pl.prepare(P.store, work);
+    eff.resize(w.numel());
+    pl.effective_weight(w.value.data(), eff.data());
+    pl.draw_permutations(poet_permutation_seed(seed, merges, static_cast<int>(i)));
+    for (int a = 0; a < pl.rows; ++a)  // W0[a][e] = W[perm_out_inv[a]][perm_in_inv[e]], so that R = I gives W back
+      for (int e = 0; e < pl.cols; ++e)
+        w.value[std::size_t(a) * pl.cols + e] = eff[std::size_t(pl.perm_out_inv[a]) * pl.cols + pl.perm_in_inv[e]];
+    std::fill(P.store.params[pl.q].value.begin(), P.store.params[pl.q].value.end(), T(0));
+  }
 }
 
 double training_flop_per_token(const lm::ModelConfig& c, int S) noexcept {
@@ -91,6 +181,29 @@ struct Dims {
   AttnShape attn;
 };
 
+/// One matrix product of layer l's tensor t: y [N, O] = x [N, K] W^T, through POET-X when the
+/// matrix is one (its y0 kept in A), else the plain linear layer.
+template <class T>
+void mat_forward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor t, const T* x, int N, int K, int O, T* y,
+                 typename TrainCache<T>::LayerActs& A, TrainCache<T>& C) {
+  Param<T>& W = P.layer(l, t);
+  if (PoetLinear<T>* pl = P.poet_matrix(l, t))
+    pl->forward(x, N, W.value.data(), y, A.poet_y0[t], C.poet);
+  else
+    linear_forward(x, N, K, W.value.data(), O, y);
+}
+
+/// Its backward: dx (= or += by `accumulate_dx`) and the gradient of W (or of POET-X's R blocks).
+template <class T>
+void mat_backward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor t, const T* dy, const T* x, int N, int K,
+                  int O, T* dx, bool accumulate_dx, typename TrainCache<T>::LayerActs& A, TrainCache<T>& C) {
+  Param<T>& W = P.layer(l, t);
+  if (PoetLinear<T>* pl = P.poet_matrix(l, t))
+    pl->backward(dy, x, N, W.value.data(), dx, accumulate_dx, A.poet_y0[t], C.poet);
+  else
+    linear_backward(dy, x, N, K, W.value.data(), O, dx, W.grad.data(), accumulate_dx);
+}
+
 /// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.
 template <class T>
 void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
@@ -109,20 +222,20 @@ void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
   A.xn2.resize(nx); A.rstd2.resize(N);
   A.gate.resize(std::size_t(N) * ff); A.up.resize(A.gate.size()); A.h.resize(A.gate.size());
   rmsnorm_forward(x, N, d, P.layer(l, LP::attn_norm).value.data(), c.rms_eps, A.xn1.data(), A.rstd1.data());
-  linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, A.q.data());
-  linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wk).value.data(), dkv, A.k.data());
-  linear_forward(A.xn1.data(), N, d, P.layer(l, LP::wv).value.data(), dkv, A.v.data());
+  mat_forward(P, l, LP::wq, A.xn1.data(), N, d, dq, A.q.data(), A, C);
+  mat_forward(P, l, LP::wk, A.xn1.data(), N, d, dkv, A.k.data(), A, C);
+  mat_forward(P, l, LP::wv, A.xn1.data(), N, d, dkv, A.v.data(), A, C);
   rope_forward(A.q.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
   rope_forward(A.k.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
   attention_forward(A.q.data(), A.k.data(), A.v.data(), z.attn, A.att.data(), A.amx.data(), A.ainv.data());
-  linear_forward(A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, tmp.data());
+  mat_forward(P, l, LP::wo, A.att.data(), N, dq, d, tmp.data(), A, C);
   for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
   A.x_mid.assign(x, x + nx);
   rmsnorm_forward(x, N, d, P.layer(l, LP::ffn_norm).value.data(), c.rms_eps, A.xn2.data(), A.rstd2.data());
-  linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, A.gate.data());
-  linear_forward(A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, A.up.data());
+  mat_forward(P, l, LP::w_gate, A.xn2.data(), N, d, ff, A.gate.data(), A, C);
+  mat_forward(P, l, LP::w_up, A.xn2.data(), N, d, ff, A.up.data(), A, C);
   swiglu_forward(A.gate.data(), A.up.data(), std::int64_t(N) * ff, A.h.data());
-  linear_forward(A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, tmp.data());
+  mat_forward(P, l, LP::w_down, A.h.data(), N, ff, d, tmp.data(), A, C);
   for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
 }
 
@@ -145,28 +258,21 @@ void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCac
   dk.resize(std::size_t(N) * dkv);
   dv.resize(dk.size());
   // FFN: x_out = x_mid + Wdown·h,  h = swiglu(Wgate·xn2, Wup·xn2),  xn2 = norm(x_mid)
-  linear_backward(dx, A.h.data(), N, ff, P.layer(l, LP::w_down).value.data(), d, dh.data(),
-                  P.layer(l, LP::w_down).grad.data());
+  mat_backward(P, l, LP::w_down, dx, A.h.data(), N, ff, d, dh.data(), false, A, C);
   swiglu_backward(dh.data(), A.gate.data(), A.up.data(), std::int64_t(N) * ff, dg.data(), du.data());
-  linear_backward(dg.data(), A.xn2.data(), N, d, P.layer(l, LP::w_gate).value.data(), ff, dxn.data(),
-                  P.layer(l, LP::w_gate).grad.data());
-  linear_backward(du.data(), A.xn2.data(), N, d, P.layer(l, LP::w_up).value.data(), ff, dxn.data(),
-                  P.layer(l, LP::w_up).grad.data(), true);
+  mat_backward(P, l, LP::w_gate, dg.data(), A.xn2.data(), N, d, ff, dxn.data(), false, A, C);
+  mat_backward(P, l, LP::w_up, du.data(), A.xn2.data(), N, d, ff, dxn.data(), true, A, C);
   rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
                    P.layer(l, LP::ffn_norm).grad.data());
   // Attention: x_mid = x_in + Wo·attn(rope(Wq·xn1), rope(Wk·xn1), Wv·xn1),  xn1 = norm(x_in)
-  linear_backward(dx, A.att.data(), N, dq, P.layer(l, LP::wo).value.data(), d, datt.data(),
-                  P.layer(l, LP::wo).grad.data());
+  mat_backward(P, l, LP::wo, dx, A.att.data(), N, dq, d, datt.data(), false, A, C);
   attention_backward(datt.data(), A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.amx.data(), A.ainv.data(),
                      z.attn, dqv.data(), dk.data(), dv.data());
   rope_backward(dqv.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
   rope_backward(dk.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
-  linear_backward(dqv.data(), A.xn1.data(), N, d, P.layer(l, LP::wq).value.data(), dq, dxn.data(),
-                  P.layer(l, LP::wq).grad.data());
-  linear_backward(dk.data(), A.xn1.data(), N, d, P.layer(l, LP::wk).value.data(), dkv, dxn.data(),
-                  P.layer(l, LP::wk).grad.data(), true);
-  linear_backward(dv.data(), A.xn1.data(), N, d, P.layer(l, LP::wv).value.data(), dkv, dxn.data(),
-                  P.layer(l, LP::wv).grad.data(), true);
+  mat_backward(P, l, LP::wq, dqv.data(), A.xn1.data(), N, d, dq, dxn.data(), false, A, C);
+  mat_backward(P, l, LP::wk, dk.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
+  mat_backward(P, l, LP::wv, dv.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
   rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(), dx,
                    P.layer(l, LP::attn_norm).grad.data());
 }
@@ -219,6 +325,8 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
     exits->losses.assign(std::size_t(n_exits), 0.0);
   }
   const double final_scale = grad_scale * (exits ? exits->final_weight : 1.0);
+
+  for (auto& pl : P.poet) pl.prepare(P.store, C.poet);  // POET-X: R from Q, once per call
 
   // ---- forward: the block list (or schedule), one step each, activations per step ----
   C.pos.resize(N);
@@ -276,6 +384,7 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
     block_train_backward(P, block_of(step), B, S, C, C.layers[step], dx.data());
   }
   embedding_backward(dx.data(), d, tokens.data(), N, P.embd().grad.data());
+  for (const auto& pl : P.poet) pl.finish(P.store, C.poet);  // dL/dR -> dL/dQ
   return loss;
 }
 
@@ -283,6 +392,8 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   template struct LlamaParams<T>;                                                                     \
   template LlamaParams<T> params_from_model<T>(const lm::Model&);                                     \
   template void params_to_model<T>(LlamaParams<T>&, lm::Model&);                                      \
+  template void enable_poet<T>(LlamaParams<T>&, const PoetOptions&, std::uint64_t);                     \
+  template void poet_merge<T>(LlamaParams<T>&, std::uint64_t, std::int64_t);                            \
   template double llama_loss<T>(LlamaParams<T>&, const std::vector<int>&, const std::vector<int>&, int, int, \
                                 double, TrainCache<T>&, std::vector<T>*, const std::vector<int>&, ExitPlan*); \
   template void block_train_forward<T>(LlamaParams<T>&, int, int, int, TrainCache<T>&,                 \

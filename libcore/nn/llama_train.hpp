@@ -7,11 +7,13 @@
 // instantiation is the reference for finite-difference gradient checks.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "lm/model.hpp"
 #include "nn/exit_loss.hpp"
 #include "nn/params.hpp"
+#include "nn/poet.hpp"
 
 namespace icmlkit::nn {
 
@@ -33,7 +35,34 @@ struct LlamaParams {
   Param<T>& out_norm() { return store.params[1 + config.n_layers * kPerLayer]; }
   /// The LM head [vocab, d] (token_embd when tied).
   Param<T>& head() { return config.tied ? embd() : store.params[2 + config.n_layers * kPerLayer]; }
+
+  /// POET-X matrices (empty unless enable_poet() ran): the forward and backward run them
+  /// input-centric, and params_to_model() writes their effective weights.
+  std::vector<PoetLinear<T>> poet;
+  std::vector<int> poet_of;  ///< per store tensor: its index in `poet`, or -1
+  /// The POET-X matrix of layer l's tensor t, or null.
+  PoetLinear<T>* poet_matrix(int l, LayerTensor t) {
+    const std::size_t i = std::size_t(1 + l * kPerLayer + t);
+    return i < poet_of.size() && poet_of[i] >= 0 ? &poet[poet_of[i]] : nullptr;
+  }
 };
+
+/// Turns every attention and MLP matrix of `params` into a POET-X matrix (POET-X's
+/// replace_linear_with_poet: every linear layer but the LM head): the current values become W0
+/// (rows normalised to unit L2 norm when opt.normalize), frozen; a zero Q tensor
+/// "<matrix>.poet_q" [out_blocks + in_blocks, b(b-1)/2] is appended to the store (no decay); the
+/// permutations are drawn from poet_permutation_seed(seed, 0, matrix).  The model's function
+/// changes only by the normalisation (Q = 0 gives R = I).  Throws UsageError, naming the matrix
+/// and the block sizes that would work, when b does not divide a matrix's dimensions
+/// (block-stochastic) or exceeds one (fully stochastic), and for b < 2 or k < 1.
+template <class T>
+void enable_poet(LlamaParams<T>& params, const PoetOptions& opt, std::uint64_t seed);
+
+/// POET-X's merge-then-reinitialise (poet_linear.py merge_then_reinitialize): each matrix's
+/// effective weight becomes its new W0, under new permutations from poet_permutation_seed(seed,
+/// merges, matrix), with Q = 0; the model's function is unchanged (up to rounding).
+template <class T>
+void poet_merge(LlamaParams<T>& params, std::uint64_t seed, std::int64_t merges);
 
 /// Copies a model's weights into a store (float or double).
 template <class T>
@@ -50,12 +79,15 @@ struct TrainCache {
   /// One block step's activations (a block type that needs others adds its fields here).
   struct LayerActs {
     std::vector<T> x_in, xn1, rstd1, q, k, v, att, amx, ainv, x_mid, xn2, rstd2, gate, up, h;
+    /// POET-X: per layer tensor, the product before the output rotation (PoetLinear::forward's y0).
+    std::array<std::vector<T>, LlamaParams<T>::kPerLayer> poet_y0;
   };
   std::vector<LayerActs> layers;  ///< per block step (n_layers, or the schedule's length)
   std::vector<T> x_out, xnf, rstdf, logits, cs, sn;
   std::vector<std::vector<T>> dexit;  ///< per early exit: the loss gradient at its block's output [N, d]
   std::vector<T> x, tmp, dlogits, dx, dxn, dh, dg, du, datt, dqv, dk, dv;  // work buffers
   std::vector<int> tokens, pos;
+  PoetWork<T> poet;  ///< POET-X scratch
 };
 
 /// Model FLOP of one training token (forward + backward = 3 x forward) at sequence length S,

@@ -39,6 +39,20 @@ std::int64_t ParamStore<T>::numel() const noexcept {
 }
 
 template <class T>
+std::int64_t ParamStore<T>::trainable_numel() const noexcept {
+  std::int64_t n = 0;
+  for (const auto& p : params)
+    if (!p.frozen) n += static_cast<std::int64_t>(p.numel());
+  return n;
+}
+
+template <class T>
+void ParamStore<T>::freeze(int i) {
+  params[i].frozen = true;
+  params[i].grad = std::vector<T>();
+}
+
+template <class T>
 double ParamStore<T>::grad_norm() const noexcept {
   double ss = 0.0;
   for (const auto& p : params)

@@ -16,6 +16,9 @@ struct Param {
   std::vector<int> shape;      ///< e.g. [out, in]
   std::vector<T> value, grad;  ///< both of size numel()
   bool decay = true;
+  /// A frozen tensor is not trained: its gradient is empty and optimizers skip it (POET-X's base
+  /// weights W0).
+  bool frozen = false;
   /// Number of elements (product of shape).
   std::size_t numel() const noexcept { return value.size(); }
 };
@@ -33,6 +36,10 @@ struct ParamStore {
   void zero_grad() noexcept;
   /// Total number of elements.
   std::int64_t numel() const noexcept;
+  /// Elements of the tensors that are not frozen.
+  std::int64_t trainable_numel() const noexcept;
+  /// Marks tensor i frozen and frees its gradient.
+  void freeze(int i);
   /// Global L2 norm of all gradients (accumulated in double, fixed order).
   double grad_norm() const noexcept;
   /// Global-norm clipping: when grad_norm() > max_norm > 0, scales every gradient by

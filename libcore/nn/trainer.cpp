@@ -27,6 +27,11 @@ nlohmann::json TrainOptions::to_json() const {
   if (optimizer == "foam")
     j.update({{"foam_level", foam.level}, {"foam_scale", foam.scale}, {"foam_res_scale", foam.res_scale},
               {"foam_second_moment", foam.paper_second_moment ? "paper" : "code"}});
+  if (optimizer == "poet-x")
+    j.update({{"poet_block", poet.block}, {"poet_merge_every", poet.merge_every}, {"poet_terms", poet.terms},
+              {"poet_cayley", poet.polynomial == CayleyPolynomial::neumann ? "neumann" : "series"},
+              {"poet_fully_stochastic", poet.fully_stochastic}, {"poet_lr", poet.lr}, {"poet_scale", poet.scale},
+              {"poet_normalize", poet.normalize}, {"poet_clip_ramp_until", poet.clip_ramp_until}});
   if (optimizer == "galore")
     j.update({{"galore_rank", galore.rank}, {"galore_gap", galore.update_gap}, {"galore_scale", galore.scale}});
   // Only a run with the early-exit loss records its settings, so runs saved before the option
@@ -130,8 +135,21 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
     optimizer_ = std::make_unique<Galore>(params_.store, opt_.adam, opt_.galore);
   } else if (opt_.optimizer == "adam-mini") {
     optimizer_ = std::make_unique<AdamMini>(params_.store, opt_.adam, c.head_dim());
+  } else if (opt_.optimizer == "poet-x") {
+    enable_poet(params_, opt_.poet, opt_.seed);
+    std::vector<char> is_q(params_.store.params.size(), 0);
+    for (const auto& pl : params_.poet) is_q[pl.q] = 1;
+    FoamOptions a;
+    a.beta1 = opt_.adam.beta1;
+    a.beta2 = opt_.adam.beta2;
+    a.eps = opt_.adam.eps;
+    a.weight_decay = opt_.adam.weight_decay;
+    if (!(opt_.poet.lr > 0) || !(opt_.poet.scale >= 0)) throw UsageError("POET-X needs poet_lr > 0 and poet_scale >= 0", "--poet-lr");
+    if (opt_.poet.merge_every < 0) throw UsageError("the merge interval must be >= 0", "--poet-merge-every");
+    optimizer_ = std::make_unique<PoetAdamW>(params_.store, std::move(is_q), a, opt_.poet.lr / opt_.lr * opt_.poet.scale,
+                                             opt_.poet.merge_every);
   } else {
-    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw, adam-mini, galore or foam)", "--optimizer");
+    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw, adam-mini, galore, foam or poet-x)", "--optimizer");
   }
 }
 
@@ -160,15 +178,28 @@ StepStats Trainer::step() {
     st.objective += plan.weights[i] * mean;
   }
   st.lr = schedule_(optimizer_->steps());
-  st.grad_norm = params_.store.clip_grad_norm(opt_.clip);
+  st.grad_norm = params_.store.clip_grad_norm(clip_limit());
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
     throw RuntimeError(fmt::format("non-finite training {} at step {}", std::isfinite(st.loss) ? "gradient" : "loss",
                                    optimizer_->steps() + 1));
   optimizer_->step(params_.store, st.lr);
+  const int T = opt_.poet.merge_every;
+  if (!params_.poet.empty() && T > 0 && optimizer_->steps() % T == 0) {  // POET-X: merge-then-reinitialise
+    poet_merge(params_, opt_.seed, optimizer_->steps() / T);
+    static_cast<PoetAdamW&>(*optimizer_).reset_q();
+  }
   tokens_ += step_tokens;
   st.step = optimizer_->steps();
   st.tokens = tokens_;
   return st;
+}
+
+double Trainer::clip_limit() const noexcept {
+  // calc_poet_grad_clipping_value (poet_torch/utils/model_utils.py): from 0.1 c up to c over the 10
+  // steps after each merge, while the steps done lie in [T, clip_ramp_until]
+  const std::int64_t s = optimizer_->steps(), T = opt_.poet.merge_every;
+  if (params_.poet.empty() || T <= 0 || s < T || s > opt_.poet.clip_ramp_until || s % T >= 10) return opt_.clip;
+  return (0.1 + 0.9 * double(s % T) / 10.0) * opt_.clip;
 }
 
 std::int64_t Trainer::optimizer_state_bytes() {
@@ -203,6 +234,11 @@ void Trainer::save(const std::string& path, const io::Provenance& prov, const nl
       if (!corpus_sha256_.empty()) h5::write_attr(g, "corpus_sha256", corpus_sha256_);
       for (const auto& sb : optimizer_->state())
         h5::write_floats(g, "optim/" + sb.name, sb.data->data(), {sb.data->size()}, h5::FloatStorage::f32);
+      for (const auto& pl : params_.poet)  // POET-X: W0 and Q (the model holds the effective weights)
+        for (int i : {pl.weight, pl.q}) {
+          const auto& p = params_.store.params[i];
+          h5::write_floats(g, "poet/" + p.name, p.value.data(), {p.value.size()}, h5::FloatStorage::f32);
+        }
     }
     h5::close_file(file, path);
   }
@@ -268,6 +304,17 @@ nlohmann::json Trainer::load(const std::string& path) {
   }
   LlamaParams<float> p = params_from_model<float>(m);
   for (std::size_t i = 0; i < p.store.params.size(); ++i) params_.store.params[i].value = p.store.params[i].value;
+  for (std::size_t i = 0; i < params_.poet.size(); ++i) {  // POET-X: W0, Q and the permutations of the last merge
+    auto& pl = params_.poet[i];
+    for (int k : {pl.weight, pl.q}) {
+      auto& dst = params_.store.params[k];
+      const auto arr = h5::read_floats(g, "poet/" + dst.name, label + "/poet/" + dst.name);
+      if (arr.data.size() != dst.value.size()) throw InputError("POET-X state has the wrong size", label + "/poet/" + dst.name);
+      dst.value = arr.data;
+    }
+    const std::int64_t T = opt_.poet.merge_every;
+    pl.draw_permutations(poet_permutation_seed(opt_.seed, T > 0 ? step / T : 0, static_cast<int>(i)));
+  }
   optimizer_->set_steps(step);
   tokens_ = tokens;
   order_.set_position(ep, pos);

@@ -34,11 +34,14 @@ struct TrainOptions {
   AdamWOptions adam;
   std::uint64_t seed = 0;       ///< data order seed
   ExitLossOptions exit;         ///< LayerSkip's early-exit loss (off by default)
-  std::string optimizer = "adamw";  ///< "adamw", "adam-mini", "galore" or "foam" (issue 29)
+  std::string optimizer = "adamw";  ///< "adamw", "adam-mini", "galore", "foam" or "poet-x" (issue 29)
   /// FOAM's own settings (level, scale, res_scale, second moment); its betas, eps and weight
   /// decay are `adam`'s.
   FoamOptions foam;
   GaloreOptions galore;  ///< GaLore's rank, update gap and scale (its Adam's settings are `adam`'s)
+  /// POET-X's block size, merge interval, Cayley polynomial, Q learning rate and scale; its Adam's
+  /// betas, eps and weight decay are `adam`'s, its permutations are drawn from `seed`.
+  PoetOptions poet;
   /// As JSON (the checkpoint's /train attribute `options`).
   nlohmann::json to_json() const;
 };
@@ -87,14 +90,20 @@ class Trainer {
   Trainer(const lm::Model& init, std::vector<int> train_stream, TrainOptions opt);
 
   /// One optimizer step (accum micro-batches).  Throws RuntimeError, leaving the weights
-  /// untouched, when the loss or the gradient norm is not finite.
+  /// untouched, when the loss or the gradient norm is not finite.  With POET-X the clip limit
+  /// ramps after each merge (PoetOptions::clip_ramp_until) and every merge_every-th step ends
+  /// with merge-then-reinitialise (poet_merge, the Q moments zeroed).
   StepStats step();
 
   std::int64_t steps_done() const noexcept { return optimizer_->steps(); }
   /// Bytes of the optimizer's state buffers (what a checkpoint stores under /train/optim).
   std::int64_t optimizer_state_bytes();
   /// Bytes of the trainable parameters (float32 values; their gradients take as much again).
-  std::int64_t trainable_bytes() const noexcept { return params_.store.numel() * std::int64_t(sizeof(float)); }
+  std::int64_t trainable_bytes() const noexcept { return params_.store.trainable_numel() * std::int64_t(sizeof(float)); }
+  /// Bytes of the frozen tensors (POET-X's base weights W0; 0 for the other optimizers).
+  std::int64_t frozen_bytes() const noexcept {
+    return (params_.store.numel() - params_.store.trainable_numel()) * std::int64_t(sizeof(float));
+  }
   std::int64_t tokens_seen() const noexcept { return tokens_; }
   LlamaParams<float>& params() noexcept { return params_; }
   const TrainOptions& options() const noexcept { return opt_; }
@@ -120,6 +129,7 @@ class Trainer {
   nlohmann::json load(const std::string& path);
 
  private:
+  double clip_limit() const noexcept;  // the gradient-norm limit of the next step
   lm::Model base_;  // config, norms and tokenizer of the initial model; its matrices are in params_
   LlamaParams<float> params_;
   std::vector<int> stream_;
