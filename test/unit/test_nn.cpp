@@ -850,3 +850,48 @@ TEST_CASE("nn trainer: GaLore resumes bitwise and does not depend on the thread 
   CHECK(same_weights(a.params(), one.params()));
   std::filesystem::remove_all(ck.parent_path());
 }
+
+// POET-X through the trainer (issue 29): bitwise resume across a merge (W0, Q and the moments in the
+// checkpoint, the permutations redrawn from the seed), thread invariance, the memory the paper's
+// formula gives (W0: mn frozen; Q: (m + n)(b - 1)/2 trained, two moments each), and a resume
+// with another block size refused.
+TEST_CASE("nn trainer: POET-X resumes bitwise across a merge and holds the paper's memory") {
+  lm::ModelConfig c = tiny_config(lm::RopeStyle::half, false);
+  c.d_model = 16;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.d_ff = 24;
+  const lm::Model m = lm::random_model(c, 4, 0.02);
+  const auto stream = random_stream(300, c.vocab_size, 1);
+  const int N = 6;
+  TrainOptions o = small_options(N);
+  o.optimizer = "poet-x";
+  o.poet.block = 4;
+  o.poet.merge_every = 2;  // merges after steps 2, 4 and 6; the resume at 3 sits between two
+  o.poet.lr = 1e-2;
+  Trainer a(m, stream, o);
+  for (int i = 0; i < N; ++i) a.step();
+  Trainer plain(m, stream, small_options(N));
+  for (int i = 0; i < N; ++i) plain.step();
+  // (m + n)(b - 1)/2 per matrix: q 16x16, k and v 8x16, o 16x16, gate and up 24x16, down 16x24
+  const std::int64_t q_entries = 2 * (32 + 24 + 24 + 32 + 40 + 40 + 40) * 3 / 2;
+  const std::int64_t other = std::int64_t(c.vocab_size) * 16 * 2 + 16 * 5;  // embedding, head, norms
+  const std::int64_t frozen = 2 * (256 + 128 + 128 + 256 + 3 * 384);
+  CHECK(a.trainable_bytes() == 4 * (q_entries + other));
+  CHECK(a.frozen_bytes() == 4 * frozen);
+  CHECK(a.optimizer_state_bytes() == 2 * a.trainable_bytes());
+  CHECK(plain.frozen_bytes() == 0);
+  CHECK(plain.trainable_bytes() == 4 * (frozen + other));
+  const auto ck = check_resume_bitwise(m, stream, o, N, a, "poet-resume.h5");
+  const int keep = threads();
+  set_threads(1);
+  Trainer one(m, stream, o);
+  for (int i = 0; i < N; ++i) one.step();
+  set_threads(keep);
+  CHECK(same_weights(a.params(), one.params()));
+  TrainOptions other_b = o;
+  other_b.poet.block = 2;
+  Trainer changed(m, stream, other_b);
+  CHECK_THROWS_WITH_AS(changed.load(ck.string()), doctest::Contains("option poet_block"), InputError);
+  std::filesystem::remove_all(ck.parent_path());
+}
