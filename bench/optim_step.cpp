@@ -7,6 +7,13 @@
 //                  "lr": [per step], "head_rows": h}
 //     out: {"values": {name: [...]}, "state_floats": n}
 //   bench-optim-step --optimizer ... --time [--d-model 256 --n-layers 6 --d-ff 768 --vocab 4096 --steps 20]
+//   bench-optim-step --optimizer poet-x --in layer.json     (one POET-X matrix: forward, backward, one step)
+//     layer.json: {"rows", "cols", "block", "polynomial": "neumann"|"series", "terms", "fully_stochastic",
+//                  "weight": W0, "q": Q entries, "perm_in", "perm_out", "N", "x", "dy", "lr", "poet_scale",
+//                  "beta1", "beta2", "eps"}
+//     out: {"y", "dx", "grad_q", "effective_weight", "q_after_step"}
+//   bench-optim-step --optimizer poet-x --time --rows 768 --cols 256 --block 128 --tokens 2048
+//     (prepare + forward + backward + dL/dQ of one matrix, ms)
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <fstream>
@@ -20,10 +27,101 @@
 #include "nn/foam.hpp"
 #include "nn/galore.hpp"
 #include "nn/llama_train.hpp"
+#include "nn/poet.hpp"
 #include "util/rng.hpp"
 #include "util/threads.hpp"
 
 using namespace icmlkit;
+
+namespace {
+
+/// One POET-X matrix on given tensors (the peer check's) or timed on a random one.
+int poet_layer(const std::string& in_path, bool time, int rows, int cols, int block, int tokens, int steps) {
+  nlohmann::json in;
+  if (!time) {
+    std::ifstream f(in_path);
+    if (!f) throw std::runtime_error("cannot read " + in_path);
+    in = nlohmann::json::parse(f);
+    rows = in["rows"];
+    cols = in["cols"];
+    block = in["block"];
+    tokens = in["N"];
+  }
+  const bool fs = !time && in.value("fully_stochastic", false);
+  nn::ParamStore<float> store;
+  nn::PoetLinear<float> pl;
+  pl.rows = rows;
+  pl.cols = cols;
+  pl.b = block;
+  pl.out_blocks = fs ? 1 : rows / block;
+  pl.in_blocks = fs ? 1 : cols / block;
+  pl.coeffs = nn::cayley_coefficients(time || in.value("polynomial", "neumann") == "neumann" ? nn::CayleyPolynomial::neumann
+                                                                                          : nn::CayleyPolynomial::series,
+                                      time ? 3 : in.value("terms", 3));
+  pl.weight = store.add("w0", {rows, cols}, true);
+  pl.q = store.add("q", {pl.out_blocks + pl.in_blocks, block * (block - 1) / 2}, false);
+  store.freeze(pl.weight);
+  std::vector<float> x(std::size_t(tokens) * cols), dy(std::size_t(tokens) * rows);
+  if (time) {
+    Rng rng(1);
+    pl.draw_permutations(2);
+    for (auto& v : store.params[0].value) v = static_cast<float>(0.05 * rng.normal());
+    for (auto& v : store.params[1].value) v = static_cast<float>(1e-3 * rng.normal());
+    for (auto& v : x) v = static_cast<float>(rng.normal());
+    for (auto& v : dy) v = static_cast<float>(1e-3 * rng.normal());
+  } else {
+    store.params[0].value = in["weight"].get<std::vector<float>>();
+    store.params[1].value = in["q"].get<std::vector<float>>();
+    pl.perm_in = in["perm_in"].get<std::vector<int>>();
+    pl.perm_out = in["perm_out"].get<std::vector<int>>();
+    pl.perm_in_inv.assign(cols, 0);
+    pl.perm_out_inv.assign(rows, 0);
+    for (int i = 0; i < cols; ++i) pl.perm_in_inv[pl.perm_in[i]] = i;
+    for (int i = 0; i < rows; ++i) pl.perm_out_inv[pl.perm_out[i]] = i;
+    x = in["x"].get<std::vector<float>>();
+    dy = in["dy"].get<std::vector<float>>();
+    if (store.params[0].value.size() != std::size_t(rows) * cols || store.params[1].value.size() != pl.q_size() ||
+        x.size() != std::size_t(tokens) * cols || dy.size() != std::size_t(tokens) * rows)
+      throw std::runtime_error("layer.json: a tensor has the wrong size");
+  }
+  nn::PoetWork<float> w;
+  std::vector<float> y(dy.size()), y0, dx(x.size());
+  auto pass = [&] {
+    store.params[1].grad.assign(pl.q_size(), 0.0f);
+    pl.prepare(store, w);
+    pl.forward(x.data(), tokens, store.params[0].value.data(), y.data(), y0, w);
+    pl.backward(dy.data(), x.data(), tokens, store.params[0].value.data(), dx.data(), false, y0, w);
+    pl.finish(store, w);
+  };
+  if (time) {
+    pass();  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < steps; ++s) pass();
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << nlohmann::json{{"optimizer", "poet-x"}, {"rows", rows}, {"cols", cols}, {"block", block}, {"tokens", tokens},
+                                {"fwd_bwd_ms", 1e3 * sec / steps}, {"threads", threads()}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  pass();
+  std::vector<float> weff(std::size_t(rows) * cols);
+  pl.effective_weight(store.params[0].value.data(), weff.data());
+  const std::vector<float> grad_q = store.params[1].grad;
+  nn::FoamOptions a;
+  a.beta1 = in.value("beta1", 0.9);
+  a.beta2 = in.value("beta2", 0.999);
+  a.eps = in.value("eps", 1e-6);
+  nn::PoetAdamW opt(store, {0, 1}, a, in.value("poet_scale", 0.5), 0);
+  opt.step(store, in["lr"].get<double>());
+  std::cout << nlohmann::json{{"y", y}, {"dx", dx}, {"grad_q", grad_q}, {"effective_weight", weff},
+                              {"q_after_step", store.params[1].value}}
+                   .dump()
+            << "\n";
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Optimizer steps on given tensors, or their step time"};
@@ -33,7 +131,12 @@ int main(int argc, char** argv) {
   nn::GaloreOptions galore;
   bool time = false;
   int d = 256, layers = 6, ff = 768, vocab = 4096, heads = 8, kv = 4, steps = 20, nthreads = 0;
-  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam"}));
+  int rows = 768, cols = 256, block = 128, tokens = 2048;
+  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam", "poet-x"}));
+  app.add_option("--rows", rows);
+  app.add_option("--cols", cols);
+  app.add_option("--block", block);
+  app.add_option("--tokens", tokens);
   app.add_option("--galore-rank", galore.rank);
   app.add_option("--galore-gap", galore.update_gap);
   app.add_option("--galore-scale", galore.scale);
@@ -61,6 +164,7 @@ int main(int argc, char** argv) {
   foam.weight_decay = adam.weight_decay;
   foam.paper_second_moment = moment == "paper";
   try {
+    if (optimizer == "poet-x") return poet_layer(in_path, time, rows, cols, block, tokens, steps);
     nn::ParamStore<float> store;
     nlohmann::json in;
     int head_rows = d / heads;

@@ -149,6 +149,16 @@ cli_case(lm-train/foam-flags-need-foam --rc 2 --stderr "^lm-train: error: --foam
   -- ${TRAIN_SMALL} --steps 3 --foam-level 1 -o m.h5)
 cli_case(lm-train/galore-flags-need-galore --rc 2 --stderr "^lm-train: error: --galore-rank needs --optimizer galore \\(--galore-rank\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --galore-rank 4 -o m.h5)
+# POET-X (issue 29): the memory of the paper's formula from the buffers (W0 mn frozen, (m + n)(b - 1)/2
+# Q entries per matrix trained with two moments: 23040 and 4088 floats here, embedding, head and
+# norms 32928), and the checkpoint holds the effective weights: lm-eval scores it as the run did.
+cli_case(lm-train/poet-x-trains --rc 0
+  --file-jq s.json ".summary.optimizer == \"poet-x\" and .summary.frozen_bytes == 92160 and .summary.trainable_bytes == 148064 and .summary.optimizer_state_bytes == 296128"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 6 --eval-every 6 --optimizer poet-x --poet-block 8 --poet-merge-every 4 --poet-lr 3e-3 -o p.h5 -q | tail -1 > s.json && ${LMEVAL} p.h5 ${KJVX} --column 2 --doc-column 1 --val-every 5 --split val -o e.json -q && jq --argjson v \"$(jq .summary.val_loss s.json)\" '(.loss - $v | fabs) < 1e-6' e.json | grep -q true")
+cli_case(lm-train/poet-block-does-not-divide --rc 2 --stderr "^lm-train: error: POET-X block size 16 does not divide blk.0.ffn_gate.weight \\[88, 32\\]. sizes that divide every matrix: 2, 4, 8 \\(--poet-block\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --optimizer poet-x --poet-block 16 -o m.h5)
+cli_case(lm-train/poet-flags-need-poet --rc 2 --stderr "^lm-train: error: --poet-block needs --optimizer poet-x \\(--poet-block\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --poet-block 8 -o m.h5)
 cli_case(lm-train/galore-trains --rc 0 --file m.h5
   --jq ".summary.optimizer == \"galore\" and .summary.steps == 6 and .summary.train_loss < 6.3"
   -- bash -c "${TRAIN_SMALL_STR} --steps 6 --optimizer galore --galore-rank 8 --galore-gap 3 -o m.h5 -q | tail -1")
