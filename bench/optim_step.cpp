@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
     else if (optimizer == "galore") opt = std::make_unique<nn::Galore>(store, adam, galore);
     else opt = std::make_unique<nn::AdamMini>(store, adam, head_rows);
     std::size_t state = 0;
-    for (const auto& b : opt->state()) state += b.data->size();
+    for (const auto& b : opt->state()) state += b.bytes() / sizeof(float);
     if (time) {
       opt->step(store, 1e-3);  // warm-up
       const auto t0 = std::chrono::steady_clock::now();

@@ -133,6 +133,22 @@ FloatArray read_floats(const Handle& loc, const std::string& name, const std::st
   return out;
 }
 
+void write_ints(const Handle& loc, const std::string& name, const std::vector<std::int32_t>& v) {
+  Handle ds = create_dataset(loc, name, H5T_STD_I32LE, {static_cast<hsize_t>(v.size())});
+  if (!v.empty() && H5Dwrite(ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    throw RuntimeError("cannot write HDF5 dataset", name);
+}
+
+std::vector<std::int32_t> read_ints(const Handle& loc, const std::string& name, const std::string& label) {
+  Handle ds = open_dataset(loc, name, label);
+  Handle type(H5Dget_type(ds.get()));
+  if (H5Tget_class(type.get()) != H5T_INTEGER) throw InputError("dataset is not integral", label);
+  std::vector<std::int32_t> out(count_of(shape_of(ds)));
+  if (!out.empty() && H5Dread(ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw InputError("cannot read dataset", label);
+  return out;
+}
+
 void write_bytes(const Handle& loc, const std::string& name, const std::string& bytes) {
   Handle ds = create_dataset(loc, name, H5T_STD_U8LE, {static_cast<hsize_t>(bytes.size())});
   if (!bytes.empty() && H5Dwrite(ds.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)

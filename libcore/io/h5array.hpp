@@ -38,6 +38,11 @@ void write_floats(const Handle& loc, const std::string& name, const float* data,
 /// Throws InputError (label = "file:/path") when absent, of another type, or of unknown dtype.
 FloatArray read_floats(const Handle& loc, const std::string& name, const std::string& label);
 
+/// Writes a 1-D int32 dataset (intermediate groups created).  Throws RuntimeError.
+void write_ints(const Handle& loc, const std::string& name, const std::vector<std::int32_t>& v);
+/// Reads a 1-D integer dataset as int32.  Throws InputError when absent or not integral.
+std::vector<std::int32_t> read_ints(const Handle& loc, const std::string& name, const std::string& label);
+
 /// Whether a dataset (or any link) `name` exists under `loc`.
 bool exists(const Handle& loc, const std::string& name);
 

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <type_traits>
 
+#include <fmt/format.h>
+
 #include "nn/layers.hpp"
+#include "util/error.hpp"
 #include "nn/vecmath.hpp"
 #include "util/threads.hpp"
 
@@ -51,13 +54,112 @@ AdamW::AdamW(const ParamStore<float>& store, AdamWOptions opt) : opt_(opt) {
     m_.emplace_back(p.numel(), 0.0f);
     v_.emplace_back(p.numel(), 0.0f);
   }
+  sparse_.assign(store.params.size(), 0);
+  for (const auto& p : store.params) dense_size_.push_back(p.numel());
+  idx_.resize(store.params.size());
+  tloc_.resize(store.params.size());
 }
 
 void AdamW::step(ParamStore<float>& store, double lr) {
   ++t_;
   for (std::size_t i = 0; i < store.params.size(); ++i) {
     auto& p = store.params[i];
-    adamw_update(p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(), p.numel(), t_, lr, opt_, p.decay);
+    if (sparse_[i])
+      sparse_step(p, i, lr);
+    else
+      adamw_update(p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(), p.numel(), t_, lr, opt_, p.decay);
+  }
+}
+
+void AdamW::sparse_step(Param<float>& p, std::size_t i, double lr) {
+  // adamw_update's arithmetic per active entry, its step coefficients from the entry's own count
+  // (or the optimizer's), looked up in a table of the counts so far
+  const std::vector<std::int32_t>& idx = idx_[i];
+  std::vector<std::int32_t>& tl = tloc_[i];
+  const float b1 = static_cast<float>(opt_.beta1), b2 = static_cast<float>(opt_.beta2), eps = static_cast<float>(opt_.eps);
+  const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+  const float keep = p.decay ? static_cast<float>(1.0 - lr * opt_.weight_decay) : 1.0f;
+  std::vector<float> step_size(std::size_t(t_) + 1), sqrt_bc2(std::size_t(t_) + 1);
+  for (std::int64_t t = 1; t <= t_; ++t) {
+    step_size[t] = static_cast<float>(lr / (1.0 - std::pow(opt_.beta1, double(t))));
+    sqrt_bc2[t] = static_cast<float>(std::sqrt(1.0 - std::pow(opt_.beta2, double(t))));
+  }
+  float *w = p.value.data(), *m = m_[i].data(), *v = v_[i].data();
+  const float* g = p.grad.data();
+  const std::int64_t n = static_cast<std::int64_t>(idx.size());
+#pragma omp parallel for schedule(static) num_threads(threads()) if (n >= (1 << 18))
+  for (std::int64_t k = 0; k < n; ++k) {
+    const std::int32_t t = ++tl[k];
+    const std::int64_t at = per_entry_steps_ ? std::min<std::int64_t>(t, t_) : t_;
+    const std::size_t j = std::size_t(idx[k]);
+    const float gj = g[j];
+    const float mj = b1 * m[k] + c1 * gj;
+    const float vj = b2 * v[k] + c2 * gj * gj;
+    m[k] = mj;
+    v[k] = vj;
+    w[j] = w[j] * keep - step_size[at] * mj / (std::sqrt(vj) / sqrt_bc2[at] + eps);
+  }
+}
+
+void AdamW::set_active(int param, const std::vector<std::int32_t>& active) {
+  const std::size_t i = std::size_t(param);
+  if (param < 0 || i >= names_.size()) throw UsageError(fmt::format("sparse state: no tensor {}", param));
+  for (std::size_t k = 0; k < active.size(); ++k)
+    if (active[k] < 0 || (k > 0 && active[k] <= active[k - 1]))
+      throw UsageError(fmt::format("sparse state of {}: active indices must be increasing and >= 0", names_[i]));
+  if (!active.empty() && std::size_t(active.back()) >= dense_size_[i])
+    throw UsageError(fmt::format("sparse state of {}: index {} outside its {} entries", names_[i], active.back(), dense_size_[i]));
+  std::vector<float> m(active.size(), 0.0f), v(active.size(), 0.0f);
+  std::vector<std::int32_t> t(active.size(), 0);
+  if (sparse_[i]) {  // keep the state of entries active before (both lists sorted)
+    const auto& old = idx_[i];
+    for (std::size_t a = 0, b = 0; a < active.size(); ++a) {
+      while (b < old.size() && old[b] < active[a]) ++b;
+      if (b < old.size() && old[b] == active[a]) {
+        m[a] = m_[i][b];
+        v[a] = v_[i][b];
+        t[a] = tloc_[i][b];
+      }
+    }
+  } else {
+    for (std::size_t a = 0; a < active.size(); ++a) {  // a dense tensor's entries carry the global count
+      m[a] = m_[i][active[a]];
+      v[a] = v_[i][active[a]];
+      t[a] = static_cast<std::int32_t>(t_);
+    }
+  }
+  m_[i] = std::move(m);
+  v_[i] = std::move(v);
+  tloc_[i] = std::move(t);
+  idx_[i] = active;
+  sparse_[i] = 1;
+}
+
+void AdamW::set_dense(int param) {
+  const std::size_t i = std::size_t(param);
+  if (!sparse_[i]) return;
+  std::vector<float> m(dense_size_[i], 0.0f), v(dense_size_[i], 0.0f);
+  for (std::size_t k = 0; k < idx_[i].size(); ++k) {
+    m[idx_[i][k]] = m_[i][k];
+    v[idx_[i][k]] = v_[i][k];
+  }
+  m_[i] = std::move(m);
+  v_[i] = std::move(v);
+  idx_[i].clear();
+  tloc_[i].clear();
+  sparse_[i] = 0;
+}
+
+void AdamW::reset_entries(int param, const std::vector<std::int32_t>& entries) {
+  const std::size_t i = std::size_t(param);
+  if (i >= names_.size() || !sparse_[i]) throw UsageError("reset_entries needs a tensor with sparse state (set_active)");
+  const auto& idx = idx_[i];
+  for (std::int32_t e : entries) {
+    const auto it = std::lower_bound(idx.begin(), idx.end(), e);
+    if (it == idx.end() || *it != e) throw UsageError(fmt::format("sparse state of {}: entry {} is not active", names_[i], e));
+    const std::size_t k = std::size_t(it - idx.begin());
+    m_[i][k] = v_[i][k] = 0.0f;
+    tloc_[i][k] = 0;
   }
 }
 
@@ -71,7 +173,15 @@ std::vector<StateBuffer> moment_buffers(const std::vector<std::string>& names, s
   return s;
 }
 
-std::vector<StateBuffer> AdamW::state() { return moment_buffers(names_, m_, v_); }
+std::vector<StateBuffer> AdamW::state() {
+  std::vector<StateBuffer> s = moment_buffers(names_, m_, v_);
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    if (sparse_[i]) {
+      s.push_back({"idx/" + names_[i], nullptr, &idx_[i]});
+      s.push_back({"t/" + names_[i], nullptr, &tloc_[i]});
+    }
+  return s;
+}
 
 ViewAdamW::ViewAdamW(std::vector<ParamRef> params, double lr_, AdamWOptions opt)
     : lr(lr_), params_(std::move(params)), opt_(opt) {

@@ -15,10 +15,14 @@
 
 namespace icmlkit::nn {
 
-/// A named state buffer of an optimizer (saved in training checkpoints).
+/// A named state buffer of an optimizer (saved in training checkpoints): floats, or int32 (the
+/// sparse-state indices and per-entry step counts) when `ints` is set and `data` is null.
 struct StateBuffer {
-  std::string name;          ///< e.g. "m/blk.0.attn_q.weight"
-  std::vector<float>* data;  ///< the optimizer's own storage
+  std::string name;                          ///< e.g. "m/blk.0.attn_q.weight"
+  std::vector<float>* data;                  ///< the optimizer's own storage
+  std::vector<std::int32_t>* ints = nullptr;  ///< or its integer storage
+  /// Bytes held.
+  std::size_t bytes() const noexcept { return data ? data->size() * sizeof(float) : ints->size() * sizeof(std::int32_t); }
 };
 
 /// What every optimizer offers: one update from the gradients, and its state for checkpoints.
@@ -67,6 +71,15 @@ void adamw_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t t, d
 
 /// AdamW over the parameter store (float), weight decay only on Param::decay tensors; its
 /// moments are checkpoint state.
+///
+/// Sparse-training hooks (what SMET and the dynamic-sparse baselines need, issue 30): a tensor can
+/// hold state for its active entries only (set_active: m, v and a step count per active entry,
+/// flat indices kept sorted), a subset of entries can be reset to m = v = 0 and step 0
+/// (reset_entries), and each entry's bias correction can follow its own step count instead of the
+/// optimizer's (per_entry_steps: SMET's local steps; off = one global Adam step count, as SET).
+/// step() then updates only the active entries of such a tensor and leaves the rest as they are.
+/// The checkpoint state of a sparse tensor is "idx/", "t/" (int32) and "m/", "v/" (active-sized);
+/// to load it, a caller first sets the same active lists (the masks it saves itself).
 class AdamW final : public CountedOptimizer {
  public:
   /// State (m, v) zero-initialised with the shapes of `store`.
@@ -75,10 +88,30 @@ class AdamW final : public CountedOptimizer {
   void step(ParamStore<float>& store, double lr) override;
   std::vector<StateBuffer> state() override;
 
+  /// Holds tensor `param`'s state for the entries `active` only (strictly increasing flat indices
+  /// in [0, numel)): an entry active before keeps its m, v and step count, a new one starts at
+  /// m = v = 0 and step 0, the others' state is dropped.  Throws UsageError for a bad list.
+  void set_active(int param, const std::vector<std::int32_t>& active);
+  /// Back to dense state for `param` (every entry's m and v kept where active, else 0).
+  void set_dense(int param);
+  /// Zeroes m, v and the step count of `entries` (flat indices, each active; UsageError otherwise).
+  void reset_entries(int param, const std::vector<std::int32_t>& entries);
+  /// Whether sparse entries take the bias correction of their own step count (default false: the
+  /// optimizer's step count, as dense entries always do).
+  void set_per_entry_steps(bool on) noexcept { per_entry_steps_ = on; }
+  /// The active entries of `param` (empty: dense) and their step counts (aligned).
+  const std::vector<std::int32_t>& active(int param) const { return idx_[param]; }
+  const std::vector<std::int32_t>& entry_steps(int param) const { return tloc_[param]; }
+
  private:
+  void sparse_step(Param<float>& p, std::size_t i, double lr);
   AdamWOptions opt_;
   std::vector<std::string> names_;
   std::vector<std::vector<float>> m_, v_;
+  std::vector<char> sparse_;
+  std::vector<std::vector<std::int32_t>> idx_, tloc_;
+  std::vector<std::size_t> dense_size_;  // numel of each tensor made sparse
+  bool per_entry_steps_ = false;
 };
 
 /// AdamW over parameter views (double) whose storage lives elsewhere (Eigen matrices of the

@@ -204,7 +204,7 @@ double Trainer::clip_limit() const noexcept {
 
 std::int64_t Trainer::optimizer_state_bytes() {
   std::int64_t n = 0;
-  for (const auto& b : optimizer_->state()) n += static_cast<std::int64_t>(b.data->size() * sizeof(float));
+  for (const auto& b : optimizer_->state()) n += static_cast<std::int64_t>(b.bytes());
   return n;
 }
 
@@ -232,8 +232,10 @@ void Trainer::save(const std::string& path, const io::Provenance& prov, const nl
       h5::write_attr_int(g, "data_pos", order_.pos());
       h5::write_attr(g, "optimizer", optimizer_->name());
       if (!corpus_sha256_.empty()) h5::write_attr(g, "corpus_sha256", corpus_sha256_);
-      for (const auto& sb : optimizer_->state())
-        h5::write_floats(g, "optim/" + sb.name, sb.data->data(), {sb.data->size()}, h5::FloatStorage::f32);
+      for (const auto& sb : optimizer_->state()) {
+        if (sb.ints) h5::write_ints(g, "optim/" + sb.name, *sb.ints);
+        else h5::write_floats(g, "optim/" + sb.name, sb.data->data(), {sb.data->size()}, h5::FloatStorage::f32);
+      }
       for (const auto& pl : params_.poet)  // POET-X: W0 and Q (the model holds the effective weights)
         for (int i : {pl.weight, pl.q}) {
           const auto& p = params_.store.params[i];
@@ -298,8 +300,15 @@ nlohmann::json Trainer::load(const std::string& path) {
     throw InputError("incomplete training state", label);
   if (step < 0 || tokens < 0 || ep < 0 || pos < 0) throw InputError("negative step, token count or data position", label);
   for (const auto& sb : optimizer_->state()) {
-    const auto arr = h5::read_floats(g, "optim/" + sb.name, label + "/optim/" + sb.name);
-    if (arr.data.size() != sb.data->size()) throw InputError("optimizer state has the wrong size", label + "/optim/" + sb.name);
+    const std::string where = label + "/optim/" + sb.name;
+    if (sb.ints) {
+      auto arr = h5::read_ints(g, "optim/" + sb.name, where);
+      if (arr.size() != sb.ints->size()) throw InputError("optimizer state has the wrong size", where);
+      *sb.ints = std::move(arr);
+      continue;
+    }
+    const auto arr = h5::read_floats(g, "optim/" + sb.name, where);
+    if (arr.data.size() != sb.data->size()) throw InputError("optimizer state has the wrong size", where);
     *sb.data = arr.data;
   }
   LlamaParams<float> p = params_from_model<float>(m);

@@ -280,3 +280,131 @@ TEST_CASE("nn GaLore: the top-r subspace, the first step's sign update, renewal 
   bad.rank = 0;
   CHECK_THROWS_AS(Galore(s2, AdamWOptions{}, bad), UsageError);
 }
+
+// ---- AdamW's sparse-state hooks (issue 29, for sparse training) ---------------------------------
+// Against the dense optimizer (all entries active), against Adam's update written out by hand for
+// an entry reset to step 0 and for one on its own step count, and through the state buffers.
+
+namespace {
+ParamStore<float> two_tensors(Rng& rng) {
+  ParamStore<float> s;
+  s.add("blk.0.attn_q.weight", {4, 5}, true);
+  s.add("blk.0.attn_norm.weight", {5}, false);
+  for (auto& p : s.params)
+    for (auto& x : p.value) x = static_cast<float>(rng.normal());
+  return s;
+}
+void random_grads(ParamStore<float>& s, Rng& rng) {
+  for (auto& p : s.params)
+    for (auto& x : p.grad) x = static_cast<float>(rng.normal());
+}
+}  // namespace
+
+TEST_CASE("adamw sparse state: every entry active is dense AdamW, and the state shrinks with the active set") {
+  Rng rng(3);
+  ParamStore<float> a = two_tensors(rng), b = a;
+  AdamWOptions o;
+  AdamW dense(a, o), sparse(b, o);
+  std::vector<std::int32_t> all(20);
+  for (int i = 0; i < 20; ++i) all[i] = i;
+  Rng g1(4);
+  for (int s = 0; s < 2; ++s) {  // two dense steps, then the tensor turns sparse with all entries
+    random_grads(a, g1);
+    b.params[0].grad = a.params[0].grad;
+    b.params[1].grad = a.params[1].grad;
+    dense.step(a, 1e-2);
+    sparse.step(b, 1e-2);
+  }
+  sparse.set_active(0, all);
+  CHECK(sparse.entry_steps(0) == std::vector<std::int32_t>(20, 2));  // carried over from the global count
+  for (int s = 0; s < 3; ++s) {
+    random_grads(a, g1);
+    b.params[0].grad = a.params[0].grad;
+    b.params[1].grad = a.params[1].grad;
+    dense.step(a, 1e-2);
+    sparse.step(b, 1e-2);
+  }
+  for (int i = 0; i < 20; ++i) CHECK(b.params[0].value[i] == doctest::Approx(a.params[0].value[i]).epsilon(1e-6));
+  CHECK(b.params[1].value == a.params[1].value);  // the dense tensor is untouched by the hooks
+  std::size_t before = 0, after = 0;
+  for (const auto& s : sparse.state()) before += s.bytes();
+  sparse.set_active(0, {2, 7, 11});
+  for (const auto& s : sparse.state()) after += s.bytes();
+  CHECK(before - after == 17 * 4 * 4);  // m, v, index and step count of 17 dropped entries
+  const std::vector<float> frozen(b.params[0].value);
+  random_grads(b, g1);
+  sparse.step(b, 1e-2);
+  for (int i = 0; i < 20; ++i)
+    if (i != 2 && i != 7 && i != 11) CHECK(b.params[0].value[i] == frozen[i]);  // inactive entries never move
+    else CHECK(b.params[0].value[i] != frozen[i]);
+}
+
+TEST_CASE("adamw sparse state: reset entries restart at step 0, kept ones keep their state, by hand") {
+  Rng rng(5);
+  ParamStore<float> s = two_tensors(rng);
+  AdamWOptions o;
+  o.beta1 = 0.9;
+  o.beta2 = 0.99;
+  o.weight_decay = 0.1;
+  const double lr = 1e-2;
+  for (int per_entry = 0; per_entry < 2; ++per_entry) {
+    AdamW opt(s, o);
+    opt.set_active(0, {1, 3, 4, 9});
+    opt.set_per_entry_steps(per_entry);
+    Rng g(6);
+    std::vector<double> m(4, 0), v(4, 0), w(4);
+    const int idx[4] = {1, 3, 4, 9};
+    for (int k = 0; k < 4; ++k) w[k] = s.params[0].value[idx[k]];
+    int t_entry[4] = {0, 0, 0, 0};
+    for (int step = 1; step <= 4; ++step) {
+      if (step == 3) {  // entry 4 is regrown: m = v = 0, step 0
+        opt.reset_entries(0, {4});
+        m[2] = v[2] = 0;
+        t_entry[2] = 0;
+      }
+      random_grads(s, g);
+      opt.step(s, lr);
+      for (int k = 0; k < 4; ++k) {
+        const double gk = s.params[0].grad[idx[k]];
+        const int t = per_entry ? ++t_entry[k] : step;
+        m[k] = 0.9 * m[k] + 0.1 * gk;
+        v[k] = 0.99 * v[k] + 0.01 * gk * gk;
+        w[k] = w[k] * (1 - lr * 0.1) - lr / (1 - std::pow(0.9, t)) * m[k] / (std::sqrt(v[k]) / std::sqrt(1 - std::pow(0.99, t)) + o.eps);
+        INFO("per-entry steps " << per_entry << ", step " << step << ", entry " << idx[k]);
+        CHECK(s.params[0].value[idx[k]] == doctest::Approx(w[k]).epsilon(1e-5));
+      }
+    }
+    CHECK(opt.entry_steps(0) == std::vector<std::int32_t>{4, 4, 2, 4});
+    // The state buffers carry it all: a second optimizer with the same active list, loaded from
+    // them, continues bit for bit.
+    AdamW copy(s, o);
+    copy.set_active(0, {1, 3, 4, 9});
+    copy.set_per_entry_steps(per_entry);
+    copy.set_steps(opt.steps());
+    auto from = opt.state(), to = copy.state();
+    REQUIRE(from.size() == to.size());
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      CHECK(from[i].name == to[i].name);
+      if (from[i].ints) *to[i].ints = *from[i].ints;
+      else *to[i].data = *from[i].data;
+    }
+    ParamStore<float> s2 = s;
+    random_grads(s, g);
+    s2.params[0].grad = s.params[0].grad;
+    s2.params[1].grad = s.params[1].grad;
+    opt.step(s, lr);
+    copy.step(s2, lr);
+    CHECK(s.params[0].value == s2.params[0].value);
+  }
+  AdamW opt(s, o);
+  CHECK_THROWS_AS(opt.reset_entries(0, {1}), UsageError);  // not sparse
+  opt.set_active(0, {1, 3});
+  CHECK_THROWS_AS(opt.reset_entries(0, {2}), UsageError);  // not active
+  CHECK_THROWS_AS(opt.set_active(0, {3, 1}), UsageError);
+  CHECK_THROWS_AS(opt.set_active(0, {20}), UsageError);
+  opt.set_active(0, {3, 5});  // 3 keeps its (zero) state, 1 is dropped
+  CHECK(opt.active(0) == std::vector<std::int32_t>{3, 5});
+  opt.set_dense(0);
+  CHECK(opt.active(0).empty());
+  CHECK(opt.state()[0].data->size() == 20);
+}
