@@ -341,6 +341,10 @@ int main(int argc, char** argv) {
           init.tokenizer_model = tok_bytes;
         }
         const lm::ModelConfig& mc = init.config;
+        // Combinations the trainer cannot run are refused now, before the corpus is tokenized.
+        if (kernels == "reference" && t.optimizer == "poet-x")
+          throw UsageError("--kernels reference runs the v1 trainer's arithmetic, which has no POET-X path (its input-centric products run on the fast kernels only)", "--kernels");
+        nn::check_train_options(t, mc);
         if (!app->count("--seq-len")) t.seq_len = mc.n_ctx;
         if (t.seq_len > mc.n_ctx)
           throw InputError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", t.seq_len, mc.n_ctx), "--seq-len");

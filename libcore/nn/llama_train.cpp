@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 #include "lm/support.hpp"
@@ -11,24 +12,30 @@
 
 namespace icmlkit::nn {
 
-template <class T>
-LlamaParams<T>::LlamaParams(const lm::ModelConfig& c) : config(c) {
+std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const lm::ModelConfig& c) {
   const int d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
-  store.add("token_embd.weight", {c.vocab_size, d}, true);
+  std::vector<std::pair<std::string, std::vector<int>>> t;
+  t.emplace_back("token_embd.weight", std::vector<int>{c.vocab_size, d});
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = fmt::format("blk.{}.", l);
-    store.add(p + "attn_norm.weight", {d}, false);
-    store.add(p + "attn_q.weight", {dq, d}, true);
-    store.add(p + "attn_k.weight", {dkv, d}, true);
-    store.add(p + "attn_v.weight", {dkv, d}, true);
-    store.add(p + "attn_output.weight", {d, dq}, true);
-    store.add(p + "ffn_norm.weight", {d}, false);
-    store.add(p + "ffn_gate.weight", {c.d_ff, d}, true);
-    store.add(p + "ffn_up.weight", {c.d_ff, d}, true);
-    store.add(p + "ffn_down.weight", {d, c.d_ff}, true);
+    t.emplace_back(p + "attn_norm.weight", std::vector<int>{d});
+    t.emplace_back(p + "attn_q.weight", std::vector<int>{dq, d});
+    t.emplace_back(p + "attn_k.weight", std::vector<int>{dkv, d});
+    t.emplace_back(p + "attn_v.weight", std::vector<int>{dkv, d});
+    t.emplace_back(p + "attn_output.weight", std::vector<int>{d, dq});
+    t.emplace_back(p + "ffn_norm.weight", std::vector<int>{d});
+    t.emplace_back(p + "ffn_gate.weight", std::vector<int>{c.d_ff, d});
+    t.emplace_back(p + "ffn_up.weight", std::vector<int>{c.d_ff, d});
+    t.emplace_back(p + "ffn_down.weight", std::vector<int>{d, c.d_ff});
   }
-  store.add("output_norm.weight", {d}, false);
-  if (!c.tied) store.add("output.weight", {c.vocab_size, d}, true);
+  t.emplace_back("output_norm.weight", std::vector<int>{d});
+  if (!c.tied) t.emplace_back("output.weight", std::vector<int>{c.vocab_size, d});
+  return t;
+}
+
+template <class T>
+LlamaParams<T>::LlamaParams(const lm::ModelConfig& c) : config(c) {
+  for (auto& [name, shape] : llama_param_shapes(c)) store.add(name, shape, shape.size() > 1);
 }
 
 namespace {
@@ -85,35 +92,56 @@ void params_to_model(LlamaParams<T>& P, lm::Model& model) {
   });
 }
 
-template <class T>
-void enable_poet(LlamaParams<T>& P, const PoetOptions& opt, std::uint64_t seed) {
-  using LP = LlamaParams<T>;
-  if (!P.poet.empty()) throw UsageError("POET-X is already enabled on this model");
+namespace {
+/// The store indices of POET-X's matrices (every attention and MLP matrix), layer by layer.
+std::vector<int> poet_targets(int n_layers) {
+  std::vector<int> t;
+  constexpr int per = LlamaParams<float>::kPerLayer;
+  for (int l = 0; l < n_layers; ++l)
+    for (int k : {1, 2, 3, 4, 6, 7, 8}) t.push_back(1 + l * per + k);  // wq wk wv wo w_gate w_up w_down
+  return t;
+}
+
+/// enable_poet's checks on the matrices (name, [rows, cols]).
+void check_poet_matrices(const std::vector<std::pair<std::string, std::vector<int>>>& mats, const PoetOptions& opt) {
   const int b = opt.block;
   if (b < 2) throw UsageError(fmt::format("the POET-X block size must be >= 2 (got {})", b), "--poet-block");
-  const std::vector<double> coeffs = cayley_coefficients(opt.polynomial, opt.terms);
-  const int L = P.config.n_layers;
-  std::vector<int> targets;
+  cayley_coefficients(opt.polynomial, opt.terms);  // k >= 1
   std::vector<std::pair<int, int>> dims;
-  for (int l = 0; l < L; ++l)
-    for (auto t : {LP::wq, LP::wk, LP::wv, LP::wo, LP::w_gate, LP::w_up, LP::w_down}) {
-      targets.push_back(1 + l * LP::kPerLayer + t);
-      dims.emplace_back(P.store.params[targets.back()].shape[0], P.store.params[targets.back()].shape[1]);
-    }
-  for (std::size_t i = 0; i < targets.size(); ++i) {
-    const auto& w = P.store.params[targets[i]];
-    const int m = w.shape[0], n = w.shape[1];
-    if (opt.fully_stochastic ? (b > m || b > n) : (m % b != 0 || n % b != 0)) {
-      int small = m;
-      for (auto [r, c] : dims) small = std::min({small, r, c});
+  int small = std::numeric_limits<int>::max();
+  for (const auto& [name, shape] : mats) {
+    dims.emplace_back(shape[0], shape[1]);
+    small = std::min({small, shape[0], shape[1]});
+  }
+  for (const auto& [name, shape] : mats) {
+    const int m = shape[0], n = shape[1];
+    if (opt.fully_stochastic ? (b > m || b > n) : (m % b != 0 || n % b != 0))
       throw UsageError(opt.fully_stochastic
                            ? fmt::format("POET-FS block size {} is larger than {} [{}, {}]; blocks up to {} fit every matrix", b,
-                                         w.name, m, n, small)
+                                         name, m, n, small)
                            : fmt::format("POET-X block size {} does not divide {} [{}, {}]; sizes that divide every matrix: {}", b,
-                                         w.name, m, n, poet_block_sizes(dims)),
+                                         name, m, n, poet_block_sizes(dims)),
                        "--poet-block");
-    }
   }
+}
+}  // namespace
+
+void check_poet_shapes(const lm::ModelConfig& config, const PoetOptions& opt) {
+  const auto shapes = llama_param_shapes(config);
+  std::vector<std::pair<std::string, std::vector<int>>> mats;
+  for (int i : poet_targets(config.n_layers)) mats.push_back(shapes[i]);
+  check_poet_matrices(mats, opt);
+}
+
+template <class T>
+void enable_poet(LlamaParams<T>& P, const PoetOptions& opt, std::uint64_t seed) {
+  if (!P.poet.empty()) throw UsageError("POET-X is already enabled on this model");
+  const int b = opt.block;
+  const std::vector<int> targets = poet_targets(P.config.n_layers);
+  std::vector<std::pair<std::string, std::vector<int>>> mats;
+  for (int i : targets) mats.emplace_back(P.store.params[i].name, P.store.params[i].shape);
+  check_poet_matrices(mats, opt);
+  const std::vector<double> coeffs = cayley_coefficients(opt.polynomial, opt.terms);
   P.poet_of.assign(P.store.params.size(), -1);
   for (std::size_t i = 0; i < targets.size(); ++i) {
     PoetLinear<T> pl;

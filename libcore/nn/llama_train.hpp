@@ -64,6 +64,13 @@ void enable_poet(LlamaParams<T>& params, const PoetOptions& opt, std::uint64_t s
 template <class T>
 void poet_merge(LlamaParams<T>& params, std::uint64_t seed, std::int64_t merges);
 
+/// The store's tensors for `config` as (name, shape), in LlamaParams order.
+std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const lm::ModelConfig& config);
+
+/// Checks that POET-X with `opt` fits the matrices of `config` (enable_poet's checks, without
+/// allocating anything).  Throws UsageError as enable_poet does.
+void check_poet_shapes(const lm::ModelConfig& config, const PoetOptions& opt);
+
 /// Copies a model's weights into a store (float or double).
 template <class T>
 LlamaParams<T> params_from_model(const lm::Model& model);

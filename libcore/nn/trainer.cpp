@@ -77,6 +77,26 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
   return r;
 }
 
+void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config) {
+  const std::string& o = opt.optimizer;
+  if (o != "adamw" && o != "adam-mini" && o != "galore" && o != "foam" && o != "poet-x")
+    throw UsageError("unknown optimizer '" + o + "' (adamw, adam-mini, galore, foam or poet-x)", "--optimizer");
+  if (o == "foam") {
+    if (opt.foam.level < 0 || opt.foam.level > 16)
+      throw UsageError(fmt::format("fold level {} outside [0, 16]", opt.foam.level), "--foam-level");
+    for (const auto& [name, shape] : llama_param_shapes(config))
+      if (foam_folds(name, shape) && (std::size_t(1) << opt.foam.level) > std::size_t(shape[1]))
+        throw UsageError(fmt::format("fold level {} makes blocks of {} entries, wider than {} ({} columns)", opt.foam.level,
+                                     1 << opt.foam.level, name, shape[1]),
+                         "--foam-level");
+  }
+  if (o == "poet-x") {
+    check_poet_shapes(config, opt.poet);
+    if (!(opt.poet.lr > 0) || !(opt.poet.scale >= 0)) throw UsageError("POET-X needs poet_lr > 0 and poet_scale >= 0", "--poet-lr");
+    if (opt.poet.merge_every < 0) throw UsageError("the merge interval must be >= 0", "--poet-merge-every");
+  }
+}
+
 namespace {
 /// `m` without its weight matrices (config, norms and tokenizer kept): the weights live in the
 /// parameter store, and a second copy would cost as much memory as the model itself.
@@ -113,6 +133,7 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
       opt_(opt), order_(opt.seed, 0) {
   const auto& c = init.config;
   lm::require_blocks(lm::Runner::trainer, c);
+  check_train_options(opt_, c);
   if (opt_.seq_len > c.n_ctx)
     throw InputError(fmt::format("context {} is larger than the model allows (n_ctx = {})", opt_.seq_len, c.n_ctx),
                      "--seq-len");
@@ -144,8 +165,6 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
     a.beta2 = opt_.adam.beta2;
     a.eps = opt_.adam.eps;
     a.weight_decay = opt_.adam.weight_decay;
-    if (!(opt_.poet.lr > 0) || !(opt_.poet.scale >= 0)) throw UsageError("POET-X needs poet_lr > 0 and poet_scale >= 0", "--poet-lr");
-    if (opt_.poet.merge_every < 0) throw UsageError("the merge interval must be >= 0", "--poet-merge-every");
     optimizer_ = std::make_unique<PoetAdamW>(params_.store, std::move(is_q), a, opt_.poet.lr / opt_.lr * opt_.poet.scale,
                                              opt_.poet.merge_every);
   } else {

@@ -46,6 +46,12 @@ struct TrainOptions {
   nlohmann::json to_json() const;
 };
 
+/// Refuses, before any work, what a run with `opt` cannot do on a model of `config`: an unknown
+/// optimizer, a FOAM fold wider than a folded matrix, POET-X blocks that do not fit its matrices
+/// (naming the matrix and the sizes that would), a POET-X learning rate <= 0.  Throws UsageError
+/// (the flag named) with the reason.  The Trainer constructor runs it first.
+void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config);
+
 /// What one optimizer step did.
 struct StepStats {
   std::int64_t step = 0;       ///< steps done after this one

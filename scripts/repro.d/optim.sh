@@ -81,18 +81,24 @@ export split_str
 queue() {  # run "name seed" lines, $jobs at a time
   xargs -P "$jobs" -L 1 bash -c 'split=($split_str); run_arm "$0" "$1"'
 }
-init 1
-arms | cut -d'|' -f1 | sed 's/$/ 1/' | queue
-
 val() { [ -f "$out/$1-s$2.eval.json" ] && jq .loss "$out/$1-s$2.eval.json" || echo null; }
+# The AdamW sweep first, then the target pair's second seed early (FOAM l = 2 and the best AdamW),
+# POET-X, the other arms, and last the second seed of the arm nearest the best AdamW.
+init 1
+printf '%s 1\n' adamw-5e-4 adamw-1e-3 adamw-2e-3 | queue
 best_adamw=$(for n in adamw-5e-4 adamw-1e-3 adamw-2e-3; do echo "$n $(val "$n" 1)"; done | grep -v null | sort -k2 -g | head -1 | cut -d' ' -f1)
+second=()
+if [ "$seeds2" = 1 ] && [ -n "$best_adamw" ]; then init 2; second=("$best_adamw 2" "foam-l2 2"); fi
+{
+  echo "foam-l2 1"
+  echo "poet-x-b64 1"
+  [ ${#second[@]} -gt 0 ] && printf '%s\n' "${second[@]}"
+  for n in poet-x-b128 adam-mini galore foam-l1 foam-l4; do echo "$n 1"; done
+} | queue
 nearest=$(for n in $(arms | cut -d'|' -f1 | grep -v '^adamw'); do
   v=$(val "$n" 1); [ "$v" = null ] && continue
   echo "$n $(jq -n --argjson a "$v" --argjson b "$(val "$best_adamw" 1)" '($a - $b) | fabs')"; done | sort -k2 -g | head -1 | cut -d' ' -f1)
-if [ "$seeds2" = 1 ] && [ -n "$best_adamw" ]; then
-  init 2
-  printf '%s 2\n' "$best_adamw" foam-l2 ${nearest:+"$nearest"} | sort -u | queue
-fi
+if [ "$seeds2" = 1 ] && [ -n "$nearest" ]; then echo "$nearest 2" | queue; fi
 t_end=$(date +%s)
 
 # ---- the table ----
