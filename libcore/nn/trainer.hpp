@@ -102,6 +102,10 @@ class Trainer {
   StepStats step();
 
   std::int64_t steps_done() const noexcept { return optimizer_->steps(); }
+  /// The gradient-norm limit the next step clips to: TrainOptions::clip, or with POET-X during
+  /// the 10 steps after a merge (while the steps done are in [T, clip_ramp_until]) the reference's
+  /// ramp (0.1 + 0.9 (s mod T) / 10) clip, s the steps done.
+  double clip_limit() const noexcept;
   /// Bytes of the optimizer's state buffers (what a checkpoint stores under /train/optim).
   std::int64_t optimizer_state_bytes();
   /// Bytes of the trainable parameters (float32 values; their gradients take as much again).
@@ -135,7 +139,6 @@ class Trainer {
   nlohmann::json load(const std::string& path);
 
  private:
-  double clip_limit() const noexcept;  // the gradient-norm limit of the next step
   lm::Model base_;  // config, norms and tokenizer of the initial model; its matrices are in params_
   LlamaParams<float> params_;
   std::vector<int> stream_;

@@ -829,6 +829,22 @@ TEST_CASE("nn trainer: FOAM resumes bitwise and its level is part of the run's o
   std::filesystem::remove_all(ck.parent_path());
 }
 
+// Adam-mini through the trainer (issue 29): its per-block second moments resume bit-identically.
+TEST_CASE("nn trainer: Adam-mini resumes bitwise") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.02);
+  const auto stream = random_stream(300, m.config.vocab_size, 1);
+  const int N = 6;
+  TrainOptions o = small_options(N);
+  o.optimizer = "adam-mini";
+  Trainer a(m, stream, o);
+  for (int i = 0; i < N; ++i) a.step();
+  Trainer plain(m, stream, small_options(N));
+  for (int i = 0; i < N; ++i) plain.step();
+  CHECK_FALSE(same_weights(a.params(), plain.params()));
+  const auto ck = check_resume_bitwise(m, stream, o, N, a, "adam-mini-resume.h5");
+  std::filesystem::remove_all(ck.parent_path());
+}
+
 // GaLore through the trainer (issue 29): bitwise resume with its projections in the checkpoint,
 // on one thread as on two.
 TEST_CASE("nn trainer: GaLore resumes bitwise and does not depend on the thread count") {
@@ -889,6 +905,24 @@ TEST_CASE("nn trainer: POET-X resumes bitwise across a merge and holds the paper
   for (int i = 0; i < N; ++i) one.step();
   set_threads(keep);
   CHECK(same_weights(a.params(), one.params()));
+  // The clip ramp after each merge (calc_poet_grad_clipping_value): T = 4, 10 ramp steps, so the
+  // limit stays below c through the cycle; none before the first merge or past clip_ramp_until.
+  {
+    TrainOptions r = o;
+    r.steps = 12;
+    r.clip = 2.0;
+    r.poet.merge_every = 4;
+    r.poet.clip_ramp_until = 9;
+    Trainer t(m, stream, r);
+    std::vector<double> limits;
+    for (int i = 0; i < 11; ++i) {
+      limits.push_back(t.clip_limit());
+      t.step();
+    }
+    const std::vector<double> want{2, 2, 2, 2, 0.2, 0.38, 0.56, 0.74, 0.2, 0.38, 2};
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(limits[i] == doctest::Approx(want[i]));
+    CHECK(plain.clip_limit() == o.clip);
+  }
   TrainOptions other_b = o;
   other_b.poet.block = 2;
   Trainer changed(m, stream, other_b);

@@ -157,6 +157,8 @@ cli_case(lm-train/poet-x-trains --rc 0
   -- bash -c "${TRAIN_SMALL_STR} --steps 6 --eval-every 6 --optimizer poet-x --poet-block 8 --poet-merge-every 4 --poet-lr 3e-3 -o p.h5 -q | tail -1 > s.json && ${LMEVAL} p.h5 ${KJVX} --column 2 --doc-column 1 --val-every 5 --split val -o e.json -q && jq --argjson v \"$(jq .summary.val_loss s.json)\" '(.loss - $v | fabs) < 1e-6' e.json | grep -q true")
 cli_case(lm-train/poet-block-does-not-divide --rc 2 --stderr "^lm-train: error: POET-X block size 16 does not divide blk.0.ffn_gate.weight \\[88, 32\\]. sizes that divide every matrix: 2, 4, 8 \\(--poet-block\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --optimizer poet-x --poet-block 16 -o m.h5)
+cli_case(lm-train/poet-x-refuses-reference-kernels --rc 2 --stderr "^lm-train: error: --kernels reference runs the v1 trainer's arithmetic, which has no POET-X path .* \\(--kernels\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --optimizer poet-x --poet-block 8 --kernels reference -o m.h5)
 cli_case(lm-train/poet-flags-need-poet --rc 2 --stderr "^lm-train: error: --poet-block needs --optimizer poet-x \\(--poet-block\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --poet-block 8 -o m.h5)
 cli_case(lm-train/galore-trains --rc 0 --file m.h5
