@@ -6,7 +6,9 @@
 #   AdamW at lr 5e-4 / 1e-3 / 2e-3 (betas 0.9/0.95, decay 0.1: the trainer's defaults),
 #   Adam-mini (lr 1e-3, the AdamW setting), GaLore (its 60M recipe: lr 1e-2, scale 0.25, gap 200,
 #   rank d/4 = 64, betas 0.9/0.999, no decay), FOAM at l = 1, 2, 4 (its scripts: lr 1e-2, scale
-#   0.25, betas 0.9/0.999 since the scripts' beta2 is never passed), POET-X at b = 64, 128 (its
+#   0.25, betas 0.9/0.999 since the scripts' beta2 is never passed), FOAM's recipe at l = 0 (no
+#   folding: Adam with the matrices' step scaled 0.25 and the embedding and head at 1e-2, the control
+#   that separates folding from the recipe), POET-X at b = 64, 128 (its
 #   recipe: lr 1e-3, poet_lr 5e-4, poet_scale 0.5, merge every 200, clip 0.1 with the ramp, eps
 #   1e-6, no decay) -> held-out loss and perplexity (lm-eval on all held-out chapters), optimizer
 #   state, trained and frozen bytes (from the buffers), tokens/s, and the validation curves
@@ -49,6 +51,7 @@ adamw-1e-3|--lr 1e-3
 adamw-2e-3|--lr 2e-3
 adam-mini|--optimizer adam-mini --lr 1e-3
 galore|--optimizer galore --lr 1e-2 --galore-rank 64 --galore-gap 200 --galore-scale 0.25 --beta2 0.999 --weight-decay 0
+foam-l0|--optimizer foam --foam-level 0 --foam-scale 0.25 --lr 1e-2 --beta2 0.999 --weight-decay 0
 foam-l1|--optimizer foam --foam-level 1 --foam-scale 0.25 --lr 1e-2 --beta2 0.999 --weight-decay 0
 foam-l2|--optimizer foam --foam-level 2 --foam-scale 0.25 --lr 1e-2 --beta2 0.999 --weight-decay 0
 foam-l4|--optimizer foam --foam-level 4 --foam-scale 0.25 --lr 1e-2 --beta2 0.999 --weight-decay 0
@@ -93,7 +96,7 @@ if [ "$seeds2" = 1 ] && [ -n "$best_adamw" ]; then init 2; second=("$best_adamw 
   echo "foam-l2 1"
   echo "poet-x-b64 1"
   [ ${#second[@]} -gt 0 ] && printf '%s\n' "${second[@]}"
-  for n in poet-x-b128 adam-mini galore foam-l1 foam-l4; do echo "$n 1"; done
+  for n in poet-x-b128 adam-mini galore foam-l1 foam-l4 foam-l0; do echo "$n 1"; done
 } | queue
 nearest=$(for n in $(arms | cut -d'|' -f1 | grep -v '^adamw'); do
   v=$(val "$n" 1); [ "$v" = null ] && continue
