@@ -58,4 +58,12 @@ std::string sha256_file(const std::string& path) {
   return finish(ctx.get());
 }
 
+struct Sha256::Impl {
+  Ctx ctx = new_ctx();
+};
+Sha256::Sha256() : impl_(std::make_unique<Impl>()) {}
+Sha256::~Sha256() = default;
+void Sha256::update(const void* data, std::size_t n) { EVP_DigestUpdate(impl_->ctx.get(), data, n); }
+std::string Sha256::hex() { return finish(impl_->ctx.get()); }
+
 }  // namespace icmlkit::io

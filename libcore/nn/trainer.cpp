@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "io/atomic_file.hpp"
+#include "io/sha256.hpp"
 #include "nn/adam_mini.hpp"
 #include "nn/galore.hpp"
 #include "io/h5array.hpp"
@@ -221,6 +222,18 @@ double Trainer::clip_limit() const noexcept {
   return (0.1 + 0.9 * double(s % T) / 10.0) * opt_.clip;
 }
 
+std::string Trainer::state_digest(LlamaParams<float>& written) {
+  io::Sha256 h;
+  for (const auto& p : written.store.params) h.update(p.value.data(), p.value.size() * sizeof(float));
+  for (const auto& sb : optimizer_->state()) {
+    if (sb.ints) h.update(sb.ints->data(), sb.ints->size() * sizeof(std::int32_t));
+    else h.update(sb.data->data(), sb.data->size() * sizeof(float));
+  }
+  for (const auto& pl : params_.poet)
+    for (int i : {pl.weight, pl.q}) h.update(params_.store.params[i].value.data(), params_.store.params[i].value.size() * sizeof(float));
+  return h.hex();
+}
+
 std::int64_t Trainer::optimizer_state_bytes() {
   std::int64_t n = 0;
   for (const auto& b : optimizer_->state()) n += static_cast<std::int64_t>(b.bytes());
@@ -236,7 +249,10 @@ lm::Model Trainer::model() {
 void Trainer::save(const std::string& path, const io::Provenance& prov, const nlohmann::json& extra) {
   io::AtomicFile out(path);
   const std::string tmp = out.temp_path().string();
-  lm::save_checkpoint(tmp, model(), h5::FloatStorage::f32, prov);
+  const lm::Model written = model();
+  lm::save_checkpoint(tmp, written, h5::FloatStorage::f32, prov);
+  LlamaParams<float> values = params_from_model<float>(written);
+  const std::string digest = state_digest(values);
   {
     h5::quiet_errors();
     h5::Handle file(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
@@ -251,6 +267,7 @@ void Trainer::save(const std::string& path, const io::Provenance& prov, const nl
       h5::write_attr_int(g, "data_pos", order_.pos());
       h5::write_attr(g, "optimizer", optimizer_->name());
       if (!corpus_sha256_.empty()) h5::write_attr(g, "corpus_sha256", corpus_sha256_);
+      h5::write_attr(g, "state_sha256", digest);
       for (const auto& sb : optimizer_->state()) {
         if (sb.ints) h5::write_ints(g, "optim/" + sb.name, *sb.ints);
         else h5::write_floats(g, "optim/" + sb.name, sb.data->data(), {sb.data->size()}, h5::FloatStorage::f32);
@@ -294,6 +311,10 @@ nlohmann::json Trainer::load(const std::string& path) {
   if (!h5::read_attr(g, "options", s)) throw InputError("missing /train options", path);
   const nlohmann::json saved = nlohmann::json::parse(s, nullptr, false);
   const nlohmann::json now = opt_.to_json();
+  if (saved.contains("optimizer") && saved["optimizer"] != now["optimizer"])  // before its own options
+    throw InputError(fmt::format("resume: option optimizer is {} here but {} in the checkpoint", now["optimizer"].dump(),
+                                 saved["optimizer"].dump()),
+                     path);
   for (auto it = now.begin(); it != now.end(); ++it)
     if (!saved.contains(it.key()) || saved[it.key()] != it.value())
       throw InputError(fmt::format("resume: option {} is {} here but {} in the checkpoint{}", it.key(), it.value().dump(),
@@ -332,6 +353,7 @@ nlohmann::json Trainer::load(const std::string& path) {
   }
   LlamaParams<float> p = params_from_model<float>(m);
   for (std::size_t i = 0; i < p.store.params.size(); ++i) params_.store.params[i].value = p.store.params[i].value;
+  std::string recorded;
   for (std::size_t i = 0; i < params_.poet.size(); ++i) {  // POET-X: W0, Q and the permutations of the last merge
     auto& pl = params_.poet[i];
     for (int k : {pl.weight, pl.q}) {
@@ -343,6 +365,9 @@ nlohmann::json Trainer::load(const std::string& path) {
     const std::int64_t T = opt_.poet.merge_every;
     pl.draw_permutations(poet_permutation_seed(opt_.seed, T > 0 ? step / T : 0, static_cast<int>(i)));
   }
+  if (h5::read_attr(g, "state_sha256", recorded) && recorded != state_digest(p))
+    throw InputError("the checkpoint's weights or training state do not match the checksum it was saved with (a corrupted file?)",
+                     path);
   optimizer_->set_steps(step);
   tokens_ = tokens;
   order_.set_position(ep, pos);

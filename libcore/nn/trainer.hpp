@@ -134,11 +134,15 @@ class Trainer {
   /// set), `extra` (JSON).  Atomic.
   void save(const std::string& path, const io::Provenance& prov, const nlohmann::json& extra = {});
   /// Restores weights and state from a checkpoint written by save().  Throws InputError when the
-  /// file has no training state, or when its options or model shape differ from this run's
-  /// (naming the first differing option).  Returns the saved `extra`.
+  /// file has no training state, when its options or model shape differ from this run's
+  /// (naming the optimizer first, else the first differing option), or when the weights and state
+  /// read do not match the checksum save() recorded (a corrupted file).  Returns the saved `extra`.
   nlohmann::json load(const std::string& path);
 
  private:
+  /// SHA-256 over the weights as the checkpoint holds them (`written`), the optimizer's state and
+  /// POET-X's W0 and Q: the /train attribute state_sha256 that load() checks.
+  std::string state_digest(LlamaParams<float>& written);
   lm::Model base_;  // config, norms and tokenizer of the initial model; its matrices are in params_
   LlamaParams<float> params_;
   std::vector<int> stream_;

@@ -15,8 +15,12 @@
 #   (gnuplot, $OPTIM_PLOT, default optim.png in the work directory).  Then a second seed (new
 #   initial weights and data order) for the closest pairs: FOAM l = 2 and the best AdamW, and the
 #   arm nearest the best AdamW.  Targets checked: FOAM l = 2 within 1% of AdamW's held-out loss;
-#   FOAM's state 2mn/2^l on folded matrices (the whole-model saving the formula predicts); POET-X's
-#   state and trained bytes as mn + 3/2 (m + n)(b - 1) per matrix.
+#   FOAM's state 2mn/2^l floats on folded matrices (the whole-model saving the formula predicts);
+#   POET-X's memory per matrix as the paper's mn + 3/2 (m + n)(b - 1) floats: W0's mn frozen,
+#   (m + n)(b - 1)/2 trained Q entries and twice that in Adam moments (each printed apart), against
+#   AdamW's 3mn (weights and two moments).
+# Cost: an arm takes about 15 CPU-minutes on this machine (AdamW-like) and 25 (POET-X): about 4
+# CPU-hours for the 14 runs, 2 hours on 2 cores; REPRO_QUICK=1 gives a 200k-token rehearsal.
 # Arms run $OPTIM_JOBS at a time (default 2), each on nproc / jobs threads; results are kept in
 # $OPTIM_OUT (default build/repro-optim) and an arm already there is not run again.
 # $1 = bin directory.  OPTIM_TOKENS=N: another budget (REPRO_QUICK=1: 200k tokens, one seed).

@@ -390,6 +390,7 @@ TEST_CASE("nn overfitting one small batch drives the loss near zero") {
 
 #include <filesystem>
 #include <fstream>
+#include <hdf5.h>
 #include <unistd.h>
 
 #include "nn/corpus.hpp"
@@ -842,6 +843,26 @@ TEST_CASE("nn trainer: Adam-mini resumes bitwise") {
   for (int i = 0; i < N; ++i) plain.step();
   CHECK_FALSE(same_weights(a.params(), plain.params()));
   const auto ck = check_resume_bitwise(m, stream, o, N, a, "adam-mini-resume.h5");
+  // One value of the saved second moments changed in place (the file stays valid HDF5): the
+  // resume is refused by the state checksum instead of training on.
+  {
+    hid_t f = H5Fopen(ck.string().c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    hid_t ds = H5Dopen2(f, "/train/optim/v/blk.0.attn_q.weight", H5P_DEFAULT);
+    REQUIRE(ds >= 0);
+    std::vector<float> v(H5Sget_simple_extent_npoints(H5Dget_space(ds)));
+    REQUIRE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0);
+    v[0] *= 2.0f;
+    REQUIRE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+  }
+  Trainer r(m, stream, o);
+  CHECK_THROWS_WITH_AS(r.load(ck.string()), doctest::Contains("do not match the checksum"), InputError);
+  TrainOptions foam = o;
+  foam.optimizer = "foam";
+  Trainer other(m, stream, foam);  // another optimizer is named as such, before its own options
+  CHECK_THROWS_WITH_AS(other.load(ck.string()), doctest::Contains("option optimizer is \"foam\" here but \"adam-mini\""), InputError);
   std::filesystem::remove_all(ck.parent_path());
 }
 
