@@ -87,18 +87,23 @@ void foam_adam_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t 
 ICMLKIT_NN_FOAM(float)
 ICMLKIT_NN_FOAM(double)
 
+void foam_check_level(int level, const std::string& name, const std::vector<int>& shape) {
+  if (level < 0 || level > 16) throw UsageError(fmt::format("fold level {} outside [0, 16]", level), "--foam-level");
+  if (foam_folds(name, shape) && (std::size_t(1) << level) > std::size_t(shape[1]))
+    throw UsageError(fmt::format("fold level {} makes blocks of {} entries, wider than {} ({} columns)", level, 1 << level,
+                                 name, shape[1]),
+                     "--foam-level");
+}
+
 Foam::Foam(const ParamStore<float>& store, FoamOptions opt) : opt_(opt) {
-  if (opt.level < 0 || opt.level > 16) throw UsageError(fmt::format("fold level {} outside [0, 16]", opt.level), "--foam-level");
+  foam_check_level(opt.level, "", {});  // the level's range (each folded tensor is checked below)
   if (!(opt.scale >= 0)) throw UsageError("the update scale must be >= 0", "--foam-scale");
   if (!(opt.res_scale >= 0)) throw UsageError("the residual scale must be >= 0", "--foam-res-scale");
   if (!(opt.beta1 >= 0 && opt.beta1 < 1) || !(opt.beta2 >= 0 && opt.beta2 < 1)) throw UsageError("betas must be in [0, 1)");
   if (!(opt.eps >= 0)) throw UsageError("eps must be >= 0");
   for (const auto& p : store.params) {
     const bool fold = foam_folds(p.name, p.shape);
-    if (fold && (std::size_t(1) << opt.level) > std::size_t(p.shape[1]))
-      throw UsageError(fmt::format("fold level {} makes blocks of {} entries, wider than {} ({} columns)", opt.level,
-                                   1 << opt.level, p.name, p.shape[1]),
-                       "--foam-level");
+    foam_check_level(opt.level, p.name, p.shape);
     const std::size_t n = fold ? std::size_t(p.shape[0]) * foam_folded_cols(p.shape[1], opt.level) : p.numel();
     names_.push_back(p.name);
     folded_.push_back(fold);

@@ -35,6 +35,10 @@ struct FoamOptions {
 /// 2-D parameter but embed_tokens and lm_head.
 bool foam_folds(const std::string& name, const std::vector<int>& shape);
 
+/// Throws UsageError (--foam-level) when `level` is outside [0, 16] or, for a tensor FOAM folds,
+/// makes blocks wider than its `shape[1]` columns (naming the tensor).
+void foam_check_level(int level, const std::string& name, const std::vector<int>& shape);
+
 /// Columns of a folded matrix with `cols` columns: ceil(cols / 2^level) (the last block zero-padded).
 std::size_t foam_folded_cols(int cols, int level);
 

@@ -62,6 +62,16 @@ void for_blocks(int nblocks, F&& f) {
   }
 }
 
+/// xp [N, cols] = x with its columns permuted: xp[j] = x[perm_in_inv[j]] (the input side's Pi_in).
+template <class T>
+void gather_columns(const T* x, int N, int cols, const std::vector<int>& perm_in_inv, T* xp) {
+  for (int n = 0; n < N; ++n) {
+    const T* xr = x + std::size_t(n) * cols;
+    T* o = xp + std::size_t(n) * cols;
+    for (int j = 0; j < cols; ++j) o[j] = xr[perm_in_inv[j]];
+  }
+}
+
 std::uint64_t splitmix64(std::uint64_t x) noexcept {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -185,11 +195,7 @@ void PoetLinear<T>::forward(const T* x, int N, const T* W0, T* y, std::vector<T>
   const T *Rout = R.data(), *Rin = R.data() + out_blocks * bb;
   w.a.resize(std::size_t(N) * cols);
   w.b.resize(std::size_t(N) * cols);
-  for (int n = 0; n < N; ++n) {  // xp[j] = x[perm_in_inv[j]]
-    const T* xr = x + std::size_t(n) * cols;
-    T* o = w.a.data() + std::size_t(n) * cols;
-    for (int j = 0; j < cols; ++j) o[j] = xr[perm_in_inv[j]];
-  }
+  gather_columns(x, N, cols, perm_in_inv, w.a.data());
   rotate_columns(w.a.data(), N, cols, Rin, in_blocks, b, false, w.b.data());  // u = xp R_in
   y0.resize(std::size_t(N) * rows);
   mm<T>(false, true, N, rows, cols, w.b.data(), cols, W0, cols, y0.data(), rows, false, threads());  // y0 = u W0^T
@@ -222,11 +228,7 @@ void PoetLinear<T>::backward(const T* dy, const T* x, int N, const T* W0, T* dx,
   rotate_columns(dz, N, rows, Rout, out_blocks, b, true, dy0);                     // dy0 = dz R_out^T
   mm<T>(false, false, N, cols, rows, dy0, rows, W0, cols, du, cols, false, threads());  // du = dy0 W0
   T* xp = w.c.data();  // dz is spent
-  for (int n = 0; n < N; ++n) {
-    const T* xr = x + std::size_t(n) * cols;
-    T* o = xp + std::size_t(n) * cols;
-    for (int j = 0; j < cols; ++j) o[j] = xr[perm_in_inv[j]];
-  }
+  gather_columns(x, N, cols, perm_in_inv, xp);
   accumulate_block_grad(xp, du, N, cols, in_blocks, b, dRin);                      // dR_in += xp^T du
   if (!dx) return;
   T* dxp = w.b.data();

@@ -82,15 +82,8 @@ void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config)
   const std::string& o = opt.optimizer;
   if (o != "adamw" && o != "adam-mini" && o != "galore" && o != "foam" && o != "poet-x")
     throw UsageError("unknown optimizer '" + o + "' (adamw, adam-mini, galore, foam or poet-x)", "--optimizer");
-  if (o == "foam") {
-    if (opt.foam.level < 0 || opt.foam.level > 16)
-      throw UsageError(fmt::format("fold level {} outside [0, 16]", opt.foam.level), "--foam-level");
-    for (const auto& [name, shape] : llama_param_shapes(config))
-      if (foam_folds(name, shape) && (std::size_t(1) << opt.foam.level) > std::size_t(shape[1]))
-        throw UsageError(fmt::format("fold level {} makes blocks of {} entries, wider than {} ({} columns)", opt.foam.level,
-                                     1 << opt.foam.level, name, shape[1]),
-                         "--foam-level");
-  }
+  if (o == "foam")
+    for (const auto& [name, shape] : llama_param_shapes(config)) foam_check_level(opt.foam.level, name, shape);
   if (o == "poet-x") {
     check_poet_shapes(config, opt.poet);
     if (!(opt.poet.lr > 0) || !(opt.poet.scale >= 0)) throw UsageError("POET-X needs poet_lr > 0 and poet_scale >= 0", "--poet-lr");
