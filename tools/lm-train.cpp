@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
   std::string rope = "half", export_path, export_dtype = "bf16", kernels = "fast", exit_curriculum = "rot", exit_weights = "sum_l",
-              foam_moment = "code", poet_cayley = "neumann";
+              foam_moment = "code", poet_cayley = "neumann", sparse_method = "dense", prune_schedule = "cosine";
+  std::vector<std::string> sparse_code_form;
   bool poet_no_normalize = false;
   nn::CorpusOptions copt;
   nn::TrainOptions t;
@@ -220,6 +221,18 @@ int main(int argc, char** argv) {
         app.add_option("--foam-scale", t.foam.scale, "foam: scale of the folded matrices' update (the reference's `scale`)")->capture_default_str()->check(cli::non_negative());
         app.add_option("--foam-res-scale", t.foam.res_scale, "foam: weight of the residual in the moments (res_scale)")->capture_default_str()->check(cli::non_negative());
         app.add_option("--foam-second-moment", foam_moment, "foam: folded second-moment input: code (mean of g^2 per block, the reference's) or paper ((mean g)^2)")->capture_default_str()->check(CLI::IsMember({"code", "paper"}));
+        app.add_option("--sparse", sparse_method, "Sparse training of every attention/MLP matrix (embedding, head and norms dense): dense, static (a random mask kept), set (magnitude prune + random regrow, Mocanu et al. 2018), rigl (regrow by gradient magnitude, Evci et al. 2020) or smet (SET with local steps, momentum warm-up and lr / d, Xiao et al. 2026); AdamW only")->capture_default_str()->check(CLI::IsMember({"dense", "static", "set", "rigl", "smet"}));
+        app.add_option("--density", t.sparse.density, "sparse: fraction d in (0, 1] of each sparse matrix's blocks that is active (exact per matrix; 1 = every matrix dense)")->capture_default_str();
+        app.add_option("--update-every", t.sparse.update_every, "sparse: steps between topology updates (prune + regrow)")->capture_default_str();
+        app.add_option("--prune-rate", t.sparse.prune_rate, "sparse: p0, the fraction of active blocks pruned (and regrown) at the first update")->capture_default_str();
+        app.add_option("--prune-rate-min", t.sparse.prune_rate_min, "sparse: the fraction the schedule decays to at the end of the run")->capture_default_str();
+        app.add_option("--prune-schedule", prune_schedule, "sparse: cosine, linear or constant decay of the prune fraction over the run")->capture_default_str()->check(CLI::IsMember({"cosine", "linear", "constant"}));
+        app.add_option("--sparse-block", t.sparse.block, "sparse: entries per block of the row-major matrix (1 = unstructured)")->capture_default_str();
+        app.add_flag("--sparse-local-steps", t.sparse.local_steps, "sparse: per-entry Adam step counts, a regrown entry restarts at step 0 with m = v = 0 (SMET's local reset; on with smet)");
+        app.add_option("--sparse-warmup", t.sparse.warmup, "sparse: momentum warm-up over W local steps, the update scaled by min(t / W, 1) (SMET; 100 with smet, 0 = off)");
+        app.add_flag("--sparse-density-lr", t.sparse.density_lr, "sparse: learning rate lr / d on each sparse matrix, d its density (SMET; on with smet)");
+        app.add_option("--sparse-code-form", sparse_code_form, "sparse: the reference code's form where it differs from the paper, any of warmup (m scaled in place, compounding, dense tensors too), lr (divided cumulatively by each density in turn), steps (a regrown entry's first update at t = 2)")->delimiter(',')->check(CLI::IsMember({"warmup", "lr", "steps"}));
+        app.add_option("--probe-steps", t.sparse.probe_steps, "sparse: probe-batch losses logged for this many steps after each topology update")->capture_default_str();
         app.add_option("--exit-loss", t.exit.scale, "LayerSkip's early-exit loss: e_scale, the weight of the intermediate exits (the shared final norm and head after blocks) against the final layer (0 = off)")->check(cli::non_negative());
         app.add_option("--exit-every", t.exit.every, "Exits after every R-th block (with --exit-loss)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--exit-curriculum", exit_curriculum, "Which exits train each step: rot (the every-R set shifted by one block per step), gradual (from the last block down, all on at half the run) or all")->capture_default_str()->check(CLI::IsMember({"rot", "gradual", "all"}));
@@ -254,6 +267,25 @@ int main(int argc, char** argv) {
         for (const char* f : {"--poet-block", "--poet-merge-every", "--poet-terms", "--poet-cayley", "--poet-fully-stochastic",
                               "--poet-lr", "--poet-scale", "--poet-no-normalize", "--poet-clip-ramp-until"})
           if (app->count(f) && t.optimizer != "poet-x") throw UsageError(fmt::format("{} needs --optimizer poet-x", f), f);
+        t.sparse.method = nn::parse_sparse_method(sparse_method);
+        for (const char* f : {"--density", "--update-every", "--prune-rate", "--prune-rate-min", "--prune-schedule", "--sparse-block",
+                              "--sparse-local-steps", "--sparse-warmup", "--sparse-density-lr", "--sparse-code-form", "--probe-steps"})
+          if (app->count(f) && !t.sparse.enabled()) throw UsageError(fmt::format("{} needs --sparse static, set, rigl or smet", f), f);
+        for (const char* f : {"--update-every", "--prune-rate", "--prune-rate-min", "--prune-schedule", "--probe-steps"})
+          if (app->count(f) && t.sparse.method == nn::SparseMethod::fixed)
+            throw UsageError(fmt::format("{} needs a topology that changes (--sparse set, rigl or smet); static keeps its mask", f), f);
+        t.sparse.schedule = nn::parse_prune_schedule(prune_schedule);
+        for (const auto& f : sparse_code_form) {
+          if (f == "warmup") t.sparse.code_warmup = true;
+          if (f == "lr") t.sparse.code_lr = true;
+          if (f == "steps") t.sparse.code_steps = true;
+        }
+        if (t.sparse.code_warmup && !app->count("--sparse-warmup") && t.sparse.method != nn::SparseMethod::smet)
+          throw UsageError("--sparse-code-form warmup needs a warm-up (--sparse-warmup W or --sparse smet)", "--sparse-code-form");
+        if (t.sparse.code_lr && !t.sparse.density_lr && t.sparse.method != nn::SparseMethod::smet)
+          throw UsageError("--sparse-code-form lr needs the density-aware learning rate (--sparse-density-lr or --sparse smet)", "--sparse-code-form");
+        nn::resolve_sparse_options(t.sparse, app->count("--sparse-warmup") > 0);
+        if (t.sparse.enabled()) nn::check_sparse_options(t.sparse);
         t.poet.polynomial = poet_cayley == "series" ? nn::CayleyPolynomial::series : nn::CayleyPolynomial::neumann;
         t.poet.normalize = !poet_no_normalize;
         t.foam.paper_second_moment = foam_moment == "paper";
@@ -398,6 +430,23 @@ int main(int argc, char** argv) {
         ctx.prov.extra["optimizer_state_bytes"] = trainer.optimizer_state_bytes();
         ctx.prov.extra["trainable_bytes"] = trainer.trainable_bytes();
         ctx.prov.extra["frozen_bytes"] = trainer.frozen_bytes();
+        // Sparse training: the measured density over the sparse matrices and the bytes that shrink with it.
+        auto sparse_info = [&] {
+          std::int64_t active = 0, total = 0, mask_bytes = 0;
+          for (const auto& [i, mask] : trainer.sparse_masks()) {
+            active += static_cast<std::int64_t>(mask.active_entries());
+            total += static_cast<std::int64_t>(mask.numel);
+            mask_bytes += static_cast<std::int64_t>(mask.blocks.size() * sizeof(std::int32_t));
+          }
+          return nlohmann::json{{"method", nn::sparse_method_name(t.sparse.method)},
+                                {"sparse_matrices", trainer.sparse_masks().size()},
+                                {"active_weights", active},
+                                {"sparse_matrix_weights", total},
+                                {"density", total > 0 ? nlohmann::json(double(active) / double(total)) : nlohmann::json(1.0)},
+                                {"grad_bytes", trainer.grad_bytes()},
+                                {"mask_bytes", mask_bytes}};
+        };
+        if (t.sparse.enabled()) ctx.prov.extra["sparse"] = sparse_info();
         ctx.prov.extra["train_tokens"] = train_tokens;
         ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
         ctx.prov.extra["options"] = t.to_json();
@@ -475,6 +524,20 @@ int main(int argc, char** argv) {
           }
           ++window_steps;
           bar.tick();
+          if (!std::isnan(st.probe_loss))  // sparse training: the fixed probe batch around topology updates
+            emit(nlohmann::json{{"event", "probe"}, {"step", st.step}, {"since_update", st.since_update}, {"probe_loss", st.probe_loss}});
+          if (st.topology) {
+            nlohmann::json layers = nlohmann::json::array();
+            for (const auto& L : st.topology->layers)
+              layers.push_back({{"name", L.name}, {"pruned", L.pruned}, {"regrown", L.regrown}, {"density", L.density}});
+            emit(nlohmann::json{{"event", "topology"},
+                                {"step", st.step},
+                                {"prune_fraction", st.topology->prune_fraction},
+                                {"probe_before", st.topology->probe_before},
+                                {"probe_after", st.topology->probe_after},
+                                {"pruning_jump", st.topology->probe_after - st.topology->probe_before},
+                                {"layers", layers}});
+          }
           const bool do_eval = (eval_every > 0 && st.step % eval_every == 0) || st.step == t.steps;
           const bool do_log = st.step % log_every == 0 || do_eval || st.step == end;
           if (do_log) {
@@ -540,6 +603,7 @@ int main(int argc, char** argv) {
                                {"output", output},
                                {"finished", trainer.steps_done() >= t.steps}};
         if (last_val.is_number()) summary["val_perplexity"] = std::exp(last_val.get<double>());
+        if (t.sparse.enabled()) summary["sparse"] = sparse_info();
         emit(nlohmann::json{{"summary", summary}});
         log::info("step {}: {}, {} -> {}", trainer.steps_done(),
                   st.step > 0 ? fmt::format("train loss {:.4f}", st.loss) : std::string("no steps trained in this call"),

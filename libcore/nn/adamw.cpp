@@ -58,50 +58,96 @@ AdamW::AdamW(const ParamStore<float>& store, AdamWOptions opt) : opt_(opt) {
   for (const auto& p : store.params) dense_size_.push_back(p.numel());
   idx_.resize(store.params.size());
   tloc_.resize(store.params.size());
+  lr_scale_.assign(store.params.size(), 1.0);
+}
+
+void AdamW::set_lr_scale(int param, double scale) {
+  if (param < 0 || std::size_t(param) >= names_.size() || !(scale > 0) || !std::isfinite(scale))
+    throw UsageError(fmt::format("learning-rate scale {} of tensor {}: must be a positive number", scale, param));
+  lr_scale_[std::size_t(param)] = scale;
 }
 
 void AdamW::step(ParamStore<float>& store, double lr) {
   ++t_;
+  if (inv_bc1_.size() <= std::size_t(t_) && (per_entry_steps_ || std::any_of(sparse_.begin(), sparse_.end(), [](char c) { return c; }))) {
+    // the bias corrections of every step count so far (the sparse entries' own counts look them up)
+    for (std::int64_t t = std::int64_t(inv_bc1_.size()); t <= t_; ++t) {
+      inv_bc1_.push_back(t == 0 ? 0.0f : static_cast<float>(1.0 / (1.0 - std::pow(opt_.beta1, double(t)))));
+      sqrt_bc2_.push_back(static_cast<float>(std::sqrt(1.0 - std::pow(opt_.beta2, double(t)))));
+    }
+  }
   for (std::size_t i = 0; i < store.params.size(); ++i) {
     auto& p = store.params[i];
+    if (p.frozen) continue;
+    const double lr_i = lr * lr_scale_[i];
     if (sparse_[i])
-      sparse_step(p, i, lr);
+      sparse_step(p, i, lr_i);
+    else if (warmup_ > 1 && warmup_code_ && t_ < warmup_)
+      dense_warmup_step(p, i, lr_i);
     else
-      adamw_update(p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(), p.numel(), t_, lr, opt_, p.decay);
+      adamw_update(p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(), p.numel(), t_, lr_i, opt_, p.decay);
+  }
+}
+
+void AdamW::dense_warmup_step(Param<float>& p, std::size_t i, double lr) {
+  // Adam_block's update of a dense tensor while t < decay_steps: m is scaled by t / W after the
+  // moment update and stored so (the warm-up the reference applies to every parameter)
+  const double bc1 = 1.0 - std::pow(opt_.beta1, double(t_)), bc2 = 1.0 - std::pow(opt_.beta2, double(t_));
+  const float b1 = static_cast<float>(opt_.beta1), b2 = static_cast<float>(opt_.beta2), eps = static_cast<float>(opt_.eps);
+  const float step_size = static_cast<float>(lr / bc1), sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  const float keep = p.decay ? static_cast<float>(1.0 - lr * opt_.weight_decay) : 1.0f;
+  const float f = static_cast<float>(double(t_) / double(warmup_));
+  float *w = p.value.data(), *m = m_[i].data(), *v = v_[i].data();
+  const float* g = p.grad.data();
+  const std::int64_t n = static_cast<std::int64_t>(p.numel());
+#pragma omp parallel for schedule(static) num_threads(threads()) if (n >= (1 << 18))
+  for (std::int64_t j = 0; j < n; ++j) {
+    m[j] = (b1 * m[j] + (1.0f - b1) * g[j]) * f;
+    v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
+    w[j] = w[j] * keep - step_size * m[j] / (std::sqrt(v[j]) / sqrt_bc2 + eps);
   }
 }
 
 void AdamW::sparse_step(Param<float>& p, std::size_t i, double lr) {
-  // adamw_update's arithmetic per active entry, its step coefficients from the entry's own count
-  // (or the optimizer's), looked up in a table of the counts so far
+  // adamw_update's arithmetic per active entry, its bias corrections from the entry's own count
+  // (or the optimizer's), looked up in the tables of the counts so far
   const std::vector<std::int32_t>& idx = idx_[i];
   std::vector<std::int32_t>& tl = tloc_[i];
+  if (p.grad.size() != idx.size())
+    throw UsageError(fmt::format("sparse state of {}: {} gradient entries for {} active entries", names_[i], p.grad.size(), idx.size()));
   const float b1 = static_cast<float>(opt_.beta1), b2 = static_cast<float>(opt_.beta2), eps = static_cast<float>(opt_.eps);
   const float c1 = 1.0f - b1, c2 = 1.0f - b2;
   const float keep = p.decay ? static_cast<float>(1.0 - lr * opt_.weight_decay) : 1.0f;
-  std::vector<float> step_size(std::size_t(t_) + 1), sqrt_bc2(std::size_t(t_) + 1);
-  for (std::int64_t t = 1; t <= t_; ++t) {
-    step_size[t] = static_cast<float>(lr / (1.0 - std::pow(opt_.beta1, double(t))));
-    sqrt_bc2[t] = static_cast<float>(std::sqrt(1.0 - std::pow(opt_.beta2, double(t))));
-  }
+  const float lrf = static_cast<float>(lr);
+  const int W = warmup_;
+  const bool code = warmup_code_;
+  const float* inv_bc1 = inv_bc1_.data();
+  const float* sqrt_bc2 = sqrt_bc2_.data();
   float *w = p.value.data(), *m = m_[i].data(), *v = v_[i].data();
   const float* g = p.grad.data();
-  const std::int64_t n = static_cast<std::int64_t>(idx.size());
+  const std::int64_t n = static_cast<std::int64_t>(idx.size()), T = t_;
+  const bool local = per_entry_steps_;
 #pragma omp parallel for schedule(static) num_threads(threads()) if (n >= (1 << 18))
   for (std::int64_t k = 0; k < n; ++k) {
     const std::int32_t t = ++tl[k];
-    const std::int64_t at = per_entry_steps_ ? std::min<std::int64_t>(t, t_) : t_;
+    const std::int64_t at = local ? std::min<std::int64_t>(t, T) : T;
     const std::size_t j = std::size_t(idx[k]);
-    const float gj = g[j];
-    const float mj = b1 * m[k] + c1 * gj;
+    const float gj = g[k];
+    float mj = b1 * m[k] + c1 * gj;
     const float vj = b2 * v[k] + c2 * gj * gj;
+    float f = 1.0f;  // the momentum warm-up factor min(t / W, 1)
+    if (W > 1 && at < W) f = static_cast<float>(double(at) / double(W));
+    if (code) {
+      mj *= f;
+      f = 1.0f;
+    }
     m[k] = mj;
     v[k] = vj;
-    w[j] = w[j] * keep - step_size[at] * mj / (std::sqrt(vj) / sqrt_bc2[at] + eps);
+    w[j] = w[j] * keep - (lrf * inv_bc1[at]) * f * mj / (std::sqrt(vj) / sqrt_bc2[at] + eps);
   }
 }
 
-void AdamW::set_active(int param, const std::vector<std::int32_t>& active) {
+void AdamW::set_active(int param, const std::vector<std::int32_t>& active, std::int32_t new_step) {
   const std::size_t i = std::size_t(param);
   if (param < 0 || i >= names_.size()) throw UsageError(fmt::format("sparse state: no tensor {}", param));
   for (std::size_t k = 0; k < active.size(); ++k)
@@ -110,7 +156,7 @@ void AdamW::set_active(int param, const std::vector<std::int32_t>& active) {
   if (!active.empty() && std::size_t(active.back()) >= dense_size_[i])
     throw UsageError(fmt::format("sparse state of {}: index {} outside its {} entries", names_[i], active.back(), dense_size_[i]));
   std::vector<float> m(active.size(), 0.0f), v(active.size(), 0.0f);
-  std::vector<std::int32_t> t(active.size(), 0);
+  std::vector<std::int32_t> t(active.size(), new_step);
   if (sparse_[i]) {  // keep the state of entries active before (both lists sorted)
     const auto& old = idx_[i];
     for (std::size_t a = 0, b = 0; a < active.size(); ++a) {
@@ -150,7 +196,7 @@ void AdamW::set_dense(int param) {
   sparse_[i] = 0;
 }
 
-void AdamW::reset_entries(int param, const std::vector<std::int32_t>& entries) {
+void AdamW::reset_entries(int param, const std::vector<std::int32_t>& entries, std::int32_t step) {
   const std::size_t i = std::size_t(param);
   if (i >= names_.size() || !sparse_[i]) throw UsageError("reset_entries needs a tensor with sparse state (set_active)");
   const auto& idx = idx_[i];
@@ -159,7 +205,7 @@ void AdamW::reset_entries(int param, const std::vector<std::int32_t>& entries) {
     if (it == idx.end() || *it != e) throw UsageError(fmt::format("sparse state of {}: entry {} is not active", names_[i], e));
     const std::size_t k = std::size_t(it - idx.begin());
     m_[i][k] = v_[i][k] = 0.0f;
-    tloc_[i][k] = 0;
+    tloc_[i][k] = step;
   }
 }
 

@@ -74,10 +74,13 @@ void adamw_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t t, d
 ///
 /// Sparse-training hooks (what SMET and the dynamic-sparse baselines need, issue 30): a tensor can
 /// hold state for its active entries only (set_active: m, v and a step count per active entry,
-/// flat indices kept sorted), a subset of entries can be reset to m = v = 0 and step 0
-/// (reset_entries), and each entry's bias correction can follow its own step count instead of the
-/// optimizer's (per_entry_steps: SMET's local steps; off = one global Adam step count, as SET).
-/// step() then updates only the active entries of such a tensor and leaves the rest as they are.
+/// flat indices kept sorted); its gradient then holds those entries only, aligned (grad[k] is the
+/// gradient of entry active[k]), and step() updates only them, leaving the rest as they are.  A
+/// subset of entries can be reset to m = v = 0 (reset_entries); each entry's bias correction can
+/// follow its own step count instead of the optimizer's (per_entry_steps: SMET's local steps; off =
+/// one global Adam step count, as SET); a tensor can take a multiple of the learning rate
+/// (set_lr_scale: SMET's lr0 / d); and the first moment can be warmed up over W steps
+/// (set_momentum_warmup, SMET's op_decay_steps).
 /// The checkpoint state of a sparse tensor is "idx/", "t/" (int32) and "m/", "v/" (active-sized);
 /// to load it, a caller first sets the same active lists (the masks it saves itself).
 class AdamW final : public CountedOptimizer {
@@ -90,28 +93,48 @@ class AdamW final : public CountedOptimizer {
 
   /// Holds tensor `param`'s state for the entries `active` only (strictly increasing flat indices
   /// in [0, numel)): an entry active before keeps its m, v and step count, a new one starts at
-  /// m = v = 0 and step 0, the others' state is dropped.  Throws UsageError for a bad list.
-  void set_active(int param, const std::vector<std::int32_t>& active);
+  /// m = v = 0 and step `new_step` (0: its first update uses t = 1), the others' state is dropped.
+  /// Throws UsageError for a bad list.
+  void set_active(int param, const std::vector<std::int32_t>& active, std::int32_t new_step = 0);
   /// Back to dense state for `param` (every entry's m and v kept where active, else 0).
   void set_dense(int param);
-  /// Zeroes m, v and the step count of `entries` (flat indices, each active; UsageError otherwise).
-  void reset_entries(int param, const std::vector<std::int32_t>& entries);
+  /// Zeroes m, v and sets the step count of `entries` (flat indices, each active; UsageError
+  /// otherwise) to `step`.
+  void reset_entries(int param, const std::vector<std::int32_t>& entries, std::int32_t step = 0);
   /// Whether sparse entries take the bias correction of their own step count (default false: the
   /// optimizer's step count, as dense entries always do).
   void set_per_entry_steps(bool on) noexcept { per_entry_steps_ = on; }
+  /// Multiplies tensor `param`'s learning rate by `scale` (> 0; default 1).
+  void set_lr_scale(int param, double scale);
+  /// SMET's momentum warm-up over `W` steps (0 = off), t the step of an entry's bias correction
+  /// (its own with per_entry_steps): the paper's form (code_form false) scales each sparse entry's
+  /// update by min(t / W, 1) without touching the stored m; the reference's (Adam_block with
+  /// decay_steps = W) multiplies the stored m by min(t / W, 1) after the moment update, so the
+  /// factor compounds over the first W steps, and does so on dense tensors too (t the global step).
+  void set_momentum_warmup(int W, bool code_form) noexcept {
+    warmup_ = W;
+    warmup_code_ = code_form;
+  }
   /// The active entries of `param` (empty: dense) and their step counts (aligned).
   const std::vector<std::int32_t>& active(int param) const { return idx_[param]; }
   const std::vector<std::int32_t>& entry_steps(int param) const { return tloc_[param]; }
+  /// Whether `param` holds sparse state.
+  bool is_sparse(int param) const { return sparse_[param] != 0; }
 
  private:
   void sparse_step(Param<float>& p, std::size_t i, double lr);
+  void dense_warmup_step(Param<float>& p, std::size_t i, double lr);
   AdamWOptions opt_;
   std::vector<std::string> names_;
   std::vector<std::vector<float>> m_, v_;
   std::vector<char> sparse_;
   std::vector<std::vector<std::int32_t>> idx_, tloc_;
   std::vector<std::size_t> dense_size_;  // numel of each tensor made sparse
+  std::vector<double> lr_scale_;
+  std::vector<float> inv_bc1_, sqrt_bc2_;  // 1 / (1 - b1^t) and sqrt(1 - b2^t) for t = 0 .. t_
   bool per_entry_steps_ = false;
+  int warmup_ = 0;
+  bool warmup_code_ = false;
 };
 
 /// AdamW over parameter views (double) whose storage lives elsewhere (Eigen matrices of the

@@ -92,15 +92,15 @@ void params_to_model(LlamaParams<T>& P, lm::Model& model) {
   });
 }
 
-namespace {
-/// The store indices of POET-X's matrices (every attention and MLP matrix), layer by layer.
-std::vector<int> poet_targets(int n_layers) {
+std::vector<int> attention_mlp_matrices(int n_layers) {
   std::vector<int> t;
   constexpr int per = LlamaParams<float>::kPerLayer;
   for (int l = 0; l < n_layers; ++l)
     for (int k : {1, 2, 3, 4, 6, 7, 8}) t.push_back(1 + l * per + k);  // wq wk wv wo w_gate w_up w_down
   return t;
 }
+
+namespace {
 
 /// enable_poet's checks on the matrices (name, [rows, cols]).
 void check_poet_matrices(const std::vector<std::pair<std::string, std::vector<int>>>& mats, const PoetOptions& opt) {
@@ -129,7 +129,7 @@ void check_poet_matrices(const std::vector<std::pair<std::string, std::vector<in
 void check_poet_shapes(const lm::ModelConfig& config, const PoetOptions& opt) {
   const auto shapes = llama_param_shapes(config);
   std::vector<std::pair<std::string, std::vector<int>>> mats;
-  for (int i : poet_targets(config.n_layers)) mats.push_back(shapes[i]);
+  for (int i : attention_mlp_matrices(config.n_layers)) mats.push_back(shapes[i]);
   check_poet_matrices(mats, opt);
 }
 
@@ -137,7 +137,7 @@ template <class T>
 void enable_poet(LlamaParams<T>& P, const PoetOptions& opt, std::uint64_t seed) {
   if (!P.poet.empty()) throw UsageError("POET-X is already enabled on this model");
   const int b = opt.block;
-  const std::vector<int> targets = poet_targets(P.config.n_layers);
+  const std::vector<int> targets = attention_mlp_matrices(P.config.n_layers);
   std::vector<std::pair<std::string, std::vector<int>>> mats;
   for (int i : targets) mats.emplace_back(P.store.params[i].name, P.store.params[i].shape);
   check_poet_matrices(mats, opt);
@@ -228,8 +228,19 @@ void mat_backward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor
   Param<T>& W = P.layer(l, t);
   if (PoetLinear<T>* pl = P.poet_matrix(l, t))
     pl->backward(dy, x, N, W.value.data(), dx, accumulate_dx, A.poet_y0[t], C.poet);
-  else
+  else if (const std::size_t i = std::size_t(1 + l * LlamaParams<T>::kPerLayer + t); i < P.sparse.size() && !P.sparse[i].empty()) {
+    // a sparse matrix: its dense gradient in a transient buffer, the active entries gathered
+    std::vector<T>& dw = C.dw;
+    dw.assign(std::size_t(O) * K, T(0));
+    linear_backward(dy, x, N, K, W.value.data(), O, dx, dw.data(), accumulate_dx);
+    const std::vector<std::int32_t>& idx = P.sparse[i];
+    T* g = W.grad.data();
+    for (std::size_t k = 0; k < idx.size(); ++k) g[k] += dw[std::size_t(idx[k])];
+    if (i < P.dense_grad.size() && !P.dense_grad[i].empty())
+      for (std::size_t j = 0; j < dw.size(); ++j) P.dense_grad[i][j] += dw[j];
+  } else {
     linear_backward(dy, x, N, K, W.value.data(), O, dx, W.grad.data(), accumulate_dx);
+  }
 }
 
 /// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include "lm/model.hpp"
@@ -41,6 +42,14 @@ struct LlamaParams {
   std::vector<PoetLinear<T>> poet;
   std::vector<int> poet_of;  ///< per store tensor: its index in `poet`, or -1
   /// The POET-X matrix of layer l's tensor t, or null.
+  /// Sparse training (issue 30; empty unless the trainer made matrices sparse): per store tensor
+  /// its active flat entries (increasing; empty = dense).  A sparse tensor's gradient holds these
+  /// entries only (grad[k] is the gradient of entry sparse[i][k]): the backward computes the
+  /// matrix's dense gradient into a transient buffer and gathers them.
+  std::vector<std::vector<std::int32_t>> sparse;
+  /// When non-empty: per store tensor, a dense [numel] buffer the backward also adds a sparse
+  /// tensor's full gradient to (RigL's regrowth score at topology updates; empty entries skipped).
+  std::vector<std::vector<T>> dense_grad;
   PoetLinear<T>* poet_matrix(int l, LayerTensor t) {
     const std::size_t i = std::size_t(1 + l * kPerLayer + t);
     return i < poet_of.size() && poet_of[i] >= 0 ? &poet[poet_of[i]] : nullptr;
@@ -63,6 +72,10 @@ void enable_poet(LlamaParams<T>& params, const PoetOptions& opt, std::uint64_t s
 /// merges, matrix), with Q = 0; the model's function is unchanged (up to rounding).
 template <class T>
 void poet_merge(LlamaParams<T>& params, std::uint64_t seed, std::int64_t merges);
+
+/// The store indices of every attention and MLP matrix (wq wk wv wo w_gate w_up w_down), layer by
+/// layer: POET-X's and sparse training's matrices.
+std::vector<int> attention_mlp_matrices(int n_layers);
 
 /// The store's tensors for `config` as (name, shape), in LlamaParams order.
 std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const lm::ModelConfig& config);
@@ -95,6 +108,7 @@ struct TrainCache {
   std::vector<T> x, tmp, dlogits, dx, dxn, dh, dg, du, datt, dqv, dk, dv;  // work buffers
   std::vector<int> tokens, pos;
   PoetWork<T> poet;  ///< POET-X scratch
+  std::vector<T> dw;  ///< a sparse matrix's dense gradient before the gather
 };
 
 /// Model FLOP of one training token (forward + backward = 3 x forward) at sequence length S,

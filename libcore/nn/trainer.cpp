@@ -38,6 +38,7 @@ nlohmann::json TrainOptions::to_json() const {
   // Only a run with the early-exit loss records its settings, so runs saved before the option
   // existed resume as before.
   if (exit.enabled()) j.update(exit.to_json());
+  if (sparse.enabled()) j["sparse"] = sparse.to_json();  // dense runs' options stay as before
   return j;
 }
 
@@ -84,6 +85,14 @@ void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config)
     throw UsageError("unknown optimizer '" + o + "' (adamw, adam-mini, galore, foam or poet-x)", "--optimizer");
   if (o == "foam")
     for (const auto& [name, shape] : llama_param_shapes(config)) foam_check_level(opt.foam.level, name, shape);
+  if (opt.sparse.enabled()) {
+    if (o != "adamw")
+      throw UsageError(fmt::format("--sparse {} trains with AdamW (SMET's Adam_block is Adam with sparse state); --optimizer {} has "
+                                   "no sparse state",
+                                   sparse_method_name(opt.sparse.method), o),
+                       "--sparse");
+    check_sparse_options(opt.sparse);
+  }
   if (o == "poet-x") {
     check_poet_shapes(config, opt.poet);
     if (!(opt.poet.lr > 0) || !(opt.poet.scale >= 0)) throw UsageError("POET-X needs poet_lr > 0 and poet_scale >= 0", "--poet-lr");
@@ -164,12 +173,111 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
   } else {
     throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw, adam-mini, galore, foam or poet-x)", "--optimizer");
   }
+  if (opt_.sparse.enabled()) init_sparse();
+}
+
+void Trainer::init_sparse() {
+  const SparseOptions& so = opt_.sparse;
+  auto& adam = static_cast<AdamW&>(*optimizer_);
+  params_.sparse.assign(params_.store.params.size(), {});
+  const std::vector<int> targets = attention_mlp_matrices(params_.config.n_layers);
+  for (std::size_t k = 0; k < targets.size(); ++k) {
+    Param<float>& W = params_.store.params[std::size_t(targets[k])];
+    Rng rng(sparse_seed(opt_.seed, 0, static_cast<int>(k)));
+    SparseMask mask = random_mask(W.numel(), so.block, so.density, rng);
+    if (mask.blocks.size() == mask.num_blocks()) continue;  // full (density 1): the matrix stays dense
+    std::vector<float> kept(W.numel(), 0.0f);
+    for (std::int32_t j : mask.entries()) kept[std::size_t(j)] = W.value[std::size_t(j)];
+    W.value = std::move(kept);
+    masks_.emplace_back(targets[k], std::move(mask));
+    install_mask(masks_.size() - 1, 0);
+  }
+  adam.set_per_entry_steps(so.local_steps);
+  adam.set_momentum_warmup(so.warmup, so.code_warmup);
+  if (so.density_lr) {  // lr0 / d per sparse matrix (the code's form: divided cumulatively in store order)
+    double running = 1.0;
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < params_.store.params.size(); ++i) {
+      const bool sparse_i = k < masks_.size() && std::size_t(masks_[k].first) == i;
+      const double d = sparse_i ? masks_[k++].second.density() : 1.0;
+      if (so.code_lr) {
+        running /= d;
+        adam.set_lr_scale(static_cast<int>(i), running);
+      } else if (sparse_i) {
+        adam.set_lr_scale(static_cast<int>(i), 1.0 / d);
+      }
+    }
+  }
+  // the fixed probe batch: the stream's first windows
+  probe_batch_ = static_cast<int>(std::min<std::int64_t>(std::min(opt_.batch, 8), windows_.count()));
+  for (int b = 0; b < probe_batch_; ++b) windows_.get(b, probe_in_, probe_tg_);
+}
+
+void Trainer::install_mask(std::size_t k, std::int32_t new_step) {
+  const int i = masks_[k].first;
+  std::vector<std::int32_t> e = masks_[k].second.entries();
+  params_.store.params[std::size_t(i)].grad.assign(e.size(), 0.0f);
+  static_cast<AdamW&>(*optimizer_).set_active(i, e, new_step);
+  params_.sparse[std::size_t(i)] = std::move(e);
+}
+
+double Trainer::probe_loss() {
+  if (probe_batch_ == 0) return std::numeric_limits<double>::quiet_NaN();
+  const double sum = llama_loss(params_, probe_in_, probe_tg_, probe_batch_, opt_.seq_len, 0.0, probe_cache_);
+  return sum / double(std::int64_t(probe_batch_) * opt_.seq_len);
+}
+
+std::int64_t Trainer::grad_bytes() const noexcept {
+  std::int64_t n = 0;
+  for (const auto& p : params_.store.params) n += std::int64_t(p.grad.size() * sizeof(float));
+  return n;
+}
+
+TopologyEvent Trainer::update_topology(std::int64_t step) {
+  const SparseOptions& so = opt_.sparse;
+  TopologyEvent ev;
+  ev.prune_fraction = prune_fraction(so, step, opt_.steps);
+  ev.probe_before = probe_loss();
+  const std::int64_t update = step / so.update_every;
+  for (std::size_t k = 0; k < masks_.size(); ++k) {
+    auto& [i, mask] = masks_[k];
+    Param<float>& W = params_.store.params[std::size_t(i)];
+    const std::size_t n = prune_count(mask, ev.prune_fraction);
+    const std::vector<std::int32_t> pruned = magnitude_prune(mask, W.value.data(), n);
+    std::vector<std::int32_t> grown;
+    if (so.method == SparseMethod::rigl) {
+      grown = gradient_regrow(mask, pruned, params_.dense_grad[std::size_t(i)].data(), n);
+    } else {
+      Rng rng(sparse_seed(opt_.seed, update, static_cast<int>(k)));
+      grown = score_regrow(mask, uniform_scores(mask.num_blocks(), rng), n);
+    }
+    auto zero = [&](const std::vector<std::int32_t>& blocks) {
+      for (std::int32_t b : blocks)
+        for (std::size_t j = std::size_t(b) * std::size_t(mask.block); j < std::min(W.numel(), std::size_t(b + 1) * std::size_t(mask.block)); ++j)
+          W.value[j] = 0.0f;
+    };
+    zero(pruned);
+    zero(grown);  // regrown at w = 0 (RigL may regrow a block it just pruned)
+    apply_topology(mask, pruned, grown);
+    install_mask(k, so.code_steps ? 1 : 0);
+    ev.layers.push_back({W.name, pruned.size(), grown.size(), mask.density()});
+  }
+  params_.dense_grad.clear();
+  ev.probe_after = probe_loss();
+  return ev;
 }
 
 StepStats Trainer::step() {
   const int B = opt_.batch, S = opt_.seq_len;
   const std::int64_t step_tokens = std::int64_t(B) * S * opt_.accum;
   params_.store.zero_grad();
+  const SparseOptions& so = opt_.sparse;
+  const std::int64_t next = optimizer_->steps() + 1;  // the step this call takes
+  const bool topology_step = !masks_.empty() && so.dynamic() && next % so.update_every == 0 && next < opt_.steps;
+  if (topology_step && so.method == SparseMethod::rigl) {  // RigL: this step's dense gradient scores the regrowth
+    params_.dense_grad.assign(params_.store.params.size(), {});
+    for (const auto& [i, mask] : masks_) params_.dense_grad[std::size_t(i)].assign(mask.numel, 0.0f);
+  }
   std::vector<int> in, tg;
   double loss = 0;
   ExitPlan plan = exit_loss_plan(opt_.exit, base_.config.n_layers, optimizer_->steps(), opt_.steps);
@@ -204,6 +312,17 @@ StepStats Trainer::step() {
   tokens_ += step_tokens;
   st.step = optimizer_->steps();
   st.tokens = tokens_;
+  if (!masks_.empty() && so.dynamic()) {
+    const std::int64_t U = so.update_every, since = st.step % U;
+    if ((st.step + 1) % U == 0 && st.step + 1 < opt_.steps) {
+      st.since_update = -1;
+      st.probe_loss = probe_loss();
+    } else if (st.step > U && since >= 1 && since <= so.probe_steps) {
+      st.since_update = static_cast<int>(since);
+      st.probe_loss = probe_loss();
+    }
+    if (topology_step) st.topology = update_topology(st.step);
+  }
   return st;
 }
 
@@ -224,6 +343,7 @@ std::string Trainer::state_digest(LlamaParams<float>& written) {
   }
   for (const auto& pl : params_.poet)
     for (int i : {pl.weight, pl.q}) h.update(params_.store.params[i].value.data(), params_.store.params[i].value.size() * sizeof(float));
+  for (const auto& [i, mask] : masks_) h.update(mask.blocks.data(), mask.blocks.size() * sizeof(std::int32_t));
   return h.hex();
 }
 
@@ -265,6 +385,8 @@ void Trainer::save(const std::string& path, const io::Provenance& prov, const nl
         if (sb.ints) h5::write_ints(g, "optim/" + sb.name, *sb.ints);
         else h5::write_floats(g, "optim/" + sb.name, sb.data->data(), {sb.data->size()}, h5::FloatStorage::f32);
       }
+      for (const auto& [i, mask] : masks_)  // sparse training: each matrix's active blocks
+        h5::write_ints(g, "sparse/" + params_.store.params[std::size_t(i)].name, mask.blocks);
       for (const auto& pl : params_.poet)  // POET-X: W0 and Q (the model holds the effective weights)
         for (int i : {pl.weight, pl.q}) {
           const auto& p = params_.store.params[i];
@@ -317,6 +439,12 @@ nlohmann::json Trainer::load(const std::string& path) {
                                                          "with --init from the checkpoint)"
                                                        : ""),
                        path);
+  if (saved.contains("sparse") && !now.contains("sparse")) {  // a sparse run cannot resume dense
+    const nlohmann::json& sp = saved["sparse"];
+    throw InputError(fmt::format("resume: the checkpoint was trained sparse (--sparse {} --density {}); pass the same sparse options",
+                                 sp.value("method", std::string("?")), sp.value("density", 0.0)),
+                     path);
+  }
   if (saved.contains("exit_loss") && !now.contains("exit_loss")) {  // the early-exit loss cannot be dropped on resume
     std::string was;
     for (const auto& [key, flag] : {std::pair{"exit_loss", "--exit-loss"}, {"exit_every", "--exit-every"},
@@ -332,6 +460,17 @@ nlohmann::json Trainer::load(const std::string& path) {
       !h5::read_attr_int(g, "data_epoch", ep, label) || !h5::read_attr_int(g, "data_pos", pos, label))
     throw InputError("incomplete training state", label);
   if (step < 0 || tokens < 0 || ep < 0 || pos < 0) throw InputError("negative step, token count or data position", label);
+  for (std::size_t k = 0; k < masks_.size(); ++k) {  // the masks first: they size the optimizer's sparse state
+    SparseMask& mask = masks_[k].second;
+    const std::string name = params_.store.params[std::size_t(masks_[k].first)].name, where = label + "/sparse/" + name;
+    std::vector<std::int32_t> blocks = h5::read_ints(g, "sparse/" + name, where);
+    if (blocks.size() != mask.blocks.size()) throw InputError("sparse mask has the wrong size", where);
+    for (std::size_t j = 0; j < blocks.size(); ++j)
+      if (blocks[j] < 0 || std::size_t(blocks[j]) >= mask.num_blocks() || (j > 0 && blocks[j] <= blocks[j - 1]))
+        throw InputError("sparse mask: block indices must be increasing and inside the matrix", where);
+    mask.blocks = std::move(blocks);
+    install_mask(k, 0);
+  }
   for (const auto& sb : optimizer_->state()) {
     const std::string where = label + "/optim/" + sb.name;
     if (sb.ints) {

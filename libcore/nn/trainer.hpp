@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "nn/galore.hpp"
 #include "nn/llama_train.hpp"
 #include "nn/schedule.hpp"
+#include "nn/sparse.hpp"
 
 namespace icmlkit::nn {
 
@@ -42,15 +45,35 @@ struct TrainOptions {
   /// POET-X's block size, merge interval, Cayley polynomial, Q learning rate and scale; its Adam's
   /// betas, eps and weight decay are `adam`'s, its permutations are drawn from `seed`.
   PoetOptions poet;
+  /// Sparse training of the attention and MLP matrices (SMET and its baselines, issue 30; AdamW
+  /// only).  Resolve --sparse smet's implications (resolve_sparse_options) before use.
+  SparseOptions sparse;
   /// As JSON (the checkpoint's /train attribute `options`).
   nlohmann::json to_json() const;
 };
 
 /// Refuses, before any work, what a run with `opt` cannot do on a model of `config`: an unknown
-/// optimizer, a FOAM fold wider than a folded matrix, POET-X blocks that do not fit its matrices
+/// optimizer, sparse training with another optimizer than AdamW or with bad sparse settings
+/// (check_sparse_options), a FOAM fold wider than a folded matrix, POET-X blocks that do not fit its matrices
 /// (naming the matrix and the sizes that would), a POET-X learning rate <= 0.  Throws UsageError
 /// (the flag named) with the reason.  The Trainer constructor runs it first.
 void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config);
+
+/// One sparse matrix's part of a topology update.
+struct LayerTopology {
+  std::string name;          ///< the tensor, e.g. "blk.0.attn_q.weight"
+  std::size_t pruned = 0;    ///< blocks pruned (= regrown: the density stays exact)
+  std::size_t regrown = 0;
+  double density = 0;        ///< active entries / entries after the update
+};
+
+/// A topology update (after the optimizer step of a multiple of update_every): the prune fraction
+/// used and the probe batch's loss right before and right after prune + regrow (the pruning jump).
+struct TopologyEvent {
+  double prune_fraction = 0;
+  double probe_before = 0, probe_after = 0;  ///< mean cross-entropy (nats) of the fixed probe batch
+  std::vector<LayerTopology> layers;
+};
 
 /// What one optimizer step did.
 struct StepStats {
@@ -64,6 +87,12 @@ struct StepStats {
   /// objective == loss and no exits.
   double objective = 0;
   std::vector<std::pair<int, double>> exit_losses;
+  /// Sparse training: the probe batch's loss after this step when the step lies in a probe window
+  /// (NaN otherwise), and where: since_update = -1 for the step before a topology update, k in
+  /// 1 .. probe_steps for the k-th step after one (0 outside the windows).
+  double probe_loss = std::numeric_limits<double>::quiet_NaN();
+  int since_update = 0;
+  std::optional<TopologyEvent> topology;  ///< the topology update at the end of this step, if any
 };
 
 /// Mean loss of a token stream.
@@ -115,6 +144,13 @@ class Trainer {
     return (params_.store.numel() - params_.store.trainable_numel()) * std::int64_t(sizeof(float));
   }
   std::int64_t tokens_seen() const noexcept { return tokens_; }
+  /// Sparse training: the masks of the sparse matrices (store index, mask), in store order (empty
+  /// when dense or at density 1, where every matrix stays dense).
+  const std::vector<std::pair<int, SparseMask>>& sparse_masks() const noexcept { return masks_; }
+  /// Bytes of the gradient buffers (a sparse matrix's: its active entries only).
+  std::int64_t grad_bytes() const noexcept;
+  /// The fixed probe batch's mean loss now (the first min(batch, 8) windows of the training stream).
+  double probe_loss();
   LlamaParams<float>& params() noexcept { return params_; }
   const TrainOptions& options() const noexcept { return opt_; }
   /// Full windows in the training stream.
@@ -143,6 +179,17 @@ class Trainer {
   /// SHA-256 over the weights as the checkpoint holds them (`written`), the optimizer's state and
   /// POET-X's W0 and Q: the /train attribute state_sha256 that load() checks.
   std::string state_digest(LlamaParams<float>& written);
+  /// Sparse training: draws the initial masks and zeroes the inactive weights (constructor).
+  void init_sparse();
+  /// Installs matrix `k`'s mask: the gradient sized to its active entries, the optimizer's sparse
+  /// state (new entries at step `new_step`).
+  void install_mask(std::size_t k, std::int32_t new_step);
+  /// Prune + regrow every sparse matrix (after the optimizer step of `step`).
+  TopologyEvent update_topology(std::int64_t step);
+  std::vector<std::pair<int, SparseMask>> masks_;
+  std::vector<int> probe_in_, probe_tg_;
+  int probe_batch_ = 0;
+  TrainCache<float> probe_cache_;
   lm::Model base_;  // config, norms and tokenizer of the initial model; its matrices are in params_
   LlamaParams<float> params_;
   std::vector<int> stream_;
