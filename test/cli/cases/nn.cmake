@@ -161,6 +161,25 @@ cli_case(lm-train/poet-x-refuses-reference-kernels --rc 2 --stderr "^lm-train: e
   -- ${TRAIN_SMALL} --steps 3 --optimizer poet-x --poet-block 8 --kernels reference -o m.h5)
 cli_case(lm-train/poet-flags-need-poet --rc 2 --stderr "^lm-train: error: --poet-block needs --optimizer poet-x \\(--poet-block\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --poet-block 8 -o m.h5)
+# Sparse training (issue 30): SMET at d = 0.25 on every attention/MLP matrix (1024, 512, 512, 1024,
+# 2816 x 3 entries per layer, 23040 in the two: exactly a quarter of each active), topology updates after steps 3 and 6
+# with pruned = regrown in each of the 14 matrices, probe losses at u - 1 and u + 1 .. u + 2, the
+# Adam state of the sparse matrices at a quarter (+ index and step per active entry: 16 bytes
+# each) and dense elsewhere (embedding, head, norms: 32928 floats, 8 bytes each).
+cli_case(lm-train/sparse-smet-trains --rc 0
+  --file-jq r.json ".s.sparse.density == 0.25 and .s.sparse.active_weights == 5760 and .s.optimizer_state_bytes == 5760 * 16 + 32928 * 8 and .topo == [3, 6] and .layers == [14, 14] and .balanced and .probes == [2, 4, 5, 7, 8] and .s.steps == 8"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 8 --eval-every 8 --sparse smet --density 0.25 --update-every 3 --probe-steps 2 -o s.h5 -q > log.jsonl && jq -s '{s: (.[] | select(.summary) | .summary), topo: [.[] | select(.event == \"topology\") | .step], layers: [.[] | select(.event == \"topology\") | .layers | length], balanced: ([.[] | select(.event == \"topology\") | .layers[] | .pruned == .regrown and .pruned > 0 and .density == 0.25] | all), probes: [.[] | select(.event == \"probe\") | .step]}' log.jsonl > r.json")
+cli_case(lm-train/sparse-density-out-of-range --rc 2 --stderr "^lm-train: error: the density must lie in \\(0, 1. \\(got 1.5\\) \\(--density\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --sparse smet --density 1.5 -o m.h5)
+cli_case(lm-train/sparse-update-every-zero --rc 2 --stderr "^lm-train: error: the topology update interval must be >= 1 step \\(got 0\\) \\(--update-every\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --sparse set --update-every 0 -o m.h5)
+cli_case(lm-train/sparse-needs-adamw --rc 2 --stderr "^lm-train: error: --sparse rigl trains with AdamW .*--optimizer foam has no sparse state \\(--sparse\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --sparse rigl --optimizer foam -o m.h5)
+cli_case(lm-train/sparse-flags-need-sparse --rc 2 --stderr "^lm-train: error: --density needs --sparse static, set, rigl or smet \\(--density\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --density 0.5 -o m.h5)
+# A sparse checkpoint resumed without --sparse is refused (exit 1), naming the options to pass.
+cli_case(lm-train/sparse-resumed-dense --rc 1 --tool lm-train --stderr "^lm-train: error: resume: the checkpoint was trained sparse \\(--sparse set --density 0.5\\). pass the same sparse options \\(s.h5\\)$"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 --stop-at 2 --sparse set --density 0.5 -o s.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 4 --resume -o s.h5 -q")
 cli_case(lm-train/galore-trains --rc 0 --file m.h5
   --jq ".summary.optimizer == \"galore\" and .summary.steps == 6 and .summary.train_loss < 6.3"
   -- bash -c "${TRAIN_SMALL_STR} --steps 6 --optimizer galore --galore-rank 8 --galore-gap 3 -o m.h5 -q | tail -1")
