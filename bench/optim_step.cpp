@@ -14,6 +14,13 @@
 //     out: {"y", "dx", "grad_q", "effective_weight", "q_after_step"}
 //   bench-optim-step --optimizer poet-x --time --rows 768 --cols 256 --block 128 --tokens 2048
 //     (prepare + forward + backward + dL/dQ of one matrix, ms)
+//   bench-optim-step --optimizer smet --in topo.json   (one sparse matrix: a topology update, then one step)
+//     topo.json: {"numel", "block", "weight" [numel], "blocks" (active, increasing), "m", "v" (per active
+//                 entry, in entry order), "steps" (per active block), "global_step", "prune_rate",
+//                 "scores" [num_blocks] (the regrowth draws), "grad" [numel] (dense; its active entries
+//                 are used), "lr", "beta1", "beta2", "eps", "warmup", "code_form" (the reference code's
+//                 warm-up and step restart), "local_steps"}
+//     out: {"pruned", "grown", "blocks", "weight", "m", "v", "steps" (per active entry)}
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <fstream>
@@ -28,6 +35,7 @@
 #include "nn/galore.hpp"
 #include "nn/llama_train.hpp"
 #include "nn/poet.hpp"
+#include "nn/sparse.hpp"
 #include "util/rng.hpp"
 #include "util/threads.hpp"
 
@@ -121,6 +129,64 @@ int poet_layer(const std::string& in_path, bool time, int rows, int cols, int bl
   return 0;
 }
 
+/// One sparse matrix through SMET's topology update (magnitude prune, regrowth by the given scores,
+/// state reset) and the optimizer step after it, on given tensors (test/peer/smet_peer.py).
+int smet_layer(const std::string& in_path) {
+  std::ifstream f(in_path);
+  if (!f) throw std::runtime_error("cannot read " + in_path);
+  const nlohmann::json in = nlohmann::json::parse(f);
+  nn::SparseMask mask;
+  mask.numel = in["numel"];
+  mask.block = in["block"];
+  mask.blocks = in["blocks"].get<std::vector<std::int32_t>>();
+  nn::ParamStore<float> store;
+  store.add("w", {static_cast<int>(mask.numel)}, false);
+  store.params[0].value = in["weight"].get<std::vector<float>>();
+  nn::AdamWOptions a;
+  a.beta1 = in.value("beta1", 0.9);
+  a.beta2 = in.value("beta2", 0.999);
+  a.eps = in.value("eps", 1e-8);
+  a.weight_decay = 0;
+  const bool code = in.value("code_form", true);
+  nn::AdamW opt(store, a);
+  opt.set_active(0, mask.entries());
+  opt.set_per_entry_steps(in.value("local_steps", true));
+  opt.set_momentum_warmup(in.value("warmup", 100), code);
+  opt.set_steps(in["global_step"].get<std::int64_t>());
+  const std::vector<std::int32_t> block_steps = in["steps"].get<std::vector<std::int32_t>>();
+  std::vector<std::int32_t> entry_steps;
+  for (std::size_t k = 0; k < mask.blocks.size(); ++k) {
+    const std::size_t lo = std::size_t(mask.blocks[k]) * std::size_t(mask.block);
+    for (std::size_t j = lo; j < std::min(mask.numel, lo + std::size_t(mask.block)); ++j) entry_steps.push_back(block_steps.at(k));
+  }
+  for (const auto& b : opt.state()) {
+    if (b.name == "m/w") *b.data = in["m"].get<std::vector<float>>();
+    if (b.name == "v/w") *b.data = in["v"].get<std::vector<float>>();
+    if (b.name == "t/w") *b.ints = entry_steps;
+  }
+  float* w = store.params[0].value.data();
+  const std::size_t n = nn::prune_count(mask, in["prune_rate"].get<double>());
+  const auto pruned = nn::magnitude_prune(mask, w, n);
+  const auto grown = nn::score_regrow(mask, in["scores"].get<std::vector<float>>(), n);
+  nn::apply_topology(mask, pruned, grown);
+  for (std::int32_t b : pruned)
+    for (std::size_t j = std::size_t(b) * std::size_t(mask.block); j < std::min(mask.numel, std::size_t(b + 1) * std::size_t(mask.block)); ++j) w[j] = 0;
+  const std::vector<std::int32_t> e = mask.entries();
+  opt.set_active(0, e, code ? 1 : 0);
+  const std::vector<float> g = in["grad"].get<std::vector<float>>();
+  store.params[0].grad.clear();
+  for (std::int32_t j : e) store.params[0].grad.push_back(g.at(std::size_t(j)));
+  opt.step(store, in["lr"].get<double>());
+  nlohmann::json out{{"pruned", pruned}, {"grown", grown}, {"blocks", mask.blocks}, {"weight", store.params[0].value},
+                     {"steps", opt.entry_steps(0)}};
+  for (const auto& b : opt.state()) {
+    if (b.name == "m/w") out["m"] = *b.data;
+    if (b.name == "v/w") out["v"] = *b.data;
+  }
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,7 +198,7 @@ int main(int argc, char** argv) {
   bool time = false;
   int d = 256, layers = 6, ff = 768, vocab = 4096, heads = 8, kv = 4, steps = 20, nthreads = 0;
   int rows = 768, cols = 256, block = 128, tokens = 2048;
-  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam", "poet-x"}));
+  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam", "poet-x", "smet"}));
   app.add_option("--rows", rows);
   app.add_option("--cols", cols);
   app.add_option("--block", block);
@@ -165,6 +231,7 @@ int main(int argc, char** argv) {
   foam.paper_second_moment = moment == "paper";
   try {
     if (optimizer == "poet-x") return poet_layer(in_path, time, rows, cols, block, tokens, steps);
+    if (optimizer == "smet") return smet_layer(in_path);
     nn::ParamStore<float> store;
     nlohmann::json in;
     int head_rows = d / heads;

@@ -97,13 +97,14 @@ void AdamW::dense_warmup_step(Param<float>& p, std::size_t i, double lr) {
   const float step_size = static_cast<float>(lr / bc1), sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
   const float keep = p.decay ? static_cast<float>(1.0 - lr * opt_.weight_decay) : 1.0f;
   const float f = static_cast<float>(double(t_) / double(warmup_));
+  const float c1 = static_cast<float>(1.0 - opt_.beta1), c2 = static_cast<float>(1.0 - opt_.beta2);
   float *w = p.value.data(), *m = m_[i].data(), *v = v_[i].data();
   const float* g = p.grad.data();
   const std::int64_t n = static_cast<std::int64_t>(p.numel());
 #pragma omp parallel for schedule(static) num_threads(threads()) if (n >= (1 << 18))
   for (std::int64_t j = 0; j < n; ++j) {
-    m[j] = (b1 * m[j] + (1.0f - b1) * g[j]) * f;
-    v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
+    m[j] = (b1 * m[j] + c1 * g[j]) * f;
+    v[j] = b2 * v[j] + c2 * g[j] * g[j];
     w[j] = w[j] * keep - step_size * m[j] / (std::sqrt(v[j]) / sqrt_bc2 + eps);
   }
 }
@@ -116,7 +117,9 @@ void AdamW::sparse_step(Param<float>& p, std::size_t i, double lr) {
   if (p.grad.size() != idx.size())
     throw UsageError(fmt::format("sparse state of {}: {} gradient entries for {} active entries", names_[i], p.grad.size(), idx.size()));
   const float b1 = static_cast<float>(opt_.beta1), b2 = static_cast<float>(opt_.beta2), eps = static_cast<float>(opt_.eps);
-  const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+  // 1 - beta rounded once from double (as torch's lerp_ / addcmul_ weights): 1.0f - 0.999f would be
+  // 1.3e-5 off in relative terms
+  const float c1 = static_cast<float>(1.0 - opt_.beta1), c2 = static_cast<float>(1.0 - opt_.beta2);
   const float keep = p.decay ? static_cast<float>(1.0 - lr * opt_.weight_decay) : 1.0f;
   const float lrf = static_cast<float>(lr);
   const int W = warmup_;
