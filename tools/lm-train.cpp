@@ -155,9 +155,24 @@ int main(int argc, char** argv) {
       "--poet-scale, the embedding, head and norms at --lr; after each merge the --clip limit ramps up over 10 steps\n"
       "(recipe: --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0).  The meta and\n"
       "summary lines give optimizer_state_bytes, trainable_bytes and frozen_bytes (POET-X's W0) counted from the\n"
-      "buffers, the summary also peak_rss_bytes.",
+      "buffers, the summary also peak_rss_bytes.\n"
+      "Sparse training (--sparse, AdamW only; Xiao et al., ICML 2026, QiaoXiao7282/SMET): every attention/MLP matrix\n"
+      "keeps a random --density fraction of its blocks of --sparse-block entries (exact per matrix, the rest exactly 0;\n"
+      "embedding, head and norms dense); gradients and Adam state are held for the active entries only (an int32\n"
+      "index and step count each).  Every --update-every steps set/rigl/smet prune the --prune-rate fraction (decayed\n"
+      "by --prune-schedule to --prune-rate-min) of active blocks with the smallest sum |w| and regrow as many at w = 0:\n"
+      "set and smet uniformly among the blocks inactive before, rigl those of largest |gradient| (the dense gradient\n"
+      "of that step).  set trains with one global Adam step count; smet adds, each also its own flag (the paper's\n"
+      "ablation ladder): --sparse-local-steps (a regrown entry restarts at step 0 with m = v = 0), --sparse-warmup W\n"
+      "(its update scaled by min(t/W, 1), W = 100) and --sparse-density-lr (lr/d on each sparse matrix).  Where the\n"
+      "reference code differs from the paper, --sparse-code-form warmup,lr,steps takes the code's form (see its help).\n"
+      "The log adds around each update u {event: probe, step, since_update, probe_loss} lines (a fixed probe batch,\n"
+      "the training stream's first min(batch, 8) windows, at u - 1 and u + 1 .. u + --probe-steps) and an {event:\n"
+      "topology} line (prune_fraction, probe_before/probe_after/pruning_jump, per matrix pruned, regrown, density);\n"
+      "meta and summary give sparse {density, active_weights, grad_bytes, mask_bytes}.  --density 1 is dense training.",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
+      "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
   return cli::run_tool(
