@@ -61,6 +61,15 @@ AdamW::AdamW(const ParamStore<float>& store, AdamWOptions opt) : opt_(opt) {
   lr_scale_.assign(store.params.size(), 1.0);
 }
 
+void AdamW::set_per_entry_steps(bool on) {
+  per_entry_steps_ = on;
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    if (!sparse_[i]) continue;
+    if (on && tloc_[i].size() != idx_[i].size()) tloc_[i].assign(idx_[i].size(), static_cast<std::int32_t>(t_));
+    if (!on) std::vector<std::int32_t>().swap(tloc_[i]);
+  }
+}
+
 void AdamW::set_lr_scale(int param, double scale) {
   if (param < 0 || std::size_t(param) >= names_.size() || !(scale > 0) || !std::isfinite(scale))
     throw UsageError(fmt::format("learning-rate scale {} of tensor {}: must be a positive number", scale, param));
@@ -132,8 +141,7 @@ void AdamW::sparse_step(Param<float>& p, std::size_t i, double lr) {
   const bool local = per_entry_steps_;
 #pragma omp parallel for schedule(static) num_threads(threads()) if (n >= (1 << 18))
   for (std::int64_t k = 0; k < n; ++k) {
-    const std::int32_t t = ++tl[k];
-    const std::int64_t at = local ? std::min<std::int64_t>(t, T) : T;
+    const std::int64_t at = local ? std::min<std::int64_t>(++tl[k], T) : T;
     const std::size_t j = std::size_t(idx[k]);
     const float gj = g[k];
     float mj = b1 * m[k] + c1 * gj;
@@ -159,7 +167,7 @@ void AdamW::set_active(int param, const std::vector<std::int32_t>& active, std::
   if (!active.empty() && std::size_t(active.back()) >= dense_size_[i])
     throw UsageError(fmt::format("sparse state of {}: index {} outside its {} entries", names_[i], active.back(), dense_size_[i]));
   std::vector<float> m(active.size(), 0.0f), v(active.size(), 0.0f);
-  std::vector<std::int32_t> t(active.size(), new_step);
+  std::vector<std::int32_t> t(per_entry_steps_ ? active.size() : 0, new_step);
   if (sparse_[i]) {  // keep the state of entries active before (both lists sorted)
     const auto& old = idx_[i];
     for (std::size_t a = 0, b = 0; a < active.size(); ++a) {
@@ -167,14 +175,14 @@ void AdamW::set_active(int param, const std::vector<std::int32_t>& active, std::
       if (b < old.size() && old[b] == active[a]) {
         m[a] = m_[i][b];
         v[a] = v_[i][b];
-        t[a] = tloc_[i][b];
+        if (!t.empty()) t[a] = tloc_[i][b];
       }
     }
   } else {
     for (std::size_t a = 0; a < active.size(); ++a) {  // a dense tensor's entries carry the global count
       m[a] = m_[i][active[a]];
       v[a] = v_[i][active[a]];
-      t[a] = static_cast<std::int32_t>(t_);
+      if (!t.empty()) t[a] = static_cast<std::int32_t>(t_);
     }
   }
   m_[i] = std::move(m);
@@ -208,7 +216,7 @@ void AdamW::reset_entries(int param, const std::vector<std::int32_t>& entries, s
     if (it == idx.end() || *it != e) throw UsageError(fmt::format("sparse state of {}: entry {} is not active", names_[i], e));
     const std::size_t k = std::size_t(it - idx.begin());
     m_[i][k] = v_[i][k] = 0.0f;
-    tloc_[i][k] = step;
+    if (per_entry_steps_) tloc_[i][k] = step;
   }
 }
 
@@ -227,7 +235,7 @@ std::vector<StateBuffer> AdamW::state() {
   for (std::size_t i = 0; i < names_.size(); ++i)
     if (sparse_[i]) {
       s.push_back({"idx/" + names_[i], nullptr, &idx_[i]});
-      s.push_back({"t/" + names_[i], nullptr, &tloc_[i]});
+      if (per_entry_steps_) s.push_back({"t/" + names_[i], nullptr, &tloc_[i]});
     }
   return s;
 }

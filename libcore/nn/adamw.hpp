@@ -81,7 +81,8 @@ void adamw_update(T* w, const T* g, T* m, T* v, std::size_t n, std::int64_t t, d
 /// one global Adam step count, as SET); a tensor can take a multiple of the learning rate
 /// (set_lr_scale: SMET's lr0 / d); and the first moment can be warmed up over W steps
 /// (set_momentum_warmup, SMET's op_decay_steps).
-/// The checkpoint state of a sparse tensor is "idx/", "t/" (int32) and "m/", "v/" (active-sized);
+/// The checkpoint state of a sparse tensor is "idx/", "t/" (int32; "t/" with per-entry steps only)
+/// and "m/", "v/" (active-sized);
 /// to load it, a caller first sets the same active lists (the masks it saves itself).
 class AdamW final : public CountedOptimizer {
  public:
@@ -102,8 +103,9 @@ class AdamW final : public CountedOptimizer {
   /// otherwise) to `step`.
   void reset_entries(int param, const std::vector<std::int32_t>& entries, std::int32_t step = 0);
   /// Whether sparse entries take the bias correction of their own step count (default false: the
-  /// optimizer's step count, as dense entries always do).
-  void set_per_entry_steps(bool on) noexcept { per_entry_steps_ = on; }
+  /// optimizer's step count, as dense entries always do).  Only then are the counts stored (an
+  /// int32 per active entry, starting from the optimizer's count when switched on).
+  void set_per_entry_steps(bool on);
   /// Multiplies tensor `param`'s learning rate by `scale` (> 0; default 1).
   void set_lr_scale(int param, double scale);
   /// SMET's momentum warm-up over `W` steps (0 = off), t the step of an entry's bias correction
@@ -115,7 +117,8 @@ class AdamW final : public CountedOptimizer {
     warmup_ = W;
     warmup_code_ = code_form;
   }
-  /// The active entries of `param` (empty: dense) and their step counts (aligned).
+  /// The active entries of `param` (empty: dense) and their step counts (aligned; empty without
+  /// per-entry steps).
   const std::vector<std::int32_t>& active(int param) const { return idx_[param]; }
   const std::vector<std::int32_t>& entry_steps(int param) const { return tloc_[param]; }
   /// Whether `param` holds sparse state.

@@ -180,6 +180,7 @@ void Trainer::init_sparse() {
   const SparseOptions& so = opt_.sparse;
   auto& adam = static_cast<AdamW&>(*optimizer_);
   params_.sparse.assign(params_.store.params.size(), {});
+  adam.set_per_entry_steps(so.local_steps);  // before the masks: only then are step counts stored
   const std::vector<int> targets = attention_mlp_matrices(params_.config.n_layers);
   for (std::size_t k = 0; k < targets.size(); ++k) {
     Param<float>& W = params_.store.params[std::size_t(targets[k])];
@@ -192,7 +193,6 @@ void Trainer::init_sparse() {
     masks_.emplace_back(targets[k], std::move(mask));
     install_mask(masks_.size() - 1, 0);
   }
-  adam.set_per_entry_steps(so.local_steps);
   adam.set_momentum_warmup(so.warmup, so.code_warmup);
   if (so.density_lr) {  // lr0 / d per sparse matrix (the code's form: divided cumulatively in store order)
     double running = 1.0;

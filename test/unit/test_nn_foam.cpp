@@ -316,6 +316,8 @@ TEST_CASE("adamw sparse state: every entry active is dense AdamW, and the state 
     sparse.step(b, 1e-2);
   }
   sparse.set_active(0, all);
+  CHECK(sparse.entry_steps(0).empty());  // one global count: none stored per entry
+  sparse.set_per_entry_steps(true);
   CHECK(sparse.entry_steps(0) == std::vector<std::int32_t>(20, 2));  // carried over from the global count
   for (int s = 0; s < 3; ++s) {
     random_grads(a, g1);
@@ -350,8 +352,8 @@ TEST_CASE("adamw sparse state: reset entries restart at step 0, kept ones keep t
   const double lr = 1e-2;
   for (int per_entry = 0; per_entry < 2; ++per_entry) {
     AdamW opt(s, o);
-    opt.set_active(0, {1, 3, 4, 9});
     opt.set_per_entry_steps(per_entry);
+    opt.set_active(0, {1, 3, 4, 9});
     s.params[0].grad.assign(4, 0.0f);  // the gradient of the active entries, aligned with them
     Rng g(6);
     std::vector<double> m(4, 0), v(4, 0), w(4);
@@ -376,7 +378,7 @@ TEST_CASE("adamw sparse state: reset entries restart at step 0, kept ones keep t
         CHECK(s.params[0].value[idx[k]] == doctest::Approx(w[k]).epsilon(1e-5));
       }
     }
-    CHECK(opt.entry_steps(0) == std::vector<std::int32_t>{4, 4, 2, 4});
+    CHECK(opt.entry_steps(0) == (per_entry ? std::vector<std::int32_t>{4, 4, 2, 4} : std::vector<std::int32_t>{}));
     // The state buffers carry it all: a second optimizer with the same active list, loaded from
     // them, continues bit for bit.
     AdamW copy(s, o);
