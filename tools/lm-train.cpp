@@ -157,19 +157,29 @@ int main(int argc, char** argv) {
       "summary lines give optimizer_state_bytes, trainable_bytes and frozen_bytes (POET-X's W0) counted from the\n"
       "buffers, the summary also peak_rss_bytes.\n"
       "Sparse training (--sparse, AdamW only; Xiao et al., ICML 2026, QiaoXiao7282/SMET): every attention/MLP matrix\n"
-      "keeps a random --density fraction of its blocks of --sparse-block entries (exact per matrix, the rest exactly 0;\n"
-      "embedding, head and norms dense); gradients and Adam state are held for the active entries only (an int32\n"
-      "index and step count each).  Every --update-every steps set/rigl/smet prune the --prune-rate fraction (decayed\n"
-      "by --prune-schedule to --prune-rate-min) of active blocks with the smallest sum |w| and regrow as many at w = 0:\n"
-      "set and smet uniformly among the blocks inactive before, rigl those of largest |gradient| (the dense gradient\n"
-      "of that step).  set trains with one global Adam step count; smet adds, each also its own flag (the paper's\n"
-      "ablation ladder): --sparse-local-steps (a regrown entry restarts at step 0 with m = v = 0), --sparse-warmup W\n"
-      "(its update scaled by min(t/W, 1), W = 100) and --sparse-density-lr (lr/d on each sparse matrix).  Where the\n"
-      "reference code differs from the paper, --sparse-code-form warmup,lr,steps takes the code's form (see its help).\n"
-      "The log adds around each update u {event: probe, step, since_update, probe_loss} lines (a fixed probe batch,\n"
-      "the training stream's first min(batch, 8) windows, at u - 1 and u + 1 .. u + --probe-steps) and an {event:\n"
-      "topology} line (prune_fraction, probe_before/probe_after/pruning_jump, per matrix pruned, regrown, density);\n"
-      "meta and summary give sparse {density, active_weights, grad_bytes, mask_bytes}.  --density 1 is dense training.",
+      "keeps a random floor(--density x blocks) of its blocks (runs of --sparse-block consecutive entries of the\n"
+      "row-major matrix, which must divide it; 1 = unstructured), the rest exactly 0; embedding, head and norms stay\n"
+      "dense.  The products stay dense (masked weights): tokens/s and MFU are the dense run's; what shrinks is the\n"
+      "gradient and Adam state, held for active entries only with an int32 index each (and an int32 local step\n"
+      "with local steps) in optimizer_state_bytes; mask_bytes is the mask's block list (/train/sparse).  Every\n"
+      "--update-every steps set/rigl/smet prune, of each matrix's active blocks, the fraction p_t with the smallest\n"
+      "sum |w| (p_t follows --prune-schedule from --prune-rate at step 0 to --prune-rate-min at the last step) and\n"
+      "regrow as many at w = 0: set and smet uniformly among the blocks inactive before, rigl those of largest\n"
+      "|gradient| (that step's dense gradient).  set trains with one global Adam step count; smet adds SMET's three\n"
+      "parts, each also a flag of its own (the paper's ablation ladder): --sparse-local-steps (a regrown entry restarts\n"
+      "at step 0 with m = v = 0), --sparse-warmup W (its update scaled by min(t/W, 1); 100 with smet) and\n"
+      "--sparse-density-lr (lr/d on each sparse matrix, d its density).  Recipe (the reference's scripts: 130M at\n"
+      "d = 0.5): --sparse smet --density 0.5 --lr 2e-3 --beta2 0.999 --weight-decay 0, updates every 100 steps, p0\n"
+      "0.2 cosine to 0.005 (the defaults).  --sparse-code-form takes the reference code's form where it differs from\n"
+      "the paper: warmup = the stored m multiplied by min(t/W, 1) each step (so it compounds) and dense tensors warmed\n"
+      "up too for the first W steps; steps = a regrown entry restarts at step 1, so its first update has t = 2;\n"
+      "lr = lr divided by each matrix's density in turn, cumulatively over the parameter list (the code's bug: it\n"
+      "diverges within a few steps; offered to reproduce it).  The log adds {event: probe, step, since_update,\n"
+      "probe_loss} lines around each update u (a fixed probe batch, the training stream's first min(batch, 8)\n"
+      "windows, at u - 1 and u + 1 .. u + --probe-steps) and an {event: topology} line (prune_fraction, probe_before,\n"
+      "probe_after, pruning_jump; per matrix pruned, regrown, density); meta and summary give sparse {density,\n"
+      "active_weights, grad_bytes, mask_bytes}.  With --density 1 every matrix stays dense (plain dense training).\n"
+      "A --init checkpoint's mask is not kept (a new one is drawn).",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
@@ -237,16 +247,16 @@ int main(int argc, char** argv) {
         app.add_option("--foam-res-scale", t.foam.res_scale, "foam: weight of the residual in the moments (res_scale)")->capture_default_str()->check(cli::non_negative());
         app.add_option("--foam-second-moment", foam_moment, "foam: folded second-moment input: code (mean of g^2 per block, the reference's) or paper ((mean g)^2)")->capture_default_str()->check(CLI::IsMember({"code", "paper"}));
         app.add_option("--sparse", sparse_method, "Sparse training of every attention/MLP matrix (embedding, head and norms dense): dense, static (a random mask kept), set (magnitude prune + random regrow, Mocanu et al. 2018), rigl (regrow by gradient magnitude, Evci et al. 2020) or smet (SET with local steps, momentum warm-up and lr / d, Xiao et al. 2026); AdamW only")->capture_default_str()->check(CLI::IsMember({"dense", "static", "set", "rigl", "smet"}));
-        app.add_option("--density", t.sparse.density, "sparse: fraction d in (0, 1] of each sparse matrix's blocks that is active (exact per matrix; 1 = every matrix dense)")->capture_default_str();
+        app.add_option("--density", t.sparse.density, "sparse: fraction d in (0, 1] of each sparse matrix's blocks kept active (floor(d x blocks), at least 1; 1 = every matrix dense)")->capture_default_str();
         app.add_option("--update-every", t.sparse.update_every, "sparse: steps between topology updates (prune + regrow)")->capture_default_str();
-        app.add_option("--prune-rate", t.sparse.prune_rate, "sparse: p0, the fraction of active blocks pruned (and regrown) at the first update")->capture_default_str();
+        app.add_option("--prune-rate", t.sparse.prune_rate, "sparse: p0, the prune (and regrow) fraction of the schedule at step 0, in [0, 1)")->capture_default_str();
         app.add_option("--prune-rate-min", t.sparse.prune_rate_min, "sparse: the fraction the schedule decays to at the end of the run")->capture_default_str();
         app.add_option("--prune-schedule", prune_schedule, "sparse: cosine, linear or constant decay of the prune fraction over the run")->capture_default_str()->check(CLI::IsMember({"cosine", "linear", "constant"}));
-        app.add_option("--sparse-block", t.sparse.block, "sparse: entries per block of the row-major matrix (1 = unstructured)")->capture_default_str();
+        app.add_option("--sparse-block", t.sparse.block, "sparse: entries per block, a run of consecutive entries of the row-major matrix (may cross rows; must divide every attention/MLP matrix; 1 = unstructured)")->capture_default_str();
         app.add_flag("--sparse-local-steps", t.sparse.local_steps, "sparse: per-entry Adam step counts, a regrown entry restarts at step 0 with m = v = 0 (SMET's local reset; on with smet)");
-        app.add_option("--sparse-warmup", t.sparse.warmup, "sparse: momentum warm-up over W local steps, the update scaled by min(t / W, 1) (SMET; 100 with smet, 0 = off)");
+        app.add_option("--sparse-warmup", t.sparse.warmup, "sparse: momentum warm-up over W local steps, the update scaled by min(t / W, 1) (SMET; default 0 = off, 100 with smet)");
         app.add_flag("--sparse-density-lr", t.sparse.density_lr, "sparse: learning rate lr / d on each sparse matrix, d its density (SMET; on with smet)");
-        app.add_option("--sparse-code-form", sparse_code_form, "sparse: the reference code's form where it differs from the paper, any of warmup (m scaled in place, compounding, dense tensors too), lr (divided cumulatively by each density in turn), steps (a regrown entry's first update at t = 2)")->delimiter(',')->check(CLI::IsMember({"warmup", "lr", "steps"}));
+        app.add_option("--sparse-code-form", sparse_code_form, "sparse: the reference code's form where it differs from the paper (see the description above), a comma list of warmup, lr, steps")->delimiter(',')->check(CLI::IsMember({"warmup", "lr", "steps"}));
         app.add_option("--probe-steps", t.sparse.probe_steps, "sparse: probe-batch losses logged for this many steps after each topology update")->capture_default_str();
         app.add_option("--exit-loss", t.exit.scale, "LayerSkip's early-exit loss: e_scale, the weight of the intermediate exits (the shared final norm and head after blocks) against the final layer (0 = off)")->check(cli::non_negative());
         app.add_option("--exit-every", t.exit.every, "Exits after every R-th block (with --exit-loss)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
@@ -283,12 +293,13 @@ int main(int argc, char** argv) {
                               "--poet-lr", "--poet-scale", "--poet-no-normalize", "--poet-clip-ramp-until"})
           if (app->count(f) && t.optimizer != "poet-x") throw UsageError(fmt::format("{} needs --optimizer poet-x", f), f);
         t.sparse.method = nn::parse_sparse_method(sparse_method);
-        for (const char* f : {"--density", "--update-every", "--prune-rate", "--prune-rate-min", "--prune-schedule", "--sparse-block",
-                              "--sparse-local-steps", "--sparse-warmup", "--sparse-density-lr", "--sparse-code-form", "--probe-steps"})
-          if (app->count(f) && !t.sparse.enabled()) throw UsageError(fmt::format("{} needs --sparse static, set, rigl or smet", f), f);
         for (const char* f : {"--update-every", "--prune-rate", "--prune-rate-min", "--prune-schedule", "--probe-steps"})
-          if (app->count(f) && t.sparse.method == nn::SparseMethod::fixed)
-            throw UsageError(fmt::format("{} needs a topology that changes (--sparse set, rigl or smet); static keeps its mask", f), f);
+          if (app->count(f) && !t.sparse.dynamic())
+            throw UsageError(fmt::format("{} needs a topology that changes (--sparse set, rigl or smet){}", f,
+                                         t.sparse.method == nn::SparseMethod::fixed ? "; static keeps its mask" : ""),
+                             f);
+        for (const char* f : {"--density", "--sparse-block", "--sparse-local-steps", "--sparse-warmup", "--sparse-density-lr", "--sparse-code-form"})
+          if (app->count(f) && !t.sparse.enabled()) throw UsageError(fmt::format("{} needs --sparse static, set, rigl or smet", f), f);
         t.sparse.schedule = nn::parse_prune_schedule(prune_schedule);
         for (const auto& f : sparse_code_form) {
           if (f == "warmup") t.sparse.code_warmup = true;
@@ -336,6 +347,7 @@ int main(int argc, char** argv) {
           }
           std::ostream& logs = log_file ? *log_file : std::cout;
           logs << j.dump() << '\n' << std::flush;
+          if (!logs) throw RuntimeError("cannot write the log (disk full?)", io::is_stdout(log_path) ? "standard output" : log_path);
         };
 
         // ---- data ----
@@ -415,8 +427,24 @@ int main(int argc, char** argv) {
         if (t.exit.enabled() && t.exit.every >= init.config.n_layers)
           log::warn("--exit-every {} >= the model's {} blocks: only {}", t.exit.every, init.config.n_layers,
                     t.exit.curriculum == nn::ExitCurriculum::rotational ? "a rotating exit trains in some steps" : "the final layer trains");
+        if (!init_path.empty() && !resume) {  // a sparse checkpoint's mask does not carry over to a new run
+          const nlohmann::json was = nn::checkpoint_train_options(init_path);
+          if (was.is_object() && was.contains("sparse"))
+            log::warn("--init {} was trained sparse; {}", init_path,
+                      t.sparse.enabled() ? "its mask is not kept: a new one is drawn from --seed and the weights outside it are set to 0"
+                                         : "this run trains every entry (its zeros included) dense");
+        }
         nn::Trainer trainer(init, std::move(train_stream), t);
         trainer.set_corpus_sha256(docs.sha256);
+        if (t.sparse.dynamic() && t.sparse.update_every >= t.steps)
+          log::warn("--update-every {} >= the run's {} steps: the topology never changes ({} trains as static)", t.sparse.update_every,
+                    t.steps, nn::sparse_method_name(t.sparse.method));
+        for (const auto& [i, mask] : trainer.sparse_masks())
+          if (double(mask.num_blocks()) * t.sparse.density < 1.0) {  // floor(d x blocks) = 0, rounded up to one block
+            log::warn("--density {} is below one block of {} in {}: it keeps one block (density {:.3g})", t.sparse.density,
+                      mask.block, trainer.params().store.params[std::size_t(i)].name, mask.density());
+            break;
+          }
         if (val_stream.size() < 2 && copt.val_every > 0)
           log::warn("no validation documents (fewer than --val-every {} documents); no validation loss", copt.val_every);
 

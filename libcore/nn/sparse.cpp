@@ -78,8 +78,15 @@ void check_sparse_options(const SparseOptions& o) {
     throw UsageError(fmt::format("the prune fraction must lie in [0, 1) (got {})", o.prune_rate), "--prune-rate");
   if (!(o.prune_rate_min >= 0.0 && o.prune_rate_min < 1.0))
     throw UsageError(fmt::format("the final prune fraction must lie in [0, 1) (got {})", o.prune_rate_min), "--prune-rate-min");
-  if (o.warmup < 0) throw UsageError("the momentum warm-up must be >= 0 steps", "--sparse-warmup");
-  if (o.probe_steps < 0) throw UsageError("the probe window must be >= 0 steps", "--probe-steps");
+  if (o.warmup < 0) throw UsageError(fmt::format("the momentum warm-up must be >= 0 steps (got {})", o.warmup), "--sparse-warmup");
+  if (o.probe_steps < 0) throw UsageError(fmt::format("the probe window must be >= 0 steps (got {})", o.probe_steps), "--probe-steps");
+  if (o.schedule != PruneSchedule::constant && o.prune_rate_min > o.prune_rate)
+    throw UsageError(fmt::format("the final prune fraction {} exceeds p0 = {}: the {} schedule decays from --prune-rate to --prune-rate-min",
+                                 o.prune_rate_min, o.prune_rate, prune_schedule_name(o.schedule)),
+                     "--prune-rate-min");
+  if (o.code_steps && !o.local_steps)
+    throw UsageError("--sparse-code-form steps changes the local step counts, which need --sparse-local-steps or --sparse smet",
+                     "--sparse-code-form");
 }
 
 double prune_fraction(const SparseOptions& o, std::int64_t step, std::int64_t total) noexcept {

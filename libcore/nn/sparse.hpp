@@ -78,7 +78,8 @@ std::string prune_schedule_name(PruneSchedule s);
 void resolve_sparse_options(SparseOptions& opt, bool warmup_given) noexcept;
 
 /// Refuses settings no run can use: density outside (0, 1], update interval < 1, block < 1, p0 or
-/// p_min outside [0, 1), W < 0, probe steps < 0.  Throws UsageError naming the flag.
+/// p_min outside [0, 1), p_min > p0 (a decaying schedule), W < 0, probe steps < 0, the code's step
+/// form without local steps.  Throws UsageError naming the flag.
 void check_sparse_options(const SparseOptions& opt);
 
 /// The prune fraction p_t of the topology update after `step` steps of `total` (PruneSchedule).

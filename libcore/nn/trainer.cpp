@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
@@ -79,6 +80,49 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
   return r;
 }
 
+void check_sparse_shapes(const SparseOptions& so, const lm::ModelConfig& config) {
+  const auto shapes = llama_param_shapes(config);
+  std::size_t g = 0;
+  for (int i : attention_mlp_matrices(config.n_layers)) g = std::gcd(g, std::size_t(shapes[std::size_t(i)].second[0]) * std::size_t(shapes[std::size_t(i)].second[1]));
+  auto sizes = [&] {  // the block sizes that divide every matrix
+    std::string list;
+    int shown = 0;
+    for (std::size_t b = 1; b <= g && shown < 12; ++b)
+      if (g % b == 0) {
+        list += (list.empty() ? "" : ", ") + std::to_string(b);
+        ++shown;
+      }
+    return list;
+  };
+  for (int i : attention_mlp_matrices(config.n_layers)) {
+    const auto& [name, shape] = shapes[std::size_t(i)];
+    const std::size_t numel = std::size_t(shape[0]) * std::size_t(shape[1]), b = std::size_t(so.block);
+    if (numel % b != 0)
+      throw UsageError(fmt::format("sparse block size {} does not divide {} [{}, {}] ({} entries), so its density could not be exact; "
+                                   "sizes that divide every matrix: {}",
+                                   b, name, shape[0], shape[1], numel, sizes()),
+                       "--sparse-block");
+    if (so.density < 1.0 && sparse_block_count(numel, so.block, so.density) == numel / b)
+      throw UsageError(fmt::format("density {} with blocks of {} leaves {} [{}, {}] ({} blocks) dense; use a lower density or "
+                                   "smaller blocks",
+                                   so.density, b, name, shape[0], shape[1], numel / b),
+                       so.block > 1 ? "--sparse-block" : "--density");
+  }
+}
+
+nlohmann::json checkpoint_train_options(const std::string& path) noexcept {
+  try {
+    if (!holds_training_state(path)) return nullptr;
+    h5::Handle file = h5::open_file(path);
+    h5::Handle g = h5::open_group(file, "/train", path);
+    std::string s;
+    if (!h5::read_attr(g, "options", s)) return nullptr;
+    return nlohmann::json::parse(s, nullptr, false);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config) {
   const std::string& o = opt.optimizer;
   if (o != "adamw" && o != "adam-mini" && o != "galore" && o != "foam" && o != "poet-x")
@@ -92,6 +136,7 @@ void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config)
                                    sparse_method_name(opt.sparse.method), o),
                        "--sparse");
     check_sparse_options(opt.sparse);
+    check_sparse_shapes(opt.sparse, config);
   }
   if (o == "poet-x") {
     check_poet_shapes(config, opt.poet);
@@ -101,6 +146,26 @@ void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config)
 }
 
 namespace {
+/// The lm-train flags that give the sparse settings `sp` (a checkpoint's "sparse" options).
+std::string sparse_flags(const nlohmann::json& sp) {
+  if (!sp.is_object()) return "--sparse ?";
+  std::string f = fmt::format("--sparse {} --density {}", sp.value("method", std::string("?")), sp.value("density", 0.0));
+  if (sp.value("method", std::string()) != "static")
+    f += fmt::format(" --update-every {} --prune-rate {} --prune-rate-min {} --prune-schedule {}", sp.value("update_every", 0),
+                     sp.value("prune_rate", 0.0), sp.value("prune_rate_min", 0.0), sp.value("prune_schedule", std::string("?")));
+  if (sp.value("block", 1) != 1) f += fmt::format(" --sparse-block {}", sp.value("block", 1));
+  if (sp.value("method", std::string()) != "smet") {
+    if (sp.value("local_steps", false)) f += " --sparse-local-steps";
+    if (sp.value("density_lr", false)) f += " --sparse-density-lr";
+  }
+  if (sp.value("warmup", 0) != (sp.value("method", std::string()) == "smet" ? 100 : 0)) f += fmt::format(" --sparse-warmup {}", sp.value("warmup", 0));
+  std::string forms;
+  for (const char* k : {"warmup", "lr", "steps"})
+    if (sp.value(std::string("code_") + k, false)) forms += (forms.empty() ? "" : ",") + std::string(k);
+  if (!forms.empty()) f += " --sparse-code-form " + forms;
+  return f;
+}
+
 /// `m` without its weight matrices (config, norms and tokenizer kept): the weights live in the
 /// parameter store, and a second copy would cost as much memory as the model itself.
 lm::Model without_matrices(const lm::Model& init) {
@@ -430,6 +495,22 @@ nlohmann::json Trainer::load(const std::string& path) {
     throw InputError(fmt::format("resume: option optimizer is {} here but {} in the checkpoint", now["optimizer"].dump(),
                                  saved["optimizer"].dump()),
                      path);
+  if (saved.contains("sparse") && !now.contains("sparse")) {  // a sparse run cannot resume dense
+    throw InputError(fmt::format("resume: the checkpoint was trained sparse ({}); pass the same sparse options",
+                                 sparse_flags(saved["sparse"])),
+                     path);
+  }
+  if (!saved.contains("sparse") && now.contains("sparse"))
+    throw InputError(fmt::format("resume: the checkpoint was trained dense; drop the sparse options ({}) or start a new run with --init",
+                                 sparse_flags(now["sparse"])),
+                     path);
+  if (saved.contains("sparse") && now.contains("sparse") && saved["sparse"].is_object() && saved["sparse"] != now["sparse"])
+    for (auto it = now["sparse"].begin(); it != now["sparse"].end(); ++it)  // name the sparse setting that differs
+      if (!saved["sparse"].contains(it.key()) || saved["sparse"][it.key()] != it.value())
+        throw InputError(fmt::format("resume: sparse option {} is {} here but {} in the checkpoint (it was trained with {})", it.key(),
+                                     it.value().dump(), saved["sparse"].contains(it.key()) ? saved["sparse"][it.key()].dump() : "absent",
+                                     sparse_flags(saved["sparse"])),
+                         path);
   for (auto it = now.begin(); it != now.end(); ++it)
     if (!saved.contains(it.key()) || saved[it.key()] != it.value())
       throw InputError(fmt::format("resume: option {} is {} here but {} in the checkpoint{}", it.key(), it.value().dump(),
@@ -439,12 +520,6 @@ nlohmann::json Trainer::load(const std::string& path) {
                                                          "with --init from the checkpoint)"
                                                        : ""),
                        path);
-  if (saved.contains("sparse") && !now.contains("sparse")) {  // a sparse run cannot resume dense
-    const nlohmann::json& sp = saved["sparse"];
-    throw InputError(fmt::format("resume: the checkpoint was trained sparse (--sparse {} --density {}); pass the same sparse options",
-                                 sp.value("method", std::string("?")), sp.value("density", 0.0)),
-                     path);
-  }
   if (saved.contains("exit_loss") && !now.contains("exit_loss")) {  // the early-exit loss cannot be dropped on resume
     std::string was;
     for (const auto& [key, flag] : {std::pair{"exit_loss", "--exit-loss"}, {"exit_every", "--exit-every"},

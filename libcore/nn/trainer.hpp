@@ -75,6 +75,15 @@ struct TopologyEvent {
   std::vector<LayerTopology> layers;
 };
 
+/// Refuses sparse settings that the matrices of `config` cannot hold exactly: a block size that
+/// does not divide some attention/MLP matrix (listing the sizes that divide all), or a density
+/// below 1 that leaves a matrix with every block active.  Throws UsageError (--sparse-block or
+/// --density); check_train_options runs it for sparse runs.
+void check_sparse_shapes(const SparseOptions& opt, const lm::ModelConfig& config);
+
+/// The /train "options" of a training checkpoint (JSON), or null when `path` holds none; never throws.
+nlohmann::json checkpoint_train_options(const std::string& path) noexcept;
+
 /// What one optimizer step did.
 struct StepStats {
   std::int64_t step = 0;       ///< steps done after this one

@@ -177,8 +177,13 @@ cli_case(lm-train/sparse-needs-adamw --rc 2 --stderr "^lm-train: error: --sparse
   -- ${TRAIN_SMALL} --steps 3 --sparse rigl --optimizer foam -o m.h5)
 cli_case(lm-train/sparse-flags-need-sparse --rc 2 --stderr "^lm-train: error: --density needs --sparse static, set, rigl or smet \\(--density\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --density 0.5 -o m.h5)
+cli_case(lm-train/sparse-block-does-not-divide --rc 2 --stderr "^lm-train: error: sparse block size 48 does not divide blk.0.attn_q.weight .32, 32. \\(1024 entries\\), so its density could not be exact. sizes that divide every matrix: 1, 2, 4, 8, 16, 32, 64, 128, 256 \\(--sparse-block\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --sparse set --sparse-block 48 -o m.h5)
+# A resume with another density names that setting and the flags the checkpoint was trained with.
+cli_case(lm-train/sparse-resume-other-density --rc 1 --tool lm-train --stderr "^lm-train: error: resume: sparse option density is 0.4 here but 0.5 in the checkpoint \\(it was trained with --sparse set --density 0.5 --update-every 100 --prune-rate 0.2 --prune-rate-min 0.005 --prune-schedule cosine\\) \\(s.h5\\)$"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 4 --stop-at 2 --sparse set --density 0.5 -o s.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 4 --resume --sparse set --density 0.4 -o s.h5 -q")
 # A sparse checkpoint resumed without --sparse is refused (exit 1), naming the options to pass.
-cli_case(lm-train/sparse-resumed-dense --rc 1 --tool lm-train --stderr "^lm-train: error: resume: the checkpoint was trained sparse \\(--sparse set --density 0.5\\). pass the same sparse options \\(s.h5\\)$"
+cli_case(lm-train/sparse-resumed-dense --rc 1 --tool lm-train --stderr "^lm-train: error: resume: the checkpoint was trained sparse \\(--sparse set --density 0.5 --update-every 100 --prune-rate 0.2 --prune-rate-min 0.005 --prune-schedule cosine\\). pass the same sparse options \\(s.h5\\)$"
   -- bash -c "${TRAIN_SMALL_STR} --steps 4 --stop-at 2 --sparse set --density 0.5 -o s.h5 -q > /dev/null && ${TRAIN_SMALL_STR} --steps 4 --resume -o s.h5 -q")
 cli_case(lm-train/galore-trains --rc 0 --file m.h5
   --jq ".summary.optimizer == \"galore\" and .summary.steps == 6 and .summary.train_loss < 6.3"
