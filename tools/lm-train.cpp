@@ -176,7 +176,8 @@ int main(int argc, char** argv) {
       "lr = lr divided by each matrix's density in turn, cumulatively over the parameter list (the code's bug: it\n"
       "diverges within a few steps; offered to reproduce it).  The log adds {event: probe, step, since_update,\n"
       "probe_loss} lines around each update u (a fixed probe batch, the training stream's first min(batch, 8)\n"
-      "windows, at u - 1 and u + 1 .. u + --probe-steps) and an {event: topology} line (prune_fraction, probe_before,\n"
+      "windows, at u - 1 and u + 1 .. u + --probe-steps; static logs the same, with since_update 0 at u, as\n"
+      "the control without updates) and an {event: topology} line (prune_fraction, probe_before,\n"
       "probe_after, pruning_jump; per matrix pruned, regrown, density); meta and summary give sparse {density,\n"
       "active_weights, grad_bytes, mask_bytes}.  With --density 1 every matrix stays dense (plain dense training).\n"
       "A --init checkpoint's mask is not kept (a new one is drawn).",

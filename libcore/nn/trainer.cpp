@@ -377,13 +377,16 @@ StepStats Trainer::step() {
   tokens_ += step_tokens;
   st.step = optimizer_->steps();
   st.tokens = tokens_;
-  if (!masks_.empty() && so.dynamic()) {
+  if (!masks_.empty()) {  // the probe batch around each (for static: each would-be) topology update
     const std::int64_t U = so.update_every, since = st.step % U;
     if ((st.step + 1) % U == 0 && st.step + 1 < opt_.steps) {
       st.since_update = -1;
       st.probe_loss = probe_loss();
     } else if (st.step > U && since >= 1 && since <= so.probe_steps) {
       st.since_update = static_cast<int>(since);
+      st.probe_loss = probe_loss();
+    } else if (!so.dynamic() && since == 0 && st.step < opt_.steps) {  // static: the control, no update at u
+      st.since_update = 0;
       st.probe_loss = probe_loss();
     }
     if (topology_step) st.topology = update_topology(st.step);

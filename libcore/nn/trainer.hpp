@@ -98,7 +98,8 @@ struct StepStats {
   std::vector<std::pair<int, double>> exit_losses;
   /// Sparse training: the probe batch's loss after this step when the step lies in a probe window
   /// (NaN otherwise), and where: since_update = -1 for the step before a topology update, k in
-  /// 1 .. probe_steps for the k-th step after one (0 outside the windows).
+  /// 1 .. probe_steps for the k-th step after one, 0 at the update step of a static mask (the
+  /// same probes without an update: the control of the optimizer spike; 0 also outside the windows).
   double probe_loss = std::numeric_limits<double>::quiet_NaN();
   int since_update = 0;
   std::optional<TopologyEvent> topology;  ///< the topology update at the end of this step, if any

@@ -12,7 +12,8 @@
 # -> held-out loss and perplexity (lm-eval on every held-out chapter), from the probe batch around
 #    each topology update u: the pruning jump (loss right after prune + regrow minus right before)
 #    and the optimizer spike (the highest loss over u + 1 .. u + 10 minus the loss right after the
-#    update), mean and max over the updates; optimizer-state bytes measured against d x the dense
+#    update), mean and max over the updates (static: the same statistic at the same steps without an
+#    update, the noise floor of the spike); optimizer-state bytes measured against d x the dense
 #    state of the sparse matrices + the index overhead (an int32 index and an int32 local step per
 #    active entry), and a gnuplot of the validation curves with the update steps marked.
 # Targets checked: SMET's mean spike at least 3x smaller than SET's (d = 0.25); SMET's held-out loss
@@ -96,14 +97,18 @@ t_end=$(date +%s)
 # ---- the table ----
 # spikes(log): mean and max over the updates of the pruning jump and of the optimizer spike
 spikes() {
+  # the updates: topology lines (after = the loss right after prune + regrow); for static, the probe
+  # at each would-be update (since_update 0): the same statistic without an update, the noise floor
   jq -s -r '
-    [.[] | select(.event == "topology")] as $t | [.[] | select(.event == "probe")] as $p |
+    [.[] | select(.event == "topology") | {step, after: .probe_after, jump: .pruning_jump}] as $t0 |
+    (if ($t0 | length) > 0 then $t0 else [.[] | select(.event == "probe" and .since_update == 0) | {step, after: .probe_loss, jump: null}] end) as $t |
+    [.[] | select(.event == "probe")] as $p |
     [$t[] | . as $e | ($p | map(select(.step > $e.step and .step <= $e.step + 10 and .since_update > 0) | .probe_loss)) as $after |
-      {jump: $e.pruning_jump, spike: (if ($after | length) > 0 then ($after | max) - $e.probe_after else null end)}] as $r |
+      {jump: $e.jump, spike: (if ($after | length) > 0 then ($after | max) - $e.after else null end)}] as $r |
+    def r4: if . == null then "-" else . * 1e4 | round / 1e4 end;
     if ($r | length) == 0 then "-         -         -         -         0"
-    else ([$r[].jump] | add / length) as $jm | ([$r[].jump] | max) as $jx |
-         ([$r[].spike | select(. != null)]) as $s |
-         "\($jm * 1e4 | round / 1e4)    \($jx * 1e4 | round / 1e4)    \(($s | add / length) * 1e4 | round / 1e4)    \(($s | max) * 1e4 | round / 1e4)    \($r | length)" end' "$1"
+    else ([$r[].jump | select(. != null)]) as $j | ([$r[].spike | select(. != null)]) as $s |
+         "\(if ($j | length) > 0 then ($j | add / length) else null end | r4)    \(if ($j | length) > 0 then ($j | max) else null end | r4)    \(($s | add / length) | r4)    \(($s | max) | r4)    \($r | length)" end' "$1"
 }
 row() {  # name seed
   local tag="$1-s$2" s

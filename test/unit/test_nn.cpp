@@ -1011,6 +1011,23 @@ TEST_CASE("nn trainer: sparse masks hold, the density stays exact, and resume ac
     CHECK_THROWS_WITH_AS(dense.load(ck.string()), doctest::Contains("trained sparse"), InputError);
     std::filesystem::remove_all(ck.parent_path());
   }
+  // static: the mask never changes, and the probe batch is logged at the would-be updates (the
+  // control of the optimizer spike): u - 1 (-1), u (0), u + 1 .. (k)
+  TrainOptions o = small_options(N);
+  o.sparse.method = SparseMethod::fixed;
+  o.sparse.density = 0.5;
+  o.sparse.update_every = 3;
+  Trainer t(m, stream, o);
+  const auto mask0 = t.sparse_masks();
+  std::vector<int> since;
+  for (int s = 1; s <= N; ++s) {
+    const StepStats st = t.step();
+    CHECK_FALSE(st.topology);
+    since.push_back(std::isnan(st.probe_loss) ? 99 : st.since_update);
+  }
+  CHECK(since == std::vector<int>{99, -1, 0, 1, -1, 0, 1, 2});
+  CHECK(t.sparse_masks()[0].second.blocks == mask0[0].second.blocks);
+  check_masks_hold(t, 0.5);
 }
 
 // --density 1 keeps every matrix dense: each method is plain AdamW training bit for bit (the SMET
