@@ -32,6 +32,7 @@ out=${OPTIM_OUT:-build/repro-optim}
 tokens=${OPTIM_TOKENS:-1500000}
 seeds2=1
 if [ "${REPRO_QUICK:-0}" = 1 ]; then tokens=${OPTIM_TOKENS:-200000} seeds2=0; fi
+seeds2=${OPTIM_SEEDS2:-$seeds2}  # OPTIM_SEEDS2=0: no second seeds
 jobs=${OPTIM_JOBS:-2}
 threads=$(( $(nproc) / jobs ))
 [ "$threads" -ge 1 ] || threads=1

@@ -31,6 +31,7 @@ out=${SPARSE_OUT:-build/repro-sparse}
 steps=${SPARSE_STEPS:-800}
 seeds2=1
 if [ "${REPRO_QUICK:-0}" = 1 ]; then steps=${SPARSE_STEPS:-200} seeds2=0; fi
+seeds2=${SPARSE_SEEDS2:-$seeds2}  # SPARSE_SEEDS2=0: no second seeds
 jobs=${SPARSE_JOBS:-2}
 threads=$(( $(nproc) / jobs ))
 [ "$threads" -ge 1 ] || threads=1
