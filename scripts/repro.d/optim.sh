@@ -20,7 +20,8 @@
 #   (m + n)(b - 1)/2 trained Q entries and twice that in Adam moments (each printed apart), against
 #   AdamW's 3mn (weights and two moments).
 # Cost: an arm takes about 15 CPU-minutes on this machine (AdamW-like) and 25 (POET-X): about 4
-# CPU-hours for the 14 runs, 2 hours on 2 cores; REPRO_QUICK=1 gives a 200k-token rehearsal.
+# CPU-hours for the 14 runs, 2 hours on 2 cores; REPRO_QUICK=1 gives a 200k-token rehearsal,
+# OPTIM_SEEDS2=0 skips the second seeds.
 # Arms run $OPTIM_JOBS at a time (default 2), each on nproc / jobs threads; results are kept in
 # $OPTIM_OUT (default build/repro-optim) and an arm already there is not run again.
 # $1 = bin directory.  OPTIM_TOKENS=N: another budget (REPRO_QUICK=1: 200k tokens, one seed).

@@ -19,7 +19,8 @@
 # Targets checked: SMET's mean spike at least 3x smaller than SET's (d = 0.25); SMET's held-out loss
 # at d = 0.5 within 3% of dense; the state bound.
 # Cost: an arm takes about 6 CPU-minutes on this machine: about 1.6 CPU-hours for the 15 runs,
-# 50 min on 2 cores; REPRO_QUICK=1 gives a 200-step rehearsal (one seed).  Arms run $SPARSE_JOBS at
+# 50 min on 2 cores; REPRO_QUICK=1 gives a 200-step rehearsal (one seed), SPARSE_SEEDS2=0 skips
+# the second seeds.  Arms run $SPARSE_JOBS at
 # a time (default 2), each on nproc / jobs threads; results are kept in $SPARSE_OUT (default
 # build/repro-sparse) and an arm already there is not run again.
 # $1 = bin directory.
