@@ -156,8 +156,8 @@ int smet_layer(const std::string& in_path) {
   const std::vector<std::int32_t> block_steps = in["steps"].get<std::vector<std::int32_t>>();
   std::vector<std::int32_t> entry_steps;
   for (std::size_t k = 0; k < mask.blocks.size(); ++k) {
-    const std::size_t lo = std::size_t(mask.blocks[k]) * std::size_t(mask.block);
-    for (std::size_t j = lo; j < std::min(mask.numel, lo + std::size_t(mask.block)); ++j) entry_steps.push_back(block_steps.at(k));
+    const auto [lo, hi] = mask.block_range(mask.blocks[k]);
+    entry_steps.insert(entry_steps.end(), hi - lo, block_steps.at(k));
   }
   for (const auto& b : opt.state()) {
     if (b.name == "m/w") *b.data = in["m"].get<std::vector<float>>();
@@ -169,8 +169,7 @@ int smet_layer(const std::string& in_path) {
   const auto pruned = nn::magnitude_prune(mask, w, n);
   const auto grown = nn::score_regrow(mask, in["scores"].get<std::vector<float>>(), n);
   nn::apply_topology(mask, pruned, grown);
-  for (std::int32_t b : pruned)
-    for (std::size_t j = std::size_t(b) * std::size_t(mask.block); j < std::min(mask.numel, std::size_t(b + 1) * std::size_t(mask.block)); ++j) w[j] = 0;
+  nn::zero_blocks(mask, pruned, w);
   const std::vector<std::int32_t> e = mask.entries();
   opt.set_active(0, e, code ? 1 : 0);
   const std::vector<float> g = in["grad"].get<std::vector<float>>();

@@ -228,7 +228,7 @@ void mat_backward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor
   Param<T>& W = P.layer(l, t);
   if (PoetLinear<T>* pl = P.poet_matrix(l, t))
     pl->backward(dy, x, N, W.value.data(), dx, accumulate_dx, A.poet_y0[t], C.poet);
-  else if (const std::size_t i = std::size_t(1 + l * LlamaParams<T>::kPerLayer + t); i < P.sparse.size() && !P.sparse[i].empty()) {
+  else if (const std::size_t i = LlamaParams<T>::index(l, t); i < P.sparse.size() && !P.sparse[i].empty()) {
     // a sparse matrix: its dense gradient in a transient buffer, the active entries gathered
     std::vector<T>& dw = C.dw;
     dw.assign(std::size_t(O) * K, T(0));

@@ -32,7 +32,9 @@ struct LlamaParams {
   static constexpr int kPerLayer = 9;
   enum LayerTensor { attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down };
   Param<T>& embd() { return store.params[0]; }
-  Param<T>& layer(int l, LayerTensor t) { return store.params[1 + l * kPerLayer + t]; }
+  /// Store index of layer l's tensor t.
+  static std::size_t index(int l, LayerTensor t) noexcept { return std::size_t(1 + l * kPerLayer + t); }
+  Param<T>& layer(int l, LayerTensor t) { return store.params[index(l, t)]; }
   Param<T>& out_norm() { return store.params[1 + config.n_layers * kPerLayer]; }
   /// The LM head [vocab, d] (token_embd when tied).
   Param<T>& head() { return config.tied ? embd() : store.params[2 + config.n_layers * kPerLayer]; }
@@ -51,7 +53,7 @@ struct LlamaParams {
   /// tensor's full gradient to (RigL's regrowth score at topology updates; empty entries skipped).
   std::vector<std::vector<T>> dense_grad;
   PoetLinear<T>* poet_matrix(int l, LayerTensor t) {
-    const std::size_t i = std::size_t(1 + l * kPerLayer + t);
+    const std::size_t i = index(l, t);
     return i < poet_of.size() && poet_of[i] >= 0 ? &poet[poet_of[i]] : nullptr;
   }
 };

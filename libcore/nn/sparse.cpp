@@ -104,10 +104,17 @@ std::vector<std::int32_t> SparseMask::entries() const {
   std::vector<std::int32_t> e;
   e.reserve(active_entries());
   for (std::int32_t b : blocks) {
-    const std::size_t lo = std::size_t(b) * std::size_t(block), hi = std::min(numel, lo + std::size_t(block));
+    const auto [lo, hi] = block_range(b);
     for (std::size_t j = lo; j < hi; ++j) e.push_back(static_cast<std::int32_t>(j));
   }
   return e;
+}
+
+void zero_blocks(const SparseMask& mask, const std::vector<std::int32_t>& blocks, float* w) noexcept {
+  for (std::int32_t b : blocks) {
+    const auto [lo, hi] = mask.block_range(b);
+    std::fill(w + lo, w + hi, 0.0f);
+  }
 }
 
 std::size_t SparseMask::active_entries() const noexcept {
@@ -142,9 +149,9 @@ std::size_t prune_count(const SparseMask& mask, double p) noexcept {
 }
 
 namespace {
-/// Sum of |x| over each block of `mask`'s layout, for the listed blocks.
+/// Sum of |x| over block b of `m`'s layout.
 double block_abs_sum(const SparseMask& m, const float* x, std::int32_t b) {
-  const std::size_t lo = std::size_t(b) * std::size_t(m.block), hi = std::min(m.numel, lo + std::size_t(m.block));
+  const auto [lo, hi] = m.block_range(b);
   double s = 0;
   for (std::size_t j = lo; j < hi; ++j) s += std::fabs(double(x[j]));
   return s;

@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -98,7 +100,15 @@ struct SparseMask {
   std::size_t active_entries() const noexcept;
   /// Active entries / numel.
   double density() const noexcept { return numel ? double(active_entries()) / double(numel) : 0.0; }
+  /// The flat entries [first, second) of block `b` (the last block may be shorter).
+  std::pair<std::size_t, std::size_t> block_range(std::int32_t b) const noexcept {
+    const std::size_t lo = std::size_t(b) * std::size_t(block);
+    return {lo, std::min(numel, lo + std::size_t(block))};
+  }
 };
+
+/// Sets the entries of `blocks` (of `mask`'s layout) in w [numel] to 0.
+void zero_blocks(const SparseMask& mask, const std::vector<std::int32_t>& blocks, float* w) noexcept;
 
 /// Blocks of a matrix of `numel` entries at `density`: max(1, floor(num_blocks * density)).
 std::size_t sparse_block_count(std::size_t numel, int block, double density) noexcept;

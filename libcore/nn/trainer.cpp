@@ -316,13 +316,8 @@ TopologyEvent Trainer::update_topology(std::int64_t step) {
       Rng rng(sparse_seed(opt_.seed, update, static_cast<int>(k)));
       grown = score_regrow(mask, uniform_scores(mask.num_blocks(), rng), n);
     }
-    auto zero = [&](const std::vector<std::int32_t>& blocks) {
-      for (std::int32_t b : blocks)
-        for (std::size_t j = std::size_t(b) * std::size_t(mask.block); j < std::min(W.numel(), std::size_t(b + 1) * std::size_t(mask.block)); ++j)
-          W.value[j] = 0.0f;
-    };
-    zero(pruned);
-    zero(grown);  // regrown at w = 0 (RigL may regrow a block it just pruned)
+    zero_blocks(mask, pruned, W.value.data());
+    zero_blocks(mask, grown, W.value.data());  // regrown at w = 0 (RigL may regrow a block it just pruned)
     apply_topology(mask, pruned, grown);
     install_mask(k, so.code_steps ? 1 : 0);
     ev.layers.push_back({W.name, pruned.size(), grown.size(), mask.density()});
