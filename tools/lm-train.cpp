@@ -176,8 +176,8 @@ int main(int argc, char** argv) {
       "lr = lr divided by each matrix's density in turn, cumulatively over the parameter list (the code's bug: it\n"
       "diverges within a few steps; offered to reproduce it).  The log adds {event: probe, step, since_update,\n"
       "probe_loss} lines around each update u (a fixed probe batch, the training stream's first min(batch, 8)\n"
-      "windows, at u - 1 and u + 1 .. u + --probe-steps; static logs the same, with since_update 0 at u, as\n"
-      "the control without updates) and an {event: topology} line (prune_fraction, probe_before,\n"
+      "windows, at u - 1 and u + 1 .. u + --probe-steps; static logs the same at its --update-every and --probe-steps,\n"
+      "with since_update 0 at u, as the control without updates) and an {event: topology} line (prune_fraction, probe_before,\n"
       "probe_after, pruning_jump; per matrix pruned, regrown, density); meta and summary give sparse {density,\n"
       "active_weights, grad_bytes, mask_bytes}.  With --density 1 every matrix stays dense (plain dense training).\n"
       "A --init checkpoint's mask is not kept (a new one is drawn).",
@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
         app.add_option("--foam-second-moment", foam_moment, "foam: folded second-moment input: code (mean of g^2 per block, the reference's) or paper ((mean g)^2)")->capture_default_str()->check(CLI::IsMember({"code", "paper"}));
         app.add_option("--sparse", sparse_method, "Sparse training of every attention/MLP matrix (embedding, head and norms dense): dense, static (a random mask kept), set (magnitude prune + random regrow, Mocanu et al. 2018), rigl (regrow by gradient magnitude, Evci et al. 2020) or smet (SET with local steps, momentum warm-up and lr / d, Xiao et al. 2026); AdamW only")->capture_default_str()->check(CLI::IsMember({"dense", "static", "set", "rigl", "smet"}));
         app.add_option("--density", t.sparse.density, "sparse: fraction d in (0, 1] of each sparse matrix's blocks kept active (floor(d x blocks), at least 1; 1 = every matrix dense)")->capture_default_str();
-        app.add_option("--update-every", t.sparse.update_every, "sparse: steps between topology updates (prune + regrow)")->capture_default_str();
+        app.add_option("--update-every", t.sparse.update_every, "sparse: steps between topology updates (prune + regrow; static: where its control probes are logged)")->capture_default_str();
         app.add_option("--prune-rate", t.sparse.prune_rate, "sparse: p0, the prune (and regrow) fraction of the schedule at step 0, in [0, 1)")->capture_default_str();
         app.add_option("--prune-rate-min", t.sparse.prune_rate_min, "sparse: the fraction the schedule decays to at the end of the run")->capture_default_str();
         app.add_option("--prune-schedule", prune_schedule, "sparse: cosine, linear or constant decay of the prune fraction over the run")->capture_default_str()->check(CLI::IsMember({"cosine", "linear", "constant"}));
@@ -294,12 +294,13 @@ int main(int argc, char** argv) {
                               "--poet-lr", "--poet-scale", "--poet-no-normalize", "--poet-clip-ramp-until"})
           if (app->count(f) && t.optimizer != "poet-x") throw UsageError(fmt::format("{} needs --optimizer poet-x", f), f);
         t.sparse.method = nn::parse_sparse_method(sparse_method);
-        for (const char* f : {"--update-every", "--prune-rate", "--prune-rate-min", "--prune-schedule", "--probe-steps"})
+        for (const char* f : {"--prune-rate", "--prune-rate-min", "--prune-schedule"})
           if (app->count(f) && !t.sparse.dynamic())
             throw UsageError(fmt::format("{} needs a topology that changes (--sparse set, rigl or smet){}", f,
                                          t.sparse.method == nn::SparseMethod::fixed ? "; static keeps its mask" : ""),
                              f);
-        for (const char* f : {"--density", "--sparse-block", "--sparse-local-steps", "--sparse-warmup", "--sparse-density-lr", "--sparse-code-form"})
+        for (const char* f : {"--density", "--update-every", "--probe-steps", "--sparse-block", "--sparse-local-steps", "--sparse-warmup",
+                              "--sparse-density-lr", "--sparse-code-form"})
           if (app->count(f) && !t.sparse.enabled()) throw UsageError(fmt::format("{} needs --sparse static, set, rigl or smet", f), f);
         t.sparse.schedule = nn::parse_prune_schedule(prune_schedule);
         for (const auto& f : sparse_code_form) {

@@ -131,8 +131,8 @@ void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config)
     for (const auto& [name, shape] : llama_param_shapes(config)) foam_check_level(opt.foam.level, name, shape);
   if (opt.sparse.enabled()) {
     if (o != "adamw")
-      throw UsageError(fmt::format("--sparse {} trains with AdamW (SMET's Adam_block is Adam with sparse state); --optimizer {} has "
-                                   "no sparse state",
+      throw UsageError(fmt::format("--sparse {} trains with AdamW (Adam with state for the active entries only, as SMET's Adam_block); "
+                                   "--optimizer {} has no sparse state",
                                    sparse_method_name(opt.sparse.method), o),
                        "--sparse");
     check_sparse_options(opt.sparse);
@@ -502,13 +502,20 @@ nlohmann::json Trainer::load(const std::string& path) {
     throw InputError(fmt::format("resume: the checkpoint was trained dense; drop the sparse options ({}) or start a new run with --init",
                                  sparse_flags(now["sparse"])),
                      path);
-  if (saved.contains("sparse") && now.contains("sparse") && saved["sparse"].is_object() && saved["sparse"] != now["sparse"])
-    for (auto it = now["sparse"].begin(); it != now["sparse"].end(); ++it)  // name the sparse setting that differs
-      if (!saved["sparse"].contains(it.key()) || saved["sparse"][it.key()] != it.value())
-        throw InputError(fmt::format("resume: sparse option {} is {} here but {} in the checkpoint (it was trained with {})", it.key(),
-                                     it.value().dump(), saved["sparse"].contains(it.key()) ? saved["sparse"][it.key()].dump() : "absent",
+  if (saved.contains("sparse") && now.contains("sparse") && saved["sparse"].is_object() && saved["sparse"] != now["sparse"]) {
+    // name the sparse setting that differs, the method first (it implies SMET's parts)
+    std::vector<std::string> keys{"method"};
+    for (auto it = now["sparse"].begin(); it != now["sparse"].end(); ++it)
+      if (it.key() != "method") keys.push_back(it.key());
+    for (const std::string& key : keys) {
+      const nlohmann::json& value = now["sparse"][key];
+      if (!saved["sparse"].contains(key) || saved["sparse"][key] != value)
+        throw InputError(fmt::format("resume: sparse option {} is {} here but {} in the checkpoint (it was trained with {})", key,
+                                     value.dump(), saved["sparse"].contains(key) ? saved["sparse"][key].dump() : "absent",
                                      sparse_flags(saved["sparse"])),
                          path);
+    }
+  }
   for (auto it = now.begin(); it != now.end(); ++it)
     if (!saved.contains(it.key()) || saved[it.key()] != it.value())
       throw InputError(fmt::format("resume: option {} is {} here but {} in the checkpoint{}", it.key(), it.value().dump(),

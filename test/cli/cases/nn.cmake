@@ -169,6 +169,10 @@ cli_case(lm-train/poet-flags-need-poet --rc 2 --stderr "^lm-train: error: --poet
 cli_case(lm-train/sparse-smet-trains --rc 0
   --file-jq r.json ".s.sparse.density == 0.25 and .s.sparse.active_weights == 5760 and .s.optimizer_state_bytes == 5760 * 16 + 32928 * 8 and .topo == [3, 6] and .layers == [14, 14] and .balanced and .probes == [2, 4, 5, 7, 8] and .s.steps == 8"
   -- bash -c "${TRAIN_SMALL_STR} --steps 8 --eval-every 8 --sparse smet --density 0.25 --update-every 3 --probe-steps 2 -o s.h5 -q > log.jsonl && jq -s '{s: (.[] | select(.summary) | .summary), topo: [.[] | select(.event == \"topology\") | .step], layers: [.[] | select(.event == \"topology\") | .layers | length], balanced: ([.[] | select(.event == \"topology\") | .layers[] | .pruned == .regrown and .pruned > 0 and .density == 0.25] | all), probes: [.[] | select(.event == \"probe\") | .step]}' log.jsonl > r.json")
+# static: the control probes at its --update-every / --probe-steps (u - 1, u, u + 1 ..), no topology line.
+cli_case(lm-train/sparse-static-control-probes --rc 0
+  --file-jq r.json ".probes == [[2, -1], [3, 0], [4, 1], [5, -1], [6, 0], [7, 1], [8, 2]] and .topo == 0"
+  -- bash -c "${TRAIN_SMALL_STR} --steps 8 --eval-every 8 --sparse static --density 0.25 --update-every 3 --probe-steps 2 -o s.h5 -q > log.jsonl && jq -s '{probes: [.[] | select(.event == \"probe\") | [.step, .since_update]], topo: ([.[] | select(.event == \"topology\")] | length)}' log.jsonl > r.json")
 cli_case(lm-train/sparse-density-out-of-range --rc 2 --stderr "^lm-train: error: the density must lie in \\(0, 1. \\(got 1.5\\) \\(--density\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --sparse smet --density 1.5 -o m.h5)
 cli_case(lm-train/sparse-update-every-zero --rc 2 --stderr "^lm-train: error: the topology update interval must be >= 1 step \\(got 0\\) \\(--update-every\\)$" --no-file m.h5
