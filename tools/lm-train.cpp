@@ -178,7 +178,11 @@ int main(int argc, char** argv) {
       "probe_loss} lines around each update u (a fixed probe batch, the training stream's first min(batch, 8)\n"
       "windows, at u - 1 and u + 1 .. u + --probe-steps; static logs the same at its --update-every and --probe-steps,\n"
       "with since_update 0 at u, as the control without updates) and an {event: topology} line (prune_fraction, probe_before,\n"
-      "probe_after, pruning_jump; per matrix pruned, regrown, density); meta and summary give sparse {density,\n"
+      "probe_after, pruning_jump; per matrix pruned, regrown, density).  --probe-control adds the paired control: at\n"
+      "each update u the run also trains --probe-steps steps from the same state on the same batches without the update,\n"
+      "logs {event: probe_control, step: u, probe_loss: [loss after u + 1 .. u + k]} and rewinds (the run itself is\n"
+      "unchanged, bit for bit), so probe_loss(u + k) minus its k-th control loss is the update's excess loss with the training\n"
+      "noise cancelled (it costs --probe-steps extra steps per update).  Meta and summary give sparse {density,\n"
       "active_weights, grad_bytes, mask_bytes}.  With --density 1 every matrix stays dense (plain dense training).\n"
       "A --init checkpoint's mask is not kept (a new one is drawn).",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
@@ -259,6 +263,7 @@ int main(int argc, char** argv) {
         app.add_flag("--sparse-density-lr", t.sparse.density_lr, "sparse: learning rate lr / d on each sparse matrix, d its density (SMET; on with smet)");
         app.add_option("--sparse-code-form", sparse_code_form, "sparse: the reference code's form where it differs from the paper (see the description above), a comma list of warmup, lr, steps")->delimiter(',')->check(CLI::IsMember({"warmup", "lr", "steps"}));
         app.add_option("--probe-steps", t.sparse.probe_steps, "sparse: probe-batch losses logged for this many steps after each topology update")->capture_default_str();
+        app.add_flag("--probe-control", t.sparse.probe_control, "sparse (set, rigl, smet): at each topology update also train --probe-steps steps without the update from the same state on the same batches, log their probe losses (event probe_control), then rewind: the paired control of the optimizer spike");
         app.add_option("--exit-loss", t.exit.scale, "LayerSkip's early-exit loss: e_scale, the weight of the intermediate exits (the shared final norm and head after blocks) against the final layer (0 = off)")->check(cli::non_negative());
         app.add_option("--exit-every", t.exit.every, "Exits after every R-th block (with --exit-loss)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--exit-curriculum", exit_curriculum, "Which exits train each step: rot (the every-R set shifted by one block per step), gradual (from the last block down, all on at half the run) or all")->capture_default_str()->check(CLI::IsMember({"rot", "gradual", "all"}));
@@ -302,6 +307,8 @@ int main(int argc, char** argv) {
         for (const char* f : {"--density", "--update-every", "--probe-steps", "--sparse-block", "--sparse-local-steps", "--sparse-warmup",
                               "--sparse-density-lr", "--sparse-code-form"})
           if (app->count(f) && !t.sparse.enabled()) throw UsageError(fmt::format("{} needs --sparse static, set, rigl or smet", f), f);
+        if (app->count("--probe-control") && !t.sparse.dynamic())
+          throw UsageError("--probe-control needs a topology that changes (--sparse set, rigl or smet)", "--probe-control");
         t.sparse.schedule = nn::parse_prune_schedule(prune_schedule);
         for (const auto& f : sparse_code_form) {
           if (f == "warmup") t.sparse.code_warmup = true;
@@ -582,6 +589,8 @@ int main(int argc, char** argv) {
                                 {"probe_after", st.topology->probe_after},
                                 {"pruning_jump", st.topology->probe_after - st.topology->probe_before},
                                 {"layers", layers}});
+            if (!st.topology->control_probe.empty())  // --probe-control: the no-update branch, paired with the probes that follow
+              emit(nlohmann::json{{"event", "probe_control"}, {"step", st.step}, {"probe_loss", st.topology->control_probe}});
           }
           const bool do_eval = (eval_every > 0 && st.step % eval_every == 0) || st.step == t.steps;
           const bool do_log = st.step % log_every == 0 || do_eval || st.step == end;

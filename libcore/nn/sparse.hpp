@@ -59,6 +59,10 @@ struct SparseOptions {
   bool code_lr = false;        ///< lr divided cumulatively by each sparse matrix's density in turn
   bool code_steps = false;     ///< a regrown entry's step restarts at 1, so its first update uses t = 2
   int probe_steps = 10;        ///< probe-batch losses logged at u + 1 .. u + probe_steps
+  /// The paired spike control: at each topology update also train probe_steps steps from the
+  /// same state on the same batches without the update, log that branch's probe losses, then
+  /// rewind (the run's trajectory is unchanged).  Like probe_steps, not a trajectory setting.
+  bool probe_control = false;
   /// Whether any matrix is sparse.
   bool enabled() const noexcept { return method != SparseMethod::dense; }
   /// Whether the topology changes during training (SET, RigL, SMET).

@@ -333,7 +333,7 @@ StepStats Trainer::step() {
   params_.store.zero_grad();
   const SparseOptions& so = opt_.sparse;
   const std::int64_t next = optimizer_->steps() + 1;  // the step this call takes
-  const bool topology_step = !masks_.empty() && so.dynamic() && next % so.update_every == 0 && next < opt_.steps;
+  const bool topology_step = !in_control_ && !masks_.empty() && so.dynamic() && next % so.update_every == 0 && next < opt_.steps;
   if (topology_step && so.method == SparseMethod::rigl) {  // RigL: this step's dense gradient scores the regrowth
     params_.dense_grad.assign(params_.store.params.size(), {});
     for (const auto& [i, mask] : masks_) params_.dense_grad[std::size_t(i)].assign(mask.numel, 0.0f);
@@ -372,7 +372,7 @@ StepStats Trainer::step() {
   tokens_ += step_tokens;
   st.step = optimizer_->steps();
   st.tokens = tokens_;
-  if (!masks_.empty()) {  // the probe batch around each (for static: each would-be) topology update
+  if (!masks_.empty() && !in_control_) {  // the probe batch around each (for static: each would-be) topology update
     const std::int64_t U = so.update_every, since = st.step % U;
     if ((st.step + 1) % U == 0 && st.step + 1 < opt_.steps) {
       st.since_update = -1;
@@ -384,9 +384,54 @@ StepStats Trainer::step() {
       st.since_update = 0;
       st.probe_loss = probe_loss();
     }
-    if (topology_step) st.topology = update_topology(st.step);
+    if (topology_step) {
+      std::vector<double> control;
+      if (so.probe_control) control = control_branch();  // from the state the update starts from
+      st.topology = update_topology(st.step);
+      st.topology->control_probe = std::move(control);
+    }
   }
   return st;
+}
+
+std::vector<double> Trainer::control_branch() {
+  std::vector<std::vector<float>> values, floats;
+  std::vector<std::vector<std::int32_t>> ints;
+  for (const auto& p : params_.store.params) values.push_back(p.value);
+  for (const auto& sb : optimizer_->state()) {
+    if (sb.ints) ints.push_back(*sb.ints);
+    else floats.push_back(*sb.data);
+  }
+  const std::int64_t steps = optimizer_->steps(), tokens = tokens_;
+  const DataOrder order = order_;
+  std::vector<std::vector<float>> dense_grad;
+  dense_grad.swap(params_.dense_grad);  // RigL's scoring gradient: kept out of the branch's steps
+  auto restore = [&] {
+    for (std::size_t i = 0; i < values.size(); ++i) params_.store.params[i].value = std::move(values[i]);
+    std::size_t f = 0, n = 0;
+    for (const auto& sb : optimizer_->state()) {
+      if (sb.ints) *sb.ints = std::move(ints[n++]);
+      else *sb.data = std::move(floats[f++]);
+    }
+    optimizer_->set_steps(steps);
+    tokens_ = tokens;
+    order_ = order;
+    params_.dense_grad.swap(dense_grad);
+    in_control_ = false;
+  };
+  std::vector<double> losses;
+  in_control_ = true;
+  try {
+    for (int k = 0; k < opt_.sparse.probe_steps; ++k) {
+      step();
+      losses.push_back(probe_loss());
+    }
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+  return losses;
 }
 
 double Trainer::clip_limit() const noexcept {

@@ -72,6 +72,10 @@ struct LayerTopology {
 struct TopologyEvent {
   double prune_fraction = 0;
   double probe_before = 0, probe_after = 0;  ///< mean cross-entropy (nats) of the fixed probe batch
+  /// With SparseOptions::probe_control: the probe loss after each of the control branch's steps
+  /// u + 1 .. u + probe_steps (the same batches, no update); paired with the run's own probes at
+  /// u + k, L(u + k) - control[k - 1] is the update's excess loss with the training noise cancelled.
+  std::vector<double> control_probe;
   std::vector<LayerTopology> layers;
 };
 
@@ -196,6 +200,11 @@ class Trainer {
   void install_mask(std::size_t k, std::int32_t new_step);
   /// Prune + regrow every sparse matrix (after the optimizer step of `step`).
   TopologyEvent update_topology(std::int64_t step);
+  /// The paired spike control: trains probe_steps steps from the current state without a topology
+  /// update, returns the probe loss after each, and restores weights, optimizer state, step and
+  /// token counts and the data position (RigL's scoring gradient kept), also when a step throws.
+  std::vector<double> control_branch();
+  bool in_control_ = false;  // inside control_branch: no probes, no topology updates
   std::vector<std::pair<int, SparseMask>> masks_;
   std::vector<int> probe_in_, probe_tg_;
   int probe_batch_ = 0;

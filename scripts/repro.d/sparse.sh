@@ -52,15 +52,15 @@ arms() {
   cat <<'EOF'
 dense|
 static-0.25|--sparse static --density 0.25
-set-0.25|--sparse set --density 0.25
-rigl-0.25|--sparse rigl --density 0.25
-set+local-0.25|--sparse set --density 0.25 --sparse-local-steps
-set+local+warmup-0.25|--sparse set --density 0.25 --sparse-local-steps --sparse-warmup 100
-smet-0.25|--sparse smet --density 0.25
-set-0.5|--sparse set --density 0.5
-smet-0.5|--sparse smet --density 0.5
-set-0.1|--sparse set --density 0.1
-smet-0.1|--sparse smet --density 0.1
+set-0.25|--sparse set --density 0.25 --probe-control
+rigl-0.25|--sparse rigl --density 0.25 --probe-control
+set+local-0.25|--sparse set --density 0.25 --sparse-local-steps --probe-control
+set+local+warmup-0.25|--sparse set --density 0.25 --sparse-local-steps --sparse-warmup 100 --probe-control
+smet-0.25|--sparse smet --density 0.25 --probe-control
+set-0.5|--sparse set --density 0.5 --probe-control
+smet-0.5|--sparse smet --density 0.5 --probe-control
+set-0.1|--sparse set --density 0.1 --probe-control
+smet-0.1|--sparse smet --density 0.1 --probe-control
 EOF
 }
 flags_of() { arms | awk -F'|' -v n="$1" '$1 == n { print $2 }'; }
@@ -92,48 +92,83 @@ init 1
   for n in dense set-0.25 smet-0.25 static-0.25 rigl-0.25 set+local-0.25 set+local+warmup-0.25 set-0.5 smet-0.5 set-0.1 smet-0.1; do
     echo "$n 1"
   done
-  if [ "$seeds2" = 1 ]; then for n in dense set-0.25 smet-0.25 smet-0.5; do echo "$n 2"; done; fi
+  if [ "$seeds2" = 1 ]; then for n in dense set-0.25 smet-0.25 smet-0.5 set+local-0.25 set+local+warmup-0.25; do echo "$n 2"; done; fi
 } | queue
 t_end=$(date +%s)
 
 # ---- the table ----
-# spikes(log): mean and max over the updates of the pruning jump and of the optimizer spike
+# spikes(log): mean and max over the updates of the pruning jump, of the optimizer spike (unpaired),
+# and of the paired spike (--probe-control), with the mean excess loss at u + 10
 spikes() {
   # the updates: topology lines (after = the loss right after prune + regrow); for static, the probe
-  # at each would-be update (since_update 0): the same statistic without an update, the noise floor
+  # at each would-be update (since_update 0): the same statistic without an update, the noise floor.
+  # Paired (arms with --probe-control): excess(k) = probe(u + k) - control(u + k), the control trained
+  # from the same state on the same batches without the update; excess(0) = the jump; the paired
+  # spike = max over k = 1 .. 10 of excess(k) - excess(0).
   jq -s -r '
     [.[] | select(.event == "topology") | {step, after: .probe_after, jump: .pruning_jump}] as $t0 |
     (if ($t0 | length) > 0 then $t0 else [.[] | select(.event == "probe" and .since_update == 0) | {step, after: .probe_loss, jump: null}] end) as $t |
     [.[] | select(.event == "probe")] as $p |
-    [$t[] | . as $e | ($p | map(select(.step > $e.step and .step <= $e.step + 10 and .since_update > 0) | .probe_loss)) as $after |
-      {jump: $e.jump, spike: (if ($after | length) > 0 then ($after | max) - $e.after else null end)}] as $r |
+    ([.[] | select(.event == "probe_control") | {key: (.step | tostring), value: .probe_loss}] | from_entries) as $c |
+    [$t[] | . as $e | ($p | map(select(.step > $e.step and .step <= $e.step + 10 and .since_update > 0))) as $after |
+      ($c[$e.step | tostring]) as $ctl |
+      (if $ctl == null or ($after | length) == 0 then null
+       else [$after[] | .probe_loss - $ctl[.since_update - 1]] end) as $x |
+      {jump: $e.jump, spike: (if ($after | length) > 0 then ([$after[].probe_loss] | max) - $e.after else null end),
+       pspike: (if $x == null then null else ($x | max) - $e.jump end), excess: (if $x == null then null else $x[-1] end)}] as $r |
     def r4: if . == null then "-" else . * 1e4 | round / 1e4 end;
-    if ($r | length) == 0 then "-         -         -         -         0"
+    def mean: if length > 0 then add / length else null end;
+    def mx: if length > 0 then max else null end;
+    if ($r | length) == 0 then "-         -         -         -         -         -         -         0"
     else ([$r[].jump | select(. != null)]) as $j | ([$r[].spike | select(. != null)]) as $s |
-         "\(if ($j | length) > 0 then ($j | add / length) else null end | r4)    \(if ($j | length) > 0 then ($j | max) else null end | r4)    \(($s | add / length) | r4)    \(($s | max) | r4)    \($r | length)" end' "$1"
+         ([$r[].pspike | select(. != null)]) as $q | ([$r[].excess | select(. != null)]) as $x |
+         "\($j | mean | r4)    \($j | mx | r4)    \($s | mean | r4)    \($s | mx | r4)    \($q | mean | r4)    \($q | mx | r4)    \($x | mean | r4)    \($r | length)" end' "$1"
+}
+# pspikes(log): the paired spike of every update, one per line (for the interval over updates and seeds)
+pspikes() {
+  jq -s -r '([.[] | select(.event == "probe_control") | {key: (.step | tostring), value: .probe_loss}] | from_entries) as $c |
+    [.[] | select(.event == "probe")] as $p |
+    .[] | select(.event == "topology" and $c[.step | tostring] != null) | . as $e |
+    [$p[] | select(.step > $e.step and .step <= $e.step + 10 and .since_update > 0) | .probe_loss - $c[$e.step | tostring][.since_update - 1]] |
+    max - $e.pruning_jump' "$1"
 }
 row() {  # name seed
   local tag="$1-s$2" s
   [ -f "$out/$tag.eval.json" ] || { printf '%-22s %-4s %s\n' "$1" "$2" "failed or not run"; return; }
   s=$(grep '"summary"' "$out/$tag.jsonl" | tail -1)
-  printf '%-22s %-4s %-9.4f %-8.2f %-40s %-11s %-8s %s\n' "$1" "$2" "$(jq .loss "$out/$tag.eval.json")" \
+  printf '%-22s %-4s %-9.4f %-8.2f %-72s %-11s %-8s %s\n' "$1" "$2" "$(jq .loss "$out/$tag.eval.json")" \
     "$(jq .perplexity "$out/$tag.eval.json")" "$(spikes "$out/$tag.jsonl")" "$(jq .summary.optimizer_state_bytes <<<"$s")" \
     "$(jq '.summary.tokens_per_s | round' <<<"$s")" "$(jq '.summary.seconds / 60 | . * 10 | round / 10' <<<"$s")"
 }
 val() { [ -f "$out/$1-s$2.eval.json" ] && jq .loss "$out/$1-s$2.eval.json" || echo null; }
 spike_mean() { [ -f "$out/$1-s$2.jsonl" ] && spikes "$out/$1-s$2.jsonl" | awk '{print $3}' || echo -; }
 echo "SMET in miniature: vocab 2048, d 128, 6 layers, 4/2 heads, d_ff 384 (1.70M weights, 1.18M sparse), $steps steps of 16 x 128, updates every 100"
-printf '%-22s %-4s %-9s %-8s %-40s %-11s %-8s %s\n' arm seed val_loss val_ppl "jump_mean jump_max  spike_mean spike_max n" state_bytes tok/s minutes
+printf '%-22s %-4s %-9s %-8s %-72s %-11s %-8s %s\n' arm seed val_loss val_ppl "jump_mean jump_max  spike_mean spike_max pspike_mean pspike_max excess10_mean n" state_bytes tok/s minutes
 for n in $(arms | cut -d'|' -f1); do row "$n" 1; done
 for f in "$out"/*-s2.eval.json; do [ -e "$f" ] || continue; n=$(basename "$f" -s2.eval.json); row "$n" 2; done
 for s in 1 2; do
   a=$(spike_mean set-0.25 $s) b=$(spike_mean smet-0.25 $s)
   [ "$a" = - ] || [ "$b" = - ] || [ -z "$a" ] || [ -z "$b" ] ||
-    echo "seed $s: mean optimizer spike at d = 0.25: SET $a, SMET $b (target: SMET's at least 3x smaller)"
+    echo "seed $s: mean optimizer spike (unpaired) at d = 0.25: SET $a, SMET $b"
   d=$(val dense $s) m=$(val smet-0.5 $s)
   [ "$d" = null ] || [ "$m" = null ] ||
     echo "seed $s: SMET d = 0.5 vs dense held-out loss: $(jq -n --argjson a "$d" --argjson b "$m" '(($b - $a) / $a * 1e4 | round) / 100')% (target within 3%)"
 done
+# The paired spike over every update of both seeds: mean and a 95% interval (t over the updates),
+# and SET's mean over SMET's (target: at least 3x).
+paired() {  # arm -> "mean lo hi n"
+  local f
+  for f in "$out/$1-s1.jsonl" "$out/$1-s2.jsonl"; do [ -f "$f" ] && pspikes "$f"; done |
+    awk '{ x[NR] = $1; s += $1 } END { if (NR < 2) { print "- - - " NR; exit } m = s / NR; for (i = 1; i <= NR; i++) v += (x[i] - m)^2;
+      se = sqrt(v / (NR - 1) / NR); t = (NR - 1 >= 13) ? 2.16 : (NR - 1 >= 6) ? 2.45 : (NR - 1 >= 3) ? 3.18 : 12.71; printf "%.4f %.4f %.4f %d\n", m, m - t * se, m + t * se, NR }'
+}
+for n in set-0.25 rigl-0.25 set+local-0.25 set+local+warmup-0.25 smet-0.25 set-0.5 smet-0.5 set-0.1 smet-0.1; do
+  read -r m lo hi k <<<"$(paired "$n")"
+  [ "$k" -ge 2 ] 2>/dev/null && echo "paired spike $n: mean $m, 95% interval [$lo, $hi] over $k updates"
+done
+read -r a _ _ _ <<<"$(paired set-0.25)"; read -r b _ _ _ <<<"$(paired smet-0.25)"
+[ "$a" = - ] || [ "$b" = - ] || [ -z "$a" ] || [ -z "$b" ] ||
+  echo "d = 0.25: mean paired spike SET $a, SMET $b: SET / SMET = $(jq -n --argjson a "$a" --argjson b "$b" 'if $b > 0 then ($a / $b * 100 | round) / 100 else "inf (SMET <= 0)" end') (target: at least 3)"
 # The state bound: the sparse matrices' dense Adam state is 8 bytes per weight; at density d the
 # measured state minus the dense tensors' (embedding, head, norms: 8 bytes per weight) is compared
 # with d x that + 8 bytes of index and local step per active entry.

@@ -1030,6 +1030,54 @@ TEST_CASE("nn trainer: sparse masks hold, the density stays exact, and resume ac
   check_masks_hold(t, 0.5);
 }
 
+// --probe-control: the run itself is bit-identical to one without it (the branch rewinds weights,
+// optimizer state, counts and data order; RigL keeps its scoring gradient), and the branch's probe
+// losses are those of a run that simply skips the update: the same options with update_every 2u
+// (no update at u, the same trajectory up to it) probed after steps u + 1 .. u + k, bit for bit.
+TEST_CASE("nn trainer: the paired spike control leaves the run untouched and is the run without the update") {
+  const lm::Model m = lm::random_model(tiny_config(lm::RopeStyle::half, false), 4, 0.02);
+  const auto stream = random_stream(300, m.config.vocab_size, 1);
+  const int N = 8, U = 3, K = 2;
+  for (SparseMethod method : {SparseMethod::set, SparseMethod::rigl, SparseMethod::smet}) {
+    INFO(sparse_method_name(method));
+    TrainOptions o = small_options(N);
+    o.sparse.method = method;
+    o.sparse.density = 0.5;
+    o.sparse.update_every = U;
+    o.sparse.prune_rate = 0.3;
+    o.sparse.probe_steps = K;
+    resolve_sparse_options(o.sparse, false);
+    TrainOptions c = o;
+    c.sparse.probe_control = true;
+    Trainer plain(m, stream, o), paired(m, stream, c);
+    std::vector<double> control;
+    for (int s = 1; s <= N; ++s) {
+      const StepStats a = plain.step(), b = paired.step();
+      CHECK(a.loss == b.loss);
+      CHECK((std::isnan(a.probe_loss) ? std::isnan(b.probe_loss) : a.probe_loss == b.probe_loss));
+      REQUIRE(bool(a.topology) == bool(b.topology));
+      if (b.topology) {
+        CHECK(a.topology->control_probe.empty());
+        CHECK(b.topology->control_probe.size() == std::size_t(K));
+        CHECK(a.topology->probe_after == b.topology->probe_after);
+        if (s == U) control = b.topology->control_probe;
+      }
+    }
+    CHECK(same_weights(plain.params(), paired.params()));
+    CHECK(plain.sparse_masks()[0].second.blocks == paired.sparse_masks()[0].second.blocks);
+    CHECK(plain.optimizer_state_bytes() == paired.optimizer_state_bytes());
+    TrainOptions skip = o;
+    skip.sparse.update_every = 2 * U;
+    Trainer t(m, stream, skip);
+    for (int s = 1; s <= U; ++s) t.step();
+    REQUIRE(control.size() == std::size_t(K));
+    for (int k = 0; k < K; ++k) {
+      t.step();
+      CHECK(t.probe_loss() == control[std::size_t(k)]);
+    }
+  }
+}
+
 // --density 1 keeps every matrix dense: each method is plain AdamW training bit for bit (the SMET
 // warm-up in the paper's form acts on sparse entries only); the sparse backward's gathered gradient
 // is the dense gradient at the active entries, bit for bit, and nothing else.
