@@ -52,15 +52,15 @@ arms() {
   cat <<'EOF'
 dense|
 static-0.25|--sparse static --density 0.25
-set-0.25|--sparse set --density 0.25 --probe-control
-rigl-0.25|--sparse rigl --density 0.25 --probe-control
-set+local-0.25|--sparse set --density 0.25 --sparse-local-steps --probe-control
-set+local+warmup-0.25|--sparse set --density 0.25 --sparse-local-steps --sparse-warmup 100 --probe-control
-smet-0.25|--sparse smet --density 0.25 --probe-control
-set-0.5|--sparse set --density 0.5 --probe-control
-smet-0.5|--sparse smet --density 0.5 --probe-control
-set-0.1|--sparse set --density 0.1 --probe-control
-smet-0.1|--sparse smet --density 0.1 --probe-control
+set-0.25|--sparse set --density 0.25 --probe-control --probe-steps 30
+rigl-0.25|--sparse rigl --density 0.25 --probe-control --probe-steps 30
+set+local-0.25|--sparse set --density 0.25 --sparse-local-steps --probe-control --probe-steps 30
+set+local+warmup-0.25|--sparse set --density 0.25 --sparse-local-steps --sparse-warmup 100 --probe-control --probe-steps 30
+smet-0.25|--sparse smet --density 0.25 --probe-control --probe-steps 30
+set-0.5|--sparse set --density 0.5 --probe-control --probe-steps 30
+smet-0.5|--sparse smet --density 0.5 --probe-control --probe-steps 30
+set-0.1|--sparse set --density 0.1 --probe-control --probe-steps 30
+smet-0.1|--sparse smet --density 0.1 --probe-control --probe-steps 30
 EOF
 }
 flags_of() { arms | awk -F'|' -v n="$1" '$1 == n { print $2 }'; }
@@ -97,23 +97,25 @@ init 1
 t_end=$(date +%s)
 
 # ---- the table ----
-# spikes(log): mean and max over the updates of the pruning jump, of the optimizer spike (unpaired),
-# and of the paired spike (--probe-control), with the mean excess loss at u + 10
+# spikes(log): mean and max over the updates of the pruning jump, of the optimizer spike (unpaired,
+# over u + 1 .. u + 10), and of the paired spike (--probe-control, over u + 1 .. u + 30), with the mean
+# excess loss at u + 30
 spikes() {
   # the updates: topology lines (after = the loss right after prune + regrow); for static, the probe
   # at each would-be update (since_update 0): the same statistic without an update, the noise floor.
   # Paired (arms with --probe-control): excess(k) = probe(u + k) - control(u + k), the control trained
   # from the same state on the same batches without the update; excess(0) = the jump; the paired
-  # spike = max over k = 1 .. 10 of excess(k) - excess(0).
+  # spike = max over k = 1 .. 30 of excess(k) - excess(0).
   jq -s -r '
     [.[] | select(.event == "topology") | {step, after: .probe_after, jump: .pruning_jump}] as $t0 |
     (if ($t0 | length) > 0 then $t0 else [.[] | select(.event == "probe" and .since_update == 0) | {step, after: .probe_loss, jump: null}] end) as $t |
     [.[] | select(.event == "probe")] as $p |
     ([.[] | select(.event == "probe_control") | {key: (.step | tostring), value: .probe_loss}] | from_entries) as $c |
     [$t[] | . as $e | ($p | map(select(.step > $e.step and .step <= $e.step + 10 and .since_update > 0))) as $after |
+      ($p | map(select(.step > $e.step and .step <= $e.step + 30 and .since_update > 0))) as $window |
       ($c[$e.step | tostring]) as $ctl |
-      (if $ctl == null or ($after | length) == 0 then null
-       else [$after[] | .probe_loss - $ctl[.since_update - 1]] end) as $x |
+      (if $ctl == null or ($window | length) == 0 then null
+       else [$window[] | .probe_loss - $ctl[.since_update - 1]] end) as $x |
       {jump: $e.jump, spike: (if ($after | length) > 0 then ([$after[].probe_loss] | max) - $e.after else null end),
        pspike: (if $x == null then null else ($x | max) - $e.jump end), excess: (if $x == null then null else $x[-1] end)}] as $r |
     def r4: if . == null then "-" else . * 1e4 | round / 1e4 end;
@@ -129,7 +131,7 @@ pspikes() {
   jq -s -r '([.[] | select(.event == "probe_control") | {key: (.step | tostring), value: .probe_loss}] | from_entries) as $c |
     [.[] | select(.event == "probe")] as $p |
     .[] | select(.event == "topology" and $c[.step | tostring] != null) | . as $e |
-    [$p[] | select(.step > $e.step and .step <= $e.step + 10 and .since_update > 0) | .probe_loss - $c[$e.step | tostring][.since_update - 1]] |
+    [$p[] | select(.step > $e.step and .step <= $e.step + 30 and .since_update > 0) | .probe_loss - $c[$e.step | tostring][.since_update - 1]] |
     max - $e.pruning_jump' "$1"
 }
 row() {  # name seed
@@ -143,7 +145,7 @@ row() {  # name seed
 val() { [ -f "$out/$1-s$2.eval.json" ] && jq .loss "$out/$1-s$2.eval.json" || echo null; }
 spike_mean() { [ -f "$out/$1-s$2.jsonl" ] && spikes "$out/$1-s$2.jsonl" | awk '{print $3}' || echo -; }
 echo "SMET in miniature: vocab 2048, d 128, 6 layers, 4/2 heads, d_ff 384 (1.70M weights, 1.18M sparse), $steps steps of 16 x 128, updates every 100"
-printf '%-22s %-4s %-9s %-8s %-72s %-11s %-8s %s\n' arm seed val_loss val_ppl "jump_mean jump_max  spike_mean spike_max pspike_mean pspike_max excess10_mean n" state_bytes tok/s minutes
+printf '%-22s %-4s %-9s %-8s %-72s %-11s %-8s %s\n' arm seed val_loss val_ppl "jump_mean jump_max  spike_mean spike_max pspike_mean pspike_max excess30_mean n" state_bytes tok/s minutes
 for n in $(arms | cut -d'|' -f1); do row "$n" 1; done
 for f in "$out"/*-s2.eval.json; do [ -e "$f" ] || continue; n=$(basename "$f" -s2.eval.json); row "$n" 2; done
 for s in 1 2; do

@@ -1,0 +1,39 @@
+# ---- latentmoe-cost (issue 31): LatentMoE's analytic cost model --------------------------------
+set(MOECOST $<TARGET_FILE:latentmoe-cost>)
+# The paper's worked numbers (section 3, Qwen3-235B on GB200, one matrix per expert as it counts):
+# t_exp >= 1418 tokens per expert and a communication/computation ratio of 9.04.
+cli_case(latentmoe-cost/paper-worked-numbers --rc 0
+  --jq "(.rows | length) == 1 and (.rows[0].roof_tokens * 10 | round) == 14188 and (.rows[0].comm_comp_ratio * 100 | round) == 904"
+  --jq ".meta.tool == \"latentmoe-cost\" and .meta.config.d == 4096"
+  -- ${MOECOST} --cost-matrices 1 --variants standard)
+# Table 3's 95B model (32 layers, N 128, K 6, S 2, m 2688, relu2, l 1024): eff 2.852B fewer active
+# parameters (8.47B -> 5.62B published), acc and eff 0.319B more in total.
+cli_case(latentmoe-cost/table3-deltas --rc 0
+  --jq "[.rows[] | .variant] == [\"standard\", \"eff\", \"acc\"] and (.rows[1].active_params_delta / 1e6 | round) == -2852"
+  --jq "(.rows[2].active_params_delta / 1e6 | round) == 319 and (.rows[2].total_params_delta / 1e6 | round) == 319 and .rows[2].top_k == 24"
+  -- ${MOECOST} --preset latentmoe-95b --latent 1024)
+# A --config file, overridden by a flag; CSV out with its provenance sidecar.
+cli_case(latentmoe-cost/config-file-and-flags --rc 0 --file c.csv --file c.csv.meta.json
+  --file-jq c.csv.meta.json ".meta.config.d == 256 and .meta.config.experts == 8 and .meta.config.top_k == 4 and .meta.config.latent == 64"
+  -- bash -c "echo '{\"d\": 256, \"experts\": 8, \"top_k\": 2, \"m\": 512, \"layers\": 4, \"expert\": \"swiglu\", \"latent\": 64}' > cfg.json && ${MOECOST} --config cfg.json --top-k 4 -o c.csv && test $(wc -l < c.csv) = 4")
+# --sweep: one row per value and variant, and the picture.
+cli_case(latentmoe-cost/sweep-plot --rc 0 --needs /usr/bin/gnuplot --file s.png
+  --file-jq s.json "(.rows | length) == 12 and ([.rows[] | .alpha] | unique) == [1, 2, 4, 8] and ([.rows[] | select(.variant == \"eff\") | .experts]) == [64, 128, 256, 512]"
+  -- bash -c "${MOECOST} --preset latentmoe-16b --sweep alpha=1,2,4,8 --plot s.png -o s.json && test \"$(head -c 4 s.png | tail -c 3)\" = PNG")
+cli_case(latentmoe-cost/alpha-n-not-whole --rc 2 --no-file o.json
+  --stderr "^latentmoe-cost: error: alpha x N = 1.3653333333333333 x 128 = 174.76266666666666 is not a whole number of experts. choose l so that d / l x N is one \\(--latent\\)$"
+  -- ${MOECOST} --latent 3000 -o o.json)
+cli_case(latentmoe-cost/top-k-above-n --rc 2 --stderr "^latentmoe-cost: error: K must lie in .1, N = 128. \\(got 200\\) \\(--top-k\\)$" --no-file o.json
+  -- ${MOECOST} --top-k 200 -o o.json)
+cli_case(latentmoe-cost/config-unknown-key --rc 1 --tool latentmoe-cost --stderr "^latentmoe-cost: error: unknown key \"dmodel\" \\(cfg.json\\)$" --no-file o.json
+  -- bash -c "echo '{\"dmodel\": 256}' > cfg.json && ${MOECOST} --config cfg.json -o o.json")
+cli_case(latentmoe-cost/config-fractional-count --rc 1 --tool latentmoe-cost --stderr "^latentmoe-cost: error: \"experts\" must be a whole number \\(got 8.5\\) \\(cfg.json\\)$" --no-file o.json
+  -- bash -c "echo '{\"experts\": 8.5}' > cfg.json && ${MOECOST} --config cfg.json -o o.json")
+cli_case(latentmoe-cost/config-missing --rc 1 --stderr "^latentmoe-cost: error: .*nope.json" --no-file o.json
+  -- ${MOECOST} --config nope.json -o o.json)
+cli_case(latentmoe-cost/plot-needs-sweep --rc 2 --stderr "^latentmoe-cost: error: --plot draws a sweep. give --sweep latent=... or alpha=... \\(--plot\\)$" --no-file p.png
+  -- ${MOECOST} --plot p.png)
+cli_case(latentmoe-cost/sweep-bad-value --rc 2 --stderr "^latentmoe-cost: error: --sweep: 'x' is not a positive number \\(--sweep\\)$"
+  -- ${MOECOST} --sweep latent=512,x)
+cli_case(latentmoe-cost/negative-width --rc 2 --stderr "^latentmoe-cost: error: d must be a positive number \\(got -5\\) \\(--d\\)$"
+  -- ${MOECOST} --d -5)
