@@ -12,6 +12,7 @@
 #include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "lm/engine.hpp"
+#include "lm/support.hpp"
 #include "lm/model.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
@@ -76,7 +77,10 @@ int main(int argc, char** argv) {
         const lm::Model model = lm::load_any(model_path);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         std::unique_ptr<lm::Engine> engine;
-        if (dev != lm::Device::cpu) engine = lm::open_engine(model, dev, weights);
+        // a model the trainer's batched forward cannot run (moe blocks) is scored by the CPU engine
+        const bool engine_scores =
+            dev != lm::Device::cpu || (model.config.has_moe() && !lm::supports(lm::Runner::trainer, lm::Feature::block_moe));
+        if (engine_scores) engine = lm::open_engine(model, dev, weights);
         if (model.tokenizer_model.empty())
           throw InputError("the model has no tokenizer (" + lm::tokenizer_location(model_path) + " missing)", model_path);
         const auto& c = model.config;
@@ -107,7 +111,7 @@ int main(int argc, char** argv) {
           bar.tick(static_cast<std::size_t>(done - shown));
           shown = done;
         };
-        if (dev == lm::Device::cpu) {
+        if (!engine) {
           auto params = nn::params_from_model<float>(model);
           r = nn::evaluate(params, stream, seq_len, batch, max_tokens, progress);
         } else {  // the inference engine on the device: one causal forward per window

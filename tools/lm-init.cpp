@@ -21,6 +21,9 @@ using namespace icmlkit;
 int main(int argc, char** argv) {
   std::string output, tokenizer_path, preset, rope = "half", dtype = "f32";
   lm::ModelConfig c = lm::default_shape();
+  c.moe.n_experts = 8;  // the defaults --moe shows
+  c.moe.top_k = 2;
+  lm::MoeFlags moe;
   bool tied = false;
   double init_std = 0.02;
   CLI::App* app_ptr = nullptr;
@@ -31,9 +34,12 @@ int main(int argc, char** argv) {
       "SentencePiece tokenizer inside (/tokenizer/model), so one file is a whole model.  Presets:\n"
       "tiny (d 64, 2 layers), 7m (vocab 4096, d 256, 6 layers, ~6.6M weights), 100m (vocab 32000,\n"
       "d 768, 12 layers, ~134M weights); explicit flags override a preset.  The vocabulary size comes\n"
-      "from --tokenizer when given.  Same --seed, same weights on every machine.",
+      "from --tokenizer when given.  Same --seed, same weights on every machine.  --moe standard|latent makes every\n"
+      "block's FFN a routed mixture of experts (block types moe / latent-moe: N experts, top-K, optional shared\n"
+      "expert, softmax or sigmoid router; latent: LatentMoE's experts at width --latent behind shared W_down/W_up).",
       "  tokenizer-train ../shared/data/corpus/kjv.tsv --column 2 --vocab-size 2048 -o kjv.model && lm-init --tokenizer kjv.model --preset tiny -o tiny.h5\n"
-      "  lm-init --preset 100m --vocab-size 32000 --dtype bf16 -o big.h5\n"};
+      "  lm-init --preset 100m --vocab-size 32000 --dtype bf16 -o big.h5\n"
+      "  lm-init --vocab-size 2048 --d-model 256 --n-layers 4 --moe latent --experts 32 --top-k 8 --latent 64 --d-expert 256 -o lmoe.h5\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
@@ -43,6 +49,7 @@ int main(int argc, char** argv) {
         app.add_option("--preset", preset, "tiny | 7m | 100m")->check(CLI::IsMember({"tiny", "7m", "100m"}));
         app.add_option("--vocab-size", c.vocab_size, "Vocabulary size (without --tokenizer)")->check(cli::int_range(2, 1 << 22));
         lm::add_shape_flags(app, c);
+        lm::add_moe_flags(app, c, moe);
         app.add_option("--rope-theta", c.rope_theta, "RoPE base")->check(cli::positive());
         app.add_option("--rope-style", rope, "half (Hugging Face rotate-half) or interleaved (GGUF)")->check(CLI::IsMember({"half", "interleaved"}));
         app.add_option("--rms-eps", c.rms_eps, "RMSNorm epsilon")->check(cli::positive());
@@ -77,6 +84,7 @@ int main(int argc, char** argv) {
         c.add_bos = c.add_bos && c.bos_id >= 0;
         c.rope_style = rope == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
         c.tied = tied;
+        lm::apply_moe_flags(moe, c, [&](const char* flag) { return app->count(flag) > 0; });
         try {
           c.validate("model config");
         } catch (const InputError& e) {
@@ -91,6 +99,11 @@ int main(int argc, char** argv) {
         m.tokenizer_model = tok_bytes;
         const auto st = io::h5::parse_float_storage(dtype, "--dtype");
         ctx.prov.extra["n_params"] = c.n_params();
+        if (c.has_moe()) {
+          std::int64_t active = c.n_params();
+          for (int l = 0; l < c.n_layers; ++l) active -= c.block_params(l) - c.block_active_params(l);
+          ctx.prov.extra["n_active_params"] = active;
+        }
         lm::save_checkpoint(output, m, st, ctx.prov);
         log::info("{} weights ({} layers, d_model {}, vocab {}) -> {}", c.n_params(), c.n_layers, c.d_model, c.vocab_size, output);
       });

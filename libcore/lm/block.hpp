@@ -66,6 +66,16 @@ void llama_block_state_copy(const BlockStep& step, BlockWork& work, const float*
 /// new rows, then SwiGLU; both pre-normed; skip lists and adapters applied).
 void llama_block_forward(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);
 
+/// The llama attention sublayer (also the moe blocks'): x += Wo · Attn(RoPE(Wq n1(x)),
+/// RoPE(Wk n1(x)), Wv n1(x)); the rows' K (after RoPE) and V go to the pending area of the step's
+/// cache layer; attention records and times as options ask.
+void llama_attention_sublayer(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);
+
+/// The moe and latent-moe blocks: llama's attention, then the routed FFN of lm/moe.hpp on the
+/// ffn-normed residual (skip lists honoured).  Throws UsageError for an adapter on one of the
+/// block's ffn projections (it has none).
+void moe_block_forward(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);
+
 /// y [R, O] = x [R, K] W^T (row strides ldx, ldy) for a weight held as float32 or f16, bitwise
 /// the same either way (lm/matmul.hpp's batch-invariant kernel).
 void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy);

@@ -34,6 +34,8 @@ void apply_adapters(const BlockStep& st, Projection p, const float* in, int K, f
 BlockForward block_forward(BlockType t) noexcept {
   switch (t) {
     case BlockType::llama: return &llama_block_forward;
+    case BlockType::moe:
+    case BlockType::latent_moe: return &moe_block_forward;
   }
   return nullptr;
 }
@@ -67,9 +69,9 @@ void llama_kv(const BlockStep& st, BlockWork& w, const float* xn) {
   }
 }
 
-/// The attention sublayer: x += Wo · Attn(RoPE(Wq n1(x)), RoPE(Wk n1(x)), Wv n1(x)); the rows'
-/// K (after RoPE) and V go to the pending area of the step's cache layer.
-void llama_attention(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
+}  // namespace
+
+void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
   const Model& model = st.model;
   const ModelConfig& c = model.config;
   const Batch& b = st.batch;
@@ -173,6 +175,8 @@ void llama_attention(const BlockStep& st, BlockWork& w, float* x, ForwardResult&
   for (std::size_t i = 0; i < w.tmp.size(); ++i) x[i] += w.tmp[i];
 }
 
+namespace {
+
 /// The MLP sublayer: x += Wdown · (silu(Wgate n2(x)) ⊙ Wup n2(x)).
 void llama_mlp(const BlockStep& st, BlockWork& w, float* x) {
   const ModelConfig& c = st.model.config;
@@ -209,14 +213,16 @@ void llama_block_state_copy(const BlockStep& st, BlockWork& w, const float* x) {
 
 BlockStateCopy block_state_copy(BlockType t) noexcept {
   switch (t) {
-    case BlockType::llama: return &llama_block_state_copy;
+    case BlockType::llama:
+    case BlockType::moe:
+    case BlockType::latent_moe: return &llama_block_state_copy;  // the same attention: the same K/V
   }
   return nullptr;
 }
 
 void llama_block_forward(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
   const ForwardOptions& opt = st.options;
-  if (opt.skip_attn.empty() || !opt.skip_attn[st.block]) llama_attention(st, w, x, res);
+  if (opt.skip_attn.empty() || !opt.skip_attn[st.block]) llama_attention_sublayer(st, w, x, res);
   if (opt.skip_mlp.empty() || !opt.skip_mlp[st.block]) llama_mlp(st, w, x);
 }
 

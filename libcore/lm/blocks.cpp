@@ -9,22 +9,23 @@ namespace icmlkit::lm {
 const char* block_type_name(BlockType t) noexcept {
   switch (t) {
     case BlockType::llama: return "llama";
+    case BlockType::moe: return "moe";
+    case BlockType::latent_moe: return "latent-moe";
   }
   return "?";
 }
 
 BlockType parse_block_type(const std::string& name, int block, const std::string& where) {
   if (name == "llama") return BlockType::llama;
-  throw InputError(fmt::format("block {}: unknown block type '{}' (this build reads: llama)", block, name), where);
+  if (name == "moe") return BlockType::moe;
+  if (name == "latent-moe") return BlockType::latent_moe;
+  throw InputError(fmt::format("block {}: unknown block type '{}' (this build reads: llama, moe, latent-moe)", block, name), where);
 }
 
-const std::vector<std::string>& block_tensor_names(BlockType t) {
+const std::vector<std::string>& llama_tensor_names() {
   static const std::vector<std::string> llama{"attn_norm.weight", "attn_q.weight", "attn_k.weight",
                                               "attn_v.weight",    "attn_output.weight", "ffn_norm.weight",
                                               "ffn_gate.weight",  "ffn_up.weight", "ffn_down.weight"};
-  switch (t) {
-    case BlockType::llama: return llama;
-  }
   return llama;
 }
 

@@ -23,17 +23,27 @@ inline constexpr int kArithVersion = 1;
 /// The block types of the contract.
 enum class BlockType {
   llama,  ///< x += Wo·Attn(RoPE(Wq·n1(x)), RoPE(Wk·n1(x)), Wv·n1(x)); x += Wdown·(silu(Wgate·n2(x)) ⊙ Wup·n2(x))
+  /// llama's attention, then a routed FFN: x += Σ_{i ∈ top-K} g_i E_i(n2(x)) + E_shared(n2(x))
+  /// (ModelConfig::moe: N experts, router, shared expert; Mixtral / Qwen-MoE / DeepSeek style).
+  moe,
+  /// llama's attention, then LatentMoE's FFN (Elango et al. 2026, arXiv 2601.18089):
+  /// x += W_up Σ_{i ∈ top-K} g_i E_i(W_down n2(x)) + E_shared(n2(x)), experts at the latent width l.
+  latent_moe,
 };
 
-/// The type's name as stored in the checkpoint's `block_types` attribute ("llama").
+/// Whether blocks of type t have a routed FFN (moe, latent_moe).
+inline bool is_moe_block(BlockType t) noexcept { return t == BlockType::moe || t == BlockType::latent_moe; }
+
+/// The type's name as stored in the checkpoint's `block_types` attribute ("llama", "moe", "latent-moe").
 const char* block_type_name(BlockType t) noexcept;
 
 /// Parses a stored name.  Throws InputError "block N: unknown block type 'x' (this build
-/// reads: llama)" naming `where` (the file).
+/// reads: llama, moe, latent-moe)" naming `where` (the file).
 BlockType parse_block_type(const std::string& name, int block, const std::string& where);
 
-/// The tensor names of one block of type t, after the "blk.N." prefix, in checkpoint order.
-const std::vector<std::string>& block_tensor_names(BlockType t);
+/// The tensor names of one llama block, after the "blk.N." prefix, in checkpoint order (a moe
+/// block's depend on its configuration: lm::tensor_slots lists them).
+const std::vector<std::string>& llama_tensor_names();
 
 /// The stored form of a block list: names joined by ',' ("llama,llama,...").
 std::string join_block_types(const std::vector<BlockType>& types);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "util/error.hpp"
 
@@ -11,18 +13,66 @@ const char* rope_style_name(RopeStyle s) noexcept {
   return s == RopeStyle::half ? "half" : "interleaved";
 }
 
+const char* expert_act_name(ExpertAct a) noexcept { return a == ExpertAct::swiglu ? "swiglu" : "relu2"; }
+const char* router_kind_name(RouterKind r) noexcept { return r == RouterKind::softmax ? "softmax" : "sigmoid"; }
+
+ExpertAct parse_expert_act(const std::string& name, const std::string& where) {
+  if (name == "swiglu") return ExpertAct::swiglu;
+  if (name == "relu2") return ExpertAct::relu2;
+  throw InputError("unknown expert activation '" + name + "' (swiglu or relu2)", where);
+}
+
+RouterKind parse_router_kind(const std::string& name, const std::string& where) {
+  if (name == "softmax") return RouterKind::softmax;
+  if (name == "sigmoid") return RouterKind::sigmoid;
+  throw InputError("unknown router '" + name + "' (softmax or sigmoid)", where);
+}
+
+bool ModelConfig::has_moe() const noexcept {
+  for (BlockType t : block_types)
+    if (is_moe_block(t)) return true;
+  return false;
+}
+
+bool ModelConfig::has_llama_mlp() const noexcept {
+  if (block_types.empty()) return true;
+  for (BlockType t : block_types)
+    if (t == BlockType::llama) return true;
+  return false;
+}
+
+namespace {
+// Weights of block l: (total, active per token), in double (no overflow for absurd configs).
+std::pair<double, double> block_weights(const ModelConfig& c, int l) {
+  const double d = c.d_model, hd = c.n_heads > 0 ? double(c.d_model) / c.n_heads : 0.0;
+  const double attn = d * c.n_heads * hd * 2 + d * c.n_kv_heads * hd * 2 + 2 * d;
+  const BlockType t = c.block_type(l);
+  if (!is_moe_block(t)) return {attn + 3 * d * c.d_ff, attn + 3 * d * c.d_ff};
+  const MoeConfig& m = c.moe;
+  const double mats = m.act == ExpertAct::swiglu ? 3 : 2;
+  const double w = t == BlockType::latent_moe ? m.d_latent : d;
+  const double expert = mats * w * m.d_expert;
+  const double always = attn + double(m.n_experts) * d + (m.router == RouterKind::sigmoid ? m.n_experts : 0) +
+                        mats * d * m.d_shared + (t == BlockType::latent_moe ? 2 * d * m.d_latent : 0.0);
+  return {always + m.n_experts * expert, always + m.top_k * expert};
+}
+}  // namespace
+
+std::int64_t ModelConfig::block_params(int l) const noexcept { return static_cast<std::int64_t>(block_weights(*this, l).first); }
+std::int64_t ModelConfig::block_active_params(int l) const noexcept {
+  return static_cast<std::int64_t>(block_weights(*this, l).second);
+}
+
 std::int64_t ModelConfig::n_params() const noexcept {
-  const std::int64_t d = d_model, hd = head_dim();
-  const std::int64_t attn = d * (n_heads * hd) * 2 + d * (n_kv_heads * hd) * 2;
-  const std::int64_t mlp = 3 * d * std::int64_t(d_ff);
-  const std::int64_t per_layer = attn + mlp + 2 * d;
-  return std::int64_t(vocab_size) * d * (tied ? 1 : 2) + n_layers * per_layer + d;
+  std::int64_t n = std::int64_t(vocab_size) * d_model * (tied ? 1 : 2) + d_model;
+  for (int l = 0; l < n_layers; ++l) n += block_params(l);
+  return n;
 }
 
 double ModelConfig::n_params_approx() const noexcept {
-  const double d = d_model, hd = n_heads > 0 ? double(d_model) / n_heads : 0.0;
-  const double per_layer = d * n_heads * hd * 2 + d * n_kv_heads * hd * 2 + 3 * d * d_ff + 2 * d;
-  return double(vocab_size) * d * (tied ? 1 : 2) + double(n_layers) * per_layer + d;
+  double n = double(vocab_size) * d_model * (tied ? 1 : 2) + d_model;
+  for (int l = 0; l < n_layers; ++l) n += block_weights(*this, l).first;
+  return n;
 }
 
 std::vector<BlockType> ModelConfig::all_block_types() const {
@@ -32,7 +82,9 @@ std::vector<BlockType> ModelConfig::all_block_types() const {
 
 int ModelConfig::block_state_floats(int l) const noexcept {
   switch (block_type(l)) {
-    case BlockType::llama: return 0;  // all its memory is the KV cache
+    case BlockType::llama:
+    case BlockType::moe:
+    case BlockType::latent_moe: return 0;  // all its memory is the KV cache
   }
   return 0;
 }
@@ -50,7 +102,7 @@ void ModelConfig::validate(const std::string& where) const {
                                       ") is not divisible by n_kv_heads (" + std::to_string(n_kv_heads) + ")");
   need(d_model % n_heads == 0, "d_model is not divisible by n_heads");
   need(head_dim() % 2 == 0, "head_dim must be even for rotary embedding");
-  need(d_ff > 0, "d_ff must be positive");
+  need(d_ff > 0 || !has_llama_mlp(), "d_ff must be positive");
   need(n_ctx > 0, "n_ctx must be positive");
   need(std::isfinite(rope_theta) && rope_theta > 1.0, "rope_theta must be > 1");
   need(std::isfinite(rms_eps) && rms_eps > 0.0, "rms_eps must be positive");
@@ -60,6 +112,20 @@ void ModelConfig::validate(const std::string& where) const {
   need(block_types.empty() || static_cast<int>(block_types.size()) == n_layers,
        "block_types lists " + std::to_string(block_types.size()) + " blocks but n_layers is " + std::to_string(n_layers));
   need(arith_version >= 1, "arith_version must be >= 1");
+  if (has_moe()) {
+    const MoeConfig& m = moe;
+    need(m.n_experts >= 1, "moe: n_experts must be >= 1");
+    need(m.top_k >= 1 && m.top_k <= m.n_experts,
+         "moe: top_k must lie in [1, n_experts = " + std::to_string(m.n_experts) + "] (got " + std::to_string(m.top_k) + ")");
+    need(m.d_expert > 0, "moe: d_expert must be positive");
+    need(m.d_shared >= 0, "moe: d_shared must be >= 0");
+    need(std::isfinite(m.routed_scaling) && m.routed_scaling > 0, "moe: routed_scaling must be positive");
+    bool latent = false;
+    for (BlockType t : block_types) latent = latent || t == BlockType::latent_moe;
+    if (latent)
+      need(m.d_latent > 0 && m.d_latent <= d_model,
+           "latent-moe: d_latent must lie in [1, d_model = " + std::to_string(d_model) + "] (got " + std::to_string(m.d_latent) + ")");
+  }
 }
 
 }  // namespace icmlkit::lm

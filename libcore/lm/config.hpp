@@ -18,6 +18,39 @@ enum class RopeStyle {
 /// "half" | "interleaved".
 const char* rope_style_name(RopeStyle s) noexcept;
 
+/// The MLP of a routed (or shared) expert.
+enum class ExpertAct {
+  swiglu,  ///< down(silu(gate x) ⊙ up x): gate, up and down matrices (Mixtral, Qwen-MoE, DeepSeek)
+  relu2,   ///< down(relu(up x)^2): up and down only (Nemotron-H, the LatentMoE paper's 95B model)
+};
+/// How router logits become expert scores.
+enum class RouterKind {
+  softmax,  ///< p = softmax(W_r x) over all experts; top-K by p (Mixtral, Qwen-MoE)
+  /// s = sigmoid(W_r x); top-K by s + b with b a selection-only bias (DeepSeek-V3's
+  /// e_score_correction_bias, the auxiliary-loss-free balancing); the weights are the s selected
+  sigmoid,
+};
+const char* expert_act_name(ExpertAct a) noexcept;
+const char* router_kind_name(RouterKind r) noexcept;
+/// Parse "swiglu" / "relu2" and "softmax" / "sigmoid"; throw InputError naming `where`.
+ExpertAct parse_expert_act(const std::string& name, const std::string& where);
+RouterKind parse_router_kind(const std::string& name, const std::string& where);
+
+/// The routed FFN of every moe / latent-moe block of a model (issue 31).  With K selected experts
+/// of scores s_i the gate weights are g_i = s_i (norm_topk: s_i / Σ_selected s_j), times
+/// routed_scaling; the block adds Σ g_i E_i plus the shared expert's output.
+struct MoeConfig {
+  int n_experts = 0;        ///< N routed experts per block
+  int top_k = 0;            ///< K experts per token
+  int d_expert = 0;         ///< m, a routed expert's hidden width
+  int d_shared = 0;         ///< the shared expert's hidden width (S shared experts merged: S x m_s); 0 = none
+  int d_latent = 0;         ///< l, latent-moe blocks' latent width (W_down [l, d], experts l -> m -> l)
+  ExpertAct act = ExpertAct::swiglu;
+  RouterKind router = RouterKind::softmax;
+  bool norm_topk = true;    ///< renormalise the selected scores to sum 1
+  double routed_scaling = 1.0;  ///< multiplies the routed experts' sum (DeepSeek's routed_scaling_factor)
+};
+
 /// Hyperparameters of one model; stored as root attributes of the native checkpoint.
 struct ModelConfig {
   int vocab_size = 0;      ///< rows of token_embd / output
@@ -38,6 +71,17 @@ struct ModelConfig {
   std::vector<BlockType> block_types;
   /// The arithmetic version the model's reference logits were checked with (blocks.hpp).
   int arith_version = kArithVersion;
+  /// The routed FFN of the moe / latent-moe blocks (unused when there are none).
+  MoeConfig moe;
+  /// Whether any block is moe or latent-moe.
+  bool has_moe() const noexcept;
+  /// Whether any block is llama (and so uses d_ff).
+  bool has_llama_mlp() const noexcept;
+  /// Weights of block l (attention, norms and its FFN).
+  std::int64_t block_params(int l) const noexcept;
+  /// Weights block l multiplies per token (a moe block: top_k of its experts, the router, the
+  /// shared expert and the latent projections; llama: block_params).
+  std::int64_t block_active_params(int l) const noexcept;
 
   /// Type of block l (llama when block_types is empty).
   BlockType block_type(int l) const noexcept {

@@ -428,6 +428,8 @@ class Writer {
 void save_model(const std::string& path, const Model& m, io::h5::FloatStorage storage, const io::Provenance& prov) {
   const ModelConfig& c = m.config;
   c.validate("model config");
+  if (c.has_moe())  // the stacked-expert layout of moe / latent-moe blocks has no GGUF mapping here yet
+    throw UsageError("GGUF output of moe / latent-moe blocks is not supported yet; keep the native .h5 checkpoint", "-o");
   check_narrowing(m, storage);
   struct Out { std::string name; const float* data; std::vector<std::uint64_t> ne; bool half; };
   std::vector<Out> outs;

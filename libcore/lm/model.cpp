@@ -27,19 +27,34 @@ void Matrix::row_f32(int r, float* out) const noexcept {
   for (int i = 0; i < cols; ++i) out[i] = num::f16_to_f32(h[i]);
 }
 
+std::vector<Matrix*> Layer::matrices() {
+  std::vector<Matrix*> out;
+  for (Matrix* w : {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down, &router, &gate_exps, &up_exps, &down_exps, &gate_shexp, &up_shexp,
+                    &down_shexp, &latent_down, &latent_up})
+    if (w->rows > 0) out.push_back(w);
+  return out;
+}
+
+std::vector<const Matrix*> Layer::matrices() const {
+  std::vector<const Matrix*> out;
+  for (Matrix* w : const_cast<Layer*>(this)->matrices()) out.push_back(w);
+  return out;
+}
+
 std::int64_t Model::weight_bytes() const noexcept {
   auto mb = [](const Matrix& m) { return std::int64_t(m.data.size()) * 4 + std::int64_t(m.half.size()) * 2; };
   std::int64_t n = mb(token_embd) + mb(output) + std::int64_t(output_norm.size()) * 4;
-  for (const auto& l : layers)
-    n += std::int64_t(l.attn_norm.size() + l.ffn_norm.size()) * 4 + mb(l.wq) + mb(l.wk) + mb(l.wv) + mb(l.wo) +
-         mb(l.w_gate) + mb(l.w_up) + mb(l.w_down);
+  for (const auto& l : layers) {
+    n += std::int64_t(l.attn_norm.size() + l.ffn_norm.size() + l.router_bias.size()) * 4;
+    for (const Matrix* w : l.matrices()) n += mb(*w);
+  }
   return n;
 }
 
 bool hold_half(Model& m) {
   std::vector<Matrix*> mats = {&m.token_embd, &m.output};
   for (auto& l : m.layers)
-    for (Matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) mats.push_back(w);
+    for (Matrix* w : l.matrices()) mats.push_back(w);
   for (const Matrix* w : mats)
     for (float x : w->data)
       if (num::f16_to_f32(num::f32_to_f16(x)) != x) return false;
@@ -72,9 +87,28 @@ std::vector<S> slots_of(M& m) {
     mat(g + "attn_v.weight", h + "self_attn.v_proj.weight", l.wv, 0);
     mat(g + "attn_output.weight", h + "self_attn.o_proj.weight", l.wo, 0);
     vec(g + "ffn_norm.weight", h + "post_attention_layernorm.weight", l.ffn_norm);
-    mat(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", l.w_gate, 0);
-    mat(g + "ffn_up.weight", h + "mlp.up_proj.weight", l.w_up, 0);
-    mat(g + "ffn_down.weight", h + "mlp.down_proj.weight", l.w_down, 0);
+    const BlockType t = c.block_type(static_cast<int>(i));
+    if (!is_moe_block(t)) {
+      mat(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", l.w_gate, 0);
+      mat(g + "ffn_up.weight", h + "mlp.up_proj.weight", l.w_up, 0);
+      mat(g + "ffn_down.weight", h + "mlp.down_proj.weight", l.w_down, 0);
+      continue;
+    }
+    const bool swiglu = c.moe.act == ExpertAct::swiglu;
+    mat(g + "ffn_gate_inp.weight", "", l.router, 0);
+    if (c.moe.router == RouterKind::sigmoid) vec(g + "exp_probs_b.bias", "", l.router_bias);
+    if (swiglu) mat(g + "ffn_gate_exps.weight", "", l.gate_exps, 0);
+    mat(g + "ffn_up_exps.weight", "", l.up_exps, 0);
+    mat(g + "ffn_down_exps.weight", "", l.down_exps, 0);
+    if (c.moe.d_shared > 0) {
+      if (swiglu) mat(g + "ffn_gate_shexp.weight", "", l.gate_shexp, 0);
+      mat(g + "ffn_up_shexp.weight", "", l.up_shexp, 0);
+      mat(g + "ffn_down_shexp.weight", "", l.down_shexp, 0);
+    }
+    if (t == BlockType::latent_moe) {
+      mat(g + "ffn_latent_down.weight", "", l.latent_down, 0);
+      mat(g + "ffn_latent_up.weight", "", l.latent_up, 0);
+    }
   }
   vec("output_norm.weight", "model.norm.weight", m.output_norm);
   if (!c.tied) mat("output.weight", "lm_head.weight", m.output, 0);
@@ -86,16 +120,38 @@ void allocate(Model& m) {
   const int hd = c.head_dim();
   m.token_embd = Matrix(c.vocab_size, c.d_model);
   m.layers.assign(c.n_layers, Layer{});
-  for (auto& l : m.layers) {
+  for (int i = 0; i < c.n_layers; ++i) {
+    Layer& l = m.layers[std::size_t(i)];
     l.attn_norm.assign(c.d_model, 1.0f);
     l.ffn_norm.assign(c.d_model, 1.0f);
     l.wq = Matrix(c.n_heads * hd, c.d_model);
     l.wk = Matrix(c.n_kv_heads * hd, c.d_model);
     l.wv = Matrix(c.n_kv_heads * hd, c.d_model);
     l.wo = Matrix(c.d_model, c.n_heads * hd);
-    l.w_gate = Matrix(c.d_ff, c.d_model);
-    l.w_up = Matrix(c.d_ff, c.d_model);
-    l.w_down = Matrix(c.d_model, c.d_ff);
+    const BlockType t = c.block_type(i);
+    if (!is_moe_block(t)) {
+      l.w_gate = Matrix(c.d_ff, c.d_model);
+      l.w_up = Matrix(c.d_ff, c.d_model);
+      l.w_down = Matrix(c.d_model, c.d_ff);
+      continue;
+    }
+    const MoeConfig& e = c.moe;
+    const int w = t == BlockType::latent_moe ? e.d_latent : c.d_model;
+    const bool swiglu = e.act == ExpertAct::swiglu;
+    l.router = Matrix(e.n_experts, c.d_model);
+    if (e.router == RouterKind::sigmoid) l.router_bias.assign(std::size_t(e.n_experts), 0.0f);
+    if (swiglu) l.gate_exps = Matrix(e.n_experts * e.d_expert, w);
+    l.up_exps = Matrix(e.n_experts * e.d_expert, w);
+    l.down_exps = Matrix(e.n_experts * w, e.d_expert);
+    if (e.d_shared > 0) {
+      if (swiglu) l.gate_shexp = Matrix(e.d_shared, c.d_model);
+      l.up_shexp = Matrix(e.d_shared, c.d_model);
+      l.down_shexp = Matrix(c.d_model, e.d_shared);
+    }
+    if (t == BlockType::latent_moe) {
+      l.latent_down = Matrix(e.d_latent, c.d_model);
+      l.latent_up = Matrix(c.d_model, e.d_latent);
+    }
   }
   m.output_norm.assign(c.d_model, 1.0f);
   m.output = c.tied ? Matrix() : Matrix(c.vocab_size, c.d_model);
@@ -216,6 +272,21 @@ ModelConfig read_config(const h5::Handle& root, const std::string& label) {
     c.block_types = split_block_types(types, c.n_layers, label);
     c.arith_version = read_int_attr(root, "arith_version", label, true, kArithVersion);
   }
+  if (c.has_moe()) {  // the routed FFN's settings (every one required)
+    c.moe.n_experts = read_int_attr(root, "moe_n_experts", label, true, 0);
+    c.moe.top_k = read_int_attr(root, "moe_top_k", label, true, 0);
+    c.moe.d_expert = read_int_attr(root, "moe_d_expert", label, true, 0);
+    c.moe.d_shared = read_int_attr(root, "moe_d_shared", label, true, 0);
+    c.moe.d_latent = read_int_attr(root, "moe_d_latent", label, true, 0);
+    std::string act, router;
+    if (!h5::read_attr(root, "moe_act", act)) throw InputError("missing config attribute 'moe_act'", label);
+    if (!h5::read_attr(root, "moe_router", router)) throw InputError("missing config attribute 'moe_router'", label);
+    c.moe.act = parse_expert_act(act, label);
+    c.moe.router = parse_router_kind(router, label);
+    c.moe.norm_topk = read_int_attr(root, "moe_norm_topk", label, true, 1) != 0;
+    if (!h5::read_attr_double(root, "moe_routed_scaling", c.moe.routed_scaling, label))
+      throw InputError("missing config attribute 'moe_routed_scaling'", label);
+  }
   c.validate(label);
   return c;
 }
@@ -301,6 +372,17 @@ void save_checkpoint(const std::string& path, const Model& m, h5::FloatStorage s
     h5::write_attr_int(file, "eos_id", c.eos_id);
     h5::write_attr_int(file, "add_bos", c.add_bos ? 1 : 0);
     h5::write_attr(file, "dtype", h5::storage_name(storage));
+    if (c.has_moe()) {  // the routed FFN of the moe / latent-moe blocks
+      h5::write_attr_int(file, "moe_n_experts", c.moe.n_experts);
+      h5::write_attr_int(file, "moe_top_k", c.moe.top_k);
+      h5::write_attr_int(file, "moe_d_expert", c.moe.d_expert);
+      h5::write_attr_int(file, "moe_d_shared", c.moe.d_shared);
+      h5::write_attr_int(file, "moe_d_latent", c.moe.d_latent);
+      h5::write_attr(file, "moe_act", expert_act_name(c.moe.act));
+      h5::write_attr(file, "moe_router", router_kind_name(c.moe.router));
+      h5::write_attr_int(file, "moe_norm_topk", c.moe.norm_topk ? 1 : 0);
+      h5::write_attr_double(file, "moe_routed_scaling", c.moe.routed_scaling);
+    }
     for (const auto& t : tensor_slots(m)) {
       if (t.is_matrix()) h5::write_floats(file, t.gguf, t.data, {std::uint64_t(t.rows), std::uint64_t(t.cols)}, storage);
       else h5::write_floats(file, t.gguf, t.data, {std::uint64_t(t.rows)}, h5::FloatStorage::f32);

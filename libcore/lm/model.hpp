@@ -28,7 +28,11 @@ struct Matrix {
   float* row(int r) noexcept { return data.data() + std::size_t(r) * cols; }
 };
 
-/// One decoder block's weights (GGUF names in comments).
+/// One decoder block's weights (GGUF names in comments).  A llama block holds the attention,
+/// norms and w_gate/w_up/w_down; a moe or latent-moe block the same attention and norms and,
+/// instead of the MLP, the routed FFN below (ModelConfig::moe; w = d_model for moe, d_latent for
+/// latent-moe; m = d_expert, ms = d_shared).  The N experts' matrices are stacked along the rows,
+/// expert e's rows [e·m, (e+1)·m) (down: [e·w, (e+1)·w)), GGUF's 3-D layout [N, m, w] flattened.
 struct Layer {
   std::vector<float> attn_norm;  ///< blk.N.attn_norm.weight [d_model]
   Matrix wq;                     ///< blk.N.attn_q.weight [n_heads*head_dim, d_model]
@@ -39,6 +43,20 @@ struct Layer {
   Matrix w_gate;                 ///< blk.N.ffn_gate.weight [d_ff, d_model]
   Matrix w_up;                   ///< blk.N.ffn_up.weight [d_ff, d_model]
   Matrix w_down;                 ///< blk.N.ffn_down.weight [d_model, d_ff]
+  // moe / latent-moe blocks
+  Matrix router;                 ///< blk.N.ffn_gate_inp.weight [N, d_model]
+  std::vector<float> router_bias;  ///< blk.N.exp_probs_b.bias [N] (sigmoid router: selection only)
+  Matrix gate_exps;              ///< blk.N.ffn_gate_exps.weight [N·m, w] (swiglu experts)
+  Matrix up_exps;                ///< blk.N.ffn_up_exps.weight [N·m, w]
+  Matrix down_exps;              ///< blk.N.ffn_down_exps.weight [N·w, m]
+  Matrix gate_shexp;             ///< blk.N.ffn_gate_shexp.weight [ms, d_model] (swiglu, d_shared > 0)
+  Matrix up_shexp;               ///< blk.N.ffn_up_shexp.weight [ms, d_model]
+  Matrix down_shexp;             ///< blk.N.ffn_down_shexp.weight [d_model, ms]
+  Matrix latent_down;            ///< blk.N.ffn_latent_down.weight [l, d_model] (latent-moe: W_down)
+  Matrix latent_up;              ///< blk.N.ffn_latent_up.weight [d_model, l] (latent-moe: W_up)
+  /// Every matrix of the block that is allocated (llama's or the routed FFN's).
+  std::vector<Matrix*> matrices();
+  std::vector<const Matrix*> matrices() const;
 };
 
 /// A whole model: config, weights (float32 in memory) and the tokenizer bytes.
@@ -71,8 +89,10 @@ using TensorSlot = BasicTensorSlot<float>;
 using ConstTensorSlot = BasicTensorSlot<const float>;
 
 /// Every tensor of `m` in checkpoint order: token_embd, per block (attn_norm, q, k, v, output,
-/// ffn_norm, gate, up, down), output_norm, output (when untied).  The single list every
-/// reader and writer (HDF5, GGUF, safetensors) walks.
+/// ffn_norm, then llama's gate, up, down or a moe block's router, router bias (sigmoid), gate/up/
+/// down experts, shared gate/up/down (d_shared > 0) and latent down/up (latent-moe)), output_norm,
+/// output (when untied).  The single list every reader and writer (HDF5, GGUF, safetensors)
+/// walks; a moe block's tensors have no Hugging Face name yet (hf empty).
 std::vector<TensorSlot> tensor_slots(Model& m);
 std::vector<ConstTensorSlot> tensor_slots(const Model& m);
 

@@ -1,5 +1,8 @@
 #include "lm/presets.hpp"
 
+#include <algorithm>
+#include <string>
+
 #include "cli/run_tool.hpp"
 #include "util/error.hpp"
 
@@ -36,6 +39,41 @@ void add_shape_flags(CLI::App& app, ModelConfig& c) {
   app.add_option("--n-kv-heads", c.n_kv_heads, "Key/value heads (divides --n-heads)")->check(cli::int_range(1, 1024));
   app.add_option("--d-ff", c.d_ff, "SwiGLU hidden width")->check(cli::int_range(1, 1 << 18));
   app.add_option("--n-ctx", c.n_ctx, "Context length")->check(cli::int_range(1, 1 << 20));
+}
+
+void add_moe_flags(CLI::App& app, ModelConfig& c, MoeFlags& f) {
+  app.add_option("--moe", f.kind, "Every block's FFN routed: standard (N experts of width d_model, top-K) or latent (LatentMoE: experts at width --latent behind shared projections)")
+      ->check(CLI::IsMember({"standard", "latent"}));
+  app.add_option("--experts", c.moe.n_experts, "moe: routed experts N per block")->capture_default_str()->check(cli::int_range(1, 1 << 16));
+  app.add_option("--top-k", c.moe.top_k, "moe: experts per token K")->capture_default_str()->check(cli::int_range(1, 1 << 16));
+  app.add_option("--d-expert", c.moe.d_expert, "moe: a routed expert's hidden width m (default: --d-ff)")->check(cli::int_range(1, 1 << 18));
+  app.add_option("--d-shared", c.moe.d_shared, "moe: the shared expert's hidden width (0 = no shared expert)")->capture_default_str()->check(cli::int_range(0, 1 << 18));
+  app.add_option("--latent", c.moe.d_latent, "moe latent: the latent width l (default d_model / 4, the paper's alpha = 4)")->check(cli::int_range(1, 1 << 16));
+  app.add_option("--expert-act", f.act, "moe: expert MLP, swiglu or relu2 (squared ReLU, no gate)")->capture_default_str()->check(CLI::IsMember({"swiglu", "relu2"}));
+  app.add_option("--router", f.router, "moe: softmax (top-K of softmax scores) or sigmoid (top-K of sigmoid scores + a selection-only bias)")->capture_default_str()->check(CLI::IsMember({"softmax", "sigmoid"}));
+  app.add_option("--routed-scaling", c.moe.routed_scaling, "moe: factor on the routed experts' weighted sum (routed_scaling_factor)")->capture_default_str()->check(cli::positive());
+  app.add_flag("--no-norm-topk", f.no_norm_topk, "moe: keep the selected scores as they are (default: renormalised to sum 1)");
+}
+
+void apply_moe_flags(const MoeFlags& f, ModelConfig& c, const std::function<bool(const char* flag)>& is_set) {
+  if (f.kind.empty()) {
+    for (const char* flag : {"--experts", "--top-k", "--d-expert", "--d-shared", "--latent", "--expert-act", "--router", "--routed-scaling",
+                             "--no-norm-topk"})
+      if (is_set(flag)) throw UsageError(std::string(flag) + " needs --moe standard or latent", flag);
+    return;
+  }
+  if (f.kind == "standard" && is_set("--latent")) throw UsageError("--latent needs --moe latent", "--latent");
+  const BlockType t = f.kind == "latent" ? BlockType::latent_moe : BlockType::moe;
+  c.block_types.assign(std::size_t(c.n_layers), t);
+  if (!is_set("--d-expert")) c.moe.d_expert = c.d_ff;
+  if (t == BlockType::latent_moe && !is_set("--latent")) c.moe.d_latent = std::max(1, c.d_model / 4);
+  c.moe.act = parse_expert_act(f.act, "--expert-act");
+  c.moe.router = parse_router_kind(f.router, "--router");
+  c.moe.norm_topk = !f.no_norm_topk;
+  if (c.moe.top_k > c.moe.n_experts)
+    throw UsageError("--top-k " + std::to_string(c.moe.top_k) + " exceeds --experts " + std::to_string(c.moe.n_experts), "--top-k");
+  if (t == BlockType::latent_moe && c.moe.d_latent > c.d_model)
+    throw UsageError("--latent " + std::to_string(c.moe.d_latent) + " exceeds --d-model " + std::to_string(c.d_model), "--latent");
 }
 
 }  // namespace icmlkit::lm

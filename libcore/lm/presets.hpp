@@ -25,4 +25,23 @@ ModelConfig default_shape();
 /// writing into `c`.
 void add_shape_flags(CLI::App& app, ModelConfig& c);
 
+/// The text flags of a mixture-of-experts model (the numbers go straight into ModelConfig::moe).
+struct MoeFlags {
+  std::string kind;               ///< --moe: "" (dense), "standard" or "latent"
+  std::string act = "swiglu";     ///< --expert-act
+  std::string router = "softmax"; ///< --router
+  bool no_norm_topk = false;      ///< --no-norm-topk
+};
+
+/// Adds --moe, --experts, --top-k, --d-expert, --d-shared, --latent, --expert-act, --router,
+/// --routed-scaling and --no-norm-topk (issue 31), writing into c.moe and `f`.  Call after c.moe
+/// holds the defaults to show (e.g. 8 experts, top-2).
+void add_moe_flags(CLI::App& app, ModelConfig& c, MoeFlags& f);
+
+/// Applies the parsed MoE flags once the shape is final: with --moe every block becomes moe
+/// (standard) or latent-moe (latent); d_expert defaults to d_ff, d_latent to d_model / 4.
+/// Throws UsageError for an MoE flag without --moe, --latent with --moe standard, top-K above N
+/// or a latent width above d_model.
+void apply_moe_flags(const MoeFlags& f, ModelConfig& c, const std::function<bool(const char* flag)>& is_set);
+
 }  // namespace icmlkit::lm

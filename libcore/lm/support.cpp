@@ -18,6 +18,8 @@ const char* runner_name(Runner r) noexcept {
 const char* feature_name(Feature f) noexcept {
   switch (f) {
     case Feature::block_llama: return "the llama block";
+    case Feature::block_moe: return "the moe block";
+    case Feature::block_latent_moe: return "the latent-moe block";
     case Feature::stop_after: return "stopping after a block (early exit)";
     case Feature::block_schedule: return "a block schedule (repeated or omitted blocks)";
     case Feature::adapters: return "unmerged adapters";
@@ -46,6 +48,8 @@ void require(Runner r, Feature f, const std::string& instead) {
 Feature block_feature(BlockType t) noexcept {
   switch (t) {
     case BlockType::llama: return Feature::block_llama;
+    case BlockType::moe: return Feature::block_moe;
+    case BlockType::latent_moe: return Feature::block_latent_moe;
   }
   return Feature::block_llama;
 }

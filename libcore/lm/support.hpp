@@ -17,6 +17,8 @@ enum class Runner { cpu_engine, cuda_engine, trainer };
 /// What a model or a forward call may ask for.
 enum class Feature {
   block_llama,        ///< a block of type llama
+  block_moe,          ///< a block of type moe (issue 31)
+  block_latent_moe,   ///< a block of type latent-moe (issue 31)
   stop_after,         ///< ForwardOptions::stop_after (early exit)
   block_schedule,     ///< ForwardOptions::schedule (repeated or omitted blocks)
   adapters,           ///< ForwardOptions::adapters (unmerged LoRA)

@@ -65,6 +65,7 @@ void zip_model(LlamaParams<T>& P, M& m, F&& f) {
 
 template <class T>
 LlamaParams<T> params_from_model(const lm::Model& model) {
+  lm::require_blocks(lm::Runner::trainer, model.config);  // before the llama layout is assumed
   LlamaParams<T> P(model.config);
   zip_model(P, model, [](Param<T>& p, const std::vector<float>& v) {
     if (v.size() != p.numel()) throw InputError("model tensor has the wrong size", p.name);
@@ -323,7 +324,10 @@ void block_train_forward(LlamaParams<T>& P, int block, int B, int S, TrainCache<
                          typename TrainCache<T>::LayerActs& acts, T* x) {
   switch (P.config.block_type(block)) {
     case lm::BlockType::llama: return llama_block_train_forward(P, block, B, S, C, acts, x);
+    case lm::BlockType::moe:
+    case lm::BlockType::latent_moe: break;  // not trained yet: lm::require_blocks refuses them first
   }
+  lm::require_blocks(lm::Runner::trainer, P.config);
 }
 
 template <class T>
@@ -331,7 +335,10 @@ void block_train_backward(LlamaParams<T>& P, int block, int B, int S, TrainCache
                           typename TrainCache<T>::LayerActs& acts, T* dx) {
   switch (P.config.block_type(block)) {
     case lm::BlockType::llama: return llama_block_train_backward(P, block, B, S, C, acts, dx);
+    case lm::BlockType::moe:
+    case lm::BlockType::latent_moe: break;  // not trained yet: lm::require_blocks refuses them first
   }
+  lm::require_blocks(lm::Runner::trainer, P.config);
 }
 
 template <class T>
