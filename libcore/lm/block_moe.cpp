@@ -9,30 +9,39 @@
 #include <fmt/format.h>
 
 #include "util/error.hpp"
+#include "util/threads.hpp"
 
 namespace icmlkit::lm {
 
 namespace {
 
 /// y [R, O] = x [R, K] · W[row0 .. row0 + O)^T: a row block of a stacked matrix (one expert).
-void matmul_rows(const float* x, int R, int K, int ldx, const Matrix& W, int row0, int O, float* y, int ldy) {
+/// `threads` = 0: the engine's thread count; 1 inside a loop that is itself parallel (the kernel
+/// gives the same bits either way).
+void matmul_rows(const float* x, int R, int K, int ldx, const Matrix& W, int row0, int O, float* y, int ldy, int threads = 0) {
   const std::size_t off = std::size_t(row0) * std::size_t(W.cols);
-  if (W.is_half()) matmul_xwt_f16(x, R, K, ldx, W.half.data() + off, O, y, ldy);
-  else matmul_xwt(x, R, K, ldx, W.data.data() + off, O, y, ldy);
+  if (threads == 1) {
+    if (W.is_half()) matmul_xwt_f16_path(x, R, K, ldx, W.half.data() + off, O, y, ldy, have_avx2(), 1);
+    else matmul_xwt_path(x, R, K, ldx, W.data.data() + off, O, y, ldy, have_avx2(), 1);
+  } else if (W.is_half()) {
+    matmul_xwt_f16(x, R, K, ldx, W.half.data() + off, O, y, ldy);
+  } else {
+    matmul_xwt(x, R, K, ldx, W.data.data() + off, O, y, ldy);
+  }
 }
 
 /// h [R, m] = act(gate u, up u) for the rows u [R, w] of one expert's (or the shared expert's)
 /// matrices starting at row `row0` of gate/up; the result overwrites `gate` (swiglu) or `up`.
 const float* expert_hidden(const MoeConfig& c, const Matrix& G, const Matrix& U, int row0, const float* u, int R, int w, int m,
-                           std::vector<float>& gate, std::vector<float>& up) {
+                           std::vector<float>& gate, std::vector<float>& up, int threads = 0) {
   up.resize(std::size_t(R) * m);
-  matmul_rows(u, R, w, w, U, row0, m, up.data(), m);
+  matmul_rows(u, R, w, w, U, row0, m, up.data(), m, threads);
   if (c.act == ExpertAct::relu2) {
     for (float& v : up) v = v > 0.0f ? v * v : 0.0f;
     return up.data();
   }
   gate.resize(up.size());
-  matmul_rows(u, R, w, w, G, row0, m, gate.data(), m);
+  matmul_rows(u, R, w, w, G, row0, m, gate.data(), m, threads);
   for (std::size_t i = 0; i < gate.size(); ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
@@ -95,21 +104,40 @@ void moe_ffn(const ModelConfig& c, const Layer& L, BlockType t, const float* xn,
     matmul_rows(xn, R, d, d, L.latent_down, 0, width, w.z.data(), width);
     u = w.z.data();
   }
-  // each expert runs once on the rows routed to it; y[(r K + k) w] is row r's k-th expert output
+  // each expert runs once on the rows routed to it (entries i = r K + k bucketed by expert, i
+  // ascending); y[i w ..] is row r's k-th expert output.  The experts run in parallel, each product
+  // on one thread (the kernel's bits do not depend on the split).
   w.y.resize(std::size_t(R) * K * width);
+  w.offset.assign(std::size_t(N) + 1, 0);
+  for (int i = 0; i < R * K; ++i) ++w.offset[std::size_t(w.expert[std::size_t(i)]) + 1];
+  for (int ex = 0; ex < N; ++ex) w.offset[std::size_t(ex) + 1] += w.offset[std::size_t(ex)];
+  w.rows.resize(std::size_t(R) * K);
+  {
+    std::vector<int> fill(w.offset.begin(), w.offset.end() - 1);
+    for (int i = 0; i < R * K; ++i) w.rows[std::size_t(fill[std::size_t(w.expert[std::size_t(i)])]++)] = i;
+  }
+  w.active.clear();
   for (int ex = 0; ex < N; ++ex) {
-    w.rows.clear();
-    for (int i = 0; i < R * K; ++i)
-      if (w.expert[std::size_t(i)] == ex) w.rows.push_back(i);
-    const int n = static_cast<int>(w.rows.size());
+    const int n = w.offset[std::size_t(ex) + 1] - w.offset[std::size_t(ex)];
     if (expert_load) (*expert_load)[std::size_t(ex)] += n;
-    if (n == 0) continue;
-    w.in.resize(std::size_t(n) * width);
-    for (int j = 0; j < n; ++j) std::copy_n(u + std::size_t(w.rows[j] / K) * width, width, w.in.data() + std::size_t(j) * width);
-    const float* h = expert_hidden(e, L.gate_exps, L.up_exps, ex * m, w.in.data(), n, width, m, w.gate, w.up);
-    w.tmp.resize(std::size_t(n) * width);
-    matmul_rows(h, n, m, m, L.down_exps, ex * width, width, w.tmp.data(), width);
-    for (int j = 0; j < n; ++j) std::copy_n(w.tmp.data() + std::size_t(j) * width, width, w.y.data() + std::size_t(w.rows[j]) * width);
+    if (n > 0) w.active.push_back(ex);
+  }
+  const int na = static_cast<int>(w.active.size()), nthreads = std::min(threads(), na);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+  {
+    std::vector<float> in, gate, up, tmp;
+#pragma omp for schedule(dynamic, 1)
+    for (int a = 0; a < na; ++a) {
+      const int ex = w.active[std::size_t(a)], first = w.offset[std::size_t(ex)];
+      const int n = w.offset[std::size_t(ex) + 1] - first;
+      const int* rows = w.rows.data() + first;
+      in.resize(std::size_t(n) * width);
+      for (int j = 0; j < n; ++j) std::copy_n(u + std::size_t(rows[j] / K) * width, width, in.data() + std::size_t(j) * width);
+      const float* h = expert_hidden(e, L.gate_exps, L.up_exps, ex * m, in.data(), n, width, m, gate, up, 1);
+      tmp.resize(std::size_t(n) * width);
+      matmul_rows(h, n, m, m, L.down_exps, ex * width, width, tmp.data(), width, 1);
+      for (int j = 0; j < n; ++j) std::copy_n(tmp.data() + std::size_t(j) * width, width, w.y.data() + std::size_t(rows[j]) * width);
+    }
   }
   // the gate-weighted sum, each row in its own selection order
   w.acc.assign(std::size_t(R) * width, 0.0f);

@@ -15,7 +15,7 @@ namespace icmlkit::lm {
 /// Scratch a routed FFN reuses across calls.
 struct MoeWork {
   std::vector<float> logits, z, in, gate, up, y, acc, shared, tmp;
-  std::vector<int> expert, rows;
+  std::vector<int> expert, rows, offset, active;
   std::vector<float> weight;
 };
 
