@@ -12,51 +12,104 @@
 
 namespace icmlkit::nn {
 
-std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const lm::ModelConfig& c) {
+std::vector<std::tuple<int, std::string, std::vector<int>>> layer_param_shapes(const lm::ModelConfig& c, int l) {
+  using LP = LlamaParams<float>;
   const int d = c.d_model, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd;
-  std::vector<std::pair<std::string, std::vector<int>>> t;
-  t.emplace_back("token_embd.weight", std::vector<int>{c.vocab_size, d});
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
-    t.emplace_back(p + "attn_norm.weight", std::vector<int>{d});
-    t.emplace_back(p + "attn_q.weight", std::vector<int>{dq, d});
-    t.emplace_back(p + "attn_k.weight", std::vector<int>{dkv, d});
-    t.emplace_back(p + "attn_v.weight", std::vector<int>{dkv, d});
-    t.emplace_back(p + "attn_output.weight", std::vector<int>{d, dq});
-    t.emplace_back(p + "ffn_norm.weight", std::vector<int>{d});
-    t.emplace_back(p + "ffn_gate.weight", std::vector<int>{c.d_ff, d});
-    t.emplace_back(p + "ffn_up.weight", std::vector<int>{c.d_ff, d});
-    t.emplace_back(p + "ffn_down.weight", std::vector<int>{d, c.d_ff});
+  const std::string p = fmt::format("blk.{}.", l);
+  std::vector<std::tuple<int, std::string, std::vector<int>>> t{
+      {LP::attn_norm, p + "attn_norm.weight", {d}}, {LP::wq, p + "attn_q.weight", {dq, d}},
+      {LP::wk, p + "attn_k.weight", {dkv, d}},      {LP::wv, p + "attn_v.weight", {dkv, d}},
+      {LP::wo, p + "attn_output.weight", {d, dq}},  {LP::ffn_norm, p + "ffn_norm.weight", {d}}};
+  const lm::BlockType type = c.block_type(l);
+  if (!lm::is_moe_block(type)) {
+    t.emplace_back(LP::w_gate, p + "ffn_gate.weight", std::vector<int>{c.d_ff, d});
+    t.emplace_back(LP::w_up, p + "ffn_up.weight", std::vector<int>{c.d_ff, d});
+    t.emplace_back(LP::w_down, p + "ffn_down.weight", std::vector<int>{d, c.d_ff});
+    return t;
   }
-  t.emplace_back("output_norm.weight", std::vector<int>{d});
-  if (!c.tied) t.emplace_back("output.weight", std::vector<int>{c.vocab_size, d});
+  // the routed FFN, in lm::tensor_slots order
+  const lm::MoeConfig& e = c.moe;
+  const bool swiglu = e.act == lm::ExpertAct::swiglu, latent = type == lm::BlockType::latent_moe;
+  const int w = latent ? e.d_latent : d, N = e.n_experts, m = e.d_expert, ms = e.d_shared;
+  t.emplace_back(LP::router, p + "ffn_gate_inp.weight", std::vector<int>{N, d});
+  if (e.router == lm::RouterKind::sigmoid) t.emplace_back(LP::router_bias, p + "exp_probs_b.bias", std::vector<int>{N});
+  if (swiglu) t.emplace_back(LP::gate_exps, p + "ffn_gate_exps.weight", std::vector<int>{N * m, w});
+  t.emplace_back(LP::up_exps, p + "ffn_up_exps.weight", std::vector<int>{N * m, w});
+  t.emplace_back(LP::down_exps, p + "ffn_down_exps.weight", std::vector<int>{N * w, m});
+  if (ms > 0) {
+    if (swiglu) t.emplace_back(LP::gate_shexp, p + "ffn_gate_shexp.weight", std::vector<int>{ms, d});
+    t.emplace_back(LP::up_shexp, p + "ffn_up_shexp.weight", std::vector<int>{ms, d});
+    t.emplace_back(LP::down_shexp, p + "ffn_down_shexp.weight", std::vector<int>{d, ms});
+  }
+  if (latent) {
+    t.emplace_back(LP::latent_down, p + "ffn_latent_down.weight", std::vector<int>{e.d_latent, d});
+    t.emplace_back(LP::latent_up, p + "ffn_latent_up.weight", std::vector<int>{d, e.d_latent});
+  }
+  return t;
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const lm::ModelConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int>>> t;
+  t.emplace_back("token_embd.weight", std::vector<int>{c.vocab_size, c.d_model});
+  for (int l = 0; l < c.n_layers; ++l)
+    for (auto& [kind, name, shape] : layer_param_shapes(c, l)) t.emplace_back(std::move(name), std::move(shape));
+  t.emplace_back("output_norm.weight", std::vector<int>{c.d_model});
+  if (!c.tied) t.emplace_back("output.weight", std::vector<int>{c.vocab_size, c.d_model});
   return t;
 }
 
 template <class T>
 LlamaParams<T>::LlamaParams(const lm::ModelConfig& c) : config(c) {
-  for (auto& [name, shape] : llama_param_shapes(c)) store.add(name, shape, shape.size() > 1);
+  store.add("token_embd.weight", {c.vocab_size, c.d_model}, true);
+  slots.resize(std::size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    slots[std::size_t(l)].fill(-1);
+    for (auto& [kind, name, shape] : layer_param_shapes(c, l)) {
+      const int i = store.add(name, shape, shape.size() > 1);
+      slots[std::size_t(l)][std::size_t(kind)] = i;
+      if (kind == router_bias) store.freeze(i);  // selection only: moved by the load-balancing update, not by gradient
+    }
+  }
+  out_norm_index = store.add("output_norm.weight", {c.d_model}, false);
+  if (!c.tied) store.add("output.weight", {c.vocab_size, c.d_model}, true);
 }
 
 namespace {
+
+/// The model's vector for layer tensor t (matrices: their float data).
+template <class L>
+auto& model_tensor(L& layer, int t) {
+  using LP = LlamaParams<float>;
+  switch (t) {
+    case LP::attn_norm: return layer.attn_norm;
+    case LP::wq: return layer.wq.data;
+    case LP::wk: return layer.wk.data;
+    case LP::wv: return layer.wv.data;
+    case LP::wo: return layer.wo.data;
+    case LP::ffn_norm: return layer.ffn_norm;
+    case LP::w_gate: return layer.w_gate.data;
+    case LP::w_up: return layer.w_up.data;
+    case LP::w_down: return layer.w_down.data;
+    case LP::router: return layer.router.data;
+    case LP::router_bias: return layer.router_bias;
+    case LP::gate_exps: return layer.gate_exps.data;
+    case LP::up_exps: return layer.up_exps.data;
+    case LP::down_exps: return layer.down_exps.data;
+    case LP::gate_shexp: return layer.gate_shexp.data;
+    case LP::up_shexp: return layer.up_shexp.data;
+    case LP::down_shexp: return layer.down_shexp.data;
+    case LP::latent_down: return layer.latent_down.data;
+    default: return layer.latent_up.data;
+  }
+}
 
 /// Calls f(param, float vector of the model) pairwise, in store order.
 template <class T, class M, class F>
 void zip_model(LlamaParams<T>& P, M& m, F&& f) {
   f(P.embd(), m.token_embd.data);
-  for (int l = 0; l < P.config.n_layers; ++l) {
-    auto& L = m.layers[l];
-    using LP = LlamaParams<T>;
-    f(P.layer(l, LP::attn_norm), L.attn_norm);
-    f(P.layer(l, LP::wq), L.wq.data);
-    f(P.layer(l, LP::wk), L.wk.data);
-    f(P.layer(l, LP::wv), L.wv.data);
-    f(P.layer(l, LP::wo), L.wo.data);
-    f(P.layer(l, LP::ffn_norm), L.ffn_norm);
-    f(P.layer(l, LP::w_gate), L.w_gate.data);
-    f(P.layer(l, LP::w_up), L.w_up.data);
-    f(P.layer(l, LP::w_down), L.w_down.data);
-  }
+  for (int l = 0; l < P.config.n_layers; ++l)
+    for (int t = 0; t < LlamaParams<T>::kLayerTensors; ++t)
+      if (P.has(l, typename LlamaParams<T>::LayerTensor(t))) f(P.layer(l, typename LlamaParams<T>::LayerTensor(t)), model_tensor(m.layers[l], t));
   f(P.out_norm(), m.output_norm);
   if (!P.config.tied) f(P.head(), m.output.data);
 }
@@ -93,11 +146,17 @@ void params_to_model(LlamaParams<T>& P, lm::Model& model) {
   });
 }
 
-std::vector<int> attention_mlp_matrices(int n_layers) {
+std::vector<int> attention_mlp_matrices(const lm::ModelConfig& c) {
   std::vector<int> t;
-  constexpr int per = LlamaParams<float>::kPerLayer;
-  for (int l = 0; l < n_layers; ++l)
-    for (int k : {1, 2, 3, 4, 6, 7, 8}) t.push_back(1 + l * per + k);  // wq wk wv wo w_gate w_up w_down
+  int i = 1;  // after token_embd
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const auto& [kind, name, shape] : layer_param_shapes(c, l)) {
+      using LP = LlamaParams<float>;
+      if (kind == LP::wq || kind == LP::wk || kind == LP::wv || kind == LP::wo || kind == LP::w_gate || kind == LP::w_up ||
+          kind == LP::w_down)
+        t.push_back(i);
+      ++i;
+    }
   return t;
 }
 
@@ -130,7 +189,7 @@ void check_poet_matrices(const std::vector<std::pair<std::string, std::vector<in
 void check_poet_shapes(const lm::ModelConfig& config, const PoetOptions& opt) {
   const auto shapes = llama_param_shapes(config);
   std::vector<std::pair<std::string, std::vector<int>>> mats;
-  for (int i : attention_mlp_matrices(config.n_layers)) mats.push_back(shapes[i]);
+  for (int i : attention_mlp_matrices(config)) mats.push_back(shapes[i]);
   check_poet_matrices(mats, opt);
 }
 
@@ -138,7 +197,7 @@ template <class T>
 void enable_poet(LlamaParams<T>& P, const PoetOptions& opt, std::uint64_t seed) {
   if (!P.poet.empty()) throw UsageError("POET-X is already enabled on this model");
   const int b = opt.block;
-  const std::vector<int> targets = attention_mlp_matrices(P.config.n_layers);
+  const std::vector<int> targets = attention_mlp_matrices(P.config);
   std::vector<std::pair<std::string, std::vector<int>>> mats;
   for (int i : targets) mats.emplace_back(P.store.params[i].name, P.store.params[i].shape);
   check_poet_matrices(mats, opt);
@@ -229,7 +288,7 @@ void mat_backward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor
   Param<T>& W = P.layer(l, t);
   if (PoetLinear<T>* pl = P.poet_matrix(l, t))
     pl->backward(dy, x, N, W.value.data(), dx, accumulate_dx, A.poet_y0[t], C.poet);
-  else if (const std::size_t i = LlamaParams<T>::index(l, t); i < P.sparse.size() && !P.sparse[i].empty()) {
+  else if (const std::size_t i = P.index(l, t); i < P.sparse.size() && !P.sparse[i].empty()) {
     // a sparse matrix: its dense gradient in a transient buffer, the active entries gathered
     std::vector<T>& dw = C.dw;
     dw.assign(std::size_t(O) * K, T(0));

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <array>
+#include <string>
+#include <tuple>
 #include <cstdint>
 #include <vector>
 
@@ -18,9 +20,11 @@
 
 namespace icmlkit::nn {
 
-/// The parameters of one model as a store, in checkpoint order: token_embd, then per block
-/// attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then
-/// output_norm and (untied) output.  Norm weights have decay = false.
+/// The parameters of one model as a store, in checkpoint order: token_embd, then per block its
+/// tensors in lm::tensor_slots order (llama: attn_norm, attn_q, attn_k, attn_v, attn_output,
+/// ffn_norm, ffn_gate, ffn_up, ffn_down; a moe block the same attention and norms, then its routed
+/// FFN's tensors), then output_norm and (untied) output.  Norm weights have decay = false; a
+/// sigmoid router's selection bias is frozen (it is not trained by gradient).
 template <class T>
 struct LlamaParams {
   lm::ModelConfig config;
@@ -28,16 +32,24 @@ struct LlamaParams {
 
   /// Allocates every tensor (zeros) for `config`.
   explicit LlamaParams(const lm::ModelConfig& config);
-  /// Tensor index helpers.
-  static constexpr int kPerLayer = 9;
-  enum LayerTensor { attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down };
+  /// A block's tensors (those of its type exist; the others are absent).
+  enum LayerTensor {
+    attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down,  // llama (attention and norms: every block)
+    router, router_bias, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp, latent_down, latent_up,  // moe
+    kLayerTensors
+  };
+  /// Per block and LayerTensor: the store index, or -1 where the block has no such tensor.
+  std::vector<std::array<int, kLayerTensors>> slots;
   Param<T>& embd() { return store.params[0]; }
-  /// Store index of layer l's tensor t.
-  static std::size_t index(int l, LayerTensor t) noexcept { return std::size_t(1 + l * kPerLayer + t); }
+  /// Store index of layer l's tensor t (which must exist).
+  std::size_t index(int l, LayerTensor t) const noexcept { return std::size_t(slots[std::size_t(l)][t]); }
+  /// Whether layer l has tensor t.
+  bool has(int l, LayerTensor t) const noexcept { return slots[std::size_t(l)][t] >= 0; }
   Param<T>& layer(int l, LayerTensor t) { return store.params[index(l, t)]; }
-  Param<T>& out_norm() { return store.params[1 + config.n_layers * kPerLayer]; }
+  Param<T>& out_norm() { return store.params[std::size_t(out_norm_index)]; }
   /// The LM head [vocab, d] (token_embd when tied).
-  Param<T>& head() { return config.tied ? embd() : store.params[2 + config.n_layers * kPerLayer]; }
+  Param<T>& head() { return config.tied ? embd() : store.params[std::size_t(out_norm_index) + 1]; }
+  int out_norm_index = 0;  ///< store index of output_norm
 
   /// POET-X matrices (empty unless enable_poet() ran): the forward and backward run them
   /// input-centric, and params_to_model() writes their effective weights.
@@ -75,9 +87,12 @@ void enable_poet(LlamaParams<T>& params, const PoetOptions& opt, std::uint64_t s
 template <class T>
 void poet_merge(LlamaParams<T>& params, std::uint64_t seed, std::int64_t merges);
 
-/// The store indices of every attention and MLP matrix (wq wk wv wo w_gate w_up w_down), layer by
-/// layer: POET-X's and sparse training's matrices.
-std::vector<int> attention_mlp_matrices(int n_layers);
+/// The store indices of every attention and llama MLP matrix (wq wk wv wo, and w_gate w_up w_down
+/// of llama blocks), layer by layer: POET-X's and sparse training's matrices.
+std::vector<int> attention_mlp_matrices(const lm::ModelConfig& config);
+
+/// One block's tensors for `config` as (LayerTensor, name, shape), in store order.
+std::vector<std::tuple<int, std::string, std::vector<int>>> layer_param_shapes(const lm::ModelConfig& config, int l);
 
 /// The store's tensors for `config` as (name, shape), in LlamaParams order.
 std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const lm::ModelConfig& config);
@@ -102,7 +117,7 @@ struct TrainCache {
   struct LayerActs {
     std::vector<T> x_in, xn1, rstd1, q, k, v, att, amx, ainv, x_mid, xn2, rstd2, gate, up, h;
     /// POET-X: per layer tensor, the product before the output rotation (PoetLinear::forward's y0).
-    std::array<std::vector<T>, LlamaParams<T>::kPerLayer> poet_y0;
+    std::array<std::vector<T>, LlamaParams<T>::kLayerTensors> poet_y0;
   };
   std::vector<LayerActs> layers;  ///< per block step (n_layers, or the schedule's length)
   std::vector<T> x_out, xnf, rstdf, logits, cs, sn;

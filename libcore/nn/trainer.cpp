@@ -83,7 +83,7 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
 void check_sparse_shapes(const SparseOptions& so, const lm::ModelConfig& config) {
   const auto shapes = llama_param_shapes(config);
   std::size_t g = 0;
-  for (int i : attention_mlp_matrices(config.n_layers)) g = std::gcd(g, std::size_t(shapes[std::size_t(i)].second[0]) * std::size_t(shapes[std::size_t(i)].second[1]));
+  for (int i : attention_mlp_matrices(config)) g = std::gcd(g, std::size_t(shapes[std::size_t(i)].second[0]) * std::size_t(shapes[std::size_t(i)].second[1]));
   auto sizes = [&] {  // the block sizes that divide every matrix
     std::string list;
     int shown = 0;
@@ -94,7 +94,7 @@ void check_sparse_shapes(const SparseOptions& so, const lm::ModelConfig& config)
       }
     return list;
   };
-  for (int i : attention_mlp_matrices(config.n_layers)) {
+  for (int i : attention_mlp_matrices(config)) {
     const auto& [name, shape] = shapes[std::size_t(i)];
     const std::size_t numel = std::size_t(shape[0]) * std::size_t(shape[1]), b = std::size_t(so.block);
     if (numel % b != 0)
@@ -246,7 +246,7 @@ void Trainer::init_sparse() {
   auto& adam = static_cast<AdamW&>(*optimizer_);
   params_.sparse.assign(params_.store.params.size(), {});
   adam.set_per_entry_steps(so.local_steps);  // before the masks: only then are step counts stored
-  const std::vector<int> targets = attention_mlp_matrices(params_.config.n_layers);
+  const std::vector<int> targets = attention_mlp_matrices(params_.config);
   for (std::size_t k = 0; k < targets.size(); ++k) {
     Param<float>& W = params_.store.params[std::size_t(targets[k])];
     Rng rng(sparse_seed(opt_.seed, 0, static_cast<int>(k)));

@@ -92,7 +92,7 @@ init 1
   for n in dense set-0.25 smet-0.25 static-0.25 rigl-0.25 set+local-0.25 set+local+warmup-0.25 set-0.5 smet-0.5 set-0.1 smet-0.1; do
     echo "$n 1"
   done
-  if [ "$seeds2" = 1 ]; then for n in dense set-0.25 smet-0.25 smet-0.5 set+local-0.25 set+local+warmup-0.25; do echo "$n 2"; done; fi
+  if [ "$seeds2" = 1 ]; then for n in dense set-0.25 smet-0.25 smet-0.5; do echo "$n 2"; done; fi
 } | queue
 t_end=$(date +%s)
 
