@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
   nn::CorpusOptions copt;
   nn::TrainOptions t;
   lm::ModelConfig c = lm::default_shape();
+  c.moe.n_experts = 8;  // the defaults --moe shows
+  c.moe.top_k = 2;
+  lm::MoeFlags moe_flags;
   bool tied = false, resume = false, allow_corpus_change = false, overwrite = false;
   double init_std = 0.02;
   std::int64_t tokens_budget = 0, eval_every = 100, eval_tokens = 0, ckpt_every = 0, log_every = 10, stop_at = 0;
@@ -204,6 +207,7 @@ int main(int argc, char** argv) {
         app.add_option("--tokenizer", tokenizer_path, "SentencePiece model to embed");
         app.add_option("--vocab-size", c.vocab_size, "Train a BPE tokenizer of this size on the training documents")->check(cli::int_range(260, 1 << 20));
         lm::add_shape_flags(app, c);
+        lm::add_moe_flags(app, c, moe_flags);
         app.add_option("--rope-style", rope, "half or interleaved")->check(CLI::IsMember({"half", "interleaved"}));
         app.add_flag("--tied", tied, "LM head shares the token embedding");
         app.add_option("--init-std", init_std, "Std of random initial matrices")->capture_default_str()->check(cli::positive());
@@ -280,7 +284,9 @@ int main(int argc, char** argv) {
                                    {corpus_path, tokenizer_path, config_path, init_path});
         if (!init_path.empty() && (!config_path.empty() || !preset.empty() || app->count("--vocab-size") || !tokenizer_path.empty()))
           throw UsageError("--init takes the shape and tokenizer from the checkpoint; drop --config/--preset/--vocab-size/--tokenizer", "--init");
-        for (const char* f : {"--d-model", "--n-layers", "--n-heads", "--n-kv-heads", "--d-ff", "--n-ctx", "--tied", "--rope-style"})
+        for (const char* f : {"--d-model", "--n-layers", "--n-heads", "--n-kv-heads", "--d-ff", "--n-ctx", "--tied", "--rope-style", "--moe",
+                              "--experts", "--top-k", "--d-expert", "--d-shared", "--latent", "--expert-act", "--router",
+                              "--routed-scaling", "--no-norm-topk"})
           if (!init_path.empty() && app->count(f)) throw UsageError(fmt::format("{} conflicts with --init", f), f);
         if (!tokenizer_path.empty() && app->count("--vocab-size"))
           throw UsageError("give --tokenizer or --vocab-size, not both", "--vocab-size");
@@ -384,6 +390,7 @@ int main(int argc, char** argv) {
           }
           if (app->count("--rope-style")) c.rope_style = rope == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
           if (app->count("--tied")) c.tied = tied;
+          lm::apply_moe_flags(moe_flags, c, [&](const char* flag) { return app->count(flag) > 0; });
           std::string tok_bytes;
           if (!tokenizer_path.empty()) {
             tok_bytes = io::read_file(tokenizer_path);

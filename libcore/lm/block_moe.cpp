@@ -52,37 +52,8 @@ const float* expert_hidden(const MoeConfig& c, const Matrix& G, const Matrix& U,
 }  // namespace
 
 void moe_route(const MoeConfig& c, const float* logits, const float* bias, int R, int* expert, float* weight) {
-  const int N = c.n_experts, K = c.top_k;
-  std::vector<float> score(N), key(N);
-  std::vector<int> order(N);
-  for (int r = 0; r < R; ++r) {
-    const float* l = logits + std::size_t(r) * N;
-    if (c.router == RouterKind::softmax) {
-      const float mx = *std::max_element(l, l + N);
-      double sum = 0.0;
-      for (int j = 0; j < N; ++j) {
-        score[j] = std::exp(l[j] - mx);
-        sum += score[j];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int j = 0; j < N; ++j) key[j] = score[j] *= inv;
-    } else {
-      for (int j = 0; j < N; ++j) {
-        score[j] = 1.0f / (1.0f + std::exp(-l[j]));
-        key[j] = score[j] + (bias ? bias[j] : 0.0f);
-      }
-    }
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [&](int a, int b) { return key[a] != key[b] ? key[a] > key[b] : a < b; });
-    float sum = 0.0f;
-    for (int k = 0; k < K; ++k) sum += score[order[k]];
-    const float norm = c.norm_topk ? static_cast<float>(c.routed_scaling / double(sum)) : static_cast<float>(c.routed_scaling);
-    for (int k = 0; k < K; ++k) {
-      expert[std::size_t(r) * K + k] = order[k];
-      weight[std::size_t(r) * K + k] = score[order[k]] * norm;
-    }
-  }
+  std::vector<float> scores(std::size_t(R) * c.n_experts), selsum(static_cast<std::size_t>(R));
+  route_rows<float>(c, logits, bias, R, expert, weight, scores.data(), selsum.data());
 }
 
 void moe_ffn(const ModelConfig& c, const Layer& L, BlockType t, const float* xn, int R, float* out, MoeWork& w,

@@ -27,10 +27,20 @@ void Matrix::row_f32(int r, float* out) const noexcept {
   for (int i = 0; i < cols; ++i) out[i] = num::f16_to_f32(h[i]);
 }
 
+std::vector<Matrix*> Layer::matrices_all() {
+  return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down, &router, &gate_exps, &up_exps, &down_exps, &gate_shexp, &up_shexp,
+          &down_shexp, &latent_down, &latent_up};
+}
+
+std::vector<const Matrix*> Layer::matrices_all() const {
+  std::vector<const Matrix*> out;
+  for (Matrix* w : const_cast<Layer*>(this)->matrices_all()) out.push_back(w);
+  return out;
+}
+
 std::vector<Matrix*> Layer::matrices() {
   std::vector<Matrix*> out;
-  for (Matrix* w : {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down, &router, &gate_exps, &up_exps, &down_exps, &gate_shexp, &up_shexp,
-                    &down_shexp, &latent_down, &latent_up})
+  for (Matrix* w : matrices_all())
     if (w->rows > 0) out.push_back(w);
   return out;
 }

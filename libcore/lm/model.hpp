@@ -57,6 +57,9 @@ struct Layer {
   /// Every matrix of the block that is allocated (llama's or the routed FFN's).
   std::vector<Matrix*> matrices();
   std::vector<const Matrix*> matrices() const;
+  /// Every matrix field, allocated or not, in one fixed order (copying shapes between layers).
+  std::vector<Matrix*> matrices_all();
+  std::vector<const Matrix*> matrices_all() const;
 };
 
 /// A whole model: config, weights (float32 in memory) and the tokenizer bytes.

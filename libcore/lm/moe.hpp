@@ -6,6 +6,9 @@
 // kernel, and each row sums its experts in its own selection order).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "lm/model.hpp"
@@ -25,6 +28,46 @@ struct MoeWork {
 /// p; sigmoid: s = 1 / (1 + exp(-logit)), selected by s + bias (bias [N], selection only); the
 /// weights are the selected scores, divided by their sum when norm_topk, times routed_scaling.
 void moe_route(const MoeConfig& c, const float* logits, const float* bias, int R, int* expert, float* weight);
+
+/// moe_route's arithmetic in T (float: bitwise moe_route; double: the trainer's reference), also
+/// returning every expert's score scores [R, N] (softmax p or sigmoid s) and each row's sum of
+/// its selected scores selsum [R] (the trainer's backward needs both).
+template <class T>
+void route_rows(const MoeConfig& c, const T* logits, const T* bias, int R, int* expert, T* weight, T* scores, T* selsum) {
+  const int N = c.n_experts, K = c.top_k;
+  std::vector<T> key(static_cast<std::size_t>(N));
+  std::vector<int> order(static_cast<std::size_t>(N));
+  for (int r = 0; r < R; ++r) {
+    const T* l = logits + std::size_t(r) * N;
+    T* score = scores + std::size_t(r) * N;
+    if (c.router == RouterKind::softmax) {
+      const T mx = *std::max_element(l, l + N);
+      double sum = 0.0;
+      for (int j = 0; j < N; ++j) {
+        score[j] = std::exp(l[j] - mx);
+        sum += score[j];
+      }
+      const T inv = static_cast<T>(1.0 / sum);
+      for (int j = 0; j < N; ++j) key[std::size_t(j)] = score[j] *= inv;
+    } else {
+      for (int j = 0; j < N; ++j) {
+        score[j] = T(1) / (T(1) + std::exp(-l[j]));
+        key[std::size_t(j)] = score[j] + (bias ? bias[j] : T(0));
+      }
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](int a, int b) { return key[std::size_t(a)] != key[std::size_t(b)] ? key[std::size_t(a)] > key[std::size_t(b)] : a < b; });
+    T sum = T(0);
+    for (int k = 0; k < K; ++k) sum += score[order[std::size_t(k)]];
+    selsum[r] = sum;
+    const T norm = c.norm_topk ? static_cast<T>(c.routed_scaling / double(sum)) : static_cast<T>(c.routed_scaling);
+    for (int k = 0; k < K; ++k) {
+      expert[std::size_t(r) * K + k] = order[std::size_t(k)];
+      weight[std::size_t(r) * K + k] = score[order[std::size_t(k)]] * norm;
+    }
+  }
+}
 
 /// out [R, d] = the block's routed FFN of its normalised input xn [R, d] (no residual):
 /// moe: Σ_k g_k E_k(xn) + E_shared(xn); latent-moe: W_up Σ_k g_k E_k(W_down xn) + E_shared(xn),

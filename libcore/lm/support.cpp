@@ -34,7 +34,8 @@ bool supports(Runner r, Feature f) noexcept {
     case Runner::cpu_engine: return true;  // every feature of the contract so far
     case Runner::cuda_engine: return f == Feature::block_llama;
     case Runner::trainer:  // packed windows; nn::llama_loss takes a schedule
-      return f == Feature::block_llama || f == Feature::multi_sequence || f == Feature::block_schedule;
+      return f == Feature::block_llama || f == Feature::block_moe || f == Feature::block_latent_moe || f == Feature::multi_sequence ||
+             f == Feature::block_schedule;
   }
   return false;
 }

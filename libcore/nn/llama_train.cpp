@@ -6,6 +6,7 @@
 #include <limits>
 #include <cmath>
 
+#include "lm/moe.hpp"
 #include "lm/support.hpp"
 #include "nn/layers.hpp"
 #include "util/error.hpp"
@@ -254,7 +255,14 @@ void poet_merge(LlamaParams<T>& P, std::uint64_t seed, std::int64_t merges) {
 double training_flop_per_token(const lm::ModelConfig& c, int S) noexcept {
   const double embd = double(c.vocab_size) * c.d_model;  // the lookup table (the head when tied)
   const double norms = double(c.d_model) * (2 * c.n_layers + 1);
-  const double matrix = c.n_params_approx() - norms - (c.tied ? 0.0 : embd);
+  // the weights a token multiplies: every block's active ones (a moe block: K experts, router,
+  // shared expert, projections; its router bias does not multiply)
+  double active = embd * (c.tied ? 1 : 2) + c.d_model;
+  for (int l = 0; l < c.n_layers; ++l) {
+    active += double(c.block_active_params(l));
+    if (lm::is_moe_block(c.block_type(l)) && c.moe.router == lm::RouterKind::sigmoid) active -= c.moe.n_experts;
+  }
+  const double matrix = active - norms - (c.tied ? 0.0 : embd);
   return 6.0 * matrix + 6.0 * c.n_layers * double(S) * c.d_model;
 }
 
@@ -303,14 +311,15 @@ void mat_backward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor
   }
 }
 
-/// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.
+/// The attention sublayer's training forward (every block type): x [N, d] += attention,
+/// activations kept in A (x_in, xn1 .. ainv, x_mid).
 template <class T>
-void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
-                               typename TrainCache<T>::LayerActs& A, T* x) {
+void attention_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A,
+                             T* x) {
   using LP = LlamaParams<T>;
   const lm::ModelConfig& c = P.config;
   const Dims z(c, B, S);
-  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv, ff = z.ff;
+  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv;
   const std::size_t nx = std::size_t(N) * d;
   std::vector<T>& tmp = C.tmp;
   tmp.resize(nx);
@@ -318,8 +327,6 @@ void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
   A.xn1.resize(nx); A.rstd1.resize(N);
   A.q.resize(std::size_t(N) * dq); A.k.resize(std::size_t(N) * dkv); A.v.resize(A.k.size());
   A.att.resize(A.q.size()); A.amx.resize(std::size_t(N) * nh); A.ainv.resize(A.amx.size());
-  A.xn2.resize(nx); A.rstd2.resize(N);
-  A.gate.resize(std::size_t(N) * ff); A.up.resize(A.gate.size()); A.h.resize(A.gate.size());
   rmsnorm_forward(x, N, d, P.layer(l, LP::attn_norm).value.data(), c.rms_eps, A.xn1.data(), A.rstd1.data());
   mat_forward(P, l, LP::wq, A.xn1.data(), N, d, dq, A.q.data(), A, C);
   mat_forward(P, l, LP::wk, A.xn1.data(), N, d, dkv, A.k.data(), A, C);
@@ -330,6 +337,21 @@ void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
   mat_forward(P, l, LP::wo, A.att.data(), N, dq, d, tmp.data(), A, C);
   for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
   A.x_mid.assign(x, x + nx);
+}
+
+/// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.
+template <class T>
+void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                               typename TrainCache<T>::LayerActs& A, T* x) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const Dims z(c, B, S);
+  const int N = z.N, d = z.d, ff = z.ff;
+  const std::size_t nx = std::size_t(N) * d;
+  attention_train_forward(P, l, B, S, C, A, x);
+  std::vector<T>& tmp = C.tmp;
+  A.xn2.resize(nx); A.rstd2.resize(N);
+  A.gate.resize(std::size_t(N) * ff); A.up.resize(A.gate.size()); A.h.resize(A.gate.size());
   rmsnorm_forward(x, N, d, P.layer(l, LP::ffn_norm).value.data(), c.rms_eps, A.xn2.data(), A.rstd2.data());
   mat_forward(P, l, LP::w_gate, A.xn2.data(), N, d, ff, A.gate.data(), A, C);
   mat_forward(P, l, LP::w_up, A.xn2.data(), N, d, ff, A.up.data(), A, C);
@@ -338,32 +360,22 @@ void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
   for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
 }
 
-/// The llama block's backward: dx [N, d] (the gradient at the block's output) becomes the
-/// gradient at its input; the block's parameter gradients are accumulated.
+/// The attention sublayer's backward: dx [N, d], the gradient at x_mid, becomes the gradient at
+/// the block's input; the attention's parameter gradients are accumulated.
 template <class T>
-void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
-                                typename TrainCache<T>::LayerActs& A, T* dx) {
+void attention_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A,
+                              T* dx) {
   using LP = LlamaParams<T>;
   const lm::ModelConfig& c = P.config;
   const Dims z(c, B, S);
-  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv, ff = z.ff;
-  std::vector<T>&dxn = C.dxn, &dh = C.dh, &dg = C.dg, &du = C.du, &datt = C.datt, &dqv = C.dqv, &dk = C.dk, &dv = C.dv;
+  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv;
+  std::vector<T>&dxn = C.dxn, &datt = C.datt, &dqv = C.dqv, &dk = C.dk, &dv = C.dv;
   dxn.resize(std::size_t(N) * d);
-  dh.resize(std::size_t(N) * ff);
-  dg.resize(dh.size());
-  du.resize(dh.size());
   datt.resize(std::size_t(N) * dq);
   dqv.resize(datt.size());
   dk.resize(std::size_t(N) * dkv);
   dv.resize(dk.size());
-  // FFN: x_out = x_mid + Wdown·h,  h = swiglu(Wgate·xn2, Wup·xn2),  xn2 = norm(x_mid)
-  mat_backward(P, l, LP::w_down, dx, A.h.data(), N, ff, d, dh.data(), false, A, C);
-  swiglu_backward(dh.data(), A.gate.data(), A.up.data(), std::int64_t(N) * ff, dg.data(), du.data());
-  mat_backward(P, l, LP::w_gate, dg.data(), A.xn2.data(), N, d, ff, dxn.data(), false, A, C);
-  mat_backward(P, l, LP::w_up, du.data(), A.xn2.data(), N, d, ff, dxn.data(), true, A, C);
-  rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
-                   P.layer(l, LP::ffn_norm).grad.data());
-  // Attention: x_mid = x_in + Wo·attn(rope(Wq·xn1), rope(Wk·xn1), Wv·xn1),  xn1 = norm(x_in)
+  // x_mid = x_in + Wo·attn(rope(Wq·xn1), rope(Wk·xn1), Wv·xn1),  xn1 = norm(x_in)
   mat_backward(P, l, LP::wo, dx, A.att.data(), N, dq, d, datt.data(), false, A, C);
   attention_backward(datt.data(), A.q.data(), A.k.data(), A.v.data(), A.att.data(), A.amx.data(), A.ainv.data(),
                      z.attn, dqv.data(), dk.data(), dv.data());
@@ -376,6 +388,266 @@ void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCac
                    P.layer(l, LP::attn_norm).grad.data());
 }
 
+/// The llama block's backward: dx [N, d] (the gradient at the block's output) becomes the
+/// gradient at its input; the block's parameter gradients are accumulated.
+template <class T>
+void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                                typename TrainCache<T>::LayerActs& A, T* dx) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const Dims z(c, B, S);
+  const int N = z.N, d = z.d, ff = z.ff;
+  std::vector<T>&dxn = C.dxn, &dh = C.dh, &dg = C.dg, &du = C.du;
+  dxn.resize(std::size_t(N) * d);
+  dh.resize(std::size_t(N) * ff);
+  dg.resize(dh.size());
+  du.resize(dh.size());
+  // FFN: x_out = x_mid + Wdown·h,  h = swiglu(Wgate·xn2, Wup·xn2),  xn2 = norm(x_mid)
+  mat_backward(P, l, LP::w_down, dx, A.h.data(), N, ff, d, dh.data(), false, A, C);
+  swiglu_backward(dh.data(), A.gate.data(), A.up.data(), std::int64_t(N) * ff, dg.data(), du.data());
+  mat_backward(P, l, LP::w_gate, dg.data(), A.xn2.data(), N, d, ff, dxn.data(), false, A, C);
+  mat_backward(P, l, LP::w_up, du.data(), A.xn2.data(), N, d, ff, dxn.data(), true, A, C);
+  rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
+                   P.layer(l, LP::ffn_norm).grad.data());
+  attention_train_backward(P, l, B, S, C, A, dx);
+}
+
+/// An expert's (or the shared expert's) hidden state h [n, m] from its pre-activations: swiglu
+/// h = silu(gate) up, or relu2 h = relu(up)^2 (gate unused); lm::moe_ffn's arithmetic.
+template <class T>
+void expert_act_forward(lm::ExpertAct act, const T* gate, const T* up, std::int64_t n, T* h) {
+  if (act == lm::ExpertAct::swiglu) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T g = gate[i];
+      h[i] = g / (T(1) + std::exp(-g)) * up[i];
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) h[i] = up[i] > T(0) ? up[i] * up[i] : T(0);
+  }
+}
+
+/// Its backward: dgate, dup from dh.
+template <class T>
+void expert_act_backward(lm::ExpertAct act, const T* dh, const T* gate, const T* up, std::int64_t n, T* dgate, T* dup) {
+  if (act == lm::ExpertAct::swiglu) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T g = gate[i], sg = T(1) / (T(1) + std::exp(-g));
+      dup[i] = dh[i] * g * sg;
+      dgate[i] = dh[i] * up[i] * sg * (T(1) + g * (T(1) - sg));
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) dup[i] = up[i] > T(0) ? dh[i] * T(2) * up[i] : T(0);
+  }
+}
+
+/// One expert MLP's forward on n rows u [n, w]: pre-activations gate/up [n, m] (gate only for
+/// swiglu), h [n, m], y [n, w]; G, U at row offset e m, D at row offset e w of the stacked tensors.
+template <class T>
+void expert_forward(lm::ExpertAct act, const T* G, const T* U, const T* D, const T* u, int n, int w, int m, T* gate, T* up, T* h,
+                    T* y) {
+  linear_forward(u, n, w, U, m, up);
+  if (act == lm::ExpertAct::swiglu) linear_forward(u, n, w, G, m, gate);
+  expert_act_forward(act, gate, up, std::int64_t(n) * m, h);
+  linear_forward(h, n, m, D, w, y);
+}
+
+/// Its backward: du [n, w] (= or += by `accumulate`) from dy [n, w]; dG, dU, dD accumulated.
+template <class T>
+void expert_backward(lm::ExpertAct act, const T* G, const T* U, const T* D, T* dG, T* dU, T* dD, const T* u, const T* gate,
+                     const T* up, const T* h, const T* dy, int n, int w, int m, T* du, bool accumulate, std::vector<T>& work) {
+  work.resize(std::size_t(3) * n * m);
+  T *dh = work.data(), *dgate = dh + std::size_t(n) * m, *dup = dgate + std::size_t(n) * m;
+  linear_backward(dy, h, n, m, D, w, dh, dD, false);
+  expert_act_backward(act, dh, gate, up, std::int64_t(n) * m, dgate, dup);
+  linear_backward(dup, u, n, w, U, m, du, dU, accumulate);
+  if (act == lm::ExpertAct::swiglu) linear_backward(dgate, u, n, w, G, m, du, dG, true);
+}
+
+/// A moe / latent-moe block's training forward: x [N, d] += attention, then += the routed FFN of
+/// lm::moe_ffn (the same arithmetic in float with the reference kernels: bitwise the engine),
+/// activations kept in A.
+template <class T>
+void moe_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A,
+                             T* x) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const lm::MoeConfig& e = c.moe;
+  const bool latent = c.block_type(l) == lm::BlockType::latent_moe;
+  const int N = B * S, d = c.d_model, E = e.n_experts, K = e.top_k, m = e.d_expert, w = latent ? e.d_latent : d;
+  const std::size_t nx = std::size_t(N) * d;
+  attention_train_forward(P, l, B, S, C, A, x);
+  A.xn2.resize(nx);
+  A.rstd2.resize(N);
+  rmsnorm_forward(x, N, d, P.layer(l, LP::ffn_norm).value.data(), c.rms_eps, A.xn2.data(), A.rstd2.data());
+  // router
+  A.m_logits.resize(std::size_t(N) * E);
+  A.m_scores.resize(A.m_logits.size());
+  A.m_expert.resize(std::size_t(N) * K);
+  A.m_weight.resize(A.m_expert.size());
+  A.m_selsum.resize(N);
+  linear_forward(A.xn2.data(), N, d, P.layer(l, LP::router).value.data(), E, A.m_logits.data());
+  const T* bias = P.has(l, LP::router_bias) ? P.layer(l, LP::router_bias).value.data() : nullptr;
+  lm::route_rows<T>(e, A.m_logits.data(), bias, N, A.m_expert.data(), A.m_weight.data(), A.m_scores.data(), A.m_selsum.data());
+  const T* u = A.xn2.data();
+  if (latent) {
+    A.m_z.resize(std::size_t(N) * w);
+    linear_forward(A.xn2.data(), N, d, P.layer(l, LP::latent_down).value.data(), w, A.m_z.data());
+    u = A.m_z.data();
+  }
+  // the routed entries i = r K + k, bucketed by expert (i ascending within an expert)
+  const int NK = N * K;
+  A.m_offset.assign(std::size_t(E) + 1, 0);
+  for (int i = 0; i < NK; ++i) ++A.m_offset[std::size_t(A.m_expert[std::size_t(i)]) + 1];
+  for (int ex = 0; ex < E; ++ex) A.m_offset[std::size_t(ex) + 1] += A.m_offset[std::size_t(ex)];
+  A.m_rows.resize(std::size_t(NK));
+  {
+    std::vector<int> fill(A.m_offset.begin(), A.m_offset.end() - 1);
+    for (int i = 0; i < NK; ++i) A.m_rows[std::size_t(fill[std::size_t(A.m_expert[std::size_t(i)])]++)] = i;
+  }
+  A.m_in.resize(std::size_t(NK) * w);
+  A.m_up.resize(std::size_t(NK) * m);
+  A.m_gate.resize(e.act == lm::ExpertAct::swiglu ? A.m_up.size() : 0);
+  A.m_h.resize(A.m_up.size());
+  A.m_y.resize(std::size_t(NK) * w);
+  std::vector<T>& yb = C.tmp;  // an expert's outputs in bucket order
+  yb.resize(std::size_t(NK) * w);
+  for (int j = 0; j < NK; ++j) std::copy_n(u + std::size_t(A.m_rows[std::size_t(j)] / K) * w, w, A.m_in.data() + std::size_t(j) * w);
+  const T *G = e.act == lm::ExpertAct::swiglu ? P.layer(l, LP::gate_exps).value.data() : nullptr, *U = P.layer(l, LP::up_exps).value.data(),
+          *D = P.layer(l, LP::down_exps).value.data();
+  for (int ex = 0; ex < E; ++ex) {
+    const int first = A.m_offset[std::size_t(ex)], n = A.m_offset[std::size_t(ex) + 1] - first;
+    if (n == 0) continue;
+    expert_forward(e.act, G ? G + std::size_t(ex) * m * w : nullptr, U + std::size_t(ex) * m * w, D + std::size_t(ex) * w * m,
+                   A.m_in.data() + std::size_t(first) * w, n, w, m, G ? A.m_gate.data() + std::size_t(first) * m : nullptr,
+                   A.m_up.data() + std::size_t(first) * m, A.m_h.data() + std::size_t(first) * m, yb.data() + std::size_t(first) * w);
+  }
+  for (int j = 0; j < NK; ++j) std::copy_n(yb.data() + std::size_t(j) * w, w, A.m_y.data() + std::size_t(A.m_rows[std::size_t(j)]) * w);
+  // the gate-weighted sum, each row in its own selection order
+  A.m_acc.assign(std::size_t(N) * w, T(0));
+  for (int r = 0; r < N; ++r) {
+    T* a = A.m_acc.data() + std::size_t(r) * w;
+    for (int k = 0; k < K; ++k) {
+      const T g = A.m_weight[std::size_t(r) * K + k];
+      const T* y = A.m_y.data() + (std::size_t(r) * K + k) * w;
+      for (int i = 0; i < w; ++i) a[i] += g * y[i];
+    }
+  }
+  std::vector<T> out(nx);  // the FFN's output [N, d]
+  if (latent) linear_forward(A.m_acc.data(), N, w, P.layer(l, LP::latent_up).value.data(), d, out.data());
+  else std::copy(A.m_acc.begin(), A.m_acc.end(), out.begin());
+  if (e.d_shared > 0) {
+    const int ms = e.d_shared;
+    A.s_up.resize(std::size_t(N) * ms);
+    A.s_gate.resize(e.act == lm::ExpertAct::swiglu ? A.s_up.size() : 0);
+    A.s_h.resize(A.s_up.size());
+    std::vector<T> sh(nx);
+    expert_forward(e.act, e.act == lm::ExpertAct::swiglu ? P.layer(l, LP::gate_shexp).value.data() : nullptr,
+                   P.layer(l, LP::up_shexp).value.data(), P.layer(l, LP::down_shexp).value.data(), A.xn2.data(), N, d, ms,
+                   A.s_gate.empty() ? nullptr : A.s_gate.data(), A.s_up.data(), A.s_h.data(), sh.data());
+    for (std::size_t i = 0; i < nx; ++i) out[i] += sh[i];
+  }
+  for (std::size_t i = 0; i < nx; ++i) x[i] += out[i];
+}
+
+/// Its backward: dx [N, d] becomes the gradient at the block's input; gradients accumulated for
+/// the router (through the selected weights: softmax or sigmoid scores, the norm_topk division),
+/// the experts, the shared expert, the latent projections, the norms and the attention.  The
+/// selection itself (and the sigmoid router's bias) has no gradient.
+template <class T>
+void moe_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A,
+                              T* dx) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const lm::MoeConfig& e = c.moe;
+  const bool latent = c.block_type(l) == lm::BlockType::latent_moe, swiglu = e.act == lm::ExpertAct::swiglu;
+  const int N = B * S, d = c.d_model, E = e.n_experts, K = e.top_k, m = e.d_expert, w = latent ? e.d_latent : d, NK = N * K;
+  const std::size_t nx = std::size_t(N) * d;
+  std::vector<T>& dxn = C.dxn;
+  dxn.assign(nx, T(0));
+  std::vector<T> work;
+  if (e.d_shared > 0)  // the shared expert on xn2
+    expert_backward(e.act, swiglu ? P.layer(l, LP::gate_shexp).value.data() : nullptr, P.layer(l, LP::up_shexp).value.data(),
+                    P.layer(l, LP::down_shexp).value.data(), swiglu ? P.layer(l, LP::gate_shexp).grad.data() : nullptr,
+                    P.layer(l, LP::up_shexp).grad.data(), P.layer(l, LP::down_shexp).grad.data(), A.xn2.data(),
+                    A.s_gate.empty() ? nullptr : A.s_gate.data(), A.s_up.data(), A.s_h.data(), dx, N, d, e.d_shared, dxn.data(),
+                    true, work);
+  // the weighted sum: dacc [N, w]
+  std::vector<T> dacc(std::size_t(N) * w);
+  if (latent)
+    linear_backward(dx, A.m_acc.data(), N, w, P.layer(l, LP::latent_up).value.data(), d, dacc.data(),
+                    P.layer(l, LP::latent_up).grad.data(), false);
+  else
+    std::copy(dx, dx + nx, dacc.begin());
+  // per entry: dy = g dacc (bucket order) and dg = dacc . y
+  std::vector<T> dyb(std::size_t(NK) * w), dweight(static_cast<std::size_t>(NK));
+  for (int j = 0; j < NK; ++j) {
+    const int i = A.m_rows[std::size_t(j)], r = i / K;
+    const T g = A.m_weight[std::size_t(i)];
+    const T* da = dacc.data() + std::size_t(r) * w;
+    const T* y = A.m_y.data() + std::size_t(i) * w;
+    T* dy = dyb.data() + std::size_t(j) * w;
+    T dot = T(0);
+    for (int t = 0; t < w; ++t) {
+      dy[t] = g * da[t];
+      dot += da[t] * y[t];
+    }
+    dweight[std::size_t(i)] = dot;
+  }
+  // the experts: du in bucket order, then summed into each row's du [N, w]
+  std::vector<T> dub(std::size_t(NK) * w);
+  const T *G = swiglu ? P.layer(l, LP::gate_exps).value.data() : nullptr, *U = P.layer(l, LP::up_exps).value.data(),
+          *D = P.layer(l, LP::down_exps).value.data();
+  T *dG = swiglu ? P.layer(l, LP::gate_exps).grad.data() : nullptr, *dU = P.layer(l, LP::up_exps).grad.data(),
+    *dD = P.layer(l, LP::down_exps).grad.data();
+  for (int ex = 0; ex < E; ++ex) {
+    const int first = A.m_offset[std::size_t(ex)], n = A.m_offset[std::size_t(ex) + 1] - first;
+    if (n == 0) continue;
+    const std::size_t gm = std::size_t(ex) * m * w;
+    expert_backward(e.act, G ? G + gm : nullptr, U + gm, D + gm, dG ? dG + gm : nullptr, dU + gm, dD + gm,
+                    A.m_in.data() + std::size_t(first) * w, swiglu ? A.m_gate.data() + std::size_t(first) * m : nullptr,
+                    A.m_up.data() + std::size_t(first) * m, A.m_h.data() + std::size_t(first) * m, dyb.data() + std::size_t(first) * w,
+                    n, w, m, dub.data() + std::size_t(first) * w, false, work);
+  }
+  std::vector<T> du(std::size_t(N) * w, T(0));
+  for (int j = 0; j < NK; ++j) {
+    T* dst = du.data() + std::size_t(A.m_rows[std::size_t(j)] / K) * w;
+    const T* src = dub.data() + std::size_t(j) * w;
+    for (int t = 0; t < w; ++t) dst[t] += src[t];
+  }
+  if (latent)
+    linear_backward(du.data(), A.xn2.data(), N, d, P.layer(l, LP::latent_down).value.data(), w, dxn.data(),
+                    P.layer(l, LP::latent_down).grad.data(), true);
+  else
+    for (std::size_t i = 0; i < nx; ++i) dxn[i] += du[i];
+  // the router: weights -> selected scores -> logits
+  std::vector<T> dlogits(std::size_t(N) * E, T(0)), ds(static_cast<std::size_t>(E));
+  const T scale = static_cast<T>(e.routed_scaling);
+  for (int r = 0; r < N; ++r) {
+    std::fill(ds.begin(), ds.end(), T(0));
+    const T sum = A.m_selsum[std::size_t(r)];
+    T wdw = T(0);  // sum_k dw_k w_k
+    for (int k = 0; k < K; ++k) wdw += dweight[std::size_t(r) * K + k] * A.m_weight[std::size_t(r) * K + k];
+    for (int k = 0; k < K; ++k) {
+      const T dw = dweight[std::size_t(r) * K + k];
+      ds[std::size_t(A.m_expert[std::size_t(r) * K + k])] = e.norm_topk ? (scale * dw - wdw) / sum : scale * dw;
+    }
+    const T* s = A.m_scores.data() + std::size_t(r) * E;
+    T* dl = dlogits.data() + std::size_t(r) * E;
+    if (e.router == lm::RouterKind::softmax) {
+      T sds = T(0);
+      for (int j = 0; j < E; ++j) sds += s[j] * ds[std::size_t(j)];
+      for (int j = 0; j < E; ++j) dl[j] = s[j] * (ds[std::size_t(j)] - sds);
+    } else {
+      for (int j = 0; j < E; ++j) dl[j] = ds[std::size_t(j)] * s[j] * (T(1) - s[j]);
+    }
+  }
+  linear_backward(dlogits.data(), A.xn2.data(), N, d, P.layer(l, LP::router).value.data(), E, dxn.data(),
+                  P.layer(l, LP::router).grad.data(), true);
+  rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
+                   P.layer(l, LP::ffn_norm).grad.data());
+  attention_train_backward(P, l, B, S, C, A, dx);
+}
+
 }  // namespace
 
 template <class T>
@@ -384,9 +656,8 @@ void block_train_forward(LlamaParams<T>& P, int block, int B, int S, TrainCache<
   switch (P.config.block_type(block)) {
     case lm::BlockType::llama: return llama_block_train_forward(P, block, B, S, C, acts, x);
     case lm::BlockType::moe:
-    case lm::BlockType::latent_moe: break;  // not trained yet: lm::require_blocks refuses them first
+    case lm::BlockType::latent_moe: return moe_block_train_forward(P, block, B, S, C, acts, x);
   }
-  lm::require_blocks(lm::Runner::trainer, P.config);
 }
 
 template <class T>
@@ -395,9 +666,8 @@ void block_train_backward(LlamaParams<T>& P, int block, int B, int S, TrainCache
   switch (P.config.block_type(block)) {
     case lm::BlockType::llama: return llama_block_train_backward(P, block, B, S, C, acts, dx);
     case lm::BlockType::moe:
-    case lm::BlockType::latent_moe: break;  // not trained yet: lm::require_blocks refuses them first
+    case lm::BlockType::latent_moe: return moe_block_train_backward(P, block, B, S, C, acts, dx);
   }
-  lm::require_blocks(lm::Runner::trainer, P.config);
 }
 
 template <class T>

@@ -116,6 +116,13 @@ struct TrainCache {
   /// One block step's activations (a block type that needs others adds its fields here).
   struct LayerActs {
     std::vector<T> x_in, xn1, rstd1, q, k, v, att, amx, ainv, x_mid, xn2, rstd2, gate, up, h;
+    /// moe / latent-moe blocks: router logits and scores [N, E], the selected experts and weights
+    /// [N, K], each row's selected-score sum [N], the latent input [N, l], the routed entries
+    /// (i = row K + k) bucketed by expert (rows, offset [E + 1]) with each entry's expert input,
+    /// pre-activations and hidden state in bucket order, the expert outputs [N K, w], the weighted
+    /// sum [N, w] and the shared expert's pre-activations and hidden state.
+    std::vector<T> m_logits, m_scores, m_weight, m_selsum, m_z, m_in, m_gate, m_up, m_h, m_y, m_acc, s_gate, s_up, s_h;
+    std::vector<int> m_expert, m_rows, m_offset;
     /// POET-X: per layer tensor, the product before the output rotation (PoetLinear::forward's y0).
     std::array<std::vector<T>, LlamaParams<T>::kLayerTensors> poet_y0;
   };

@@ -127,6 +127,10 @@ void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config)
   const std::string& o = opt.optimizer;
   if (o != "adamw" && o != "adam-mini" && o != "galore" && o != "foam" && o != "poet-x")
     throw UsageError("unknown optimizer '" + o + "' (adamw, adam-mini, galore, foam or poet-x)", "--optimizer");
+  if (config.has_moe() && o != "adamw")  // the other optimizers' partitions and projections are not defined per expert yet
+    throw UsageError(fmt::format("a model with moe blocks trains with AdamW only for now (got --optimizer {})", o), "--optimizer");
+  if (config.has_moe() && opt.sparse.enabled())
+    throw UsageError("sparse training of a model with moe blocks is not supported yet", "--sparse");
   if (o == "foam")
     for (const auto& [name, shape] : llama_param_shapes(config)) foam_check_level(opt.foam.level, name, shape);
   if (opt.sparse.enabled()) {
@@ -188,9 +192,10 @@ lm::Model without_matrices(const lm::Model& init) {
   for (std::size_t l = 0; l < init.layers.size(); ++l) {
     const auto& a = init.layers[l];
     auto& b = m.layers[l];
-    for (auto [from, to] : {std::pair{&a.wq, &b.wq}, {&a.wk, &b.wk}, {&a.wv, &b.wv}, {&a.wo, &b.wo},
-                            {&a.w_gate, &b.w_gate}, {&a.w_up, &b.w_up}, {&a.w_down, &b.w_down}})
-      shape(*from, *to);
+    b.router_bias = a.router_bias;  // the sigmoid router's selection bias is not trained by gradient: kept as is
+    std::vector<lm::Matrix*> to = b.matrices_all();
+    const std::vector<const lm::Matrix*> from = a.matrices_all();
+    for (std::size_t i = 0; i < from.size(); ++i) shape(*from[i], *to[i]);
   }
   return m;
 }

@@ -54,8 +54,15 @@ cli_case(lm-init/moe-top-k-above-experts --rc 2 --stderr "^lm-init: error: --top
   -- ${LMINIT} --vocab-size 64 --moe standard --top-k 9 -o m.h5)
 cli_case(lm-init/moe-latent-needs-latent --rc 2 --stderr "^lm-init: error: --latent needs --moe latent \\(--latent\\)$" --no-file m.h5
   -- ${LMINIT} --vocab-size 64 --moe standard --latent 16 -o m.h5)
-# What does not run moe blocks yet refuses with one line: the trainer, GGUF output.
-cli_case(lm-train/moe-init-refused --rc 2 --tool lm-train --stderr "^lm-train: error: block 0: the trainer does not run block type 'moe'$" --no-file o.h5
-  -- bash -c "${MOE_MK} --moe standard -o m.h5 -q && ${MOE_TRAIN} ${FX}/genesis.txt --init m.h5 --steps 2 -o o.h5 -q")
+# lm-train trains a latent-moe model from scratch (--moe) and resumes it bit for bit across a stop;
+# the engine's held-out loss of the checkpoint (lm-eval) is the trainer's own (the same arithmetic).
+set(MOE_TRAIN_SMALL "${MOE_TRAIN} ${FX}/kjv_genesis_1-20.tsv --column 2 --doc-column 1 --val-every 5 --vocab-size 512 --d-model 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --d-ff 88 --n-ctx 64 --batch 4 --lr 3e-3 --warmup 10 --threads 1 --steps 40 --eval-every 40 --moe latent --experts 8 --top-k 4 --latent 8 --d-expert 32 --router sigmoid")
+cli_case(lm-train/moe-latent-trains-and-resumes --rc 0
+  --file-jq r.json ".first > .last and .last < 5.4 and .same and (.eval - .val | fabs) < 1e-9"
+  -- bash -c "${MOE_TRAIN_SMALL} -o m.h5 -q > log.jsonl && ${MOE_TRAIN_SMALL} --stop-at 20 -o r.h5 -q > /dev/null && ${MOE_TRAIN_SMALL} --resume -o r.h5 -q > /dev/null && a=$(h5dump -d blk.1.ffn_up_exps.weight m.h5 | tail -n +3 | md5sum) && b=$(h5dump -d blk.1.ffn_up_exps.weight r.h5 | tail -n +3 | md5sum) && ${MOE_EVAL} m.h5 ${FX}/kjv_genesis_1-20.tsv --column 2 --doc-column 1 --val-every 5 --split val -q > e.json && jq -s --argjson e \"$(jq .loss e.json)\" --argjson same \"$([ \"$a\" = \"$b\" ] && echo true || echo false)\" '{first: ([.[] | select(.train_loss)][0].train_loss), last: ([.[] | select(.train_loss)][-1].train_loss), val: ([.[] | select(.summary)][0].summary.val_loss), eval: $e, same: $same}' log.jsonl > r.json")
+cli_case(lm-train/moe-adamw-only --rc 2 --tool lm-train --stderr "^lm-train: error: a model with moe blocks trains with AdamW only for now \\(got --optimizer foam\\) \\(--optimizer\\)$" --no-file o.h5
+  -- bash -c "${MOE_TRAIN_SMALL} --optimizer foam -o o.h5")
+cli_case(lm-train/moe-flags-conflict-with-init --rc 2 --tool lm-train --stderr "^lm-train: error: --moe conflicts with --init \\(--moe\\)$" --no-file o.h5
+  -- bash -c "${MOE_MK} -o m.h5 -q && ${MOE_TRAIN} ${FX}/genesis.txt --init m.h5 --moe standard --steps 2 -o o.h5 -q")
 cli_case(lm-convert/moe-gguf-refused --rc 2 --tool lm-convert --stderr "^lm-convert: error: GGUF output of moe / latent-moe blocks is not supported yet. keep the native .h5 checkpoint \\(-o\\)$" --no-file m.gguf
   -- bash -c "${MOE_MK} --moe standard -o m.h5 -q && ${MOE_CONV} m.h5 -o m.gguf")

@@ -1,0 +1,142 @@
+// Training the moe and latent-moe blocks (nn/llama_train.hpp, issue 31): the loss gradient of
+// every tensor against central finite differences in double, for each expert type, router and
+// shared-expert setting; and on the reference kernels the training forward's logits bitwise
+// lm::forward's (the engine's routed FFN).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lm/forward.hpp"
+#include "lm/kv_cache.hpp"
+#include "lm/model.hpp"
+#include "nn/layers.hpp"
+#include "nn/llama_train.hpp"
+#include "util/rng.hpp"
+
+using namespace icmlkit;
+using namespace icmlkit::nn;
+
+namespace {
+
+lm::ModelConfig moe_train_config(lm::BlockType t, lm::ExpertAct act, lm::RouterKind router, int shared, bool norm) {
+  lm::ModelConfig c;
+  c.vocab_size = 19;
+  c.d_model = 12;
+  c.n_layers = 2;
+  c.n_heads = 3;
+  c.n_kv_heads = 1;
+  c.d_ff = 10;
+  c.n_ctx = 16;
+  c.rope_theta = 100.0;
+  c.block_types = {t, lm::BlockType::llama};
+  c.moe.n_experts = 4;
+  c.moe.top_k = 2;
+  c.moe.d_expert = 6;
+  c.moe.d_shared = shared;
+  c.moe.d_latent = 4;
+  c.moe.act = act;
+  c.moe.router = router;
+  c.moe.norm_topk = norm;
+  c.moe.routed_scaling = 1.3;
+  return c;
+}
+
+lm::Model moe_train_model(const lm::ModelConfig& c, std::uint64_t seed) {
+  lm::Model m = lm::random_model(c, seed, 0.4);
+  Rng rng(seed + 5);
+  for (auto& l : m.layers)
+    for (float& b : l.router_bias) b = static_cast<float>(0.3 * rng.normal());
+  return m;
+}
+
+/// Central difference (h = 1e-5, double: ~1e-6 absolute error for O(1) losses).
+double fd(const std::function<double()>& f, double& xi, double h = 1e-5) {
+  const double keep = xi;
+  xi = keep + h;
+  const double fp = f();
+  xi = keep - h;
+  const double fm = f();
+  xi = keep;
+  return (fp - fm) / (2 * h);
+}
+
+}  // namespace
+
+// Every trainable tensor's gradient against central differences of the summed loss (the top-K
+// selection is piecewise constant: with these random weights no key lies within the step of a
+// tie, so the differences see the smooth piece the gradient is of).  2e-6 relative, as the llama
+// whole-model check.
+TEST_CASE("nn moe training: the loss gradient matches finite differences for every variant") {
+  int checked = 0;
+  for (lm::BlockType t : {lm::BlockType::moe, lm::BlockType::latent_moe})
+    for (lm::ExpertAct act : {lm::ExpertAct::swiglu, lm::ExpertAct::relu2})
+      for (lm::RouterKind router : {lm::RouterKind::softmax, lm::RouterKind::sigmoid})
+        for (int variant = 0; variant < 2; ++variant) {
+          const int shared = variant == 0 ? 0 : 5;
+          const bool norm = variant == 0;
+          const lm::ModelConfig c = moe_train_config(t, act, router, shared, norm);
+          const lm::Model m = moe_train_model(c, 3);
+          auto P = params_from_model<double>(m);
+          const int B = 2, S = 4;
+          Rng rng(17);
+          std::vector<int> tok(B * S), tgt(B * S);
+          for (auto& x : tok) x = int(rng.below(c.vocab_size));
+          for (auto& x : tgt) x = int(rng.below(c.vocab_size));
+          TrainCache<double> cache;
+          P.store.zero_grad();
+          llama_loss(P, tok, tgt, B, S, 1.0, cache);
+          auto f = [&] {
+            TrainCache<double> c2;
+            return llama_loss(P, tok, tgt, B, S, 0.0, c2);
+          };
+          for (auto& p : P.store.params) {
+            if (p.grad.size() != p.value.size()) continue;  // frozen: the sigmoid router's selection bias
+            double worst = 0;
+            for (std::size_t i = 0; i < p.value.size(); ++i) {
+              const double num = fd(f, p.value[i]);
+              worst = std::max(worst, std::abs(num - p.grad[i]) / std::max(1.0, std::abs(num)));
+            }
+            INFO(std::string(lm::block_type_name(t)) << " " << std::string(lm::expert_act_name(act)) << " "
+                                                     << std::string(lm::router_kind_name(router)) << " shared " << shared << " norm "
+                                                     << norm << " tensor " << p.name << " worst " << worst);
+            CHECK(worst < 2e-6);
+            ++checked;
+          }
+        }
+  CHECK(checked > 100);
+}
+
+// On the reference kernels the training forward is the engine's arithmetic: every logit of each
+// sequence equals lm::forward's, bit for bit.
+TEST_CASE("nn moe training forward logits equal lm::forward on the reference kernels") {
+  const TrainKernels keep = train_kernels();
+  set_train_kernels(TrainKernels::reference);
+  for (lm::BlockType t : {lm::BlockType::moe, lm::BlockType::latent_moe})
+    for (lm::RouterKind router : {lm::RouterKind::softmax, lm::RouterKind::sigmoid}) {
+      const lm::ModelConfig c = moe_train_config(t, router == lm::RouterKind::softmax ? lm::ExpertAct::swiglu : lm::ExpertAct::relu2,
+                                                 router, 5, router == lm::RouterKind::softmax);
+      const lm::Model m = moe_train_model(c, 8);
+      auto P = params_from_model<float>(m);
+      const int B = 3, S = 7;
+      Rng rng(4);
+      std::vector<int> tok(B * S), tgt(B * S, 0);
+      for (auto& x : tok) x = int(rng.below(c.vocab_size));
+      TrainCache<float> cache;
+      std::vector<float> logits;
+      llama_loss(P, tok, tgt, B, S, 0.0, cache, &logits);
+      int mismatches = 0;
+      for (int b = 0; b < B; ++b) {
+        lm::KvCache kv(c);
+        const std::vector<int> seq(tok.begin() + b * S, tok.begin() + (b + 1) * S);
+        const auto res = lm::forward(m, kv, lm::Batch::causal(seq, 0));
+        for (int s = 0; s < S; ++s)
+          for (int v = 0; v < c.vocab_size; ++v) mismatches += res.logits.row(s)[v] != logits[(std::size_t(b) * S + s) * c.vocab_size + v];
+      }
+      INFO(std::string(lm::block_type_name(t)) << " " << std::string(lm::router_kind_name(router)));
+      CHECK(mismatches == 0);
+    }
+  set_train_kernels(keep);
+}
