@@ -6,6 +6,7 @@
 #include <functional>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <map>
 #include <iostream>
 #include <memory>
@@ -266,6 +267,8 @@ int main(int argc, char** argv) {
         app.add_option("--sparse-warmup", t.sparse.warmup, "sparse: momentum warm-up over W local steps, the update scaled by min(t / W, 1) (SMET; default 0 = off, 100 with smet)");
         app.add_flag("--sparse-density-lr", t.sparse.density_lr, "sparse: learning rate lr / d on each sparse matrix, d its density (SMET; on with smet)");
         app.add_option("--sparse-code-form", sparse_code_form, "sparse: the reference code's form where it differs from the paper (see the description above), a comma list of warmup, lr, steps")->delimiter(',')->check(CLI::IsMember({"warmup", "lr", "steps"}));
+        app.add_option("--moe-aux-loss", t.moe_aux, "moe models: the load-balancing loss coefficient alpha (alpha E sum_e f_e P_e per moe block, Switch/Mixtral; 0 = off)")->capture_default_str();
+        app.add_option("--router-bias-update", t.router_bias_update, "moe models with --router sigmoid: the auxiliary-loss-free balancing step gamma (DeepSeek-V3: after each step b_e += gamma sign(mean load - load_e); 0 = off)")->capture_default_str();
         app.add_option("--probe-steps", t.sparse.probe_steps, "sparse: probe-batch losses logged for this many steps after each topology update")->capture_default_str();
         app.add_flag("--probe-control", t.sparse.probe_control, "sparse (set, rigl, smet): at each topology update also train --probe-steps steps without the update from the same state on the same batches, log their probe losses (event probe_control), then rewind: the paired control of the optimizer spike");
         app.add_option("--exit-loss", t.exit.scale, "LayerSkip's early-exit loss: e_scale, the weight of the intermediate exits (the shared final norm and head after blocks) against the final layer (0 = off)")->check(cli::non_negative());
@@ -557,6 +560,8 @@ int main(int argc, char** argv) {
         const auto t_start = std::chrono::steady_clock::now();
         double train_seconds = 0, window_seconds = 0, window_loss = 0, window_objective = 0;
         std::map<int, std::pair<double, int>> window_exits;  // layer -> (summed mean loss, steps)
+        std::vector<std::vector<double>> window_load;  // moe: routed entries per layer and expert
+        double window_aux = 0;
         std::int64_t window_tokens = 0, window_steps = 0, start_tokens = trainer.tokens_seen();
         nn::StepStats st;
         nlohmann::json last_val;
@@ -576,6 +581,14 @@ int main(int argc, char** argv) {
           window_tokens += step_tokens;
           window_loss += st.loss;
           window_objective += st.objective;
+          if (!st.expert_load.empty()) {  // moe: the router statistics of the window
+            window_load.resize(st.expert_load.size());
+            for (std::size_t l = 0; l < st.expert_load.size(); ++l) {
+              window_load[l].resize(st.expert_load[l].size(), 0.0);
+              for (std::size_t e = 0; e < st.expert_load[l].size(); ++e) window_load[l][e] += st.expert_load[l][e];
+            }
+            window_aux += st.aux_loss;
+          }
           for (const auto& [layer, l] : st.exit_losses) {
             auto& [sum, count] = window_exits[layer];
             sum += l;
@@ -614,6 +627,26 @@ int main(int argc, char** argv) {
               nlohmann::json ex = nlohmann::json::object();
               for (const auto& [layer, sc] : window_exits) ex[std::to_string(layer)] = sc.first / sc.second;
               line["exit_losses"] = ex;
+            }
+            if (!window_load.empty()) {  // per moe block: each expert's share of the routed entries, its entropy
+              nlohmann::json layers = nlohmann::json::array();
+              for (std::size_t l = 0; l < window_load.size(); ++l) {
+                double total = 0, h = 0, mx = 0;
+                for (double x : window_load[l]) total += x;
+                if (window_load[l].empty() || total <= 0) continue;
+                std::vector<double> share;
+                for (double x : window_load[l]) {
+                  share.push_back(x / total);
+                  if (x > 0) h -= x / total * std::log(x / total);
+                  mx = std::max(mx, x / total);
+                }
+                const double E = double(window_load[l].size());
+                layers.push_back({{"layer", l}, {"load", share}, {"entropy", E > 1 ? h / std::log(E) : 1.0}, {"max_over_mean", mx * E},
+                                  {"dropped_tokens", 0}});
+              }
+              line["moe"] = {{"aux_loss", window_aux / double(window_steps)}, {"layers", layers}};
+              window_load.clear();
+              window_aux = 0;
             }
             if (do_eval) {
               validate(line);

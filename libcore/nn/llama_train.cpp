@@ -504,6 +504,31 @@ void moe_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
     std::vector<int> fill(A.m_offset.begin(), A.m_offset.end() - 1);
     for (int i = 0; i < NK; ++i) A.m_rows[std::size_t(fill[std::size_t(A.m_expert[std::size_t(i)])]++)] = i;
   }
+  // router statistics and the load-balancing loss L_aux = E sum_e f_e P_e (P_e: the mean over rows
+  // of the normalised score, softmax p or sigmoid s / sum_j s)
+  if (P.moe_load.size() != std::size_t(c.n_layers)) P.moe_load.assign(std::size_t(c.n_layers), {});
+  P.moe_load[std::size_t(l)].resize(std::size_t(E), 0.0);
+  A.m_frac.assign(std::size_t(E), 0.0);
+  for (int ex = 0; ex < E; ++ex) {
+    const int n = A.m_offset[std::size_t(ex) + 1] - A.m_offset[std::size_t(ex)];
+    P.moe_load[std::size_t(l)][std::size_t(ex)] += n;
+    A.m_frac[std::size_t(ex)] = double(n) / double(NK);
+  }
+  {
+    double aux = 0;
+    for (int r = 0; r < N; ++r) {
+      const T* sc = A.m_scores.data() + std::size_t(r) * E;
+      double norm = 1.0;
+      if (e.router == lm::RouterKind::sigmoid) {
+        norm = 0;
+        for (int j = 0; j < E; ++j) norm += double(sc[j]);
+      }
+      for (int j = 0; j < E; ++j) aux += A.m_frac[std::size_t(j)] * double(sc[j]) / norm;
+    }
+    aux *= double(E) / double(N);
+    C.aux_loss += aux;
+    C.aux_objective += P.moe_aux * double(N) * aux;
+  }
   A.m_in.resize(std::size_t(NK) * w);
   A.m_up.resize(std::size_t(NK) * m);
   A.m_gate.resize(e.act == lm::ExpertAct::swiglu ? A.m_up.size() : 0);
@@ -633,6 +658,17 @@ void moe_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache
     }
     const T* s = A.m_scores.data() + std::size_t(r) * E;
     T* dl = dlogits.data() + std::size_t(r) * E;
+    if (C.aux_grad != 0) {  // d(moe_aux N L_aux) / d(normalised score p~_j) = moe_aux E f_j, times grad_scale
+      const double g0 = C.aux_grad * double(E);
+      if (e.router == lm::RouterKind::softmax) {
+        for (int j = 0; j < E; ++j) ds[std::size_t(j)] += static_cast<T>(g0 * A.m_frac[std::size_t(j)]);
+      } else {  // p~ = s / sum s: ds_j += (g_j - sum_e g_e p~_e) / sum s
+        double ssum = 0, gp = 0;
+        for (int j = 0; j < E; ++j) ssum += double(s[j]);
+        for (int j = 0; j < E; ++j) gp += g0 * A.m_frac[std::size_t(j)] * double(s[j]) / ssum;
+        for (int j = 0; j < E; ++j) ds[std::size_t(j)] += static_cast<T>((g0 * A.m_frac[std::size_t(j)] - gp) / ssum);
+      }
+    }
     if (e.router == lm::RouterKind::softmax) {
       T sds = T(0);
       for (int j = 0; j < E; ++j) sds += s[j] * ds[std::size_t(j)];
@@ -704,6 +740,8 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   for (auto& pl : P.poet) pl.prepare(P.store, C.poet);  // POET-X: R from Q, once per call
 
   // ---- forward: the block list (or schedule), one step each, activations per step ----
+  C.aux_objective = C.aux_loss = 0;
+  C.aux_grad = grad ? grad_scale * P.moe_aux : 0.0;
   C.pos.resize(N);
   for (int n = 0; n < N; ++n) C.pos[n] = n % S;
   rope_tables(C.pos.data(), N, hd, c.rope_theta, C.cs, C.sn);

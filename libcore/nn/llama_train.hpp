@@ -51,6 +51,14 @@ struct LlamaParams {
   Param<T>& head() { return config.tied ? embd() : store.params[std::size_t(out_norm_index) + 1]; }
   int out_norm_index = 0;  ///< store index of output_norm
 
+  /// moe blocks' load-balancing loss coefficient alpha (Switch / Mixtral: alpha E sum_e f_e P_e per
+  /// block, f_e the fraction of routed entries sent to expert e, P_e the mean normalised router
+  /// score of e; 0 = off).  A training setting, not part of the model.
+  double moe_aux = 0;
+  /// Per block: routed entries per expert, summed over the forward calls since the caller last
+  /// cleared it (the router statistics; sized on the first moe forward) [n_layers][E].
+  std::vector<std::vector<double>> moe_load;
+
   /// POET-X matrices (empty unless enable_poet() ran): the forward and backward run them
   /// input-centric, and params_to_model() writes their effective weights.
   std::vector<PoetLinear<T>> poet;
@@ -122,12 +130,18 @@ struct TrainCache {
     /// pre-activations and hidden state in bucket order, the expert outputs [N K, w], the weighted
     /// sum [N, w] and the shared expert's pre-activations and hidden state.
     std::vector<T> m_logits, m_scores, m_weight, m_selsum, m_z, m_in, m_gate, m_up, m_h, m_y, m_acc, s_gate, s_up, s_h;
+    std::vector<double> m_frac;  ///< f_e: the fraction of this step's routed entries sent to each expert [E]
     std::vector<int> m_expert, m_rows, m_offset;
     /// POET-X: per layer tensor, the product before the output rotation (PoetLinear::forward's y0).
     std::array<std::vector<T>, LlamaParams<T>::kLayerTensors> poet_y0;
   };
   std::vector<LayerActs> layers;  ///< per block step (n_layers, or the schedule's length)
   std::vector<T> x_out, xnf, rstdf, logits, cs, sn;
+  /// The last call's load-balancing term of the objective: sum over moe block steps of
+  /// moe_aux x rows x L_aux (so that grad_scale = 1 / targets makes it alpha x the mean L_aux per
+  /// block step, summed), and the plain sum of L_aux over the moe block steps (1 = balanced).
+  double aux_objective = 0, aux_loss = 0;
+  double aux_grad = 0;  ///< grad_scale x moe_aux during the backward
   std::vector<std::vector<T>> dexit;  ///< per early exit: the loss gradient at its block's output [N, d]
   std::vector<T> x, tmp, dlogits, dx, dxn, dh, dg, du, datt, dqv, dk, dv;  // work buffers
   std::vector<int> tokens, pos;
@@ -153,6 +167,9 @@ double training_flop_per_token(const lm::ModelConfig& config, int S) noexcept;
 /// are also applied after each of its steps, the gradient is that of grad_scale · (Σ_i
 /// weights[i] · loss_i + final_weight · loss_final) (summed losses), exits->losses[i] receives
 /// loss_i, and the return value is still the final layer's summed loss.
+/// Mixture-of-experts blocks add router statistics to params.moe_load and, with params.moe_aux
+/// > 0, the load-balancing term cache.aux_objective to the objective whose gradient is taken (the
+/// return value stays the summed cross-entropy; cache.aux_loss sums L_aux over the moe steps).
 /// Throws InputError for tokens outside the vocabulary, S > n_ctx, a schedule entry outside
 /// the model or an exit step outside [0, steps - 1); UsageError (lm/support.hpp) for a block
 /// type the trainer does not run.

@@ -40,6 +40,7 @@ nlohmann::json TrainOptions::to_json() const {
   // existed resume as before.
   if (exit.enabled()) j.update(exit.to_json());
   if (sparse.enabled()) j["sparse"] = sparse.to_json();  // dense runs' options stay as before
+  if (moe_model) j.update({{"moe_aux", moe_aux}, {"router_bias_update", router_bias_update}});  // llama runs' stay as before
   return j;
 }
 
@@ -131,6 +132,13 @@ void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config)
     throw UsageError(fmt::format("a model with moe blocks trains with AdamW only for now (got --optimizer {})", o), "--optimizer");
   if (config.has_moe() && opt.sparse.enabled())
     throw UsageError("sparse training of a model with moe blocks is not supported yet", "--sparse");
+  if (!(opt.moe_aux >= 0) || !std::isfinite(opt.moe_aux))
+    throw UsageError(fmt::format("the load-balancing coefficient must be >= 0 (got {})", opt.moe_aux), "--moe-aux-loss");
+  if (!(opt.router_bias_update >= 0) || !std::isfinite(opt.router_bias_update))
+    throw UsageError(fmt::format("the router bias update must be >= 0 (got {})", opt.router_bias_update), "--router-bias-update");
+  if (opt.router_bias_update > 0 && !(config.has_moe() && config.moe.router == lm::RouterKind::sigmoid))
+    throw UsageError("--router-bias-update moves a sigmoid router's selection bias: the model needs moe blocks with --router sigmoid",
+                     "--router-bias-update");
   if (o == "foam")
     for (const auto& [name, shape] : llama_param_shapes(config)) foam_check_level(opt.foam.level, name, shape);
   if (opt.sparse.enabled()) {
@@ -206,7 +214,9 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
       opt_(opt), order_(opt.seed, 0) {
   const auto& c = init.config;
   lm::require_blocks(lm::Runner::trainer, c);
+  opt_.moe_model = c.has_moe();
   check_train_options(opt_, c);
+  params_.moe_aux = opt_.moe_model ? opt_.moe_aux : 0.0;
   if (opt_.seq_len > c.n_ctx)
     throw InputError(fmt::format("context {} is larger than the model allows (n_ctx = {})", opt_.seq_len, c.n_ctx),
                      "--seq-len");
@@ -344,7 +354,8 @@ StepStats Trainer::step() {
     for (const auto& [i, mask] : masks_) params_.dense_grad[std::size_t(i)].assign(mask.numel, 0.0f);
   }
   std::vector<int> in, tg;
-  double loss = 0;
+  double loss = 0, aux = 0;
+  for (auto& load : params_.moe_load) std::fill(load.begin(), load.end(), 0.0);
   ExitPlan plan = exit_loss_plan(opt_.exit, base_.config.n_layers, optimizer_->steps(), opt_.steps);
   std::vector<double> exit_sum(plan.steps.size(), 0.0);
   for (int a = 0; a < opt_.accum; ++a) {
@@ -354,8 +365,15 @@ StepStats Trainer::step() {
     loss += llama_loss(params_, in, tg, B, S, 1.0 / double(step_tokens), cache_, static_cast<std::vector<float>*>(nullptr), {},
                        opt_.exit.enabled() ? &plan : nullptr);
     for (std::size_t i = 0; i < plan.losses.size(); ++i) exit_sum[i] += plan.losses[i];
+    aux += cache_.aux_loss;
   }
   StepStats st;
+  if (opt_.moe_model) {
+    int moe_steps = 0;
+    for (int l = 0; l < base_.config.n_layers; ++l) moe_steps += lm::is_moe_block(base_.config.block_type(l));
+    st.aux_loss = aux / double(std::max(1, moe_steps * opt_.accum));
+    st.expert_load = params_.moe_load;
+  }
   st.loss = loss / double(step_tokens);
   st.objective = plan.final_weight * st.loss;
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
@@ -369,6 +387,16 @@ StepStats Trainer::step() {
     throw RuntimeError(fmt::format("non-finite training {} at step {}", std::isfinite(st.loss) ? "gradient" : "loss",
                                    optimizer_->steps() + 1));
   optimizer_->step(params_.store, st.lr);
+  if (opt_.router_bias_update > 0)  // DeepSeek-V3's auxiliary-loss-free balancing of a sigmoid router
+    for (int l = 0; l < base_.config.n_layers; ++l) {
+      if (!params_.has(l, LlamaParams<float>::router_bias) || std::size_t(l) >= params_.moe_load.size()) continue;
+      const std::vector<double>& load = params_.moe_load[std::size_t(l)];
+      double mean = 0;
+      for (double x : load) mean += x / double(load.size());
+      std::vector<float>& b = params_.layer(l, LlamaParams<float>::router_bias).value;
+      const float g = static_cast<float>(opt_.router_bias_update);
+      for (std::size_t e = 0; e < b.size(); ++e) b[e] += load[e] < mean ? g : load[e] > mean ? -g : 0.0f;
+    }
   const int T = opt_.poet.merge_every;
   if (!params_.poet.empty() && T > 0 && optimizer_->steps() % T == 0) {  // POET-X: merge-then-reinitialise
     poet_merge(params_, opt_.seed, optimizer_->steps() / T);

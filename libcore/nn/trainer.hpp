@@ -48,6 +48,13 @@ struct TrainOptions {
   /// Sparse training of the attention and MLP matrices (SMET and its baselines, issue 30; AdamW
   /// only).  Resolve --sparse smet's implications (resolve_sparse_options) before use.
   SparseOptions sparse;
+  /// Mixture-of-experts models (issue 31): the load-balancing loss coefficient alpha
+  /// (LlamaParams::moe_aux) and the auxiliary-loss-free bias update gamma of a sigmoid router
+  /// (DeepSeek-V3: after each step b_e += gamma sign(mean load - load_e); 0 = off).  Recorded in
+  /// the options only for a model with moe blocks (`moe_model`, set by the Trainer).
+  double moe_aux = 0.01;
+  double router_bias_update = 0;
+  bool moe_model = false;
   /// As JSON (the checkpoint's /train attribute `options`).
   nlohmann::json to_json() const;
 };
@@ -107,6 +114,11 @@ struct StepStats {
   double probe_loss = std::numeric_limits<double>::quiet_NaN();
   int since_update = 0;
   std::optional<TopologyEvent> topology;  ///< the topology update at the end of this step, if any
+  /// Mixture-of-experts models: this step's routed entries per expert of each block [n_layers][E]
+  /// (empty rows for llama blocks) and the mean load-balancing loss L_aux over its moe block
+  /// steps and micro-batches (1 = balanced; NaN without moe blocks).
+  std::vector<std::vector<double>> expert_load;
+  double aux_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// Mean loss of a token stream.

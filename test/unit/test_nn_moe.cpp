@@ -109,6 +109,49 @@ TEST_CASE("nn moe training: the loss gradient matches finite differences for eve
   CHECK(checked > 100);
 }
 
+// With the load-balancing loss (alpha = 0.3, large so that its gradient matters) the gradient is
+// that of the summed cross-entropy plus cache.aux_objective = alpha N L_aux, for both routers; at
+// uniform routing L_aux = 1 (here the random router gives a value near it, and above 1 - 1e-9).
+TEST_CASE("nn moe training: the load-balancing loss's gradient matches finite differences") {
+  for (lm::RouterKind router : {lm::RouterKind::softmax, lm::RouterKind::sigmoid}) {
+    const lm::ModelConfig c = moe_train_config(lm::BlockType::latent_moe, lm::ExpertAct::swiglu, router, 0, true);
+    const lm::Model m = moe_train_model(c, 5);
+    auto P = params_from_model<double>(m);
+    P.moe_aux = 0.3;
+    const int B = 2, S = 4;
+    Rng rng(23);
+    std::vector<int> tok(B * S), tgt(B * S);
+    for (auto& x : tok) x = int(rng.below(c.vocab_size));
+    for (auto& x : tgt) x = int(rng.below(c.vocab_size));
+    TrainCache<double> cache;
+    P.store.zero_grad();
+    llama_loss(P, tok, tgt, B, S, 1.0, cache);
+    CHECK(cache.aux_loss > 0.5);
+    CHECK(cache.aux_objective == doctest::Approx(0.3 * B * S * cache.aux_loss));
+    auto f = [&] {
+      TrainCache<double> c2;
+      const double ce = llama_loss(P, tok, tgt, B, S, 0.0, c2);
+      return ce + c2.aux_objective;
+    };
+    Param<double>& W = P.layer(0, LlamaParams<double>::router);
+    double worst = 0;
+    for (std::size_t i = 0; i < W.value.size(); ++i) {
+      const double num = fd(f, W.value[i]);
+      worst = std::max(worst, std::abs(num - W.grad[i]) / std::max(1.0, std::abs(num)));
+    }
+    INFO(std::string(lm::router_kind_name(router)) << " worst " << worst);
+    CHECK(worst < 2e-6);
+    // and the term is not zero: without it the router's gradient differs
+    auto Q = params_from_model<double>(m);
+    TrainCache<double> c3;
+    Q.store.zero_grad();
+    llama_loss(Q, tok, tgt, B, S, 1.0, c3);
+    double diff = 0;
+    for (std::size_t i = 0; i < W.grad.size(); ++i) diff = std::max(diff, std::abs(W.grad[i] - Q.layer(0, LlamaParams<double>::router).grad[i]));
+    CHECK(diff > 1e-4);
+  }
+}
+
 // On the reference kernels the training forward is the engine's arithmetic: every logit of each
 // sequence equals lm::forward's, bit for bit.
 TEST_CASE("nn moe training forward logits equal lm::forward on the reference kernels") {
