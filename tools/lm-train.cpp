@@ -489,6 +489,11 @@ int main(int argc, char** argv) {
         }
         const std::int64_t n_params = mc.n_params();
         ctx.prov.extra["n_params"] = n_params;
+        if (mc.has_moe()) {  // the weights a token multiplies: top-K experts, router, shared expert, projections
+          std::int64_t active = n_params;
+          for (int l = 0; l < mc.n_layers; ++l) active -= mc.block_params(l) - mc.block_active_params(l);
+          ctx.prov.extra["n_active_params"] = active;
+        }
         ctx.prov.extra["optimizer_state_bytes"] = trainer.optimizer_state_bytes();
         ctx.prov.extra["trainable_bytes"] = trainer.trainable_bytes();
         ctx.prov.extra["frozen_bytes"] = trainer.frozen_bytes();
