@@ -2,6 +2,7 @@
 // all-to-all traffic under expert parallelism) for the standard, eff and acc variants side by side.
 #include <cmath>
 #include <limits>
+#include <algorithm>
 #include <array>
 #include <map>
 #include <optional>
@@ -137,8 +138,14 @@ int main(int argc, char** argv) {
       "Settings come from the defaults (the paper's worked example: Qwen3-235B's shape, GB200, EP 64), then --preset,\n"
       "then --config (a JSON object with the flags' names, underscores for dashes, e.g. {\"d\": 2048, \"top_k\": 6}), then\n"
       "the flags.  With --cost-matrices 1 and the defaults it gives the paper's numbers: t_exp >= 1418.8 and a ratio of\n"
-      "9.04.  --sweep latent=V,... or alpha=V,... prints one row per value and variant (--plot draws it).  Output: a\n"
-      "table (one row per variant) as JSON on stdout, or -o .json/.csv/.h5.",
+      "9.04 (the fields roof_tokens and comm_comp_ratio).  --sweep latent=V,... or alpha=V,... prints one row per value\n"
+      "and variant, values in increasing order (--plot draws it).  Output: a table, one row per variant, as JSON on\n"
+      "stdout or -o .json/.csv/.h5, with the columns variant, alpha, latent (null for standard), experts, top_k, width,\n"
+      "expert_params, routed_params, shared_params, router_params, projection_params, layer_total_params,\n"
+      "layer_active_params, total_params, active_params, total_params_delta, active_params_delta (against standard),\n"
+      "decode_experts, decode_weight_bytes, decode_weight_bytes_per_token, tokens_per_expert, intensity, roof_tokens\n"
+      "(null in JSON, nan in CSV, when the roof is never reached), comm_bytes, comp_flops, comm_seconds, comp_seconds,\n"
+      "comm_comp_ratio.  Non-integer experts per GPU (N / EP) are averages.",
       "  latentmoe-cost --cost-matrices 1 --variants standard | jq '.rows[0] | {roof_tokens, comm_comp_ratio}'\n"
       "  latentmoe-cost --preset latentmoe-95b --latent 1024 -o cost95.csv\n"
       "  latentmoe-cost --preset latentmoe-16b --sweep alpha=1,2,4,8 --plot sweep.png -o sweep.csv\n"};
@@ -165,6 +172,11 @@ int main(int argc, char** argv) {
           const nlohmann::json j = io::read_json(config_path, &sha);
           ctx.prov.add_input(config_path, sha);
           apply_config_file(c, j, config_path);
+          try {  // what the file itself sets wrong is the file's error (exit 1), not a flag's
+            nn::check_moe_cost_config(c);
+          } catch (const UsageError& e) {
+            throw InputError(e.what(), config_path);
+          }
         }
         // the flags given on the command line win (a flag left at its default does not)
         auto given = [&](const std::string& flag) { return app_ptr->count(flag) > 0; };
@@ -199,6 +211,21 @@ int main(int argc, char** argv) {
             sweep_values.push_back(v);
           }
           if (sweep_values.empty()) throw UsageError("--sweep needs at least one value", "--sweep");
+          std::sort(sweep_values.begin(), sweep_values.end());  // the rows and the plot in increasing order
+          sweep_values.erase(std::unique(sweep_values.begin(), sweep_values.end()), sweep_values.end());
+          const char* other = sweep_name == "latent" ? "--alpha" : "--latent";
+          if (given(other)) throw UsageError(fmt::format("--sweep {}=... sets the latent width itself: drop {}", sweep_name, other), other);
+          for (double v : sweep_values) {  // each swept configuration must be one the model can cost
+            MoeCostConfig x = c;
+            if (sweep_name == "latent") x.latent = v, x.alpha = x.d / v;
+            else x.alpha = v, x.latent = 0;
+            try {
+              nn::check_moe_cost_config(x);
+              for (nn::MoeVariant mv : {nn::MoeVariant::eff, nn::MoeVariant::acc}) nn::moe_shape(x, mv);
+            } catch (const UsageError& e) {
+              throw UsageError(fmt::format("{}={}: {}", sweep_name, v, e.what()), "--sweep");
+            }
+          }
         }
         if (!plot.empty()) {
           io::require_output_extension(plot, "--plot", {".png"}, "the picture is PNG");
@@ -206,6 +233,12 @@ int main(int argc, char** argv) {
           io::require_gnuplot("--plot");
         }
         std::vector<nn::MoeVariant> vs;
+        {
+          std::vector<std::string> unique;
+          for (const auto& v : variants)
+            if (std::find(unique.begin(), unique.end(), v) == unique.end()) unique.push_back(v);
+          variants = unique;
+        }
         for (const auto& v : variants)
           vs.push_back(v == "standard" ? nn::MoeVariant::standard : v == "eff" ? nn::MoeVariant::eff : nn::MoeVariant::acc);
         std::vector<MoeCostConfig> configs;
@@ -234,7 +267,8 @@ int main(int argc, char** argv) {
             const nn::MoeVariantCost r = nn::moe_cost(x, v);
             names.push_back(nn::moe_variant_name(v));
             const double val = sweep_values.empty() ? std::numeric_limits<double>::quiet_NaN() : sweep_values[i];
-            const std::vector<double> row{val, r.alpha, nn::latent_width(x), double(r.shape.experts), double(r.shape.top_k), r.shape.width,
+            const double lat = v == nn::MoeVariant::standard ? std::numeric_limits<double>::quiet_NaN() : nn::latent_width(x);
+            const std::vector<double> row{val, r.alpha, lat, double(r.shape.experts), double(r.shape.top_k), r.shape.width,
                                           r.expert_params, r.routed_params, r.shared_params, r.router_params, r.projection_params,
                                           r.layer_total, r.layer_active, r.total_params, r.active_params, r.total_params - base.total_params,
                                           r.active_params - base.active_params, r.decode_experts, r.decode_weight_bytes,
@@ -266,13 +300,13 @@ int main(int argc, char** argv) {
               *png, data,
               [&](const std::string& dat) {
                 std::string s = fmt::format("set multiplot layout 1,2 title 'latentmoe-cost sweep over {}'\nset xlabel '{}'\nset logscale x 2\n"
-                                            "set key top left\nset ylabel 'active parameters (billions)'\nplot ",
+                                            "set key below\nset ylabel 'active parameters (billions)'\nplot ",
                                             sweep_name, sweep_name == "latent" ? "latent width l" : "alpha = d / l");
                 for (std::size_t v = 0; v < vs.size(); ++v)
                   s += fmt::format("{}{} index {} using 1:2 with linespoints title '{}'", v ? ", " : "", dat, v, variants[v]);
                 s += "\nset ylabel 'all-to-all MB per GPU and layer'\nplot ";
                 for (std::size_t v = 0; v < vs.size(); ++v)
-                  s += fmt::format("{}{} index {} using 1:3 with linespoints title '{}'", v ? ", " : "", dat, v, variants[v]);
+                  s += fmt::format("{}{} index {} using 1:3 with linespoints dashtype {} title '{}'", v ? ", " : "", dat, v, v + 1, variants[v]);
                 return s + "\nunset multiplot\n";
               },
               1200, 500);

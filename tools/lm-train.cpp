@@ -87,6 +87,14 @@ void apply_config_json(const nlohmann::json& j, lm::ModelConfig& c, const std::s
     if (s != "half" && s != "interleaved") throw InputError("rope_style must be half or interleaved", path);
     c.rope_style = s == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
   }
+  for (auto it = j.begin(); it != j.end(); ++it) {  // a key it does not read would be silently lost
+    const std::string& k = it.key();
+    if (k == "block_types" || k.rfind("moe", 0) == 0)
+      throw InputError(fmt::format("'{}': a mixture-of-experts shape is given with the --moe flags (--moe, --experts, --top-k, ...), not in --config", k), path);
+    if (k != "vocab_size" && k != "d_model" && k != "n_layers" && k != "n_heads" && k != "n_kv_heads" && k != "d_ff" && k != "n_ctx" &&
+        k != "rope_theta" && k != "rms_eps" && k != "tied" && k != "rope_style" && k != "meta")
+      throw InputError(fmt::format("unknown key '{}' (the config takes vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ff, n_ctx, rope_theta, rms_eps, tied, rope_style)", k), path);
+  }
 }
 
 std::string best_path_for(const std::string& out) {
@@ -119,7 +127,7 @@ int main(int argc, char** argv) {
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "lm-train",
-      "Train a Llama-style decoder (model contract v2, llama blocks) on a text corpus on the CPU: AdamW with decoupled weight\n"
+      "Train a Llama-style decoder (model contract v2: llama, moe or latent-moe blocks) on a text corpus on the CPU: AdamW with decoupled weight\n"
       "decay, global-norm clipping, linear warmup + cosine decay, gradient accumulation, seeded data order.\n"
       "Documents (blank-line separated paragraphs, TSV rows grouped by --doc-column, JSONL records) are\n"
       "tokenized with BOS before each, joined in order and packed into windows of --seq-len tokens; every\n"
@@ -188,10 +196,20 @@ int main(int argc, char** argv) {
       "unchanged, bit for bit), so probe_loss(u + k) minus its k-th control loss is the update's excess loss with the training\n"
       "noise cancelled (it costs --probe-steps extra steps per update).  Meta and summary give sparse {density,\n"
       "active_weights, grad_bytes, mask_bytes}.  With --density 1 every matrix stays dense (plain dense training).\n"
-      "A --init checkpoint's mask is not kept (a new one is drawn).",
+      "A --init checkpoint's mask is not kept (a new one is drawn).\n"
+      "Mixtures of experts (issue 31): --moe standard|latent makes every block's FFN routed (the flags of lm-init:\n"
+      "--experts, --top-k, --d-expert, --d-shared, --latent, --expert-act, --router, --routed-scaling, --no-norm-topk),\n"
+      "or --init brings such a model.  The objective adds alpha x L_aux per moe block (--moe-aux-loss alpha, default\n"
+      "0.01; L_aux = E sum_e f_e P_e, f_e the share of routed entries sent to expert e, P_e its mean normalised router\n"
+      "score: 1 when balanced).  --router-bias-update gamma moves a sigmoid router's selection bias after each step\n"
+      "(DeepSeek-V3's auxiliary-loss-free balancing; pass --moe-aux-loss 0 for that method alone).  Each log line\n"
+      "adds {moe: {aux_loss (the window's mean L_aux, before alpha), layers: [{layer, load (each expert's share of the\n"
+      "window's routed entries), entropy (of load, divided by ln E: 1 = uniform), max_over_mean, dropped_tokens\n"
+      "(always 0: no capacity limit)}]}}.  AdamW only; no --sparse.",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
+      "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 256 --n-layers 4 --n-heads 8 --n-kv-heads 4 --n-ctx 128 --moe latent --experts 32 --top-k 8 --d-expert 256 --latent 64 --steps 500 --lr 2e-3 -o lmoe.h5 --log lmoe.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
   return cli::run_tool(
@@ -298,6 +316,7 @@ int main(int argc, char** argv) {
         if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
         if (t.steps == 0 && tokens_budget == 0) throw UsageError("give --steps or --tokens", "--steps");
         if (resume && overwrite) throw UsageError("give --resume or --overwrite, not both");
+
         for (const char* f : {"--exit-every", "--exit-curriculum", "--exit-weights"})
           if (app->count(f) && !(t.exit.scale > 0)) throw UsageError(fmt::format("{} needs --exit-loss > 0", f), f);
         for (const char* f : {"--foam-level", "--foam-scale", "--foam-res-scale", "--foam-second-moment"})
@@ -378,6 +397,42 @@ int main(int argc, char** argv) {
         if (resume) {  // shape and tokenizer from the run's own checkpoint
           if (!std::filesystem::exists(output)) throw InputError("nothing to resume: the checkpoint does not exist", output);
           init = lm::load_checkpoint(output);
+          // the same command with --resume is the usual way to continue: shape flags may repeat the
+          // checkpoint's values, but one that differs would be silently ignored, so it is refused
+          const lm::ModelConfig& k = init.config;
+          auto same = [&](const char* flag, double given, double stored) {
+            if (app->count(flag) && given != stored)
+              throw UsageError(fmt::format("{} {} differs from the checkpoint's {} (a resumed run keeps the checkpoint's shape)", flag, given, stored),
+                               flag);
+          };
+          same("--vocab-size", c.vocab_size, k.vocab_size);
+          same("--d-model", c.d_model, k.d_model);
+          same("--n-layers", c.n_layers, k.n_layers);
+          same("--n-heads", c.n_heads, k.n_heads);
+          same("--n-kv-heads", c.n_kv_heads, k.n_kv_heads);
+          same("--d-ff", c.d_ff, k.d_ff);
+          same("--n-ctx", c.n_ctx, k.n_ctx);
+          same("--tied", tied, k.tied);
+          if (app->count("--rope-style") && (rope == "half") != (k.rope_style == lm::RopeStyle::half))
+            throw UsageError(fmt::format("--rope-style {} differs from the checkpoint's {}", rope, lm::rope_style_name(k.rope_style)), "--rope-style");
+          if (app->count("--moe")) {
+            const lm::BlockType want = moe_flags.kind == "latent" ? lm::BlockType::latent_moe : lm::BlockType::moe;
+            if (k.block_types.empty() || k.block_type(0) != want)
+              throw UsageError(fmt::format("--moe {} differs from the checkpoint's blocks ({})", moe_flags.kind,
+                                           lm::join_block_types(k.all_block_types())),
+                               "--moe");
+          }
+          same("--experts", c.moe.n_experts, k.moe.n_experts);
+          same("--top-k", c.moe.top_k, k.moe.top_k);
+          same("--d-expert", c.moe.d_expert, k.moe.d_expert);
+          same("--d-shared", c.moe.d_shared, k.moe.d_shared);
+          same("--latent", c.moe.d_latent, k.moe.d_latent);
+          same("--routed-scaling", c.moe.routed_scaling, k.moe.routed_scaling);
+          same("--no-norm-topk", moe_flags.no_norm_topk, !k.moe.norm_topk);
+          if (app->count("--expert-act") && moe_flags.act != lm::expert_act_name(k.moe.act))
+            throw UsageError(fmt::format("--expert-act {} differs from the checkpoint's {}", moe_flags.act, lm::expert_act_name(k.moe.act)), "--expert-act");
+          if (app->count("--router") && moe_flags.router != lm::router_kind_name(k.moe.router))
+            throw UsageError(fmt::format("--router {} differs from the checkpoint's {}", moe_flags.router, lm::router_kind_name(k.moe.router)), "--router");
         } else if (!init_path.empty()) {
           init = lm::load_any(init_path);
           ctx.prov.add_input(init_path, lm::model_sha256(init_path));
@@ -427,6 +482,9 @@ int main(int argc, char** argv) {
           init.tokenizer_model = tok_bytes;
         }
         const lm::ModelConfig& mc = init.config;
+        for (const char* f : {"--moe-aux-loss", "--router-bias-update"})
+          if (app->count(f) && !mc.has_moe())
+            throw UsageError(fmt::format("{} needs a model with moe blocks (--moe standard or latent, or an --init model that has them)", f), f);
         // Combinations the trainer cannot run are refused now, before the corpus is tokenized.
         if (kernels == "reference" && t.optimizer == "poet-x")
           throw UsageError("--kernels reference runs the v1 trainer's arithmetic, which has no POET-X path (its input-centric products run on the fast kernels only)", "--kernels");
@@ -516,6 +574,7 @@ int main(int argc, char** argv) {
         if (t.sparse.enabled()) ctx.prov.extra["sparse"] = sparse_info();
         ctx.prov.extra["train_tokens"] = train_tokens;
         ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
+        t.moe_model = mc.has_moe();  // the moe settings are part of the run's options (as the Trainer records them)
         ctx.prov.extra["options"] = t.to_json();
         nn::set_train_kernels(kernels == "reference" ? nn::TrainKernels::reference : nn::TrainKernels::fast);
         ctx.prov.extra["train_kernels"] = kernels;

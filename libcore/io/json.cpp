@@ -23,6 +23,8 @@ nlohmann::json read_json(const std::string& path, std::string* sha256) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError("malformed JSON", fmt::format("{}, byte {}", is_stdout(path) ? "<stdin>" : path, e.byte));
+  } catch (const nlohmann::json::exception&) {  // e.g. a number beyond double's range (1e400)
+    throw InputError("a number in the JSON is out of range", is_stdout(path) ? "<stdin>" : path);
   }
 }
 

@@ -49,11 +49,23 @@ int scaled_count(double alpha, int n, const char* what, const char* flag) {
 }  // namespace
 
 void check_moe_cost_config(const MoeCostConfig& c) {
+  auto whole = [](double x, const char* what, const char* flag) {
+    if (x != std::floor(x) || x > 1e12)
+      throw UsageError(fmt::format("{} must be a whole number of dimensions (got {})", what, x), flag);
+  };
   require_positive(c.d, "d", "--d");
+  whole(c.d, "d", "--d");
   require_positive(c.m, "the expert width m", "--m");
+  whole(c.m, "the expert width m", "--m");
   require_non_negative(c.m_shared, "the shared expert width", "--m-shared");
+  whole(c.m_shared, "the shared expert width", "--m-shared");
   require_non_negative(c.latent, "the latent width l", "--latent");
-  if (c.latent == 0) require_positive(c.alpha, "alpha", "--alpha");
+  whole(c.latent, "the latent width l", "--latent");
+  if (c.latent == 0) {
+    require_positive(c.alpha, "alpha", "--alpha");
+    if (c.d / c.alpha != std::floor(c.d / c.alpha))
+      throw UsageError(fmt::format("l = d / alpha = {} / {} = {} is not a whole number of dimensions", c.d, c.alpha, c.d / c.alpha), "--alpha");
+  }
   if (latent_width(c) > c.d) throw UsageError(fmt::format("the latent width l = {} exceeds d = {}", latent_width(c), c.d), "--latent");
   if (c.experts < 1) throw UsageError(fmt::format("N must be >= 1 expert (got {})", c.experts), "--experts");
   if (c.top_k < 1 || c.top_k > c.experts)

@@ -80,6 +80,14 @@ void check_sparse_options(const SparseOptions& o) {
     throw UsageError(fmt::format("the final prune fraction must lie in [0, 1) (got {})", o.prune_rate_min), "--prune-rate-min");
   if (o.warmup < 0) throw UsageError(fmt::format("the momentum warm-up must be >= 0 steps (got {})", o.warmup), "--sparse-warmup");
   if (o.probe_steps < 0) throw UsageError(fmt::format("the probe window must be >= 0 steps (got {})", o.probe_steps), "--probe-steps");
+  if (o.probe_control && (o.probe_steps < 1 || o.probe_steps >= o.update_every))
+    throw UsageError(fmt::format("--probe-control pairs the {} probe steps after an update with its control: they must lie in [1, --update-every "
+                                 "{}) so that the next update does not fall inside the window",
+                                 o.probe_steps, o.update_every),
+                     "--probe-steps");
+  if (o.probe_control && o.density >= 1.0)
+    throw UsageError("--probe-control needs --density below 1 (at density 1 every matrix stays dense and no topology update happens)",
+                     "--probe-control");
   if (o.schedule != PruneSchedule::constant && o.prune_rate_min > o.prune_rate)
     throw UsageError(fmt::format("the final prune fraction {} exceeds p0 = {}: the {} schedule decays from --prune-rate to --prune-rate-min",
                                  o.prune_rate_min, o.prune_rate, prune_schedule_name(o.schedule)),

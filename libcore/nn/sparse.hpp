@@ -61,7 +61,8 @@ struct SparseOptions {
   int probe_steps = 10;        ///< probe-batch losses logged at u + 1 .. u + probe_steps
   /// The paired spike control: at each topology update also train probe_steps steps from the
   /// same state on the same batches without the update, log that branch's probe losses, then
-  /// rewind (the run's trajectory is unchanged).  Like probe_steps, not a trajectory setting.
+  /// rewind (the run's trajectory is unchanged); it stops at the end of the run.  Needs
+  /// 1 <= probe_steps < update_every and a density below 1.  Like probe_steps, not a trajectory setting.
   bool probe_control = false;
   /// Whether any matrix is sparse.
   bool enabled() const noexcept { return method != SparseMethod::dense; }

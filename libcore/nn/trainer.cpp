@@ -455,7 +455,8 @@ std::vector<double> Trainer::control_branch() {
   std::vector<double> losses;
   in_control_ = true;
   try {
-    for (int k = 0; k < opt_.sparse.probe_steps; ++k) {
+    const std::int64_t left = opt_.steps - steps;  // the control stops where the run does
+    for (int k = 0; k < opt_.sparse.probe_steps && k < left; ++k) {
       step();
       losses.push_back(probe_loss());
     }

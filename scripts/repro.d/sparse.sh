@@ -11,15 +11,20 @@
 #   a second seed (new initial weights and data order) for dense, SET and SMET at 0.25 and SMET at 0.5.
 # -> held-out loss and perplexity (lm-eval on every held-out chapter), from the probe batch around
 #    each topology update u: the pruning jump (loss right after prune + regrow minus right before)
-#    and the optimizer spike (the highest loss over u + 1 .. u + 10 minus the loss right after the
-#    update), mean and max over the updates (static: the same statistic at the same steps without an
-#    update, the noise floor of the spike); optimizer-state bytes measured against d x the dense
-#    state of the sparse matrices + the index overhead (an int32 index and an int32 local step per
-#    active entry), and a gnuplot of the validation curves with the update steps marked.
+#    and the optimizer spike, mean and max over the updates, two ways:
+#    unpaired: the highest probe loss over u + 1 .. u + 10 minus the loss right after the update
+#      (static: the same statistic at the same steps without an update, its noise floor);
+#    paired (--probe-control --probe-steps 30, the dynamic arms): the trainer also trains 30 steps
+#      from the state before the update on the same batches without it and rewinds, so
+#      excess(k) = probe(u + k) - control(u + k) cancels the training noise; the paired spike is
+#      max over k = 1 .. 30 of excess(k) - jump, with a 95% interval over the updates of both seeds;
+#    optimizer-state bytes measured against d x the dense state of the sparse matrices + the index
+#    overhead (an int32 index and an int32 local step per active entry), and a gnuplot of the
+#    validation curves with the update steps marked.
 # Targets checked: SMET's mean spike at least 3x smaller than SET's (d = 0.25); SMET's held-out loss
 # at d = 0.5 within 3% of dense; the state bound.
-# Cost: an arm takes about 6 CPU-minutes on this machine: about 1.6 CPU-hours for the 15 runs,
-# 50 min on 2 cores; REPRO_QUICK=1 gives a 200-step rehearsal (one seed), SPARSE_SEEDS2=0 skips
+# Cost: an arm takes about 6 CPU-minutes on this machine (7 with the paired control): about 1.7
+# CPU-hours for the 15 runs, an hour on 2 cores; REPRO_QUICK=1 gives a 200-step rehearsal (one seed), SPARSE_SEEDS2=0 skips
 # the second seeds.  Arms run $SPARSE_JOBS at
 # a time (default 2), each on nproc / jobs threads; results are kept in $SPARSE_OUT (default
 # build/repro-sparse) and an arm already there is not run again.
@@ -202,4 +207,31 @@ echo "wall time: $(( (t_end - t_start) / 60 )) min on $(nproc) cores ($jobs arms
   echo
 } >"$out/sparse.gp"
 if command -v gnuplot >/dev/null && gnuplot "$out/sparse.gp" 2>/dev/null; then echo "picture: $plot"; fi
+# ---- the paired spike: mean over the updates of excess(k) - jump, k = 0 .. 30, at d = 0.25 ----
+spike_plot=${SPARSE_SPIKE_PLOT:-$out/spike.png}
+{
+  echo "set terminal pngcairo size 1000,640"
+  echo "set output '$spike_plot'"
+  echo "set xlabel 'steps after the topology update (k)'"
+  echo "set title 'paired optimizer spike, d = 0.25, seed 1: mean over the 7 updates'"
+  echo "set ylabel 'probe loss - no-update control - jump (nats)'"
+  echo "set key top right"
+  echo "set grid"
+  printf 'plot '
+  sep=""
+  for n in set-0.25 rigl-0.25 set+local-0.25 set+local+warmup-0.25 smet-0.25; do
+    f="$out/$n-s1.jsonl"
+    [ -f "$f" ] && grep -q probe_control "$f" || continue
+    jq -s -r '([.[] | select(.event == "probe_control") | {key: (.step | tostring), value: .probe_loss}] | from_entries) as $c |
+      [.[] | select(.event == "probe")] as $p |
+      [.[] | select(.event == "topology" and $c[.step | tostring] != null) | . as $e |
+        [0] + [$p[] | select(.step > $e.step and .step <= $e.step + 30 and .since_update > 0) |
+               .probe_loss - $c[$e.step | tostring][.since_update - 1] - $e.pruning_jump]] as $rows |
+      range(0; ($rows[0] | length)) as $k | "\($k) \([$rows[] | .[$k]] | add / length)"' "$f" >"$out/$n-s1.spike.dat"
+    printf "%s'%s' using 1:2 with linespoints title '%s'" "$sep" "$out/$n-s1.spike.dat" "$n"
+    sep=", "
+  done
+  echo
+} >"$out/spike.gp"
+if command -v gnuplot >/dev/null && gnuplot "$out/spike.gp" 2>/dev/null; then echo "picture: $spike_plot"; fi
 echo "command (one arm): $bin/lm-train $corpus ${split[*]} --init init-s1.h5 --seed 1 --batch 16 --seq-len 128 --steps $steps --warmup $warmup --lr 2e-3 --beta2 0.999 --weight-decay 0 --eval-every 50 --eval-tokens 32768 <arm flags> -o arm.h5 --log arm.jsonl"

@@ -122,7 +122,13 @@ TEST_CASE("moe cost: configurations it refuses") {
   c.top_k = 200;
   CHECK_THROWS_AS(moe_cost(c, MoeVariant::standard), UsageError);
   c = MoeCostConfig{};
-  c.alpha = 1.5, c.experts = 128, c.top_k = 3;  // eff fine (192 experts), acc not (4.5 experts per token)
+  c.d = 3072, c.alpha = 1.5, c.experts = 128, c.top_k = 3;  // l = 2048; eff fine (192 experts), acc not (4.5 experts per token)
   CHECK(moe_cost(c, MoeVariant::eff).shape.experts == 192);
   CHECK_THROWS_AS(moe_cost(c, MoeVariant::acc), UsageError);
+  c = MoeCostConfig{};
+  c.alpha = 3;  // l = 4096 / 3 is not a whole width
+  CHECK_THROWS_WITH_AS(moe_cost(c, MoeVariant::standard), doctest::Contains("not a whole number of dimensions"), UsageError);
+  c = MoeCostConfig{};
+  c.m = 1536.5;
+  CHECK_THROWS_AS(moe_cost(c, MoeVariant::standard), UsageError);
 }

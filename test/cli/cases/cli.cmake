@@ -12,6 +12,7 @@ set(CLI_NODIR_RUNS
   "infolaw-fit missing.csv -o nodir/o.json"
   "infolaw-predict missing.json missing.csv -o nodir/o.json"
   "kv-eval missing.h5 missing.txt -o nodir/o.json"
+  "latentmoe-cost -o nodir/o.json"
   "lm-convert missing.h5 -o nodir/o.h5"
   "lm-eval missing.h5 missing.txt -o nodir/o.json"
   "lm-generate missing.h5 --prompt x -o nodir/o.jsonl"

@@ -66,3 +66,11 @@ cli_case(lm-train/moe-flags-conflict-with-init --rc 2 --tool lm-train --stderr "
   -- bash -c "${MOE_MK} -o m.h5 -q && ${MOE_TRAIN} ${FX}/genesis.txt --init m.h5 --moe standard --steps 2 -o o.h5 -q")
 cli_case(lm-convert/moe-gguf-refused --rc 2 --tool lm-convert --stderr "^lm-convert: error: GGUF output of moe / latent-moe blocks is not supported yet. keep the native .h5 checkpoint \\(-o\\)$" --no-file m.gguf
   -- bash -c "${MOE_MK} --moe standard -o m.h5 -q && ${MOE_CONV} m.h5 -o m.gguf")
+# Refusals found by a newcomer: a resume with another shape (the same command with --resume is fine),
+# the load-balancing flags on a dense model, MoE keys in --config.
+cli_case(lm-train/moe-resume-other-experts --rc 2 --tool lm-train --stderr "^lm-train: error: --d-shared 16 differs from the checkpoint's 0 \\(a resumed run keeps the checkpoint's shape\\) \\(--d-shared\\)$"
+  -- bash -c "${MOE_TRAIN_SMALL} --stop-at 2 -o r.h5 -q > /dev/null && ${MOE_TRAIN_SMALL} --resume --d-shared 16 -o r.h5 -q")
+cli_case(lm-train/moe-aux-on-dense --rc 2 --stderr "^lm-train: error: --moe-aux-loss needs a model with moe blocks .*\\(--moe-aux-loss\\)$" --no-file o.h5
+  -- ${MOE_TRAIN} ${FX}/kjv_genesis_1-20.tsv --column 2 --vocab-size 512 --steps 2 --moe-aux-loss 0.5 -o o.h5)
+cli_case(lm-train/config-moe-key --rc 1 --tool lm-train --stderr "^lm-train: error: 'moe_n_experts': a mixture-of-experts shape is given with the --moe flags .*\\(c.json\\)$" --no-file o.h5
+  -- bash -c "echo '{\"d_model\": 32, \"moe_n_experts\": 4}' > c.json && ${MOE_TRAIN} ${FX}/kjv_genesis_1-20.tsv --column 2 --vocab-size 512 --config c.json --steps 2 -o o.h5")

@@ -180,6 +180,8 @@ cli_case(lm-train/sparse-probe-control --rc 0
   -- bash -c "${TRAIN_SMALL_STR} --steps 8 --eval-every 8 --sparse set --density 0.25 --update-every 3 --probe-steps 2 --probe-control -o c.h5 -q > c.jsonl && ${TRAIN_SMALL_STR} --steps 8 --eval-every 8 --sparse set --density 0.25 --update-every 3 --probe-steps 2 -o p.h5 -q > p.jsonl && jq -n --slurpfile c c.jsonl --slurpfile p p.jsonl '{c: [$c[] | select(.event == \"probe_control\") | [.step, (.probe_loss | length)]], a: [$c[] | select(.summary) | .summary | .train_loss, .val_loss], b: [$p[] | select(.summary) | .summary | .train_loss, .val_loss]}' > r.json")
 cli_case(lm-train/sparse-probe-control-static --rc 2 --stderr "^lm-train: error: --probe-control needs a topology that changes \\(--sparse set, rigl or smet\\) \\(--probe-control\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --sparse static --probe-control -o m.h5)
+cli_case(lm-train/sparse-probe-control-window --rc 2 --stderr "^lm-train: error: --probe-control pairs the 5 probe steps after an update with its control: they must lie in .1, --update-every 5. so that the next update does not fall inside the window \\(--probe-steps\\)$" --no-file m.h5
+  -- ${TRAIN_SMALL} --steps 3 --sparse set --density 0.5 --update-every 5 --probe-steps 5 --probe-control -o m.h5)
 cli_case(lm-train/sparse-density-out-of-range --rc 2 --stderr "^lm-train: error: the density must lie in \\(0, 1. \\(got 1.5\\) \\(--density\\)$" --no-file m.h5
   -- ${TRAIN_SMALL} --steps 3 --sparse smet --density 1.5 -o m.h5)
 cli_case(lm-train/sparse-update-every-zero --rc 2 --stderr "^lm-train: error: the topology update interval must be >= 1 step \\(got 0\\) \\(--update-every\\)$" --no-file m.h5
