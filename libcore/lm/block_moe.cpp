@@ -79,14 +79,7 @@ void moe_ffn(const ModelConfig& c, const Layer& L, BlockType t, const float* xn,
   // ascending); y[i w ..] is row r's k-th expert output.  The experts run in parallel, each product
   // on one thread (the kernel's bits do not depend on the split).
   w.y.resize(std::size_t(R) * K * width);
-  w.offset.assign(std::size_t(N) + 1, 0);
-  for (int i = 0; i < R * K; ++i) ++w.offset[std::size_t(w.expert[std::size_t(i)]) + 1];
-  for (int ex = 0; ex < N; ++ex) w.offset[std::size_t(ex) + 1] += w.offset[std::size_t(ex)];
-  w.rows.resize(std::size_t(R) * K);
-  {
-    std::vector<int> fill(w.offset.begin(), w.offset.end() - 1);
-    for (int i = 0; i < R * K; ++i) w.rows[std::size_t(fill[std::size_t(w.expert[std::size_t(i)])]++)] = i;
-  }
+  bucket_by_expert(w.expert.data(), R * K, N, w.offset, w.rows);
   w.active.clear();
   for (int ex = 0; ex < N; ++ex) {
     const int n = w.offset[std::size_t(ex) + 1] - w.offset[std::size_t(ex)];

@@ -29,6 +29,18 @@ struct MoeWork {
 /// weights are the selected scores, divided by their sum when norm_topk, times routed_scaling.
 void moe_route(const MoeConfig& c, const float* logits, const float* bias, int R, int* expert, float* weight);
 
+/// Buckets the n routed entries (entry i = row K + k, expert[i] its expert) by expert: rows holds
+/// the entries expert by expert, in increasing i within each, and expert e's are
+/// rows[offset[e] .. offset[e + 1]) (offset [N + 1]).  The engine and the trainer both group so.
+inline void bucket_by_expert(const int* expert, int n, int N, std::vector<int>& offset, std::vector<int>& rows) {
+  offset.assign(static_cast<std::size_t>(N) + 1, 0);
+  for (int i = 0; i < n; ++i) ++offset[std::size_t(expert[i]) + 1];
+  for (int e = 0; e < N; ++e) offset[std::size_t(e) + 1] += offset[std::size_t(e)];
+  rows.resize(static_cast<std::size_t>(n));
+  std::vector<int> fill(offset.begin(), offset.end() - 1);
+  for (int i = 0; i < n; ++i) rows[std::size_t(fill[std::size_t(expert[i])]++)] = i;
+}
+
 /// moe_route's arithmetic in T (float: bitwise moe_route; double: the trainer's reference), also
 /// returning every expert's score scores [R, N] (softmax p or sigmoid s) and each row's sum of
 /// its selected scores selsum [R] (the trainer's backward needs both).

@@ -496,14 +496,7 @@ void moe_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
   }
   // the routed entries i = r K + k, bucketed by expert (i ascending within an expert)
   const int NK = N * K;
-  A.m_offset.assign(std::size_t(E) + 1, 0);
-  for (int i = 0; i < NK; ++i) ++A.m_offset[std::size_t(A.m_expert[std::size_t(i)]) + 1];
-  for (int ex = 0; ex < E; ++ex) A.m_offset[std::size_t(ex) + 1] += A.m_offset[std::size_t(ex)];
-  A.m_rows.resize(std::size_t(NK));
-  {
-    std::vector<int> fill(A.m_offset.begin(), A.m_offset.end() - 1);
-    for (int i = 0; i < NK; ++i) A.m_rows[std::size_t(fill[std::size_t(A.m_expert[std::size_t(i)])]++)] = i;
-  }
+  lm::bucket_by_expert(A.m_expert.data(), NK, E, A.m_offset, A.m_rows);
   // router statistics and the load-balancing loss L_aux = E sum_e f_e P_e (P_e: the mean over rows
   // of the normalised score, softmax p or sigmoid s / sum_j s)
   if (P.moe_load.size() != std::size_t(c.n_layers)) P.moe_load.assign(std::size_t(c.n_layers), {});
