@@ -205,7 +205,10 @@ int main(int argc, char** argv) {
       "(DeepSeek-V3's auxiliary-loss-free balancing; pass --moe-aux-loss 0 for that method alone).  Each log line\n"
       "adds {moe: {aux_loss (the window's mean L_aux, before alpha), layers: [{layer, load (each expert's share of the\n"
       "window's routed entries), entropy (of load, divided by ln E: 1 = uniform), max_over_mean, dropped_tokens\n"
-      "(always 0: no capacity limit)}]}}.  AdamW only; no --sparse.",
+      "(routed entries the capacity limit dropped in the window; 0 without one)}]}}.  --moe-capacity-factor c\n"
+      "(GShard/Switch token dropping, default 0 = no limit) lets each expert take at most ceil(c x rows x K / E)\n"
+      "entries per forward call, the first in batch order; a dropped entry adds nothing to its row.  Held-out losses\n"
+      "never drop (as the engine and lm-eval).  AdamW only; no --sparse.",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
@@ -286,6 +289,7 @@ int main(int argc, char** argv) {
         app.add_flag("--sparse-density-lr", t.sparse.density_lr, "sparse: learning rate lr / d on each sparse matrix, d its density (SMET; on with smet)");
         app.add_option("--sparse-code-form", sparse_code_form, "sparse: the reference code's form where it differs from the paper (see the description above), a comma list of warmup, lr, steps")->delimiter(',')->check(CLI::IsMember({"warmup", "lr", "steps"}));
         app.add_option("--moe-aux-loss", t.moe_aux, "moe models: the load-balancing loss coefficient alpha (alpha E sum_e f_e P_e per moe block, Switch/Mixtral; 0 = off)")->capture_default_str();
+        app.add_option("--moe-capacity-factor", t.moe_capacity, "moe models: the capacity factor c of token dropping in training (each expert takes at most ceil(c x rows x K / E) routed entries per forward call, the first in batch order; 0 = no limit)")->capture_default_str();
         app.add_option("--router-bias-update", t.router_bias_update, "moe models with --router sigmoid: the auxiliary-loss-free balancing step gamma (DeepSeek-V3: after each step b_e += gamma sign(mean load - load_e); 0 = off)")->capture_default_str();
         app.add_option("--probe-steps", t.sparse.probe_steps, "sparse: probe-batch losses logged for this many steps after each topology update")->capture_default_str();
         app.add_flag("--probe-control", t.sparse.probe_control, "sparse (set, rigl, smet): at each topology update also train --probe-steps steps without the update from the same state on the same batches, log their probe losses (event probe_control), then rewind: the paired control of the optimizer spike");
@@ -482,7 +486,7 @@ int main(int argc, char** argv) {
           init.tokenizer_model = tok_bytes;
         }
         const lm::ModelConfig& mc = init.config;
-        for (const char* f : {"--moe-aux-loss", "--router-bias-update"})
+        for (const char* f : {"--moe-aux-loss", "--router-bias-update", "--moe-capacity-factor"})
           if (app->count(f) && !mc.has_moe())
             throw UsageError(fmt::format("{} needs a model with moe blocks (--moe standard or latent, or an --init model that has them)", f), f);
         // Combinations the trainer cannot run are refused now, before the corpus is tokenized.
@@ -625,6 +629,7 @@ int main(int argc, char** argv) {
         double train_seconds = 0, window_seconds = 0, window_loss = 0, window_objective = 0;
         std::map<int, std::pair<double, int>> window_exits;  // layer -> (summed mean loss, steps)
         std::vector<std::vector<double>> window_load;  // moe: routed entries per layer and expert
+        std::vector<double> window_dropped;  // moe: entries the capacity limit dropped per layer
         double window_aux = 0;
         std::int64_t window_tokens = 0, window_steps = 0, start_tokens = trainer.tokens_seen();
         nn::StepStats st;
@@ -652,6 +657,8 @@ int main(int argc, char** argv) {
               for (std::size_t e = 0; e < st.expert_load[l].size(); ++e) window_load[l][e] += st.expert_load[l][e];
             }
             window_aux += st.aux_loss;
+            window_dropped.resize(st.expert_dropped.size(), 0.0);
+            for (std::size_t l = 0; l < st.expert_dropped.size(); ++l) window_dropped[l] += st.expert_dropped[l];
           }
           for (const auto& [layer, l] : st.exit_losses) {
             auto& [sum, count] = window_exits[layer];
@@ -706,10 +713,11 @@ int main(int argc, char** argv) {
                 }
                 const double E = double(window_load[l].size());
                 layers.push_back({{"layer", l}, {"load", share}, {"entropy", E > 1 ? h / std::log(E) : 1.0}, {"max_over_mean", mx * E},
-                                  {"dropped_tokens", 0}});
+                                  {"dropped_tokens", static_cast<long long>(l < window_dropped.size() ? window_dropped[l] : 0.0)}});
               }
               line["moe"] = {{"aux_loss", window_aux / double(window_steps)}, {"layers", layers}};
               window_load.clear();
+              window_dropped.clear();
               window_aux = 0;
             }
             if (do_eval) {

@@ -500,6 +500,7 @@ void moe_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
   // router statistics and the load-balancing loss L_aux = E sum_e f_e P_e (P_e: the mean over rows
   // of the normalised score, softmax p or sigmoid s / sum_j s)
   if (P.moe_load.size() != std::size_t(c.n_layers)) P.moe_load.assign(std::size_t(c.n_layers), {});
+  if (P.moe_dropped.size() != std::size_t(c.n_layers)) P.moe_dropped.assign(std::size_t(c.n_layers), 0.0);
   P.moe_load[std::size_t(l)].resize(std::size_t(E), 0.0);
   A.m_frac.assign(std::size_t(E), 0.0);
   for (int ex = 0; ex < E; ++ex) {
@@ -507,6 +508,20 @@ void moe_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
     P.moe_load[std::size_t(l)][std::size_t(ex)] += n;
     A.m_frac[std::size_t(ex)] = double(n) / double(NK);
   }
+  if (P.moe_capacity > 0) {  // token dropping: each expert keeps the first `cap` entries of its bucket
+    const int cap = static_cast<int>(std::ceil(P.moe_capacity * double(NK) / double(E)));
+    int kept = 0;
+    for (int ex = 0; ex < E; ++ex) {
+      const int first = A.m_offset[std::size_t(ex)], n = A.m_offset[std::size_t(ex) + 1] - first, keep = std::min(n, cap);
+      for (int j = 0; j < keep; ++j) A.m_rows[std::size_t(kept + j)] = A.m_rows[std::size_t(first + j)];
+      A.m_offset[std::size_t(ex)] = kept;
+      kept += keep;
+    }
+    A.m_offset[std::size_t(E)] = kept;
+    P.moe_dropped[std::size_t(l)] += NK - kept;
+    A.m_rows.resize(std::size_t(kept));
+  }
+  const int n_kept = static_cast<int>(A.m_rows.size());  // the entries the experts compute (NK without a capacity)
   {
     double aux = 0;
     for (int r = 0; r < N; ++r) {
@@ -526,10 +541,10 @@ void moe_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
   A.m_up.resize(std::size_t(NK) * m);
   A.m_gate.resize(e.act == lm::ExpertAct::swiglu ? A.m_up.size() : 0);
   A.m_h.resize(A.m_up.size());
-  A.m_y.resize(std::size_t(NK) * w);
+  A.m_y.assign(std::size_t(NK) * w, T(0));  // a dropped entry's output stays 0
   std::vector<T>& yb = C.tmp;  // an expert's outputs in bucket order
   yb.resize(std::size_t(NK) * w);
-  for (int j = 0; j < NK; ++j) std::copy_n(u + std::size_t(A.m_rows[std::size_t(j)] / K) * w, w, A.m_in.data() + std::size_t(j) * w);
+  for (int j = 0; j < n_kept; ++j) std::copy_n(u + std::size_t(A.m_rows[std::size_t(j)] / K) * w, w, A.m_in.data() + std::size_t(j) * w);
   const T *G = e.act == lm::ExpertAct::swiglu ? P.layer(l, LP::gate_exps).value.data() : nullptr, *U = P.layer(l, LP::up_exps).value.data(),
           *D = P.layer(l, LP::down_exps).value.data();
   for (int ex = 0; ex < E; ++ex) {
@@ -539,7 +554,7 @@ void moe_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
                    A.m_in.data() + std::size_t(first) * w, n, w, m, G ? A.m_gate.data() + std::size_t(first) * m : nullptr,
                    A.m_up.data() + std::size_t(first) * m, A.m_h.data() + std::size_t(first) * m, yb.data() + std::size_t(first) * w);
   }
-  for (int j = 0; j < NK; ++j) std::copy_n(yb.data() + std::size_t(j) * w, w, A.m_y.data() + std::size_t(A.m_rows[std::size_t(j)]) * w);
+  for (int j = 0; j < n_kept; ++j) std::copy_n(yb.data() + std::size_t(j) * w, w, A.m_y.data() + std::size_t(A.m_rows[std::size_t(j)]) * w);
   // the gate-weighted sum, each row in its own selection order
   A.m_acc.assign(std::size_t(N) * w, T(0));
   for (int r = 0; r < N; ++r) {
@@ -596,9 +611,10 @@ void moe_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache
                     P.layer(l, LP::latent_up).grad.data(), false);
   else
     std::copy(dx, dx + nx, dacc.begin());
-  // per entry: dy = g dacc (bucket order) and dg = dacc . y
-  std::vector<T> dyb(std::size_t(NK) * w), dweight(static_cast<std::size_t>(NK));
-  for (int j = 0; j < NK; ++j) {
+  // per entry: dy = g dacc (bucket order) and dg = dacc . y (0 for an entry the capacity dropped)
+  const int n_kept = static_cast<int>(A.m_rows.size());
+  std::vector<T> dyb(std::size_t(n_kept) * w), dweight(static_cast<std::size_t>(NK), T(0));
+  for (int j = 0; j < n_kept; ++j) {
     const int i = A.m_rows[std::size_t(j)], r = i / K;
     const T g = A.m_weight[std::size_t(i)];
     const T* da = dacc.data() + std::size_t(r) * w;
@@ -612,7 +628,7 @@ void moe_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache
     dweight[std::size_t(i)] = dot;
   }
   // the experts: du in bucket order, then summed into each row's du [N, w]
-  std::vector<T> dub(std::size_t(NK) * w);
+  std::vector<T> dub(std::size_t(n_kept) * w);
   const T *G = swiglu ? P.layer(l, LP::gate_exps).value.data() : nullptr, *U = P.layer(l, LP::up_exps).value.data(),
           *D = P.layer(l, LP::down_exps).value.data();
   T *dG = swiglu ? P.layer(l, LP::gate_exps).grad.data() : nullptr, *dU = P.layer(l, LP::up_exps).grad.data(),
@@ -627,7 +643,7 @@ void moe_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache
                     n, w, m, dub.data() + std::size_t(first) * w, false, work);
   }
   std::vector<T> du(std::size_t(N) * w, T(0));
-  for (int j = 0; j < NK; ++j) {
+  for (int j = 0; j < n_kept; ++j) {
     T* dst = du.data() + std::size_t(A.m_rows[std::size_t(j)] / K) * w;
     const T* src = dub.data() + std::size_t(j) * w;
     for (int t = 0; t < w; ++t) dst[t] += src[t];

@@ -58,6 +58,14 @@ struct LlamaParams {
   /// Per block: routed entries per expert, summed over the forward calls since the caller last
   /// cleared it (the router statistics; sized on the first moe forward) [n_layers][E].
   std::vector<std::vector<double>> moe_load;
+  /// moe blocks' capacity factor c (GShard / Switch token dropping; 0 = no limit, the default):
+  /// in one forward call of N rows each expert takes at most ceil(c N K / E) of its routed
+  /// entries, the first in row order; a dropped entry contributes nothing (its expert output is
+  /// 0, so neither it nor its gate weight gets a gradient) while the row's other entries keep
+  /// their normalised weights.  A training setting (the engine never drops: batch invariance).
+  double moe_capacity = 0;
+  /// Per block: routed entries dropped by the capacity limit, summed like moe_load [n_layers].
+  std::vector<double> moe_dropped;
 
   /// POET-X matrices (empty unless enable_poet() ran): the forward and backward run them
   /// input-centric, and params_to_model() writes their effective weights.

@@ -40,7 +40,8 @@ nlohmann::json TrainOptions::to_json() const {
   // existed resume as before.
   if (exit.enabled()) j.update(exit.to_json());
   if (sparse.enabled()) j["sparse"] = sparse.to_json();  // dense runs' options stay as before
-  if (moe_model) j.update({{"moe_aux", moe_aux}, {"router_bias_update", router_bias_update}});  // llama runs' stay as before
+  if (moe_model)  // llama runs' stay as before
+    j.update({{"moe_aux", moe_aux}, {"router_bias_update", router_bias_update}, {"moe_capacity_factor", moe_capacity}});
   return j;
 }
 
@@ -55,6 +56,13 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
   const std::int64_t all = std::int64_t(stream.size()) - 1;
   const std::int64_t targets = max_tokens > 0 ? std::min(all, max_tokens) : all;  // the first ones
   const std::int64_t full = targets / S;
+  // Held-out losses are the engine's: no token dropping whatever the training capacity.
+  struct NoCapacity {
+    LlamaParams<float>& p;
+    double keep;
+    ~NoCapacity() { p.moe_capacity = keep; }
+  } no_capacity{params, params.moe_capacity};
+  params.moe_capacity = 0;
   std::vector<int> in, tg;
   std::int64_t w = 0;
   while (w < full) {
@@ -136,6 +144,8 @@ void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config)
     throw UsageError(fmt::format("the load-balancing coefficient must be >= 0 (got {})", opt.moe_aux), "--moe-aux-loss");
   if (!(opt.router_bias_update >= 0) || !std::isfinite(opt.router_bias_update))
     throw UsageError(fmt::format("the router bias update must be >= 0 (got {})", opt.router_bias_update), "--router-bias-update");
+  if (!(opt.moe_capacity >= 0) || !std::isfinite(opt.moe_capacity))
+    throw UsageError(fmt::format("the capacity factor must be >= 0 (got {}; 0 = no limit)", opt.moe_capacity), "--moe-capacity-factor");
   if (opt.router_bias_update > 0 && !(config.has_moe() && config.moe.router == lm::RouterKind::sigmoid))
     throw UsageError("--router-bias-update moves a sigmoid router's selection bias: the model needs moe blocks with --router sigmoid",
                      "--router-bias-update");
@@ -217,6 +227,7 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
   opt_.moe_model = c.has_moe();
   check_train_options(opt_, c);
   params_.moe_aux = opt_.moe_model ? opt_.moe_aux : 0.0;
+  params_.moe_capacity = opt_.moe_model ? opt_.moe_capacity : 0.0;
   if (opt_.seq_len > c.n_ctx)
     throw InputError(fmt::format("context {} is larger than the model allows (n_ctx = {})", opt_.seq_len, c.n_ctx),
                      "--seq-len");
@@ -356,6 +367,7 @@ StepStats Trainer::step() {
   std::vector<int> in, tg;
   double loss = 0, aux = 0;
   for (auto& load : params_.moe_load) std::fill(load.begin(), load.end(), 0.0);
+  std::fill(params_.moe_dropped.begin(), params_.moe_dropped.end(), 0.0);
   ExitPlan plan = exit_loss_plan(opt_.exit, base_.config.n_layers, optimizer_->steps(), opt_.steps);
   std::vector<double> exit_sum(plan.steps.size(), 0.0);
   for (int a = 0; a < opt_.accum; ++a) {
@@ -373,6 +385,7 @@ StepStats Trainer::step() {
     for (int l = 0; l < base_.config.n_layers; ++l) moe_steps += lm::is_moe_block(base_.config.block_type(l));
     st.aux_loss = aux / double(std::max(1, moe_steps * opt_.accum));
     st.expert_load = params_.moe_load;
+    st.expert_dropped = params_.moe_dropped;
   }
   st.loss = loss / double(step_tokens);
   st.objective = plan.final_weight * st.loss;
@@ -566,7 +579,9 @@ nlohmann::json Trainer::load(const std::string& path) {
   h5::Handle g = h5::open_group(file, "/train", path);
   std::string s;
   if (!h5::read_attr(g, "options", s)) throw InputError("missing /train options", path);
-  const nlohmann::json saved = nlohmann::json::parse(s, nullptr, false);
+  nlohmann::json saved = nlohmann::json::parse(s, nullptr, false);
+  if (saved.is_object() && saved.contains("moe_aux") && !saved.contains("moe_capacity_factor"))
+    saved["moe_capacity_factor"] = 0.0;  // moe runs saved before the capacity factor existed had none
   const nlohmann::json now = opt_.to_json();
   if (saved.contains("optimizer") && saved["optimizer"] != now["optimizer"])  // before its own options
     throw InputError(fmt::format("resume: option optimizer is {} here but {} in the checkpoint", now["optimizer"].dump(),

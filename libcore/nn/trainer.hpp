@@ -54,6 +54,9 @@ struct TrainOptions {
   /// the options only for a model with moe blocks (`moe_model`, set by the Trainer).
   double moe_aux = 0.01;
   double router_bias_update = 0;
+  /// The capacity factor of token dropping in training steps (LlamaParams::moe_capacity; 0 = no
+  /// limit).  Held-out evaluation never drops.
+  double moe_capacity = 0;
   bool moe_model = false;
   /// As JSON (the checkpoint's /train attribute `options`).
   nlohmann::json to_json() const;
@@ -118,6 +121,8 @@ struct StepStats {
   /// (empty rows for llama blocks) and the mean load-balancing loss L_aux over its moe block
   /// steps and micro-batches (1 = balanced; NaN without moe blocks).
   std::vector<std::vector<double>> expert_load;
+  /// Routed entries the capacity factor dropped in this step, per block [n_layers] (zeros without one).
+  std::vector<double> expert_dropped;
   double aux_loss = std::numeric_limits<double>::quiet_NaN();
 };
 

@@ -183,3 +183,104 @@ TEST_CASE("nn moe training forward logits equal lm::forward on the reference ker
     }
   set_train_kernels(keep);
 }
+
+// Token dropping (LlamaParams::moe_capacity): with the moe block last and K = 1, a capacity of
+// one entry per expert keeps exactly the first row routed to each expert.  Every row's logits
+// must then equal the engine's without dropping (a kept row) or the engine's with that block's
+// experts silenced (down_exps = 0: a dropped row), the first row is always kept, and the dropped
+// count is the rows that were not.  A capacity factor of E / K (cap = every row) changes nothing.
+TEST_CASE("nn moe training: capacity-factor token dropping against the engine's kept and silenced rows") {
+  const TrainKernels keep = train_kernels();
+  set_train_kernels(TrainKernels::reference);
+  lm::ModelConfig c = moe_train_config(lm::BlockType::moe, lm::ExpertAct::swiglu, lm::RouterKind::softmax, 0, true);
+  c.block_types = {lm::BlockType::llama, lm::BlockType::moe};
+  c.moe.top_k = 1;
+  const lm::Model m = moe_train_model(c, 11);
+  lm::Model silent = m;
+  std::fill(silent.layers[1].down_exps.data.begin(), silent.layers[1].down_exps.data.end(), 0.0f);
+  const int B = 2, S = 6, N = B * S, V = c.vocab_size;
+  Rng rng(9);
+  std::vector<int> tok(N), tgt(N, 0);
+  for (auto& x : tok) x = int(rng.below(V));
+  auto P = params_from_model<float>(m);
+  std::vector<float> full, dropped;
+  TrainCache<float> cache;
+  llama_loss(P, tok, tgt, B, S, 0.0, cache, &full);
+  CHECK(P.moe_dropped[1] == 0);
+  P.moe_capacity = double(c.moe.n_experts) / c.moe.top_k;  // cap = N K / E x E / K = N: nothing dropped
+  P.moe_dropped.assign(2, 0.0);
+  std::vector<float> same;
+  llama_loss(P, tok, tgt, B, S, 0.0, cache, &same);
+  CHECK(same == full);
+  CHECK(P.moe_dropped[1] == 0);
+  P.moe_capacity = 1e-6;  // cap = ceil(tiny) = 1 entry per expert
+  P.moe_dropped.assign(2, 0.0);
+  llama_loss(P, tok, tgt, B, S, 0.0, cache, &dropped);
+  int kept = 0, neither = 0;
+  std::vector<bool> row_kept(N);
+  for (int b = 0; b < B; ++b) {
+    const std::vector<int> seq(tok.begin() + b * S, tok.begin() + (b + 1) * S);
+    lm::KvCache k1(c), k2(c);
+    const auto on = lm::forward(m, k1, lm::Batch::causal(seq, 0));
+    const auto off = lm::forward(silent, k2, lm::Batch::causal(seq, 0));
+    for (int s = 0; s < S; ++s) {
+      const float* got = dropped.data() + std::size_t(b * S + s) * V;
+      bool eq_on = true, eq_off = true;
+      double gap = 0;
+      for (int v = 0; v < V; ++v) {
+        eq_on = eq_on && got[v] == on.logits.row(s)[v];
+        eq_off = eq_off && got[v] == off.logits.row(s)[v];
+        gap = std::max(gap, double(std::abs(on.logits.row(s)[v] - off.logits.row(s)[v])));
+      }
+      CHECK(gap > 1e-3);  // the two references are distinguishable
+      row_kept[std::size_t(b * S + s)] = eq_on;
+      kept += eq_on;
+      neither += !eq_on && !eq_off;
+    }
+  }
+  CHECK(neither == 0);
+  CHECK(row_kept[0]);
+  CHECK(kept >= 2);
+  CHECK(kept <= c.moe.n_experts);
+  CHECK(P.moe_dropped[1] == N - kept);
+  CHECK(P.moe_dropped[0] == 0);  // the llama block has no router
+  set_train_kernels(keep);
+}
+
+// The gradient with entries dropped (factor 0.5: cap = ceil(N K / 2E) of the N K entries) is
+// still the loss's, for both block types and with norm_topk on and off: a dropped entry's gate
+// weight has no gradient, the row's other weights keep their normalisation.
+TEST_CASE("nn moe training: the loss gradient with token dropping matches finite differences") {
+  for (lm::BlockType t : {lm::BlockType::moe, lm::BlockType::latent_moe})
+    for (bool norm : {true, false}) {
+      const lm::ModelConfig c = moe_train_config(t, lm::ExpertAct::swiglu, lm::RouterKind::softmax, 0, norm);
+      const lm::Model m = moe_train_model(c, 13);
+      auto P = params_from_model<double>(m);
+      P.moe_capacity = 0.5;
+      const int B = 2, S = 4;
+      Rng rng(29);
+      std::vector<int> tok(B * S), tgt(B * S);
+      for (auto& x : tok) x = int(rng.below(c.vocab_size));
+      for (auto& x : tgt) x = int(rng.below(c.vocab_size));
+      TrainCache<double> cache;
+      P.store.zero_grad();
+      llama_loss(P, tok, tgt, B, S, 1.0, cache);
+      CHECK(P.moe_dropped[0] >= B * S * c.moe.top_k / 2);  // at least half the entries dropped
+      auto f = [&] {
+        TrainCache<double> c2;
+        return llama_loss(P, tok, tgt, B, S, 0.0, c2);
+      };
+      for (const char* name : {"router", "gate_exps", "down_exps"}) {
+        Param<double>& W = P.layer(0, std::string(name) == "router" ? LlamaParams<double>::router
+                                      : std::string(name) == "gate_exps" ? LlamaParams<double>::gate_exps
+                                                                         : LlamaParams<double>::down_exps);
+        double worst = 0;
+        for (std::size_t i = 0; i < W.value.size(); ++i) {
+          const double num = fd(f, W.value[i]);
+          worst = std::max(worst, std::abs(num - W.grad[i]) / std::max(1.0, std::abs(num)));
+        }
+        INFO(std::string(lm::block_type_name(t)) << " norm " << norm << " " << name << " worst " << worst);
+        CHECK(worst < 2e-6);
+      }
+    }
+}

@@ -58,7 +58,7 @@ cli_case(lm-init/moe-latent-needs-latent --rc 2 --stderr "^lm-init: error: --lat
 # the engine's held-out loss of the checkpoint (lm-eval) is the trainer's own (the same arithmetic).
 set(MOE_TRAIN_SMALL "${MOE_TRAIN} ${FX}/kjv_genesis_1-20.tsv --column 2 --doc-column 1 --val-every 5 --vocab-size 512 --d-model 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --d-ff 88 --n-ctx 64 --batch 4 --lr 3e-3 --warmup 10 --threads 1 --steps 40 --eval-every 40 --moe latent --experts 8 --top-k 4 --latent 8 --d-expert 32 --router sigmoid")
 cli_case(lm-train/moe-latent-trains-and-resumes --rc 0
-  --file-jq r.json ".first > .last and .last < 5.4 and .same and (.eval - .val | fabs) < 1e-9 and .moe.aux_loss >= 0.99 and (.moe.layers | length) == 2 and ([.moe.layers[] | .load | add] | map(. - 1 | fabs < 1e-9) | all) and .moe.layers[0].entropy > 0.5"
+  --file-jq r.json ".first > .last and .last < 5.4 and .same and (.eval - .val | fabs) < 1e-9 and .moe.aux_loss >= 0.99 and (.moe.layers | length) == 2 and ([.moe.layers[] | .load | add] | map(. - 1 | fabs < 1e-9) | all) and .moe.layers[0].entropy > 0.5 and .moe.layers[0].dropped_tokens == 0"
   -- bash -c "${MOE_TRAIN_SMALL} -o m.h5 -q > log.jsonl && ${MOE_TRAIN_SMALL} --stop-at 20 -o r.h5 -q > /dev/null && ${MOE_TRAIN_SMALL} --resume -o r.h5 -q > /dev/null && a=$(h5dump -d blk.1.ffn_up_exps.weight m.h5 | tail -n +3 | md5sum) && b=$(h5dump -d blk.1.ffn_up_exps.weight r.h5 | tail -n +3 | md5sum) && ${MOE_EVAL} m.h5 ${FX}/kjv_genesis_1-20.tsv --column 2 --doc-column 1 --val-every 5 --split val -q > e.json && jq -s --argjson e \"$(jq .loss e.json)\" --argjson same \"$([ \"$a\" = \"$b\" ] && echo true || echo false)\" '{first: ([.[] | select(.train_loss)][0].train_loss), last: ([.[] | select(.train_loss)][-1].train_loss), moe: ([.[] | select(.moe)][-1].moe), val: ([.[] | select(.summary)][0].summary.val_loss), eval: $e, same: $same}' log.jsonl > r.json")
 cli_case(lm-train/moe-adamw-only --rc 2 --tool lm-train --stderr "^lm-train: error: a model with moe blocks trains with AdamW only for now \\(got --optimizer foam\\) \\(--optimizer\\)$" --no-file o.h5
   -- bash -c "${MOE_TRAIN_SMALL} --optimizer foam -o o.h5")
@@ -74,3 +74,11 @@ cli_case(lm-train/moe-aux-on-dense --rc 2 --stderr "^lm-train: error: --moe-aux-
   -- ${MOE_TRAIN} ${FX}/kjv_genesis_1-20.tsv --column 2 --vocab-size 512 --steps 2 --moe-aux-loss 0.5 -o o.h5)
 cli_case(lm-train/config-moe-key --rc 1 --tool lm-train --stderr "^lm-train: error: 'moe_n_experts': a mixture-of-experts shape is given with the --moe flags .*\\(c.json\\)$" --no-file o.h5
   -- bash -c "echo '{\"d_model\": 32, \"moe_n_experts\": 4}' > c.json && ${MOE_TRAIN} ${FX}/kjv_genesis_1-20.tsv --column 2 --vocab-size 512 --config c.json --steps 2 -o o.h5")
+# Token dropping (--moe-capacity-factor): a factor of 0.5 drops at least half of each window's
+# routed entries (cap = ceil(0.5 x rows x K / E) per expert and forward call); the held-out loss
+# (no dropping) is still the engine's.
+cli_case(lm-train/moe-capacity-drops --rc 0
+  --file-jq r.json "(.moe.layers | map(.dropped_tokens >= 0.5 * 10 * 4 * 64 * 4) | all) and (.eval - .val | fabs) < 1e-9 and .opts.moe_capacity_factor == 0.5"
+  -- bash -c "${MOE_TRAIN} ${FX}/kjv_genesis_1-20.tsv --column 2 --doc-column 1 --val-every 5 --vocab-size 512 --d-model 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --d-ff 88 --n-ctx 64 --batch 4 --threads 1 --steps 10 --log-every 10 --moe latent --experts 8 --top-k 4 --latent 8 --d-expert 32 --moe-capacity-factor 0.5 -o m.h5 -q > log.jsonl && ${MOE_EVAL} m.h5 ${FX}/kjv_genesis_1-20.tsv --column 2 --doc-column 1 --val-every 5 --split val -q > e.json && jq -s --argjson e \"$(jq .loss e.json)\" '{moe: ([.[] | select(.moe)][-1].moe), val: ([.[] | select(.summary)][0].summary.val_loss), opts: ([.[] | select(.meta)][0].meta.options), eval: $e}' log.jsonl > r.json")
+cli_case(lm-train/moe-capacity-negative --rc 2 --tool lm-train --stderr "^lm-train: error: the capacity factor must be >= 0 \\(got -1. 0 = no limit\\) \\(--moe-capacity-factor\\)$" --no-file o.h5
+  -- bash -c "${MOE_TRAIN_SMALL} --moe-capacity-factor -1 -o o.h5")
