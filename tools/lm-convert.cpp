@@ -16,14 +16,19 @@ int main(int argc, char** argv) {
       "lm-convert",
       "Convert a Llama-architecture model between formats.  Input (detected from the content):\n"
       "native HDF5 checkpoint, GGUF (F32, F16, BF16, Q8_0 tensors; llama SentencePiece vocabulary), or\n"
-      "a Hugging Face directory (config.json + model.safetensors or sharded with\n"
+      "a Hugging Face directory (llama, mixtral or icmlkit_moe config.json + model.safetensors or sharded with\n"
       "model.safetensors.index.json, tokenizer.model).  Output from the extension of -o: .h5 native,\n"
       ".gguf GGUF v3 (f32, f16 or bf16), a directory a Hugging Face folder (file names of other model\n"
       "formats such as .safetensors or .bin are refused; /dev/null or a pipe takes the native file).  q/k rows are permuted\n"
       "between the rotate-half (Hugging Face) and interleaved (GGUF) RoPE layouts as needed, so the\n"
       "converted model computes the same function.  --dtype defaults to the input's storage (f32 for\n"
       "Q8_0 input).  A weight beyond the chosen storage's range (f16: 65504) is refused with exit 2,\n"
-      "naming the tensor; weights too small for it are counted in a warning.",
+      "naming the tensor; weights too small for it are counted in a warning.  Mixture-of-experts models\n"
+      "(lm-init --moe): a Mixtral (standard blocks, softmax router, renormalised top-K, no shared expert,\n"
+      "swiglu) becomes llama.cpp's llama architecture with 3-D expert tensors and transformers'\n"
+      "MixtralForCausalLM; any other moe or latent-moe model is written under architecture icmlkit-moe /\n"
+      "model_type icmlkit_moe (DeepSeek-V3 / Qwen-MoE tensor names; names and keys in libcore/lm/README.md),\n"
+      "which only icmlkit reads.",
       "  lm-convert model.h5 -o model.gguf --dtype f16\n"
       "  lm-convert ~/hf/TinyLlama-1.1B -o tinyllama.h5 --dtype bf16\n"
       "  lm-convert model.gguf -o hf_dir/\n"};

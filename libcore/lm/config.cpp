@@ -41,6 +41,14 @@ bool ModelConfig::has_llama_mlp() const noexcept {
   return false;
 }
 
+bool ModelConfig::is_mixtral() const noexcept {
+  if (block_types.empty()) return false;
+  for (BlockType t : block_types)
+    if (t != BlockType::moe) return false;
+  return moe.router == RouterKind::softmax && moe.norm_topk && moe.routed_scaling == 1.0 && moe.d_shared == 0 &&
+         moe.act == ExpertAct::swiglu;
+}
+
 namespace {
 // Weights of block l: (total, active per token), in double (no overflow for absurd configs).
 std::pair<double, double> block_weights(const ModelConfig& c, int l) {

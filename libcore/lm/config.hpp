@@ -77,6 +77,11 @@ struct ModelConfig {
   bool has_moe() const noexcept;
   /// Whether any block is llama (and so uses d_ff).
   bool has_llama_mlp() const noexcept;
+  /// Whether the model is a Mixtral: every block `moe` with a softmax router, normalised top-K,
+  /// routed_scaling 1, no shared expert and SwiGLU experts -- what llama.cpp's llama
+  /// architecture and transformers' MixtralForCausalLM compute, so GGUF and safetensors output
+  /// use their names and keys.
+  bool is_mixtral() const noexcept;
   /// Weights of block l (attention, norms and its FFN).
   std::int64_t block_params(int l) const noexcept;
   /// Weights block l multiplies per token (a moe block: top_k of its experts, the router, the

@@ -295,24 +295,56 @@ bool meta_bool(const File& f, const std::string& key, const std::string& where, 
   throw InputError("metadata '" + key + "' is not a boolean", where);
 }
 
+// Loads tensor `name` of contract shape [rows, cols] (cols = 0: a vector; experts > 0: the
+// stacked experts, ne [cols, rows / experts, experts]) into dst.
 void load_tensor(const std::uint8_t* data, const File& f, const std::string& name, std::size_t rows,
-                 std::size_t cols, float* dst, const std::string& where) {
+                 std::size_t cols, int experts, float* dst, const std::string& where) {
   const TensorInfo* t = f.find(name);
   if (!t) throw InputError("missing tensor", where + ":" + name);
-  const bool vec = cols == 0;
-  const bool ok = vec ? (t->ne.size() == 1 && t->ne[0] == rows)
-                      : (t->ne.size() == 2 && t->ne[0] == cols && t->ne[1] == rows);
-  if (!ok) {
-    std::string got;
+  std::vector<std::uint64_t> want;
+  if (cols == 0) want = {rows};
+  else if (experts > 0) want = {cols, rows / std::size_t(experts), std::size_t(experts)};
+  else want = {cols, rows};
+  if (t->ne != want) {
+    std::string got, exp;
     for (auto d : t->ne) got += (got.empty() ? "" : ", ") + std::to_string(d);
-    throw InputError(vec ? fmt::format("shape mismatch: expected ne [{}], got [{}]", rows, got)
-                         : fmt::format("shape mismatch: expected ne [{}, {}], got [{}]", cols, rows, got),
-                     where + ":" + name);
+    for (auto d : want) exp += (exp.empty() ? "" : ", ") + std::to_string(d);
+    throw InputError(fmt::format("shape mismatch: expected ne [{}], got [{}]", exp, got), where + ":" + name);
   }
   const std::vector<float> v = dequantize(data, *t);
   for (std::size_t i = 0; i < v.size(); ++i)
     if (!std::isfinite(v[i])) throw InputError(fmt::format("non-finite weight at flat index {}", i), where + ":" + name);
   std::copy(v.begin(), v.end(), dst);
+}
+
+// The routed FFN's settings: llama.cpp's expert keys (a Mixtral from llama.cpp has only the
+// counts) and ours (block types, expert activation, latent width, unrounded scaling).
+void read_moe_config(const File& f, const std::string& A, const std::string& path, ModelConfig& c) {
+  const std::int64_t n_experts = meta_int(f, A + ".expert_count", path, false, 0);
+  if (const Value* v = find_meta(f, "icmlkit.block_types")) {
+    const auto* names = std::get_if<std::vector<std::string>>(v);
+    if (!names) throw InputError("icmlkit.block_types is not a string array", path);
+    if (names->size() != std::size_t(c.n_layers))
+      throw InputError(fmt::format("icmlkit.block_types lists {} blocks but block_count is {}", names->size(), c.n_layers), path);
+    for (std::size_t i = 0; i < names->size(); ++i) c.block_types.push_back(parse_block_type((*names)[i], int(i), path));
+  } else if (n_experts > 0) {
+    c.block_types.assign(std::size_t(c.n_layers), BlockType::moe);
+  }
+  if (!c.has_moe()) return;
+  MoeConfig& e = c.moe;
+  e.n_experts = static_cast<int>(n_experts);
+  e.top_k = static_cast<int>(meta_int(f, A + ".expert_used_count", path, true, 0));
+  e.d_expert = static_cast<int>(meta_int(f, A + ".expert_feed_forward_length", path, false, c.d_ff));
+  e.d_shared = static_cast<int>(meta_int(f, A + ".expert_shared_feed_forward_length", path, false, 0));
+  e.norm_topk = meta_bool(f, A + ".expert_weights_norm", path, true);
+  e.routed_scaling = meta_double(f, "icmlkit.expert_weights_scale", path, meta_double(f, A + ".expert_weights_scale", path, 1.0));
+  const std::int64_t gating = meta_int(f, A + ".expert_gating_func", path, false, 1);
+  if (gating != 1 && gating != 2) throw InputError(fmt::format("expert_gating_func {} is not softmax (1) or sigmoid (2)", gating), path);
+  e.router = gating == 1 ? RouterKind::softmax : RouterKind::sigmoid;
+  const std::string act = meta_string(f, "icmlkit.expert_act", path, false);
+  e.act = act.empty() ? ExpertAct::swiglu : parse_expert_act(act, path + ":icmlkit.expert_act");
+  e.d_latent = static_cast<int>(meta_int(f, "icmlkit.latent_length", path, false, 0));
+  c.d_ff = static_cast<int>(meta_int(f, "icmlkit.dense_feed_forward_length", path, false, c.d_ff));
 }
 
 }  // namespace
@@ -325,8 +357,10 @@ Model load_model(const std::string& path) {
 Model load_model(const std::uint8_t* bytes, std::size_t size, const std::string& path) {
   const File f = parse(bytes, size, path);
   const std::string arch = meta_string(f, "general.architecture", path, true);
-  if (arch != "llama") throw InputError("architecture '" + arch + "' is not supported (llama is)", path);
-  const std::string rs = meta_string(f, "llama.rope.scaling.type", path, false);
+  if (arch != "llama" && arch != kMoeArch)
+    throw InputError("architecture '" + arch + "' is not supported (llama and " + kMoeArch + " are)", path);
+  const std::string& A = arch;  // the metadata keys' prefix
+  const std::string rs = meta_string(f, A + ".rope.scaling.type", path, false);
   if (!rs.empty() && rs != "none") throw InputError("RoPE scaling '" + rs + "' is not supported", path);
   const TensorInfo* embd = f.find("token_embd.weight");
   if (!embd) throw InputError("missing tensor", path + ":token_embd.weight");
@@ -334,30 +368,31 @@ Model load_model(const std::uint8_t* bytes, std::size_t size, const std::string&
   Model m;
   ModelConfig& c = m.config;
   c.vocab_size = static_cast<int>(std::min<std::uint64_t>(embd->ne[1], 1u << 30));
-  c.d_model = static_cast<int>(meta_int(f, "llama.embedding_length", path, true, 0));
-  c.n_layers = static_cast<int>(meta_int(f, "llama.block_count", path, true, 0));
-  c.n_heads = static_cast<int>(meta_int(f, "llama.attention.head_count", path, true, 0));
-  c.n_kv_heads = static_cast<int>(meta_int(f, "llama.attention.head_count_kv", path, false, c.n_heads));
-  c.d_ff = static_cast<int>(meta_int(f, "llama.feed_forward_length", path, true, 0));
-  c.n_ctx = static_cast<int>(meta_int(f, "llama.context_length", path, true, 0));
-  c.rope_theta = meta_double(f, "llama.rope.freq_base", path, 10000.0);
-  c.rms_eps = meta_double(f, "llama.attention.layer_norm_rms_epsilon", path, 1e-5);
+  c.d_model = static_cast<int>(meta_int(f, A + ".embedding_length", path, true, 0));
+  c.n_layers = static_cast<int>(meta_int(f, A + ".block_count", path, true, 0));
+  c.n_heads = static_cast<int>(meta_int(f, A + ".attention.head_count", path, true, 0));
+  c.n_kv_heads = static_cast<int>(meta_int(f, A + ".attention.head_count_kv", path, false, c.n_heads));
+  c.d_ff = static_cast<int>(meta_int(f, A + ".feed_forward_length", path, true, 0));
+  c.n_ctx = static_cast<int>(meta_int(f, A + ".context_length", path, true, 0));
+  c.rope_theta = meta_double(f, A + ".rope.freq_base", path, 10000.0);
+  c.rms_eps = meta_double(f, A + ".attention.layer_norm_rms_epsilon", path, 1e-5);
+  if (c.n_layers > 4096 || c.n_layers < 0) throw InputError("block_count out of range", path);
+  read_moe_config(f, A, path, c);
   c.rope_style = RopeStyle::interleaved;
   c.tied = f.find("output.weight") == nullptr;
   c.bos_id = static_cast<int>(meta_int(f, "tokenizer.ggml.bos_token_id", path, false, -1));
   c.eos_id = static_cast<int>(meta_int(f, "tokenizer.ggml.eos_token_id", path, false, -1));
   c.add_bos = meta_bool(f, "tokenizer.ggml.add_bos_token", path, c.bos_id >= 0) && c.bos_id >= 0;
   c.validate(path);
-  const std::int64_t rope_dims = meta_int(f, "llama.rope.dimension_count", path, false, c.head_dim());
+  const std::int64_t rope_dims = meta_int(f, A + ".rope.dimension_count", path, false, c.head_dim());
   if (rope_dims != c.head_dim()) throw InputError("partial rotary embedding (rope.dimension_count != head_dim) is not supported", path);
-  if (c.n_layers > 4096) throw InputError("block_count out of range", path);
 
   // Every weight takes at least one byte of the file (Q8_0: 34/32): a config that implies more
   // weights than the file has bytes is refused before anything is allocated.
   if (c.n_params_approx() > double(size))
     throw InputError(fmt::format("the config implies {:.3g} weights but the file has {} bytes", c.n_params_approx(), size), path);
   m = allocate_model(c, path);
-  for (auto& t : tensor_slots(m)) load_tensor(bytes, f, t.gguf, t.rows, t.cols, t.data, path);
+  for (auto& t : tensor_slots(m)) load_tensor(bytes, f, t.gguf, t.rows, t.cols, t.experts, t.data, path);
   const TensorType qt = f.find("blk.0.attn_q.weight")->type;
   m.stored = qt == TensorType::f16 ? io::h5::FloatStorage::f16 : qt == TensorType::bf16 ? io::h5::FloatStorage::bf16 : io::h5::FloatStorage::f32;
 
@@ -411,6 +446,7 @@ class Writer {
   void str(const std::string& s) { put<std::uint64_t>(s.size()); buf += s; }
   void kv_u32(const std::string& k, std::uint32_t v) { str(k); put<std::uint32_t>(t_u32); put(v); }
   void kv_f32(const std::string& k, float v) { str(k); put<std::uint32_t>(t_f32); put(v); }
+  void kv_f64(const std::string& k, double v) { str(k); put<std::uint32_t>(t_f64); put(v); }
   void kv_bool(const std::string& k, bool v) { str(k); put<std::uint32_t>(t_bool); put<std::uint8_t>(v ? 1 : 0); }
   void kv_str(const std::string& k, const std::string& v) { str(k); put<std::uint32_t>(t_string); str(v); }
   template <class T>
@@ -428,8 +464,6 @@ class Writer {
 void save_model(const std::string& path, const Model& m, io::h5::FloatStorage storage, const io::Provenance& prov) {
   const ModelConfig& c = m.config;
   c.validate("model config");
-  if (c.has_moe())  // the stacked-expert layout of moe / latent-moe blocks has no GGUF mapping here yet
-    throw UsageError("GGUF output of moe / latent-moe blocks is not supported yet; keep the native .h5 checkpoint", "-o");
   check_narrowing(m, storage);
   struct Out { std::string name; const float* data; std::vector<std::uint64_t> ne; bool half; };
   std::vector<Out> outs;
@@ -448,7 +482,10 @@ void save_model(const std::string& path, const Model& m, io::h5::FloatStorage st
       permuted.push_back(permute_rope_rows(t.data, t.rows, t.cols, t.rope_heads, false));
       src = permuted.back().data.data();
     }
-    outs.push_back({t.gguf, src, {std::uint64_t(t.cols), std::uint64_t(t.rows)}, half_mat});
+    if (t.experts > 0)  // the stacked experts: one 3-D tensor, ne [in, out, expert] (llama.cpp's *_exps)
+      outs.push_back({t.gguf, src, {std::uint64_t(t.cols), std::uint64_t(t.rows / t.experts), std::uint64_t(t.experts)}, half_mat});
+    else
+      outs.push_back({t.gguf, src, {std::uint64_t(t.cols), std::uint64_t(t.rows)}, half_mat});
   }
 
   Writer w;
@@ -458,21 +495,43 @@ void save_model(const std::string& path, const Model& m, io::h5::FloatStorage st
   int n_kv = 0;
   Writer meta;
   auto count = [&] { ++n_kv; };
-  meta.kv_str("general.architecture", "llama"); count();
+  // A Mixtral is llama.cpp's llama architecture with experts; any other moe model is written
+  // under the architecture "icmlkit-moe" (same keys and tensor names, so that llama.cpp refuses
+  // it instead of computing a different router).
+  const std::string A = c.has_moe() && !c.is_mixtral() ? kMoeArch : "llama";
+  meta.kv_str("general.architecture", A); count();
   meta.kv_str("general.name", "icmlkit"); count();
   meta.kv_u32("general.alignment", alignment); count();
   meta.kv_u32("general.file_type", bf16 ? 32 : half_mat ? 1 : 0); count();  // llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_BF16
   meta.kv_str("icmlkit.provenance.command", prov.command); count();
-  meta.kv_u32("llama.context_length", c.n_ctx); count();
-  meta.kv_u32("llama.embedding_length", c.d_model); count();
-  meta.kv_u32("llama.block_count", c.n_layers); count();
-  meta.kv_u32("llama.feed_forward_length", c.d_ff); count();
-  meta.kv_u32("llama.attention.head_count", c.n_heads); count();
-  meta.kv_u32("llama.attention.head_count_kv", c.n_kv_heads); count();
-  meta.kv_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta)); count();
-  meta.kv_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_eps)); count();
-  meta.kv_u32("llama.rope.dimension_count", c.head_dim()); count();
-  meta.kv_u32("llama.vocab_size", c.vocab_size); count();
+  meta.kv_u32(A + ".context_length", c.n_ctx); count();
+  meta.kv_u32(A + ".embedding_length", c.d_model); count();
+  meta.kv_u32(A + ".block_count", c.n_layers); count();
+  // llama.cpp sizes a llama model's experts by feed_forward_length
+  meta.kv_u32(A + ".feed_forward_length", c.has_llama_mlp() ? c.d_ff : c.moe.d_expert); count();
+  meta.kv_u32(A + ".attention.head_count", c.n_heads); count();
+  meta.kv_u32(A + ".attention.head_count_kv", c.n_kv_heads); count();
+  meta.kv_f32(A + ".rope.freq_base", static_cast<float>(c.rope_theta)); count();
+  meta.kv_f32(A + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_eps)); count();
+  meta.kv_u32(A + ".rope.dimension_count", c.head_dim()); count();
+  meta.kv_u32(A + ".vocab_size", c.vocab_size); count();
+  if (c.has_moe()) {  // llama.cpp's expert keys, then ours for what it has no key for
+    const MoeConfig& e = c.moe;
+    meta.kv_u32(A + ".expert_count", e.n_experts); count();
+    meta.kv_u32(A + ".expert_used_count", e.top_k); count();
+    meta.kv_u32(A + ".expert_feed_forward_length", e.d_expert); count();
+    meta.kv_u32(A + ".expert_shared_feed_forward_length", e.d_shared); count();
+    meta.kv_f32(A + ".expert_weights_scale", static_cast<float>(e.routed_scaling)); count();
+    meta.kv_bool(A + ".expert_weights_norm", e.norm_topk); count();
+    meta.kv_u32(A + ".expert_gating_func", e.router == RouterKind::softmax ? 1 : 2); count();  // llama.cpp: 1 softmax, 2 sigmoid
+    meta.kv_str("icmlkit.expert_act", expert_act_name(e.act)); count();
+    meta.kv_u32("icmlkit.latent_length", e.d_latent); count();
+    meta.kv_u32("icmlkit.dense_feed_forward_length", c.d_ff); count();
+    meta.kv_f64("icmlkit.expert_weights_scale", e.routed_scaling); count();  // unrounded (the f32 key rounds it)
+    std::vector<std::string> types;
+    for (BlockType t : c.all_block_types()) types.push_back(block_type_name(t));
+    meta.kv_array("icmlkit.block_types", t_string, types); count();
+  }
   if (tok) {
     const auto pieces = tok->pieces();
     std::vector<std::string> texts;

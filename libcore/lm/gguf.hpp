@@ -19,6 +19,12 @@
 
 namespace icmlkit::lm::gguf {
 
+/// The architecture name of moe models llama.cpp's llama architecture does not compute (a
+/// sigmoid router, shared experts, unnormalised or scaled weights, squared-ReLU experts,
+/// latent-moe or mixed blocks): the llama keys and tensor names under this prefix, plus
+/// icmlkit.block_types / expert_act / latent_length, so that llama.cpp refuses the file.
+inline const std::string kMoeArch = "icmlkit-moe";
+
 /// ggml tensor types this toolkit reads (numbers as in ggml.h).
 enum class TensorType : std::uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
 
@@ -52,8 +58,9 @@ File parse(const std::uint8_t* data, std::size_t size, const std::string& where)
 /// Decodes a tensor's elements to float32 (F32, F16, BF16, Q8_0).  `data` is the whole file.
 std::vector<float> dequantize(const std::uint8_t* data, const TensorInfo& t);
 
-/// Loads a llama-architecture GGUF file as a native Model (rope_style interleaved, as GGUF
-/// stores q/k).  The tokenizer is rebuilt as a SentencePiece model from tokenizer.ggml.* when the
+/// Loads a llama-architecture GGUF file (dense, or a Mixtral: expert_count > 0, the experts
+/// as 3-D ffn_{gate,up,down}_exps tensors) or a kMoeArch file as a native Model (rope_style
+/// interleaved, as GGUF stores q/k).  The tokenizer is rebuilt as a SentencePiece model from tokenizer.ggml.* when the
 /// tokenizer type is "llama" (or taken verbatim from icmlkit.tokenizer.sentencepiece_model);
 /// other types are refused by name.  Throws InputError.
 Model load_model(const std::string& path);
@@ -61,7 +68,8 @@ Model load_model(const std::string& path);
 /// load_model() on bytes already in memory (the whole file); `where` names it in errors.
 Model load_model(const std::uint8_t* data, std::size_t size, const std::string& where);
 
-/// Writes `model` as GGUF v3 (matrices F32, F16 or BF16 = ggml type 30 with general.file_type
+/// Writes `model` as GGUF v3 (a Mixtral under the llama architecture with llama.cpp's expert
+/// keys and 3-D expert tensors; other moe models under kMoeArch) (matrices F32, F16 or BF16 = ggml type 30 with general.file_type
 /// 32, as llama.cpp's MOSTLY_BF16; norms F32).  A rope_style=half model has its q/k rows
 /// permuted to the interleaved layout llama.cpp expects (lm/README.md).  The tokenizer goes in
 /// as tokenizer.ggml.* (type "llama") plus the exact SentencePiece bytes.  Throws UsageError

@@ -85,7 +85,9 @@ std::vector<S> slots_of(M& m) {
   if (m.token_embd.is_half())
     throw RuntimeError("the model holds f16 compute weights (hold_half); its tensors cannot be saved or trained");
   std::vector<S> out;
-  auto mat = [&](std::string g, std::string h, auto& w, int heads) { out.push_back(S{std::move(g), std::move(h), w.data.data(), w.rows, w.cols, heads}); };
+  auto mat = [&](std::string g, std::string h, auto& w, int heads, int experts = 0) {
+    out.push_back(S{std::move(g), std::move(h), w.data.data(), w.rows, w.cols, heads, experts});
+  };
   auto vec = [&](std::string g, std::string h, auto& v) { out.push_back(S{std::move(g), std::move(h), v.data(), static_cast<int>(v.size()), 0, 0}); };
   mat("token_embd.weight", "model.embed_tokens.weight", m.token_embd, 0);
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
@@ -105,19 +107,20 @@ std::vector<S> slots_of(M& m) {
       continue;
     }
     const bool swiglu = c.moe.act == ExpertAct::swiglu;
-    mat(g + "ffn_gate_inp.weight", "", l.router, 0);
-    if (c.moe.router == RouterKind::sigmoid) vec(g + "exp_probs_b.bias", "", l.router_bias);
-    if (swiglu) mat(g + "ffn_gate_exps.weight", "", l.gate_exps, 0);
-    mat(g + "ffn_up_exps.weight", "", l.up_exps, 0);
-    mat(g + "ffn_down_exps.weight", "", l.down_exps, 0);
+    const int E = c.moe.n_experts;
+    mat(g + "ffn_gate_inp.weight", h + "mlp.gate.weight", l.router, 0);
+    if (c.moe.router == RouterKind::sigmoid) vec(g + "exp_probs_b.bias", h + "mlp.gate.e_score_correction_bias", l.router_bias);
+    if (swiglu) mat(g + "ffn_gate_exps.weight", h + "mlp.experts.{}.gate_proj.weight", l.gate_exps, 0, E);
+    mat(g + "ffn_up_exps.weight", h + "mlp.experts.{}.up_proj.weight", l.up_exps, 0, E);
+    mat(g + "ffn_down_exps.weight", h + "mlp.experts.{}.down_proj.weight", l.down_exps, 0, E);
     if (c.moe.d_shared > 0) {
-      if (swiglu) mat(g + "ffn_gate_shexp.weight", "", l.gate_shexp, 0);
-      mat(g + "ffn_up_shexp.weight", "", l.up_shexp, 0);
-      mat(g + "ffn_down_shexp.weight", "", l.down_shexp, 0);
+      if (swiglu) mat(g + "ffn_gate_shexp.weight", h + "mlp.shared_experts.gate_proj.weight", l.gate_shexp, 0);
+      mat(g + "ffn_up_shexp.weight", h + "mlp.shared_experts.up_proj.weight", l.up_shexp, 0);
+      mat(g + "ffn_down_shexp.weight", h + "mlp.shared_experts.down_proj.weight", l.down_shexp, 0);
     }
     if (t == BlockType::latent_moe) {
-      mat(g + "ffn_latent_down.weight", "", l.latent_down, 0);
-      mat(g + "ffn_latent_up.weight", "", l.latent_up, 0);
+      mat(g + "ffn_latent_down.weight", h + "mlp.latent_down_proj.weight", l.latent_down, 0);
+      mat(g + "ffn_latent_up.weight", h + "mlp.latent_up_proj.weight", l.latent_up, 0);
     }
   }
   vec("output_norm.weight", "model.norm.weight", m.output_norm);

@@ -86,7 +86,16 @@ struct BasicTensorSlot {
   F* data;             ///< row-major values
   int rows, cols;      ///< [out, in]; cols == 0 for a vector of `rows`
   int rope_heads;      ///< q/k matrices: heads whose rows follow the RoPE layout; else 0
+  /// A moe block's stacked experts: `experts` matrices of rows / experts rows each, expert e's
+  /// rows first e x rows / experts (GGUF: one 3-D tensor ne [cols, rows / experts, experts]; `hf`
+  /// then holds "{}" where the expert's index goes, one tensor per expert); else 0.
+  int experts = 0;
   bool is_matrix() const noexcept { return cols > 0; }
+  /// The Hugging Face name of expert e of a stacked slot (hf with "{}" replaced by e).
+  std::string hf_expert(int e) const {
+    const auto at = hf.find("{}");
+    return hf.substr(0, at) + std::to_string(e) + hf.substr(at + 2);
+  }
 };
 using TensorSlot = BasicTensorSlot<float>;
 using ConstTensorSlot = BasicTensorSlot<const float>;
@@ -95,7 +104,10 @@ using ConstTensorSlot = BasicTensorSlot<const float>;
 /// ffn_norm, then llama's gate, up, down or a moe block's router, router bias (sigmoid), gate/up/
 /// down experts, shared gate/up/down (d_shared > 0) and latent down/up (latent-moe)), output_norm,
 /// output (when untied).  The single list every reader and writer (HDF5, GGUF, safetensors)
-/// walks; a moe block's tensors have no Hugging Face name yet (hf empty).
+/// walks.  A moe block's Hugging Face names follow DeepSeek-V3 / Qwen-MoE (mlp.gate.weight,
+/// mlp.gate.e_score_correction_bias, mlp.experts.{}.gate_proj/up_proj/down_proj.weight,
+/// mlp.shared_experts.*) plus latent-moe's own mlp.latent_down_proj / latent_up_proj.weight;
+/// the safetensors writer renames them for Mixtral where the model is one.
 std::vector<TensorSlot> tensor_slots(Model& m);
 std::vector<ConstTensorSlot> tensor_slots(const Model& m);
 

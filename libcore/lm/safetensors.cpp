@@ -149,6 +149,24 @@ double cfg_double(const json& c, const char* key, const std::string& where, doub
   return c[key].get<double>();
 }
 
+/// A moe slot's Hugging Face name in a Mixtral checkpoint (block_sparse_moe.gate, experts.{}.w1 =
+/// gate, w2 = down, w3 = up); other names unchanged.
+std::string mixtral_name(std::string hf) {
+  static const std::pair<const char*, const char*> kMap[] = {
+      {".mlp.gate.weight", ".block_sparse_moe.gate.weight"},
+      {".mlp.experts.{}.gate_proj.", ".block_sparse_moe.experts.{}.w1."},
+      {".mlp.experts.{}.down_proj.", ".block_sparse_moe.experts.{}.w2."},
+      {".mlp.experts.{}.up_proj.", ".block_sparse_moe.experts.{}.w3."}};
+  for (const auto& [from, to] : kMap) {
+    const auto at = hf.find(from);
+    if (at != std::string::npos) return hf.replace(at, std::strlen(from), to);
+  }
+  return hf;
+}
+
+/// The model_type of icmlkit's own moe checkpoints (any moe model that is not a Mixtral).
+const char* const kMoeType = "icmlkit_moe";
+
 /// The shards of a checkpoint, mapped once, and where each tensor lives.
 class Shards {
  public:
@@ -246,7 +264,10 @@ Model load_model(const std::string& path) {
   const json cfg = io::read_json(cfg_path.string());
   if (!cfg.is_object()) throw InputError("config.json is not an object", cw);
   const std::string mt = cfg.value("model_type", std::string());
-  if (mt != "llama") throw InputError("model_type '" + mt + "' is not supported (llama is)", cw);
+  if (mt != "llama" && mt != "mixtral" && mt != kMoeType)
+    throw InputError("model_type '" + mt + "' is not supported (llama, mixtral and " + kMoeType + " are)", cw);
+  if (mt == "mixtral" && cfg.contains("sliding_window") && !cfg["sliding_window"].is_null())
+    throw InputError("sliding_window attention is not supported (set it to null)", cw);
   if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) throw InputError("rope_scaling is not supported", cw);
   if (cfg.value("attention_bias", false) || cfg.value("mlp_bias", false)) throw InputError("attention/MLP biases are not supported", cw);
   if (cfg.value("hidden_act", std::string("silu")) != "silu") throw InputError("hidden_act must be silu", cw);
@@ -265,6 +286,36 @@ Model load_model(const std::string& path) {
   c.eos_id = cfg_int(cfg, "eos_token_id", cw, false, -1);
   c.add_bos = c.bos_id >= 0;
   c.rope_style = RopeStyle::half;
+  if (mt == "mixtral") {
+    c.block_types.assign(std::size_t(std::max(0, c.n_layers)), BlockType::moe);
+    c.moe.n_experts = cfg_int(cfg, "num_local_experts", cw, true, 0);
+    c.moe.top_k = cfg_int(cfg, "num_experts_per_tok", cw, true, 0);
+    c.moe.d_expert = c.d_ff;
+  } else if (mt == kMoeType) {
+    if (!cfg.contains("block_types") || !cfg["block_types"].is_array() || cfg["block_types"].size() != std::size_t(std::max(0, c.n_layers)))
+      throw InputError("config.json 'block_types' must list num_hidden_layers block types", cw);
+    for (std::size_t i = 0; i < cfg["block_types"].size(); ++i) {
+      const json& b = cfg["block_types"][i];
+      if (!b.is_string()) throw InputError("config.json 'block_types' holds a non-string", cw);
+      c.block_types.push_back(parse_block_type(b.get<std::string>(), int(i), cw));
+    }
+    MoeConfig& e = c.moe;
+    e.n_experts = cfg_int(cfg, "n_routed_experts", cw, true, 0);
+    e.top_k = cfg_int(cfg, "num_experts_per_tok", cw, true, 0);
+    e.d_expert = cfg_int(cfg, "moe_intermediate_size", cw, true, 0);
+    e.d_shared = cfg_int(cfg, "shared_expert_intermediate_size", cw, false, 0);
+    e.d_latent = cfg_int(cfg, "latent_size", cw, false, 0);
+    e.routed_scaling = cfg_double(cfg, "routed_scaling_factor", cw, 1.0);
+    if (cfg.contains("norm_topk_prob") && !cfg["norm_topk_prob"].is_boolean())
+      throw InputError("config.json 'norm_topk_prob' is not a boolean", cw);
+    e.norm_topk = cfg.value("norm_topk_prob", true);
+    const auto str = [&](const char* key, const char* fallback) {
+      if (cfg.contains(key) && !cfg[key].is_string()) throw InputError(std::string("config.json '") + key + "' is not a string", cw);
+      return cfg.value(key, std::string(fallback));
+    };
+    e.router = parse_router_kind(str("scoring_func", "softmax"), cw + ":scoring_func");
+    e.act = parse_expert_act(str("expert_act", "swiglu"), cw + ":expert_act");
+  }
   if (c.n_heads > 0 && cfg.contains("head_dim") && !cfg["head_dim"].is_null() &&
       cfg_int(cfg, "head_dim", cw, false, 0) * c.n_heads != c.d_model)
     throw InputError("head_dim * num_attention_heads != hidden_size is not supported", cw);
@@ -285,8 +336,19 @@ Model load_model(const std::string& path) {
   if (!c.tied && !shards.has("lm_head.weight"))
     throw InputError("missing tensor lm_head.weight (and tie_word_embeddings is false)", cw);
   for (auto& t : tensor_slots(m)) {
-    if (t.is_matrix()) load(t.hf, {std::uint64_t(t.rows), std::uint64_t(t.cols)}, t.data);
-    else load(t.hf, {std::uint64_t(t.rows)}, t.data);
+    const std::string hf = mt == "mixtral" ? mixtral_name(t.hf) : t.hf;
+    if (t.experts > 0) {  // one tensor per expert, stacked
+      const std::uint64_t rows = std::uint64_t(t.rows / t.experts);
+      for (int e = 0; e < t.experts; ++e) {
+        TensorSlot one = t;
+        one.hf = hf;
+        load(one.hf_expert(e), {rows, std::uint64_t(t.cols)}, t.data + std::size_t(e) * rows * std::size_t(t.cols));
+      }
+    } else if (t.is_matrix()) {
+      load(hf, {std::uint64_t(t.rows), std::uint64_t(t.cols)}, t.data);
+    } else {
+      load(hf, {std::uint64_t(t.rows)}, t.data);
+    }
   }
   const std::string dt = shards.first_dtype("model.layers.0.self_attn.q_proj.weight");
   m.stored = dt == "F16" ? io::h5::FloatStorage::f16 : dt == "BF16" ? io::h5::FloatStorage::bf16 : io::h5::FloatStorage::f32;
@@ -303,9 +365,8 @@ Model load_model(const std::string& path) {
 void save_model(const std::string& dir, const Model& m, io::h5::FloatStorage storage, const io::Provenance& prov) {
   const ModelConfig& c = m.config;
   c.validate("model config");
-  if (c.has_moe())  // the stacked-expert layout of moe / latent-moe blocks has no safetensors mapping here yet
-    throw UsageError("safetensors output of moe / latent-moe blocks is not supported yet; keep the native .h5 checkpoint", "-o");
   check_narrowing(m, storage);
+  const bool mixtral = c.is_mixtral();
   std::error_code ec;
   if (fs::exists(fs::path(dir) / "model.safetensors.index.json"))
     throw RuntimeError("the output directory holds a sharded model (model.safetensors.index.json): choose an empty directory", dir);
@@ -315,9 +376,16 @@ void save_model(const std::string& dir, const Model& m, io::h5::FloatStorage sto
   std::vector<T> ts;
   std::vector<Matrix> keep;  // q/k back in the rotate-half layout for rope_style = interleaved
   keep.reserve(2 * c.n_layers);
-  for (const auto& t : tensor_slots(m)) {
+  for (auto t : tensor_slots(m)) {
+    if (mixtral) t.hf = mixtral_name(t.hf);
     if (!t.is_matrix()) {
       ts.push_back({t.hf, t.data, {std::uint64_t(t.rows)}, false});
+      continue;
+    }
+    if (t.experts > 0) {  // one tensor per expert, as Hugging Face checkpoints store them
+      const std::uint64_t rows = std::uint64_t(t.rows / t.experts);
+      for (int e = 0; e < t.experts; ++e)
+        ts.push_back({t.hf_expert(e), t.data + std::size_t(e) * rows * std::size_t(t.cols), {rows, std::uint64_t(t.cols)}, true});
       continue;
     }
     const float* src = t.data;
@@ -375,6 +443,24 @@ void save_model(const std::string& dir, const Model& m, io::h5::FloatStorage sto
               {"torch_dtype", storage == io::h5::FloatStorage::f16 ? "float16" : storage == io::h5::FloatStorage::bf16 ? "bfloat16" : "float32"}};
   if (c.bos_id >= 0) cfg["bos_token_id"] = c.bos_id;
   if (c.eos_id >= 0) cfg["eos_token_id"] = c.eos_id;
+  if (mixtral) {  // transformers' MixtralForCausalLM (softmax top-K, renormalised)
+    cfg["architectures"] = {"MixtralForCausalLM"};
+    cfg["model_type"] = "mixtral";
+    cfg["intermediate_size"] = c.moe.d_expert;
+    cfg.update({{"num_local_experts", c.moe.n_experts}, {"num_experts_per_tok", c.moe.top_k}, {"sliding_window", nullptr},
+                {"router_aux_loss_coef", 0.0}, {"output_router_logits", false}, {"attention_dropout", 0.0}});
+    cfg.erase("mlp_bias");
+  } else if (c.has_moe()) {  // icmlkit's own: DeepSeek-V3 / Qwen-MoE keys, plus the block list and latent width
+    const MoeConfig& e = c.moe;
+    cfg["architectures"] = {"IcmlkitMoeForCausalLM"};
+    cfg["model_type"] = kMoeType;
+    json types = json::array();
+    for (BlockType t : c.all_block_types()) types.push_back(block_type_name(t));
+    cfg.update({{"block_types", types}, {"n_routed_experts", e.n_experts}, {"num_experts_per_tok", e.top_k},
+                {"moe_intermediate_size", e.d_expert}, {"shared_expert_intermediate_size", e.d_shared},
+                {"latent_size", e.d_latent}, {"scoring_func", router_kind_name(e.router)}, {"norm_topk_prob", e.norm_topk},
+                {"routed_scaling_factor", e.routed_scaling}, {"expert_act", expert_act_name(e.act)}});
+  }
   io::write_text((fs::path(dir) / "config.json").string(), cfg.dump(2) + "\n");
   // generation_config.json and tokenizer_config.json: transformers loads the folder without
   // falling back to defaults (and warning) for the special tokens and the BOS rule.

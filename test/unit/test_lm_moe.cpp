@@ -16,6 +16,7 @@
 #include "lm/model.hpp"
 #include "lm/moe.hpp"
 #include "lm/gguf.hpp"
+#include "lm/safetensors.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 #include "util/threads.hpp"
@@ -277,8 +278,8 @@ TEST_CASE("lm moe: logits are batch invariant through the routed experts") {
 }
 
 // The checkpoint holds the moe settings and tensors: a round trip gives the same config and bitwise
-// the same logits; n_params equals the tensors' element count; GGUF output is refused.
-TEST_CASE("lm moe: checkpoint round trip, parameter count, and no GGUF yet") {
+// the same logits; n_params equals the tensors' element count; GGUF and safetensors keep it too.
+TEST_CASE("lm moe: checkpoint, GGUF and safetensors round trips, parameter count") {
   const auto dir = std::filesystem::temp_directory_path() / "icmlkit_moe_ck";
   std::filesystem::create_directories(dir);
   for (BlockType t : {BlockType::moe, BlockType::latent_moe}) {
@@ -303,8 +304,30 @@ TEST_CASE("lm moe: checkpoint round trip, parameter count, and no GGUF yet") {
     KvCache a(m.config), b(r.config);
     const ForwardResult fa = forward(m, a, Batch::causal(toks, 0)), fb = forward(r, b, Batch::causal(toks, 0));
     CHECK(same_bits(fa.logits.data.data(), fb.logits.data.data(), static_cast<int>(fa.logits.data.size())));
-    CHECK_THROWS_WITH_AS(gguf::save_model((dir / "m.gguf").string(), m, io::h5::FloatStorage::f32, io::Provenance{}),
-                         doctest::Contains("moe / latent-moe blocks is not supported yet"), UsageError);
+    // GGUF and safetensors (icmlkit-moe / icmlkit_moe: a sigmoid router) keep every setting and
+    // tensor; the logits agree to rounding (GGUF's q/k rows are permuted to the interleaved RoPE)
+    gguf::save_model((dir / "m.gguf").string(), m, io::h5::FloatStorage::f32, io::Provenance{});
+    safetensors::save_model((dir / "hf").string(), m, io::h5::FloatStorage::f32, io::Provenance{});
+    for (const Model& o : {gguf::load_model((dir / "m.gguf").string()), safetensors::load_model((dir / "hf").string())}) {
+      CHECK(o.config.block_types == c.block_types);
+      CHECK(o.config.moe.n_experts == c.moe.n_experts);
+      CHECK(o.config.moe.top_k == c.moe.top_k);
+      CHECK(o.config.moe.d_expert == c.moe.d_expert);
+      CHECK(o.config.moe.d_shared == c.moe.d_shared);
+      CHECK(o.config.moe.d_latent == c.moe.d_latent);
+      CHECK(o.config.moe.act == c.moe.act);
+      CHECK(o.config.moe.router == c.moe.router);
+      CHECK(o.config.moe.norm_topk == c.moe.norm_topk);
+      CHECK(o.config.moe.routed_scaling == c.moe.routed_scaling);
+      CHECK(o.config.d_ff == c.d_ff);
+      CHECK(o.layers[1].down_exps.data == m.layers[1].down_exps.data);
+      CHECK(o.layers[1].router_bias == m.layers[1].router_bias);
+      KvCache k(o.config);
+      const ForwardResult fo = forward(o, k, Batch::causal(toks, 0));
+      double worst = 0;
+      for (std::size_t i = 0; i < fa.logits.data.size(); ++i) worst = std::max(worst, double(std::abs(fo.logits.data[i] - fa.logits.data[i])));
+      CHECK(worst < 1e-5);
+    }
   }
   std::filesystem::remove_all(dir);
 }

@@ -64,8 +64,20 @@ cli_case(lm-train/moe-adamw-only --rc 2 --tool lm-train --stderr "^lm-train: err
   -- bash -c "${MOE_TRAIN_SMALL} --optimizer foam -o o.h5")
 cli_case(lm-train/moe-flags-conflict-with-init --rc 2 --tool lm-train --stderr "^lm-train: error: --moe conflicts with --init \\(--moe\\)$" --no-file o.h5
   -- bash -c "${MOE_MK} -o m.h5 -q && ${MOE_TRAIN} ${FX}/genesis.txt --init m.h5 --moe standard --steps 2 -o o.h5 -q")
-cli_case(lm-convert/moe-gguf-refused --rc 2 --tool lm-convert --stderr "^lm-convert: error: GGUF output of moe / latent-moe blocks is not supported yet. keep the native .h5 checkpoint \\(-o\\)$" --no-file m.gguf
-  -- bash -c "${MOE_MK} --moe standard -o m.h5 -q && ${MOE_CONV} m.h5 -o m.gguf")
+# GGUF and Hugging Face output of moe models: a Mixtral (standard, softmax, renormalised, no
+# shared expert) under llama.cpp's llama architecture and transformers' MixtralForCausalLM names;
+# any other (here latent-moe, sigmoid, shared, relu2, unnormalised, scaled) under icmlkit-moe /
+# icmlkit_moe.  Either way h5 -> gguf -> h5 and h5 -> hf -> gguf -> h5 keep every tensor and
+# every moe setting (test/peer/hf_mixtral.py checks the Mixtral against transformers itself).
+set(MOE_SAME "bash ${CMAKE_CURRENT_SOURCE_DIR}/h5_same.sh m.h5 g.h5 h.h5 -- -a block_types -a moe_n_experts -a moe_top_k -a moe_d_expert -a moe_d_shared -a moe_d_latent -a moe_act -a moe_router -a moe_norm_topk -a moe_routed_scaling -d blk.0.ffn_gate_inp.weight -d blk.1.ffn_up_exps.weight -d blk.1.ffn_down_exps.weight -d output.weight")
+cli_case(lm-convert/moe-mixtral-formats --rc 0 --file-jq hf/config.json ".model_type == \"mixtral\" and .num_local_experts == 8 and .num_experts_per_tok == 2"
+  -- bash -c "${MOE_MK} --moe standard -o m.h5 -q && ${MOE_CONV} m.h5 -o m.gguf -q && grep -q 'llama.expert_count' m.gguf && ${MOE_CONV} m.gguf -o g.h5 -q && ${MOE_CONV} m.h5 -o hf -q && grep -aq 'model.layers.1.block_sparse_moe.experts.7.w2.weight' hf/model.safetensors && ${MOE_CONV} hf -o hg.gguf -q && ${MOE_CONV} hg.gguf -o h.h5 -q && ${MOE_SAME}")
+cli_case(lm-convert/moe-latent-formats --rc 0 --file-jq hf/config.json ".model_type == \"icmlkit_moe\" and .block_types == [\"latent-moe\", \"latent-moe\"] and .scoring_func == \"sigmoid\" and .latent_size == 16 and .routed_scaling_factor == 2.5 and .norm_topk_prob == false"
+  -- bash -c "${MOE_MK} --moe latent --latent 16 --d-shared 16 --router sigmoid --expert-act relu2 --no-norm-topk --routed-scaling 2.5 -o m.h5 -q && ${MOE_CONV} m.h5 -o m.gguf -q && grep -q 'icmlkit-moe.expert_count' m.gguf && ! grep -q 'llama.expert_count' m.gguf && ${MOE_CONV} m.gguf -o g.h5 -q && ${MOE_CONV} m.h5 -o hf -q && grep -aq 'model.layers.1.mlp.experts.7.up_proj.weight' hf/model.safetensors && grep -aq 'model.layers.0.mlp.latent_down_proj.weight' hf/model.safetensors && grep -aq 'model.layers.0.mlp.gate.e_score_correction_bias' hf/model.safetensors && ${MOE_CONV} hf -o hg.gguf -q && ${MOE_CONV} hg.gguf -o h.h5 -q && ${MOE_SAME}")
+cli_case(lm-eval/moe-hf-config-lacks-block-types --rc 1 --tool lm-eval --stderr "^lm-eval: error: config.json 'block_types' must list num_hidden_layers block types \\(.*hf/config.json\\)$"
+  -- bash -c "${MOE_MK} --moe latent --latent 16 -o m.h5 -q && ${MOE_CONV} m.h5 -o hf -q && jq 'del(.block_types)' hf/config.json > c && mv c hf/config.json && ${MOE_EVAL} hf ${FX}/genesis.txt")
+cli_case(lm-eval/mixtral-sliding-window --rc 1 --tool lm-eval --stderr "^lm-eval: error: sliding_window attention is not supported \\(set it to null\\) \\(.*hf/config.json\\)$"
+  -- bash -c "${MOE_MK} --moe standard -o m.h5 -q && ${MOE_CONV} m.h5 -o hf -q && jq '.sliding_window = 4096' hf/config.json > c && mv c hf/config.json && ${MOE_EVAL} hf ${FX}/genesis.txt")
 # Refusals found by a newcomer: a resume with another shape (the same command with --resume is fine),
 # the load-balancing flags on a dense model, MoE keys in --config.
 cli_case(lm-train/moe-resume-other-experts --rc 2 --tool lm-train --stderr "^lm-train: error: --d-shared 16 differs from the checkpoint's 0 \\(a resumed run keeps the checkpoint's shape\\) \\(--d-shared\\)$"
