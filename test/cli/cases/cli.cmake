@@ -22,6 +22,7 @@ set(CLI_NODIR_RUNS
   "mixlaw-fit missing.csv -o nodir/o.json"
   "mixlaw-optimize missing.json --params 1e9 --tokens 1e10 -o nodir/o.json"
   "mixlaw-predict missing.json missing.csv -o nodir/o.json"
+  "moe-grow missing.h5 --depth stack -o nodir/o.h5"
   "obcache-score missing.h5 --prompt x -o nodir/o.h5"
   "pseudomallows-fit missing.csv -o nodir/o.json"
   "smc-optimize --problem toy -o nodir/o.json"
