@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       "windows of --seq-len tokens (the last one shorter); every token after the first is predicted once.\n"
       "--split val with --val-every 20 evaluates exactly lm-train's held-out documents; --max-tokens N\n"
       "scores only the first N predicted tokens (the windows are cut from those).  JSON result:\n"
-      "loss, perplexity, bits_per_token, tokens (predicted tokens counted), windows, split, device,\n"
+      "loss, perplexity, bits_per_token, top1_accuracy (next-token arg-max accuracy; null on --device cuda), tokens (predicted tokens counted), windows, split, device,\n"
       "engine_settings (weights; with --device cuda also batch_invariant, invariant_rows, cuda_graphs), meta.\n"
       "On the CPU the loss is computed in f32; --device cuda runs the inference engine (--weights).",
       "  lm-eval kjv.h5 ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val\n"
@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
         nlohmann::json out{{"loss", r.loss},
                            {"perplexity", r.perplexity()},
                            {"bits_per_token", r.loss / std::log(2.0)},
+                           {"top1_accuracy", engine ? nlohmann::json() : nlohmann::json(r.top1())},
                            {"tokens", r.tokens},
                            {"windows", (r.tokens + seq_len - 1) / seq_len},
                            {"documents", chosen.size()},

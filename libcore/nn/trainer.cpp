@@ -1,5 +1,7 @@
 #include "nn/trainer.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <hdf5.h>
 
@@ -47,6 +49,18 @@ nlohmann::json TrainOptions::to_json() const {
 
 double EvalResult::perplexity() const { return std::exp(loss); }
 
+namespace {
+// Targets that are the arg-max of their row of logits [targets.size(), V] (the lower id on ties).
+std::int64_t count_top1(const std::vector<float>& logits, const std::vector<int>& targets, int V) {
+  std::int64_t n = 0;
+  for (std::size_t r = 0; r < targets.size(); ++r) {
+    const float* row = logits.data() + r * std::size_t(V);
+    n += static_cast<int>(std::max_element(row, row + V) - row) == targets[r];
+  }
+  return n;
+}
+}  // namespace
+
 EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int S, int batch,
                     std::int64_t max_tokens, const std::function<void(std::int64_t, std::int64_t)>& on_progress) {
   EvalResult r;
@@ -63,6 +77,8 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
     ~NoCapacity() { p.moe_capacity = keep; }
   } no_capacity{params, params.moe_capacity};
   params.moe_capacity = 0;
+  const int V = params.config.vocab_size;
+  std::vector<float> logits;
   std::vector<int> in, tg;
   std::int64_t w = 0;
   while (w < full) {
@@ -71,7 +87,8 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
     tg.clear();
     Windows win{&stream, S};
     for (int i = 0; i < b; ++i) win.get(w + i, in, tg);
-    sum += llama_loss(params, in, tg, b, S, 0.0, cache);
+    sum += llama_loss(params, in, tg, b, S, 0.0, cache, &logits);
+    r.correct += count_top1(logits, tg, V);
     r.tokens += std::int64_t(b) * S;
     w += b;
     if (on_progress) on_progress(r.tokens, targets);
@@ -81,7 +98,8 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
     const std::size_t o = std::size_t(full) * S;
     in.assign(stream.begin() + o, stream.begin() + o + rest);
     tg.assign(stream.begin() + o + 1, stream.begin() + o + rest + 1);
-    sum += llama_loss(params, in, tg, 1, static_cast<int>(rest), 0.0, cache);
+    sum += llama_loss(params, in, tg, 1, static_cast<int>(rest), 0.0, cache, &logits);
+    r.correct += count_top1(logits, tg, V);
     r.tokens += rest;
     if (on_progress) on_progress(r.tokens, targets);
   }

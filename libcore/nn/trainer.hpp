@@ -130,7 +130,10 @@ struct StepStats {
 struct EvalResult {
   double loss = 0;            ///< mean cross-entropy (nats per token)
   std::int64_t tokens = 0;    ///< predicted tokens counted
+  std::int64_t correct = 0;   ///< targets that are their position's arg-max logit (the lower id on ties)
   double perplexity() const;  ///< exp(loss)
+  /// Top-1 (next-token) accuracy correct / tokens (0 without tokens).
+  double top1() const { return tokens > 0 ? double(correct) / double(tokens) : 0.0; }
 };
 
 /// Loss of `params` on every non-overlapping window of `stream` (the last, shorter window

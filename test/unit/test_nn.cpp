@@ -572,6 +572,24 @@ TEST_CASE("nn evaluate: mean loss over all windows including the short last one"
   }
   CHECK(r.loss == doctest::Approx(sum / 29).epsilon(1e-6));
   CHECK(r.perplexity() == doctest::Approx(std::exp(sum / 29)).epsilon(1e-6));
+  // Top-1 accuracy: a stream whose every other target is the engine's arg-max at its position
+  // (set in order: a target does not change its own position's logits), the others random.
+  auto greedy = stream;
+  auto engine_argmax = [&](const std::vector<int>& st, int p) {  // position p inside its window
+    const int w0 = p / 8 * 8;
+    lm::KvCache kv(m.config);
+    const std::vector<int> seq(st.begin() + w0, st.begin() + p + 1);
+    const auto res = lm::forward(m, kv, lm::Batch::causal(seq, 0));
+    const float* row = res.logits.row(p - w0);
+    return static_cast<int>(std::max_element(row, row + m.config.vocab_size) - row);
+  };
+  for (int p = 0; p < 29; p += 2) greedy[std::size_t(p) + 1] = engine_argmax(greedy, p);
+  int truth = 0;
+  for (int p = 0; p < 29; ++p) truth += engine_argmax(greedy, p) == greedy[std::size_t(p) + 1];
+  const EvalResult g = evaluate(P, greedy, 8, 2);
+  CHECK(truth >= 15);
+  CHECK(g.correct == truth);
+  CHECK(g.top1() == doctest::Approx(truth / 29.0));
 }
 
 // --max-tokens N (lm-eval) scores exactly the first N targets: the same as the stream cut to
