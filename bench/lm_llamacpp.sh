@@ -28,6 +28,13 @@ for style in half interleaved; do
   "$venv/bin/python" "$root/test/peer/llamacpp_peer.py" "$bin" "$work/p_$style.gguf" 32 2 2>/dev/null \
     | sed "s/^{/{\"bench\": \"lm_llamacpp_greedy\", \"rope_style\": \"$style\", /" || true
 done
+# A Mixtral (issue 31: lm-init --moe standard, 8 experts, top-2) under llama.cpp's llama architecture
+# with 3-D expert tensors: the same greedy tokens.
+"$bin/lm-init" --tokenizer "$work/t.model" --d-model 64 --n-layers 2 --n-heads 4 --n-kv-heads 2 --d-ff 96 \
+  --n-ctx 512 --init-std 0.3 --moe standard --experts 8 --top-k 2 -o "$work/p_moe.h5" -q
+"$bin/lm-convert" "$work/p_moe.h5" -o "$work/p_moe.gguf" -q
+"$venv/bin/python" "$root/test/peer/llamacpp_peer.py" "$bin" "$work/p_moe.gguf" 32 2 2>/dev/null \
+  | sed "s/^{/{\"bench\": \"lm_llamacpp_greedy\", \"model\": \"mixtral\", /" || true
 "$bin/lm-init" --tokenizer "$work/t.model" --preset 100m --n-ctx 512 -o "$work/m.h5" -q
 "$bin/lm-convert" "$work/m.h5" -o "$work/m_f32.gguf" -q
 "$bin/lm-convert" "$work/m.h5" -o "$work/m_f16.gguf" --dtype f16 -q

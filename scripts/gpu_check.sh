@@ -11,7 +11,9 @@
 #      replayed, nothing computed).
 # Prints everything to stdout; with $OUT set, also writes $OUT/gpu_check.json and the parts, each
 # part as soon as it is done.  Each part has a time limit in seconds: GPU_CHECK_TEST_SECONDS (180),
-# GPU_CHECK_BENCH_SECONDS (180), GPU_CHECK_FAFO_SECONDS (60 per fafo-generate run).
+# GPU_CHECK_BENCH_SECONDS (180), GPU_CHECK_FAFO_SECONDS (60 per fafo-generate run), the defaults
+# times GPU_CHECK_TIME_SCALE (1); a part cut by its limit says "timed out after N s" on stderr and
+# in its JSON.
 # Usage: scripts/gpu_check.sh BUILD_DIR
 #        scripts/gpu_check.sh --bundle BUNDLE   (BUNDLE: a directory or .tar.xz from
 #          scripts/gpu_bundle.sh, for a GPU machine without our Debian libraries or a
@@ -97,9 +99,16 @@ export ICMLKIT_REPO_DATA="$root/data"
 # Each part runs under a time limit (seconds, overridable), so a hung part costs its limit and
 # not the rest of the run; after each part what exists so far is copied to $OUT, so a run cut
 # short by the device's own limit still returns the parts it finished.
-limit_tests=${GPU_CHECK_TEST_SECONDS:-180}
-limit_bench=${GPU_CHECK_BENCH_SECONDS:-180}
-limit_fafo=${GPU_CHECK_FAFO_SECONDS:-60}
+# GPU_CHECK_TIME_SCALE (an integer, default 1) multiplies the default limits: the sanitizer build's
+# rehearsal sets 10, its programs running several times slower.
+scale=${GPU_CHECK_TIME_SCALE:-1}
+limit_tests=${GPU_CHECK_TEST_SECONDS:-$(( 180 * scale ))}
+limit_bench=${GPU_CHECK_BENCH_SECONDS:-$(( 180 * scale ))}
+limit_fafo=${GPU_CHECK_FAFO_SECONDS:-$(( 60 * scale ))}
+# The reason a limited command failed: "timed out after N s (VAR)" for timeout's exit 124.
+why() {  # $1 = exit code, $2 = limit, $3 = its variable, $4 = the fallback text
+  if [ "$1" = 124 ]; then echo "timed out after $2 s ($3)"; else echo "$4"; fi
+}
 keep() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
@@ -120,7 +129,12 @@ fi
 
 echo "== gpu-check: CUDA tests"
 $emulated && echo "(emulated: only the refusal and cuBLAS cases here; ctest runs every other CUDA case as its own cuda-emu/ entry)"
-timeout "$limit_tests" "$unit" -tc="$tests" > "$tmp/ctest.log" 2>&1 && tests_ok=true || { tests_ok=false; status=1; }
+rc=0
+timeout "$limit_tests" "$unit" -tc="$tests" > "$tmp/ctest.log" 2>&1 || rc=$?
+if [ $rc -eq 0 ]; then tests_ok=true; else
+  tests_ok=false status=1
+  echo "gpu-check: the CUDA tests failed: $(why $rc "$limit_tests" GPU_CHECK_TEST_SECONDS "exit $rc")" >&2
+fi
 keep
 grep -E "skipped|TEST CASE|test cases|assertions|ERROR|FAILED|values:|INFO|gap|margin" "$tmp/ctest.log" | head -200 || tail -n 40 "$tmp/ctest.log"
 
@@ -142,10 +156,14 @@ if [ -n "${GPU_CHECK_SANITIZE:-}" ]; then
 fi
 
 echo "== gpu-check: bench-gpu-engine"
-if timeout "$limit_bench" "$bin/bench-gpu-engine" "${bench_args[@]}" > "$tmp/engine.json"; then
+rc=0
+timeout "$limit_bench" "$bin/bench-gpu-engine" "${bench_args[@]}" > "$tmp/engine.json" || rc=$?
+if [ $rc -eq 0 ]; then
   cat "$tmp/engine.json"
 else
-  echo '{"error": "bench-gpu-engine failed (or ran past '"$limit_bench"' s)"}' > "$tmp/engine.json"
+  e="bench-gpu-engine failed: $(why $rc "$limit_bench" GPU_CHECK_BENCH_SECONDS "exit $rc")"
+  echo "gpu-check: $e" >&2
+  jq -n --arg e "$e" '{error: $e}' > "$tmp/engine.json"
   status=1
 fi
 keep
@@ -159,11 +177,16 @@ fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming 
 fafo_run() {
   local name=$1 device=$2
   shift 2
-  if timeout "$limit_fafo" env "$@" "$bin/fafo-generate" "$model" --device "$device" --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_$name.jsonl" \
-       2> "$tmp/fafo_$name.err" && jq -c 'select(.summary) | .summary' "$tmp/fafo_$name.jsonl" > "$tmp/fafo_$name.json"; then
+  local rc=0
+  timeout "$limit_fafo" env "$@" "$bin/fafo-generate" "$model" --device "$device" --prompt "$prompt" "${fafo_args[@]}" -o "$tmp/fafo_$name.jsonl" \
+    2> "$tmp/fafo_$name.err" || rc=$?
+  if [ $rc -eq 0 ] && jq -c 'select(.summary) | .summary' "$tmp/fafo_$name.jsonl" > "$tmp/fafo_$name.json"; then
     return 0
   fi
-  jq -n --arg e "$(tail -n 3 "$tmp/fafo_$name.err" 2>/dev/null)" '{error: ("fafo-generate failed: " + $e)}' > "$tmp/fafo_$name.json"
+  local e
+  e="fafo-generate ($name) failed: $(why $rc "$limit_fafo" GPU_CHECK_FAFO_SECONDS "$(tail -n 3 "$tmp/fafo_$name.err" 2>/dev/null)")"
+  echo "gpu-check: $e" >&2
+  jq -n --arg e "$e" '{error: $e}' > "$tmp/fafo_$name.json"
   status=1
 }
 fafo_run cuda cuda
@@ -191,10 +214,13 @@ jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_cuda.json" --slurp
    cpu: ($c[0] | run)}' > "$tmp/fafo_summary.json" || { echo '{"error": "could not summarise the FAFO runs"}' > "$tmp/fafo_summary.json"; status=1; }
 # The same tokens on both devices? (CUDA equals CPU within tolerance, not bitwise.)
 same=null
-if timeout "$limit_fafo" "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_gpu.txt" &&
-   timeout "$limit_fafo" "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_cpu.txt"; then
+rc=0
+timeout "$limit_fafo" "$bin/fafo-generate" "$model" --device cuda --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_gpu.txt" &&
+  timeout "$limit_fafo" "$bin/fafo-generate" "$model" --device cpu --prompt "$prompt" --method ar -n "$fafo_tokens" --ignore-eos -q > "$tmp/ar_cpu.txt" || rc=$?
+if [ $rc -eq 0 ]; then
   same=$(cmp -s "$tmp/ar_gpu.txt" "$tmp/ar_cpu.txt" && echo true || echo false)
 else
+  echo "gpu-check: the greedy CUDA-vs-CPU text runs failed: $(why $rc "$limit_fafo" GPU_CHECK_FAFO_SECONDS "exit $rc")" >&2
   status=1
 fi
 jq --argjson same "$same" '. + {ar_text_cuda_equals_cpu: $same}' "$tmp/fafo_summary.json" > "$tmp/fafo.json"
