@@ -22,3 +22,8 @@ cli_case(moe-grow/nothing-to-grow --rc 2 --stderr "^moe-grow: error: nothing to 
   -- ${MOEGROW} ${FX}/genesis.txt -o o.h5)
 cli_case(moe-grow/unreadable-model --rc 1 --stderr "^moe-grow: error: .*genesis.txt.*$" --no-file o.h5
   -- ${MOEGROW} ${FX}/genesis.txt --depth stack -o o.h5)
+# Any format in and out: a GGUF Mixtral grown at alpha = 0 into a Hugging Face directory (16
+# experts, top-4: still a Mixtral) scores as the input did.
+cli_case(moe-grow/gguf-in-hf-out --rc 0 --file-jq g/config.json ".model_type == \"mixtral\" and .num_local_experts == 16 and .num_experts_per_tok == 4"
+  --file-jq r.json "(.a - .b | fabs) < 1e-6"
+  -- bash -c "${MOE_MK} --moe standard -o m.h5 -q && ${MOE_CONV} m.h5 -o m.gguf -q && ${MOEGROW} m.gguf --width noisy --alpha 0 -o g -q && ${MOE_EVAL} m.gguf ${FX}/genesis.txt --max-tokens 200 -q > a.json && ${MOE_EVAL} g ${FX}/genesis.txt --max-tokens 200 -q > b.json && jq -n --argjson a \"$(jq .loss a.json)\" --argjson b \"$(jq .loss b.json)\" '{a: $a, b: $b}' > r.json")
