@@ -119,6 +119,8 @@ int main(int argc, char** argv) {
           r.loss = r.tokens > 0 ? sum / double(r.tokens) : 0.0;
         }
         bar.finish();
+        if (!std::isfinite(r.loss))  // an overflowing forward (weights far too large) has no loss to report
+          throw RuntimeError(fmt::format("the loss is not finite ({}): the model's forward overflows", r.loss), model_path);
         const double seconds = sw.seconds();
         nlohmann::json out{{"loss", r.loss},
                            {"perplexity", r.perplexity()},

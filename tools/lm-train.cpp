@@ -17,6 +17,7 @@
 #include "io/json.hpp"
 #include "io/sha256.hpp"
 #include "lm/model.hpp"
+#include "lm/moe_grow.hpp"
 #include "lm/presets.hpp"
 #include "io/table.hpp"
 #include "lm/model_io.hpp"
@@ -580,6 +581,10 @@ int main(int argc, char** argv) {
         ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
         t.moe_model = mc.has_moe();  // the moe settings are part of the run's options (as the Trainer records them)
         ctx.prov.extra["options"] = t.to_json();
+        if (!init_path.empty()) {  // a grown --init model's growth steps stay in the trained model's provenance
+          const nlohmann::json growth = lm::growth_history(init_path);
+          if (!growth.empty()) ctx.prov.extra["growth"] = growth;
+        }
         nn::set_train_kernels(kernels == "reference" ? nn::TrainKernels::reference : nn::TrainKernels::fast);
         ctx.prov.extra["train_kernels"] = kernels;
         ctx.prov.extra["gemm_path"] = nn::gemm_path_name();

@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 
 #include "cli/run_tool.hpp"
-#include "io/hdf5.hpp"
 #include "lm/model_io.hpp"
 #include "lm/moe_grow.hpp"
 #include "util/error.hpp"
@@ -11,24 +10,6 @@
 
 using namespace icmlkit;
 
-namespace {
-
-/// The growth steps an icmlkit checkpoint already went through (its provenance meta "growth"),
-/// or an empty array (other formats, or a model never grown).
-nlohmann::json prior_growth(const std::string& path) {
-  if (lm::detect_format(path) != lm::ModelFormat::native_h5) return nlohmann::json::array();
-  const io::h5::Handle file = io::h5::open_file(path);
-  const io::h5::Handle root = io::h5::open_group(file, "/", path);
-  std::string meta;
-  if (!io::h5::read_attr(root, "meta", meta)) return nlohmann::json::array();
-  const nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
-  if (j.is_object() && j.contains("extra") && j["extra"].is_object() && j["extra"].contains("growth") && j["extra"]["growth"].is_array())
-    return j["extra"]["growth"];
-  if (j.is_object() && j.contains("growth") && j["growth"].is_array()) return j["growth"];
-  return nlohmann::json::array();
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::string input, output, depth, width, dtype;
@@ -46,8 +27,8 @@ int main(int argc, char** argv) {
       "keeps the function (a sigmoid router without --norm-topk gets routed_scaling / f for that); depth growth\n"
       "does not.  With both, depth is grown first.  Input: any model the toolkit reads (native .h5, GGUF,\n"
       "Hugging Face directory); output by the extension of -o as lm-convert.  A native output's provenance\n"
-      "(root attribute meta) lists every growth step under extra.growth, the input's own first, so growing twice\n"
-      "composes; train the grown model further with lm-train --init.",
+      "(root attribute meta) lists every growth step under \"growth\", the input's own first, so growing twice\n"
+      "composes; lm-train --init carries the list into the model it trains.",
       "  moe-grow base.h5 --depth interpose -o deep.h5\n"
       "  moe-grow deep.h5 --width noisy --alpha 0.01 --seed 2 -o wide.h5\n"
       "  moe-grow base.h5 --depth stack --width random -o baseline.h5\n"};
@@ -63,17 +44,17 @@ int main(int argc, char** argv) {
         app.add_option("--width-factor", width_factor, "Experts and top-K become this many times as many (with --width)")->capture_default_str();
         app.add_option("--layers", to_layers, "With --depth: the grown block count instead of --depth-factor (a multiple of the model's)");
         app.add_option("--experts", to_experts, "With --width: the grown expert count instead of --width-factor (a multiple of the model's)");
-        app.add_option("--alpha", alpha, "--width noisy: the noise's standard deviation over the source tensor's")->capture_default_str();
+        app.add_option("--alpha", alpha, "--width noisy: the noise's standard deviation as a multiple of the source tensor's")->capture_default_str();
         app.add_option("--dtype", dtype, "Storage of matrices: f32, f16 or bf16 (default: the input's)")
             ->transform(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case));
       },
       [&](cli::Context& ctx) {
         CLI::App& app = *app_ptr;
-        if (depth.empty() && width.empty()) throw UsageError("nothing to grow: give --depth and/or --width", "--depth");
         for (const char* f : {"--depth-factor", "--layers"})
           if (app.count(f) && depth.empty()) throw UsageError(fmt::format("{} needs --depth", f), f);
         for (const char* f : {"--width-factor", "--experts", "--alpha"})
           if (app.count(f) && width.empty()) throw UsageError(fmt::format("{} needs --width", f), f);
+        if (depth.empty() && width.empty()) throw UsageError("nothing to grow: give --depth and/or --width", "--depth");
         if (app.count("--alpha") && width == "random") throw UsageError("--alpha sets the noise of --width noisy; random experts have none", "--alpha");
         if (app.count("--layers") && app.count("--depth-factor")) throw UsageError("give --layers or --depth-factor, not both", "--layers");
         if (app.count("--experts") && app.count("--width-factor")) throw UsageError("give --experts or --width-factor, not both", "--experts");
@@ -98,7 +79,7 @@ int main(int argc, char** argv) {
         };
         if (app.count("--layers")) depth_factor = factor_of(to_layers, m.config.n_layers, "--layers", "blocks");
         if (app.count("--experts")) width_factor = factor_of(to_experts, m.config.moe.n_experts, "--experts", "experts");
-        nlohmann::json steps = prior_growth(input);
+        nlohmann::json steps = lm::growth_history(input);
         const int layers0 = m.config.n_layers, experts0 = m.config.moe.n_experts;
         if (!depth.empty()) {
           const lm::DepthGrowth g = lm::parse_depth_growth(depth, "--depth");
@@ -115,8 +96,8 @@ int main(int argc, char** argv) {
         lm::save_any(output, out_fmt, m, st, ctx.prov);
         std::int64_t active = 0;
         for (int l = 0; l < m.config.n_layers; ++l) active += m.config.block_active_params(l);
-        log::info("{}: {} -> {} blocks, {} -> {} experts per moe block, {} weights ({} active per token in the blocks) -> {}", input,
-                  layers0, m.config.n_layers, experts0, m.config.has_moe() ? m.config.moe.n_experts : 0, m.config.n_params(), active,
-                  output);
+        log::info("{}: {} -> {} blocks{}, {} weights ({} active per token in the blocks) -> {}", input, layers0, m.config.n_layers,
+                  m.config.has_moe() ? fmt::format(", {} -> {} experts per moe block", experts0, m.config.moe.n_experts) : std::string(),
+                  m.config.n_params(), active, output);
       });
 }

@@ -281,6 +281,12 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
           std::error_code ec;
           if (!v.empty() && v != "-" && std::filesystem::exists(v, ec) && io::same_file_path(v, o))
             throw UsageError(fmt::format("-o names the file given to {}; write the output elsewhere", opt->get_name()), o);
+          // a directory output (a Hugging Face model) replaces files inside it: none may be an input
+          if (!v.empty() && v != "-" && std::filesystem::is_directory(o, ec) && std::filesystem::exists(v, ec) &&
+              io::path_inside(v, o))
+            throw UsageError(fmt::format("-o is the directory that holds {} (given to {}); write the output elsewhere", v,
+                                         opt->get_name()),
+                             o);
         }
       }
     }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "io/hdf5.hpp"
+#include "lm/model_io.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -94,6 +96,10 @@ Model grow_width(const Model& m, WidthGrowth g, int factor, double alpha, std::u
       w->data = widen(w->data, factor, g, alpha, next());
       w->rows *= factor;
     }
+    for (const Matrix* w : {&L.router, &L.gate_exps, &L.up_exps, &L.down_exps})
+      for (float x : w->data)
+        if (!std::isfinite(x))
+          throw UsageError(fmt::format("alpha = {} makes non-finite weights in block {}: choose a smaller alpha", alpha, l), "--alpha");
     if (!L.router_bias.empty()) {  // the selection bias: copied with its expert, 0 for random experts
       const std::size_t n = L.router_bias.size();
       for (int j = 1; j < factor; ++j)
@@ -111,6 +117,17 @@ nlohmann::json width_recipe(WidthGrowth g, int factor, double alpha, std::uint64
   nlohmann::json j = {{"width", width_growth_name(g)}, {"factor", factor}, {"seed", seed}};
   if (g == WidthGrowth::noisy) j["alpha"] = alpha;
   return j;
+}
+
+nlohmann::json growth_history(const std::string& path) {
+  if (detect_format(path) != ModelFormat::native_h5) return nlohmann::json::array();
+  const io::h5::Handle file = io::h5::open_file(path);
+  const io::h5::Handle root = io::h5::open_group(file, "/", path);
+  std::string meta;
+  if (!io::h5::read_attr(root, "meta", meta)) return nlohmann::json::array();
+  const nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
+  if (j.is_object() && j.contains("growth") && j["growth"].is_array()) return j["growth"];
+  return nlohmann::json::array();
 }
 
 }  // namespace icmlkit::lm

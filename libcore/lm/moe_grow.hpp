@@ -48,12 +48,17 @@ Model grow_depth(const Model& m, DepthGrowth g, int factor);
 /// source layer's whole tensor, the selection bias copied unchanged; random: new rows N(0, sigma^2)
 /// (alpha unused).  A sigmoid router without norm_topk has routed_scaling divided by factor.
 /// Noise streams come from `seed` (one derived stream per layer and tensor).  Throws UsageError
-/// for a model without moe blocks, factor < 2 or alpha < 0 / not finite.
+/// for a model without moe blocks, factor < 2, alpha < 0 / not finite, or an alpha so large that a
+/// grown weight is not finite.
 Model grow_width(const Model& m, WidthGrowth g, int factor, double alpha, std::uint64_t seed);
 
 /// The recipe of one growth step as JSON ({"depth": "interpose", "factor": 2} or {"width":
 /// "noisy", "factor": 2, "alpha": 0.01, "seed": 1}) for the output's provenance.
 nlohmann::json depth_recipe(DepthGrowth g, int factor);
+/// The growth steps a native checkpoint records in its provenance (root attribute meta, key
+/// "growth"; lm-train carries its --init model's forward), or an empty array (other formats, a
+/// model never grown).  Throws InputError for an unreadable native file.
+nlohmann::json growth_history(const std::string& path);
 nlohmann::json width_recipe(WidthGrowth g, int factor, double alpha, std::uint64_t seed);
 
 }  // namespace icmlkit::lm
