@@ -17,6 +17,14 @@ mkdir -p "$work/gguf" "$work/st" "$root/findings"
 cp "$work/hf/model.safetensors" "$work/st/bf16.safetensors"
 "$bin/lm-convert" "$work/bare.h5" -o "$work/hf32" -q
 cp "$work/hf32/model.safetensors" "$work/st/f32.safetensors"
+# moe models (issue 31): a Mixtral (llama architecture, 3-D experts) and an icmlkit-moe file
+"$bin/lm-init" --vocab-size 40 --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 1 --d-ff 8 --n-ctx 16 --moe standard --experts 4 --top-k 2 -o "$work/moe.h5" -q
+"$bin/lm-init" --vocab-size 40 --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 1 --d-ff 8 --n-ctx 16 --moe latent --latent 4 --experts 4 --top-k 2 \
+  --d-shared 8 --router sigmoid -o "$work/lmoe.h5" -q
+"$bin/lm-convert" "$work/moe.h5" -o "$work/gguf/mixtral.gguf" -q
+"$bin/lm-convert" "$work/lmoe.h5" -o "$work/gguf/icmlkit-moe.gguf" --dtype f16 -q
+"$bin/lm-convert" "$work/lmoe.h5" -o "$work/hfmoe" -q
+cp "$work/hfmoe/model.safetensors" "$work/st/moe.safetensors"
 for t in gguf st; do
   exe=$fuzz/fuzz_gguf; [ $t = st ] && exe=$fuzz/fuzz_safetensors
   echo "fuzz: $(basename "$exe") for ${secs}s, seeds: $(ls "$work/$t" | tr '\n' ' ')"
