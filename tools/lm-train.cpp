@@ -581,8 +581,10 @@ int main(int argc, char** argv) {
         ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
         t.moe_model = mc.has_moe();  // the moe settings are part of the run's options (as the Trainer records them)
         ctx.prov.extra["options"] = t.to_json();
-        if (!init_path.empty()) {  // a grown --init model's growth steps stay in the trained model's provenance
-          const nlohmann::json growth = lm::growth_history(init_path);
+        // a grown model's growth steps stay in the trained model's provenance: from --init, or on
+        // --resume from the checkpoint being resumed (which carries them from its own --init)
+        if (resume || !init_path.empty()) {
+          const nlohmann::json growth = lm::growth_history(resume ? output : init_path);
           if (!growth.empty()) ctx.prov.extra["growth"] = growth;
         }
         nn::set_train_kernels(kernels == "reference" ? nn::TrainKernels::reference : nn::TrainKernels::fast);

@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
           return target / have;
         };
         if (app.count("--layers")) depth_factor = factor_of(to_layers, m.config.n_layers, "--layers", "blocks");
+        if (!depth.empty() && std::int64_t(m.config.n_layers) * depth_factor > 4096)  // the GGUF and HF readers' limit
+          throw UsageError(fmt::format("{} x {} blocks exceeds 4096", m.config.n_layers, depth_factor),
+                           app.count("--layers") ? "--layers" : "--depth-factor");
         if (app.count("--experts")) width_factor = factor_of(to_experts, m.config.moe.n_experts, "--experts", "experts");
         nlohmann::json steps = lm::growth_history(input);
         const int layers0 = m.config.n_layers, experts0 = m.config.moe.n_experts;

@@ -11,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <iterator>
 #include <new>
 #include <regex>
@@ -281,9 +282,11 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
           std::error_code ec;
           if (!v.empty() && v != "-" && std::filesystem::exists(v, ec) && io::same_file_path(v, o))
             throw UsageError(fmt::format("-o names the file given to {}; write the output elsewhere", opt->get_name()), o);
-          // a directory output (a Hugging Face model) replaces files inside it: none may be an input
-          if (!v.empty() && v != "-" && std::filesystem::is_directory(o, ec) && std::filesystem::exists(v, ec) &&
-              io::path_inside(v, o))
+          // a directory output (a Hugging Face model) replaces the files it writes there: none may be an input
+          static const std::set<std::string> kWritten = {"model.safetensors", "config.json", "generation_config.json",
+                                                         "tokenizer_config.json", "tokenizer.model"};
+          if (!v.empty() && v != "-" && std::filesystem::is_directory(o, ec) && std::filesystem::is_regular_file(v, ec) &&
+              io::path_in_dir(v, o) && kWritten.count(std::filesystem::path(v).filename().string()))
             throw UsageError(fmt::format("-o is the directory that holds {} (given to {}); write the output elsewhere", v,
                                          opt->get_name()),
                              o);

@@ -147,16 +147,9 @@ fs::path resolved_path(const std::string& p) {
 }
 }  // namespace
 
-bool path_inside(const std::string& path, const std::string& dir) {
+bool path_in_dir(const std::string& path, const std::string& dir) {
   if (is_stdout(path) || is_stdout(dir)) return false;
-  auto parts = [](const fs::path& x) {  // the components, without the empty one a trailing slash leaves
-    std::vector<fs::path> v;
-    for (const auto& c : x)
-      if (!c.empty()) v.push_back(c);
-    return v;
-  };
-  const std::vector<fs::path> p = parts(resolved_path(path)), d = parts(resolved_path(dir));
-  return p.size() > d.size() && std::equal(d.begin(), d.end(), p.begin());
+  return resolved_path(path).parent_path() == resolved_path(dir);
 }
 
 bool same_file_path(const std::string& a, const std::string& b) {

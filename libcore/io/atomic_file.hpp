@@ -71,9 +71,10 @@ void require_output_extension(const std::string& path, const std::string& flag, 
 /// every tool's -o/--output; AtomicFile calls it again when the file is opened.
 void check_output_dir(const std::string& path);
 
-/// Whether `path` lies strictly inside directory `dir` (both resolved as same_file_path does:
-/// absolute, normalised, symbolic links of the existing part followed); false for stdout.
-bool path_inside(const std::string& path, const std::string& dir);
+/// Whether `path` is an entry of directory `dir` itself: its parent, resolved as same_file_path
+/// resolves (absolute, normalised, symbolic links of the existing part followed), is dir's.
+/// False for stdout.
+bool path_in_dir(const std::string& path, const std::string& dir);
 
 /// Whether two paths name one file: compared as absolute paths with ".", ".." and the symbolic
 /// links of their existing part resolved (the files need not exist).  Stdout ("-", "") never matches.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -128,6 +129,9 @@ void ModelConfig::validate(const std::string& where) const {
     need(m.d_expert > 0, "moe: d_expert must be positive");
     need(m.d_shared >= 0, "moe: d_shared must be >= 0");
     need(std::isfinite(m.routed_scaling) && m.routed_scaling > 0, "moe: routed_scaling must be positive");
+    // the stacked expert matrices have n_experts x d_expert (and n_experts x width) rows, an int
+    need(std::int64_t(m.n_experts) * std::max(m.d_expert, d_model) <= std::numeric_limits<int>::max(),
+         "moe: n_experts x max(d_expert, d_model) exceeds 2^31 - 1 rows");
     bool latent = false;
     for (BlockType t : block_types) latent = latent || t == BlockType::latent_moe;
     if (latent)

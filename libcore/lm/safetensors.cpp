@@ -286,6 +286,8 @@ Model load_model(const std::string& path) {
   c.eos_id = cfg_int(cfg, "eos_token_id", cw, false, -1);
   c.add_bos = c.bos_id >= 0;
   c.rope_style = RopeStyle::half;
+  if (c.n_layers < 0 || c.n_layers > 4096)  // before anything is sized by it (as the GGUF reader)
+    throw InputError(fmt::format("num_hidden_layers {} is outside [0, 4096]", c.n_layers), cw);
   if (mt == "mixtral") {
     c.block_types.assign(std::size_t(std::max(0, c.n_layers)), BlockType::moe);
     c.moe.n_experts = cfg_int(cfg, "num_local_experts", cw, true, 0);

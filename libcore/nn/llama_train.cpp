@@ -509,7 +509,10 @@ void moe_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
     A.m_frac[std::size_t(ex)] = double(n) / double(NK);
   }
   if (P.moe_capacity > 0) {  // token dropping: each expert keeps the first `cap` entries of its bucket
-    const int cap = static_cast<int>(std::ceil(P.moe_capacity * double(NK) / double(E)));
+    // in double and clamped (a factor of E or more is no limit; 1e9 must not overflow an int);
+    // the 1e-9 keeps a product that lands a rounding above a whole number on it
+    const double want = std::ceil(P.moe_capacity * double(NK) / double(E) - 1e-9);
+    const int cap = want >= double(NK) ? NK : static_cast<int>(want);
     int kept = 0;
     for (int ex = 0; ex < E; ++ex) {
       const int first = A.m_offset[std::size_t(ex)], n = A.m_offset[std::size_t(ex) + 1] - first, keep = std::min(n, cap);
