@@ -95,7 +95,7 @@ TEST_CASE("moe growth: width at alpha = 0 with top-K doubled keeps the logits fo
       }
 }
 
-TEST_CASE("moe growth: width noise and random experts have the stated spread; the originals stay") {
+TEST_CASE("moe growth: width noise and random experts have the stated spread, the originals stay") {
   const ModelConfig c = grow_config(BlockType::moe, RouterKind::sigmoid, true, 0);
   const Model m = grow_model(c, 4);
   const double alpha = 0.1;
@@ -148,7 +148,7 @@ TEST_CASE("moe growth: interposition and stacking place every copy as stated") {
   CHECK(max_diff(logits_of(m, kToks), logits_of(in, kToks)) > 1e-3);
 }
 
-TEST_CASE("moe growth: growing twice composes; bad requests are refused") {
+TEST_CASE("moe growth: growing twice composes, bad requests are refused") {
   const ModelConfig c = grow_config(BlockType::moe, RouterKind::softmax, false, 0);
   const Model m = grow_model(c, 12);
   const Model twice = grow_width(grow_depth(grow_width(m, WidthGrowth::noisy, 2, 0.0, 1), DepthGrowth::interpose, 2),
