@@ -63,6 +63,17 @@ double fd(const std::function<double()>& f, double& xi, double h = 1e-5) {
   return (fp - fm) / (2 * h);
 }
 
+/// The largest relative gap (over max(1, |numeric|)) between p's gradient and central
+/// differences of f.
+double worst_fd_error(const std::function<double()>& f, Param<double>& p) {
+  double worst = 0;
+  for (std::size_t i = 0; i < p.value.size(); ++i) {
+    const double num = fd(f, p.value[i]);
+    worst = std::max(worst, std::abs(num - p.grad[i]) / std::max(1.0, std::abs(num)));
+  }
+  return worst;
+}
+
 }  // namespace
 
 // Every trainable tensor's gradient against central differences of the summed loss (the top-K
@@ -94,11 +105,7 @@ TEST_CASE("nn moe training: the loss gradient matches finite differences for eve
           };
           for (auto& p : P.store.params) {
             if (p.grad.size() != p.value.size()) continue;  // frozen: the sigmoid router's selection bias
-            double worst = 0;
-            for (std::size_t i = 0; i < p.value.size(); ++i) {
-              const double num = fd(f, p.value[i]);
-              worst = std::max(worst, std::abs(num - p.grad[i]) / std::max(1.0, std::abs(num)));
-            }
+            const double worst = worst_fd_error(f, p);
             INFO(std::string(lm::block_type_name(t)) << " " << std::string(lm::expert_act_name(act)) << " "
                                                      << std::string(lm::router_kind_name(router)) << " shared " << shared << " norm "
                                                      << norm << " tensor " << p.name << " worst " << worst);
@@ -134,11 +141,7 @@ TEST_CASE("nn moe training: the load-balancing loss's gradient matches finite di
       return ce + c2.aux_objective;
     };
     Param<double>& W = P.layer(0, LlamaParams<double>::router);
-    double worst = 0;
-    for (std::size_t i = 0; i < W.value.size(); ++i) {
-      const double num = fd(f, W.value[i]);
-      worst = std::max(worst, std::abs(num - W.grad[i]) / std::max(1.0, std::abs(num)));
-    }
+    const double worst = worst_fd_error(f, W);
     INFO(std::string(lm::router_kind_name(router)) << " worst " << worst);
     CHECK(worst < 2e-6);
     // and the term is not zero: without it the router's gradient differs
@@ -270,15 +273,10 @@ TEST_CASE("nn moe training: the loss gradient with token dropping matches finite
         TrainCache<double> c2;
         return llama_loss(P, tok, tgt, B, S, 0.0, c2);
       };
-      for (const char* name : {"router", "gate_exps", "down_exps"}) {
-        Param<double>& W = P.layer(0, std::string(name) == "router" ? LlamaParams<double>::router
-                                      : std::string(name) == "gate_exps" ? LlamaParams<double>::gate_exps
-                                                                         : LlamaParams<double>::down_exps);
-        double worst = 0;
-        for (std::size_t i = 0; i < W.value.size(); ++i) {
-          const double num = fd(f, W.value[i]);
-          worst = std::max(worst, std::abs(num - W.grad[i]) / std::max(1.0, std::abs(num)));
-        }
+      using LP = LlamaParams<double>;
+      for (const auto& [name, slot] : {std::pair{"router", LP::router}, std::pair{"gate_exps", LP::gate_exps},
+                                       std::pair{"down_exps", LP::down_exps}}) {
+        const double worst = worst_fd_error(f, P.layer(0, slot));
         INFO(std::string(lm::block_type_name(t)) << " norm " << norm << " " << name << " worst " << worst);
         CHECK(worst < 2e-6);
       }
