@@ -400,13 +400,15 @@ void swiglu_backward(const T* dh, const T* g, const T* u, std::int64_t n, T* dg,
 }
 
 template <class T>
-double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogits, double scale) {
+double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogits, double scale_all,
+                     const double* row_scale, double* row_loss_out) {
   std::vector<double> row_loss(N, 0.0);  // shared by the threads below (one entry per row)
   const int nthreads = threads();
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && std::int64_t(N) * V >= (1 << 20))
   for (int n = 0; n < N; ++n) {
     const T* l = logits + std::size_t(n) * V;
     T* dl = dlogits ? dlogits + std::size_t(n) * V : nullptr;
+    const double scale = row_scale ? row_scale[n] : scale_all;
     if (targets[n] < 0) {
       if (dl) std::fill_n(dl, V, T(0));
       continue;
@@ -432,6 +434,7 @@ double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogi
   }
   double total = 0.0;
   for (double x : row_loss) total += x;  // fixed order: thread-count invariant
+  if (row_loss_out) std::copy(row_loss.begin(), row_loss.end(), row_loss_out);
   return total;
 }
 
@@ -450,7 +453,7 @@ double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogi
                                       const T*, const AttnShape&, T*, T*, T*);                                \
   template void swiglu_forward<T>(const T*, const T*, std::int64_t, T*);                              \
   template void swiglu_backward<T>(const T*, const T*, const T*, std::int64_t, T*, T*);               \
-  template double cross_entropy<T>(const T*, int, int, const int*, T*, double);
+  template double cross_entropy<T>(const T*, int, int, const int*, T*, double, const double*, double*);
 
 ICMLKIT_NN_LAYERS(float)
 ICMLKIT_NN_LAYERS(double)

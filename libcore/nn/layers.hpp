@@ -120,7 +120,11 @@ void swiglu_backward(const T* dh, const T* g, const T* u, std::int64_t n, T* dg,
 /// Σ_n −log softmax(logits[n])[targets[n]] over rows with targets[n] >= 0, for logits [N, V]
 /// (log-sum-exp in double).  With `dlogits` non-null writes dlogits [N, V] =
 /// scale · (softmax − onehot) (zero rows for ignored targets).  Returns the summed loss.
+/// With `row_scale` non-null, row n's gradient takes row_scale[n] instead of `scale` (packed LoRA
+/// jobs: each job's rows their own 1 / targets); with `row_loss` non-null, row n's loss is written
+/// there ([N], 0 for ignored rows).  A row's values do not depend on the other rows.
 template <class T>
-double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogits, double scale);
+double cross_entropy(const T* logits, int N, int V, const int* targets, T* dlogits, double scale,
+                     const double* row_scale = nullptr, double* row_loss = nullptr);
 
 }  // namespace icmlkit::nn

@@ -287,6 +287,15 @@ void mat_forward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor 
     pl->forward(x, N, W.value.data(), y, A.poet_y0[t], C.poet);
   else
     linear_forward(x, N, K, W.value.data(), O, y);
+  if (P.lora && int(t) < kLoraSlots) lora_forward(*P.lora, l, int(t), x, N, K, O, y, A.lora_u[t], A.lora_xd[t], C.lora_tmp);
+}
+
+/// The weight-gradient buffer of a norm: its gradient, or a scratch that is discarded when frozen.
+template <class T>
+T* norm_grad(Param<T>& w, TrainCache<T>& C) {
+  if (!w.grad.empty()) return w.grad.data();
+  C.frozen_dw.resize(w.numel());
+  return C.frozen_dw.data();
 }
 
 /// Its backward: dx (= or += by `accumulate_dx`) and the gradient of W (or of POET-X's R blocks).
@@ -307,8 +316,9 @@ void mat_backward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor
     if (i < P.dense_grad.size() && !P.dense_grad[i].empty())
       for (std::size_t j = 0; j < dw.size(); ++j) P.dense_grad[i][j] += dw[j];
   } else {
-    linear_backward(dy, x, N, K, W.value.data(), O, dx, W.grad.data(), accumulate_dx);
+    linear_backward(dy, x, N, K, W.value.data(), O, dx, W.grad.empty() ? nullptr : W.grad.data(), accumulate_dx);
   }
+  if (P.lora && int(t) < kLoraSlots) lora_backward(*P.lora, l, int(t), dy, x, N, K, O, dx, A.lora_u[t], A.lora_xd[t], C.lora_tmp);
 }
 
 /// The attention sublayer's training forward (every block type): x [N, d] += attention,
@@ -385,7 +395,7 @@ void attention_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache
   mat_backward(P, l, LP::wk, dk.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
   mat_backward(P, l, LP::wv, dv.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
   rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(), dx,
-                   P.layer(l, LP::attn_norm).grad.data());
+                   norm_grad(P.layer(l, LP::attn_norm), C));
 }
 
 /// The llama block's backward: dx [N, d] (the gradient at the block's output) becomes the
@@ -408,7 +418,7 @@ void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCac
   mat_backward(P, l, LP::w_gate, dg.data(), A.xn2.data(), N, d, ff, dxn.data(), false, A, C);
   mat_backward(P, l, LP::w_up, du.data(), A.xn2.data(), N, d, ff, dxn.data(), true, A, C);
   rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
-                   P.layer(l, LP::ffn_norm).grad.data());
+                   norm_grad(P.layer(l, LP::ffn_norm), C));
   attention_train_backward(P, l, B, S, C, A, dx);
 }
 
@@ -692,7 +702,7 @@ void moe_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache
   linear_backward(dlogits.data(), A.xn2.data(), N, d, P.layer(l, LP::router).value.data(), E, dxn.data(),
                   P.layer(l, LP::router).grad.data(), true);
   rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
-                   P.layer(l, LP::ffn_norm).grad.data());
+                   norm_grad(P.layer(l, LP::ffn_norm), C));
   attention_train_backward(P, l, B, S, C, A, dx);
 }
 
@@ -791,16 +801,21 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
   linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
   if (logits_out) *logits_out = C.logits;
-  const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, final_scale);
+  const bool rows = !C.row_scale.empty();
+  if (rows && C.row_scale.size() != std::size_t(N)) throw InputError("per-row gradient scales must hold B * S entries");
+  if (rows) C.row_loss.assign(std::size_t(N), 0.0);
+  const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, final_scale,
+                                    rows ? C.row_scale.data() : nullptr, rows ? C.row_loss.data() : nullptr);
   if (!grad) return loss;
 
   // ---- backward: steps in reverse; a repeated block accumulates every step's gradient ----
   std::vector<T>&dx = C.dx, &dxn = C.dxn;
   dx.assign(x.size(), T(0));
   dxn.resize(x.size());
-  linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(), P.head().grad.data());
+  linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(),
+                  P.head().grad.empty() ? nullptr : P.head().grad.data());
   rmsnorm_backward(dxn.data(), C.x_out.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), dx.data(),
-                   P.out_norm().grad.data());
+                   norm_grad(P.out_norm(), C));
   for (int step = n_steps - 1, e = n_exits - 1; step >= 0; --step) {
     if (e >= 0 && exits->steps[e] == step) {  // the early exit's gradient joins at its block's output
       const std::vector<T>& g = C.dexit[e--];
@@ -808,7 +823,7 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
     }
     block_train_backward(P, block_of(step), B, S, C, C.layers[step], dx.data());
   }
-  embedding_backward(dx.data(), d, tokens.data(), N, P.embd().grad.data());
+  if (!P.embd().grad.empty()) embedding_backward(dx.data(), d, tokens.data(), N, P.embd().grad.data());
   for (const auto& pl : P.poet) pl.finish(P.store, C.poet);  // dL/dR -> dL/dQ
   return loss;
 }

@@ -15,6 +15,7 @@
 
 #include "lm/model.hpp"
 #include "nn/exit_loss.hpp"
+#include "nn/lora.hpp"
 #include "nn/params.hpp"
 #include "nn/poet.hpp"
 
@@ -80,6 +81,10 @@ struct LlamaParams {
   /// When non-empty: per store tensor, a dense [numel] buffer the backward also adds a sparse
   /// tensor's full gradient to (RigL's regrowth score at topology updates; empty entries skipped).
   std::vector<std::vector<T>> dense_grad;
+  /// LoRA (issue 33; null = none): the adapters of the next llama_loss call and the rows each
+  /// owns.  Every base tensor should then be frozen (LoRA training): frozen tensors get no gradient
+  /// (their products are skipped), and the loss gradient reaches the adapters only.
+  LoraPack<T>* lora = nullptr;
   PoetLinear<T>* poet_matrix(int l, LayerTensor t) {
     const std::size_t i = index(l, t);
     return i < poet_of.size() && poet_of[i] >= 0 ? &poet[poet_of[i]] : nullptr;
@@ -142,6 +147,8 @@ struct TrainCache {
     std::vector<int> m_expert, m_rows, m_offset;
     /// POET-X: per layer tensor, the product before the output rotation (PoetLinear::forward's y0).
     std::array<std::vector<T>, LlamaParams<T>::kLayerTensors> poet_y0;
+    /// LoRA: per adapted projection, every job's u = xd A^T and (with dropout) dropped input xd.
+    std::array<std::vector<T>, kLoraSlots> lora_u, lora_xd;
   };
   std::vector<LayerActs> layers;  ///< per block step (n_layers, or the schedule's length)
   std::vector<T> x_out, xnf, rstdf, logits, cs, sn;
@@ -155,6 +162,11 @@ struct TrainCache {
   std::vector<int> tokens, pos;
   PoetWork<T> poet;  ///< POET-X scratch
   std::vector<T> dw;  ///< a sparse matrix's dense gradient before the gather
+  std::vector<T> lora_tmp;    ///< LoRA scratch
+  std::vector<T> frozen_dw;   ///< where a frozen norm's (discarded) weight gradient goes
+  /// Per-row gradient scales [B·S] (packed LoRA jobs: each job's rows 1 / its targets; empty = the
+  /// call's grad_scale for every row) and, when set, the rows' cross-entropies after the call.
+  std::vector<double> row_scale, row_loss;
 };
 
 /// Model FLOP of one training token (forward + backward = 3 x forward) at sequence length S,

@@ -1,0 +1,212 @@
+#include "nn/plora.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "lm/blocks.hpp"
+#include "lm/support.hpp"
+#include "util/error.hpp"
+#include "util/rng.hpp"
+
+namespace icmlkit::nn {
+
+nlohmann::json LoraJobOptions::to_json() const {
+  return {{"name", name},
+          {"rank", lora.rank},
+          {"alpha", lora.alpha},
+          {"rslora", lora.rslora},
+          {"dropout", lora.dropout},
+          {"targets", lora.targets},
+          {"batch", batch},
+          {"steps", steps},
+          {"lr", lr},
+          {"min_lr", min_lr},
+          {"warmup", warmup},
+          {"clip", clip},
+          {"beta1", adam.beta1},
+          {"beta2", adam.beta2},
+          {"eps", adam.eps},
+          {"weight_decay", adam.weight_decay},
+          {"seed", seed}};
+}
+
+PackedLoraTrainer::PackedLoraTrainer(const lm::Model& base, int seq_len)
+    : base_(params_from_model<float>(base)), base_sha256_(lm::weights_sha256(base)), S_(seq_len) {
+  const lm::ModelConfig& c = base.config;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.block_type(l) != lm::BlockType::llama)
+      throw UsageError(fmt::format("LoRA training needs llama blocks; block {} is {}", l, lm::block_type_name(c.block_type(l))));
+  if (seq_len < 1 || seq_len > c.n_ctx)
+    throw InputError(fmt::format("sequence length {} outside [1, n_ctx = {}]", seq_len, c.n_ctx));
+  for (std::size_t i = 0; i < base_.store.params.size(); ++i) base_.store.freeze(static_cast<int>(i));
+}
+
+int PackedLoraTrainer::add_job(const LoraJobOptions& opt, const std::vector<int>* train) {
+  lm::check_lora_config(opt.lora, base_.config);
+  auto job = std::make_unique<Job>();
+  job->opt = opt;
+  job->windows = Windows{train, S_};
+  if (job->windows.count() < opt.batch)
+    throw InputError(fmt::format("job {}: its training text holds {} windows of {} tokens, fewer than one batch of {}",
+                                 opt.name, job->windows.count(), S_, opt.batch));
+  job->order = DataOrder(derive_seed(opt.seed, 1), job->windows.count());
+  job->schedule = WarmupCosine{opt.lr, opt.min_lr, opt.warmup, opt.steps};
+  jobs_.push_back(std::move(job));
+  return static_cast<int>(jobs_.size()) - 1;
+}
+
+PackedLoraTrainer::Job& PackedLoraTrainer::ready(int id) {
+  Job& j = *jobs_.at(std::size_t(id));
+  if (j.released) throw UsageError(fmt::format("job {} was released", j.opt.name));
+  if (!j.allocated) {
+    j.params = lora_init<float>(base_.config, j.opt.lora, derive_seed(j.opt.seed, 0), j.opt.adam.weight_decay > 0);
+    j.optim = std::make_unique<AdamW>(j.params.store, j.opt.adam);
+    j.allocated = true;
+  }
+  return j;
+}
+
+void PackedLoraTrainer::release(int id) {
+  Job& j = *jobs_.at(std::size_t(id));
+  j.params = LoraParams<float>();
+  j.optim.reset();
+  j.allocated = false;
+  j.released = true;
+}
+
+std::int64_t PackedLoraTrainer::job_state_bytes(int job) const {
+  return lora_param_count(base_.config, jobs_.at(std::size_t(job))->opt.lora) * 4 * std::int64_t(sizeof(float));
+}
+
+std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {
+  if (ids.empty()) return {};
+  LoraPack<float> pack;
+  in_.clear();
+  tg_.clear();
+  cache_.row_scale.clear();
+  std::vector<std::int64_t> targets(ids.size(), 0);
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    Job& j = ready(ids[k]);
+    if (j.steps >= j.opt.steps) throw UsageError(fmt::format("job {} has done its {} steps", j.opt.name, j.opt.steps));
+    for (std::size_t q = 0; q < k; ++q)
+      if (ids[q] == ids[k]) throw UsageError(fmt::format("job {} packed twice in one step", j.opt.name));
+    const int r0 = static_cast<int>(in_.size());
+    for (int b = 0; b < j.opt.batch; ++b) j.windows.get(j.order.next(), in_, tg_);
+    const int r1 = static_cast<int>(in_.size());
+    for (int r = r0; r < r1; ++r) targets[k] += tg_[std::size_t(r)] >= 0;
+    const double scale = targets[k] > 0 ? 1.0 / double(targets[k]) : 0.0;
+    cache_.row_scale.resize(std::size_t(r1), scale);
+    // the dropout stream of this (job, step): independent of the pack
+    pack.jobs.push_back({&j.params, r0, r1, derive_seed(derive_seed(j.opt.seed, 2), std::uint64_t(j.steps))});
+    j.params.store.zero_grad();
+  }
+  const int B = static_cast<int>(in_.size()) / S_;
+  base_.lora = &pack;
+  struct Detach {
+    LlamaParams<float>& p;
+    TrainCache<float>& c;
+    ~Detach() {
+      p.lora = nullptr;
+      c.row_scale.clear();
+    }
+  } detach{base_, cache_};
+  llama_loss(base_, in_, tg_, B, S_, 1.0, cache_);
+  std::vector<LoraJobStep> out(ids.size());
+  for (std::size_t k = 0; k < ids.size(); ++k) {  // check every job before updating any
+    const auto& pj = pack.jobs[k];
+    double sum = 0;
+    for (int r = pj.row_begin; r < pj.row_end; ++r) sum += cache_.row_loss[std::size_t(r)];
+    Job& j = *jobs_[std::size_t(ids[k])];
+    out[k].job = ids[k];
+    out[k].loss = targets[k] > 0 ? sum / double(targets[k]) : 0.0;
+    out[k].grad_norm = j.params.store.grad_norm();
+    if (!std::isfinite(out[k].loss) || !std::isfinite(out[k].grad_norm))
+      throw RuntimeError(fmt::format("job {}: non-finite loss or gradient at step {} (lower its learning rate)",
+                                     j.opt.name, j.steps + 1));
+  }
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    Job& j = *jobs_[std::size_t(ids[k])];
+    j.params.store.clip_grad_norm(j.opt.clip);
+    out[k].lr = j.schedule(j.steps);
+    j.optim->step(j.params.store, out[k].lr);
+    ++j.steps;
+    j.tokens += std::int64_t(j.opt.batch) * S_;
+    out[k].step = j.steps;
+    out[k].tokens = j.tokens;
+  }
+  return out;
+}
+
+EvalResult PackedLoraTrainer::evaluate(int job, const std::vector<int>& stream, int batch, std::int64_t max_tokens) {
+  LoraPack<float> pack;
+  pack.train = false;
+  pack.jobs.push_back({&ready(job).params, 0, -1, 0});
+  base_.lora = &pack;
+  struct Detach {
+    LlamaParams<float>& p;
+    ~Detach() { p.lora = nullptr; }
+  } detach{base_};
+  return nn::evaluate(base_, stream, S_, batch, max_tokens);
+}
+
+lm::LoraAdapter PackedLoraTrainer::adapter(int job) {
+  lm::LoraAdapter a = lora_to_adapter(ready(job).params, base_.config);
+  a.base_sha256 = base_sha256_;
+  return a;
+}
+
+void PackedLoraTrainer::set_adapter(int job, const lm::LoraAdapter& adapter) {
+  Job& j = ready(job);
+  LoraParams<float> p = lora_from_adapter<float>(base_.config, adapter);
+  if (p.store.params.size() != j.params.store.params.size())
+    throw InputError(fmt::format("job {}: the adapter's targets differ from the job's", j.opt.name));
+  for (std::size_t i = 0; i < p.store.params.size(); ++i) {
+    if (p.store.params[i].shape != j.params.store.params[i].shape)
+      throw InputError(fmt::format("job {}: adapter tensor {} has another shape", j.opt.name, p.store.params[i].name));
+    j.params.store.params[i].value = p.store.params[i].value;
+  }
+}
+
+std::vector<PackingTiming> profile_packing(const lm::Model& base, int seq_len, const lm::LoraConfig& lora, int batch,
+                                           const std::vector<int>& ks, int steps) {
+  // random tokens: enough windows for every job's timed steps
+  Rng rng(derive_seed(default_seed, 33));
+  std::vector<int> stream(std::size_t(seq_len) * std::size_t(batch) * std::size_t(steps + 2) + 1);
+  for (int& t : stream) t = static_cast<int>(rng.below(std::uint64_t(base.config.vocab_size)));
+  std::vector<PackingTiming> out;
+  for (int k : ks) {
+    PackedLoraTrainer trainer(base, seq_len);
+    LoraJobOptions opt;
+    opt.lora = lora;
+    opt.batch = batch;
+    opt.steps = steps + 1;
+    std::vector<int> ids;
+    for (int i = 0; i < k; ++i) {
+      opt.name = fmt::format("p{}", i);
+      opt.seed = std::uint64_t(i);
+      ids.push_back(trainer.add_job(opt, &stream));
+    }
+    trainer.step(ids);  // warm-up: buffers sized
+    std::vector<double> t;
+    for (int s = 0; s < steps; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      trainer.step(ids);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    PackingTiming p;
+    p.jobs = k;
+    p.rank = lora.rank;
+    p.batch = batch;
+    p.step_seconds = t.empty() ? 0.0 : t[t.size() / 2];
+    p.tokens_per_second = p.step_seconds > 0 ? double(k) * batch * seq_len / p.step_seconds : 0.0;
+    out.push_back(p);
+  }
+  return out;
+}
+
+
+}  // namespace icmlkit::nn
