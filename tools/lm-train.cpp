@@ -1,5 +1,6 @@
 // lm-train: train a Llama-style language model (model contract v2) on a text corpus on the CPU.
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +28,8 @@
 #include "nn/gemm.hpp"
 #include "nn/layers.hpp"
 #include "nn/llama_train.hpp"
+#include "nn/lora_run.hpp"
+#include "lm/lora.hpp"
 #include "nn/trainer.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -104,6 +107,139 @@ std::string best_path_for(const std::string& out) {
   return (p.parent_path() / (p.stem().string() + ".best.h5")).string();
 }
 
+/// The LoRA flags (issue 33).
+struct LoraFlags {
+  int rank = 0;  ///< 0: full fine-tuning (no --lora-rank)
+  double alpha = 8, dropout = 0;
+  bool rslora = false;
+  std::vector<std::string> targets{"q", "v"};
+};
+
+/// lm-train --lora-rank: fine-tunes a LoRA adapter on the frozen --init model (nn/lora_run.hpp: the
+/// one-job case of plora-train, so its trajectory is plora-train's for the same job) and writes it
+/// as a PEFT directory -o.
+void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std::string& corpus_path,
+                const nn::CorpusOptions& copt, const std::string& init_path, const std::string& output,
+                const std::string& log_path_in, nn::TrainOptions t, std::int64_t tokens_budget, std::int64_t eval_every,
+                std::int64_t eval_tokens, std::int64_t log_every) {
+  for (const char* f : {"--config", "--preset", "--tokenizer", "--vocab-size", "--d-model", "--n-layers", "--n-heads", "--n-kv-heads",
+                        "--d-ff", "--n-ctx", "--tied", "--rope-style", "--init-std", "--accum", "--resume", "--overwrite",
+                        "--allow-corpus-change", "--export", "--export-dtype", "--best", "--checkpoint-every", "--optimizer", "--sparse",
+                        "--moe", "--exit-loss", "--stop-at", "--moe-aux-loss", "--router-bias-update", "--moe-capacity-factor"})
+    if (app.count(f)) throw UsageError(fmt::format("{} does not apply to LoRA fine-tuning (--lora-rank)", f), f);
+  if (init_path.empty()) throw UsageError("LoRA fine-tunes a base model: give it with --init", "--init");
+  if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
+  if (t.steps == 0 && tokens_budget == 0) throw UsageError("give --steps or --tokens", "--steps");
+  if (io::is_stream_path(output) || io::is_stdout(output)) throw UsageError("-o names the adapter's directory", "-o");
+  if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))
+    throw UsageError(fmt::format("-o {} exists and is not a directory (the adapter is a PEFT directory)", output), "-o");
+  io::check_distinct_outputs({{"--log", log_path_in}}, {corpus_path, init_path});
+  std::string log_path = log_path_in;
+  io::require_output_extension(log_path, "--log", {".jsonl"}, "the log is JSON Lines", true);
+  if (io::descriptor_path(log_path) == 1) log_path = "-";
+  io::check_output_dir(log_path);
+  lm::LoraConfig lc;
+  lc.rank = lf.rank;
+  lc.alpha = lf.alpha;
+  lc.dropout = lf.dropout;
+  lc.rslora = lf.rslora;
+  lc.targets = lf.targets;
+
+  const nn::Documents docs = nn::read_corpus(corpus_path, copt);
+  ctx.prov.add_input(corpus_path, docs.sha256);
+  if (docs.train.empty()) throw InputError("no training documents", corpus_path);
+  lm::Model base = lm::load_any(init_path);
+  ctx.prov.add_input(init_path, lm::model_sha256(init_path));
+  if (base.tokenizer_model.empty())
+    throw InputError("the model has no tokenizer (" + lm::tokenizer_location(init_path) + " missing)", init_path);
+  const lm::ModelConfig& mc = base.config;
+  lm::check_lora_config(lc, mc);
+  if (!app.count("--seq-len")) t.seq_len = mc.n_ctx;
+  if (t.seq_len > mc.n_ctx)
+    throw InputError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", t.seq_len, mc.n_ctx), "--seq-len");
+  const lm::Tokenizer tok(base.tokenizer_model, "model tokenizer");
+  const std::vector<int> train_stream = nn::tokenize_documents(tok, docs.train, mc.add_bos ? mc.bos_id : -1, corpus_path);
+  const std::vector<int> val_stream = nn::tokenize_documents(tok, docs.val, mc.add_bos ? mc.bos_id : -1, corpus_path);
+  const std::int64_t step_tokens = std::int64_t(t.batch) * t.seq_len;
+  if (tokens_budget > 0) t.steps = std::max<std::int64_t>(1, (tokens_budget + step_tokens - 1) / step_tokens);
+  nn::LoraJobOptions job;
+  job.name = std::filesystem::path(output).filename().string();
+  if (job.name.empty()) job.name = "adapter";
+  job.lora = lc;
+  job.batch = t.batch;
+  job.steps = t.steps;
+  job.lr = t.lr;
+  job.min_lr = t.min_lr < 0 ? t.lr / 10 : t.min_lr;
+  job.warmup = t.warmup < 0 ? t.steps / 20 : t.warmup;
+  job.clip = t.clip;
+  // Adam: PEFT fine-tuning's usual settings (transformers' Trainer) unless given
+  job.adam.beta1 = t.adam.beta1;
+  job.adam.beta2 = app.count("--beta2") ? t.adam.beta2 : 0.999;
+  job.adam.eps = t.adam.eps;
+  job.adam.weight_decay = app.count("--weight-decay") ? t.adam.weight_decay : 0.0;
+  job.seed = ctx.common.seed;
+
+  nn::PackedLoraTrainer trainer(base, t.seq_len);
+  trainer.add_job(job, &train_stream);
+  io::check_output_dir(output);  // the directory -o goes in must exist and be writable (the writer creates -o itself)
+  std::unique_ptr<std::ofstream> log_file;
+  auto emit = [&](const nlohmann::json& j) {
+    if (!io::is_stdout(log_path) && !log_file) {
+      log_file = std::make_unique<std::ofstream>(log_path, std::ios::trunc);
+      if (!*log_file) throw RuntimeError("cannot write log", log_path);
+    }
+    std::ostream& logs = log_file ? *log_file : std::cout;
+    logs << j.dump() << '\n' << std::flush;
+    if (!logs) throw RuntimeError("cannot write the log (disk full?)", io::is_stdout(log_path) ? "standard output" : log_path);
+  };
+  ctx.prov.extra["lora"] = job.to_json();
+  ctx.prov.extra["base_sha256"] = trainer.base_sha256();
+  ctx.prov.extra["adapter_params"] = nn::lora_param_count(mc, lc);
+  ctx.prov.extra["frozen_bytes"] = trainer.base_bytes();
+  ctx.prov.extra["trainable_bytes"] = nn::lora_param_count(mc, lc) * std::int64_t(sizeof(float));
+  ctx.prov.extra["train_tokens"] = static_cast<std::int64_t>(train_stream.size());
+  ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
+  emit(nlohmann::json{{"meta", ctx.prov.to_json()}});
+  log::info("LoRA rank {} on {} ({} adapter weights, base frozen); {} steps of {} tokens", lc.rank, fmt::format("{}", fmt::join(lc.targets, ",")),
+            nn::lora_param_count(mc, lc), job.steps, step_tokens);
+  nn::LoraRunOptions ro;
+  ro.log_every = log_every;
+  ro.eval_every = eval_every;
+  ro.eval_tokens = eval_tokens;
+  std::vector<nn::LoraRunJob> rj(1);
+  rj[0].val = &val_stream;
+  rj[0].log = [&](const nlohmann::json& j) {
+    if (j.contains("summary")) return;  // the tool's own summary below
+    nlohmann::json line = j;
+    line.erase("job");
+    line.erase("packed_jobs");
+    emit(line);
+  };
+  nn::LoraJobResult result;
+  const auto run = nn::run_lora_jobs(
+      trainer, rj, {0}, [](const std::vector<int>& jobs, std::int64_t) { return std::vector<std::vector<int>>{jobs}; }, ro,
+      [&](int j, const nn::LoraJobResult& r) {
+        result = r;
+        lm::LoraAdapter a = trainer.adapter(j);
+        a.base_model = init_path;
+        lm::write_peft_adapter(output, a, mc, ctx.prov);
+      });
+  nlohmann::json summary{{"steps", result.steps},
+                         {"tokens", result.tokens},
+                         {"train_loss", result.train_loss},
+                         {"val_loss", std::isnan(result.val_loss) ? nlohmann::json() : nlohmann::json(result.val_loss)},
+                         {"adapter_params", nn::lora_param_count(mc, lc)},
+                         {"optimizer_state_bytes", nn::lora_param_count(mc, lc) * 2 * std::int64_t(sizeof(float))},
+                         {"frozen_bytes", trainer.base_bytes()},
+                         {"peak_rss_bytes", peak_rss_bytes()},
+                         {"seconds", run.seconds},
+                         {"tokens_per_s", double(run.tokens) / std::max(run.seconds, 1e-9)},
+                         {"output", output}};
+  emit(nlohmann::json{{"summary", summary}});
+  log::info("step {}: train loss {:.4f}{} -> {}", result.steps, result.train_loss,
+            std::isnan(result.val_loss) ? std::string() : fmt::format(", val loss {:.4f}", result.val_loss), output);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,6 +255,7 @@ int main(int argc, char** argv) {
   c.moe.n_experts = 8;  // the defaults --moe shows
   c.moe.top_k = 2;
   lm::MoeFlags moe_flags;
+  LoraFlags lora;
   bool tied = false, resume = false, allow_corpus_change = false, overwrite = false;
   double init_std = 0.02;
   std::int64_t tokens_budget = 0, eval_every = 100, eval_tokens = 0, ckpt_every = 0, log_every = 10, stop_at = 0;
@@ -255,6 +392,11 @@ int main(int argc, char** argv) {
         app.add_option("--best", best_path, "Best-validation checkpoint (default <output>.best.h5)");
         app.add_option("--log", log_path, "JSON Lines log (- = stdout); lines are flushed as they come")->capture_default_str();
         app.add_option("--log-every", log_every, "Log every N steps")->capture_default_str()->transform(cli::count(1, 1 << 30));
+        app.add_option("--lora-rank", lora.rank, "LoRA fine-tuning (Hu et al. 2021; PEFT's LoraLayer): rank r of the adapters on the frozen --init model; -o is then the adapter's PEFT directory")->check(cli::int_range(1, 1 << 16));
+        app.add_option("--lora-alpha", lora.alpha, "LoRA: alpha; the adapter's output is scaled by alpha / r (alpha / sqrt r with --rslora)")->capture_default_str()->check(cli::positive());
+        app.add_option("--lora-targets", lora.targets, "LoRA: the projections adapted, a comma list of q, k, v, o, gate, up, down (PEFT's default for Llama: q,v)")->delimiter(',')->capture_default_str();
+        app.add_flag("--rslora", lora.rslora, "LoRA: rank-stabilised scaling alpha / sqrt r (Kalajdzievski 2023)");
+        app.add_option("--lora-dropout", lora.dropout, "LoRA: dropout p on the adapters' input during training")->capture_default_str()->check(CLI::Range(0.0, 0.999));
         app.add_flag("--resume", resume, "Continue the run saved in -o (model and tokenizer from it; the same training options)");
         app.add_flag("--overwrite", overwrite, "Start a new run even though -o holds a training run (which is then replaced)");
         app.add_flag("--allow-corpus-change", allow_corpus_change, "With --resume: continue on a corpus other than the one the checkpoint was trained on (refused by default)");
@@ -302,6 +444,13 @@ int main(int argc, char** argv) {
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
+        for (const char* f : {"--lora-alpha", "--lora-targets", "--rslora", "--lora-dropout"})
+          if (app->count(f) && lora.rank == 0) throw UsageError(fmt::format("{} needs --lora-rank", f), f);
+        if (lora.rank > 0) {
+          if (kernels == "reference") nn::set_train_kernels(nn::TrainKernels::reference);
+          return train_lora(ctx, *app, lora, corpus_path, copt, init_path, output, log_path, t, tokens_budget, eval_every,
+                            eval_tokens, log_every);
+        }
         io::require_output_extension(output, "-o", {".h5", ".hdf5"}, "the checkpoint is HDF5");
         io::check_distinct_outputs({{"-o", output},
                                     {"--best", best_path.empty() ? best_path_for(output) : best_path},

@@ -45,7 +45,7 @@ LoraRunSummary run_lora_jobs(PackedLoraTrainer& trainer, const std::vector<LoraR
   std::vector<int> window_n(sum.jobs.size(), 0);
   std::vector<char> started(sum.jobs.size(), 0);
   auto eval = [&](int j) {
-    return has_val(j) ? trainer.evaluate(j, *jobs[std::size_t(j)].val, opt.eval_batch, opt.eval_tokens).loss
+    return has_val(j) ? trainer.evaluate(j, *jobs[std::size_t(j)].val, opt.eval_batch > 0 ? opt.eval_batch : trainer.options(j).batch, opt.eval_tokens).loss
                       : std::numeric_limits<double>::quiet_NaN();
   };
   auto log = [&](int j, nlohmann::json rec) {

@@ -27,7 +27,8 @@ struct LoraRunOptions {
   std::int64_t log_every = 10;    ///< a record every N of a job's steps (and at its last)
   std::int64_t eval_every = 0;    ///< validation every N of a job's steps (0: at its end only)
   std::int64_t eval_tokens = 0;   ///< validation tokens per evaluation (0: all)
-  int eval_batch = 8;             ///< windows per evaluation forward
+  int eval_batch = 0;             ///< windows per evaluation forward (0: the job's batch, so evaluation
+                                  ///< holds no more activations than its training steps)
   /// Successive halving (eta >= 2 and rungs given): every job first trains to rungs[0] steps; then
   /// the ceil(n / eta) with the lowest validation loss (on eval_tokens) go on to rungs[1], and so
   /// on; the last round trains the survivors to their full steps.  The others stop at their rung

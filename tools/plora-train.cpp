@@ -1,0 +1,395 @@
+// plora-train: PLoRA (issue 33) — many LoRA fine-tuning jobs of a search space trained concurrently on
+// one frozen base, packed into shared passes over the base weights.
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "cli/run_tool.hpp"
+#include "io/atomic_file.hpp"
+#include "io/gzip.hpp"
+#include "io/json.hpp"
+#include "io/sha256.hpp"
+#include "lm/lora.hpp"
+#include "lm/model_io.hpp"
+#include "lm/tokenizer.hpp"
+#include "nn/corpus.hpp"
+#include "nn/layers.hpp"
+#include "nn/lora_run.hpp"
+#include "sched/plora_space.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/memory.hpp"
+#include "util/threads.hpp"
+
+using namespace icmlkit;
+
+namespace {
+
+/// One job's token streams.
+struct Streams {
+  std::vector<int> train, val;
+  std::string sha256;  ///< of the corpus file's bytes
+};
+
+/// Reads a job's corpus (its row filter applied: TSV rows whose key column starts with a prefix)
+/// and tokenizes its train and validation documents as lm-train does.
+Streams load_streams(const sched::JobData& d, const lm::Tokenizer& tok, const lm::ModelConfig& mc) {
+  nn::Documents docs;
+  if (d.filter.active()) {
+    const std::string bytes = io::read_maybe_gzip(d.resolved);
+    std::string kept;
+    std::size_t start = 0, rows = 0;
+    while (start < bytes.size()) {
+      std::size_t end = bytes.find('\n', start);
+      if (end == std::string::npos) end = bytes.size();
+      const std::string_view line(bytes.data() + start, end - start);
+      std::size_t c0 = 0;
+      for (int c = 1; c < d.filter.column && c0 != std::string_view::npos; ++c) {
+        c0 = line.find('\t', c0);
+        if (c0 != std::string_view::npos) ++c0;
+      }
+      if (c0 != std::string_view::npos) {
+        const std::string_view key = line.substr(c0, line.find('\t', c0) - c0);
+        for (const std::string& p : d.filter.prefixes)
+          if (key.substr(0, p.size()) == p) {
+            kept.append(line);
+            kept += '\n';
+            ++rows;
+            break;
+          }
+      }
+      start = end + 1;
+    }
+    if (rows == 0) throw InputError("the data filter keeps no row", d.resolved);
+    // read_corpus reads files: the kept rows go through a private temporary TSV
+    std::string tmpl = (std::filesystem::temp_directory_path() / "plora-train-XXXXXX.tsv").string();
+    const int fd = mkstemps(tmpl.data(), 4);
+    if (fd < 0) throw RuntimeError("cannot create a temporary file", tmpl);
+    close(fd);
+    struct Remove {
+      std::string p;
+      ~Remove() { std::filesystem::remove(p); }
+    } remove{tmpl};
+    io::write_text(tmpl, kept);
+    nn::CorpusOptions o = d.corpus;
+    o.format = "tsv";
+    docs = nn::read_corpus(tmpl, o);
+    docs.sha256 = io::sha256_hex(bytes);
+  } else {
+    docs = nn::read_corpus(d.resolved, d.corpus);
+  }
+  if (docs.train.empty()) throw InputError("no training documents", d.resolved);
+  Streams s;
+  s.train = nn::tokenize_documents(tok, docs.train, mc.add_bos ? mc.bos_id : -1, d.resolved);
+  s.val = nn::tokenize_documents(tok, docs.val, mc.add_bos ? mc.bos_id : -1, d.resolved);
+  s.sha256 = docs.sha256;
+  return s;
+}
+
+/// A plora-plan schedule's groups, as job names, in execution order: worker `task`'s (task >= 0), or
+/// every worker's one after another.
+std::vector<std::vector<std::string>> read_schedule(const std::string& path, int task, int tasks, std::string* sha) {
+  const nlohmann::json j = io::read_json(path, sha);
+  const nlohmann::json* sch = nullptr;
+  if (j.is_object() && j.contains("schedule")) sch = &j["schedule"];
+  if (!sch || !sch->is_array()) throw InputError("not a plora-plan schedule (no \"schedule\" array)", path);
+  std::vector<std::vector<std::string>> groups;
+  int workers = 0;
+  for (const auto& w : *sch) {
+    if (!w.is_object() || !w.contains("groups") || !w["groups"].is_array())
+      throw InputError("a schedule entry lacks its \"groups\" array", path);
+    const int worker = w.value("worker", workers);
+    ++workers;
+    if (task >= 0 && worker != task) continue;
+    for (const auto& g : w["groups"]) {
+      if (!g.is_object() || !g.contains("jobs") || !g["jobs"].is_array()) throw InputError("a group lacks its \"jobs\" array", path);
+      std::vector<std::string> names;
+      for (const auto& n : g["jobs"]) {
+        if (!n.is_string()) throw InputError("a group's jobs must be job names", path);
+        names.push_back(n.get<std::string>());
+      }
+      groups.push_back(std::move(names));
+    }
+  }
+  if (tasks > 0 && j.contains("workers") && j["workers"].is_number_integer() && j["workers"].get<int>() != tasks)
+    throw UsageError(fmt::format("--array-task .../{} but the schedule has {} workers", tasks, j["workers"].get<int>()), "--array-task");
+  return groups;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  prefer_short_openmp_spin(argv);
+  std::string space_path, model_path, output, schedule_path, array_task, pack = "all";
+  std::int64_t eval_every = 0, eval_tokens = 0, log_every = 10;
+  bool no_early_stop = false;
+  cli::ToolInfo info{
+      "plora-train",
+      "PLoRA (Yan et al., ICML 2026): trains the LoRA fine-tuning jobs of a search space (SPACE.json, the format of\n"
+      "plora-plan) concurrently on one frozen base.  The jobs of a group are packed: each step runs every base\n"
+      "projection once over the concatenated micro-batches of all of them, and each job's adapter on its own rows\n"
+      "(segmented products; ranks, targets, batches, learning rates and dropout may differ); each job keeps its\n"
+      "own AdamW state, warmup-cosine schedule, clipping, data order and dropout stream, so its adapter is bitwise\n"
+      "the one `lm-train --lora-rank` trains for the same job alone (ranks, seeds and data as in the space; Adam\n"
+      "beta2 0.999, no weight decay unless the space says).  A job leaves its group when it has done its steps (the\n"
+      "pack shrinks); the next group starts when the last one ends.  Groups: --schedule (a plora-plan schedule: all\n"
+      "its workers' groups one after another, or with --array-task i/N worker i's only, for Slurm-style job arrays),\n"
+      "else --pack all (one group of every job) or --pack none (every job alone, one after another: the usual\n"
+      "practice).  With early_stop in the space (successive halving), every job trains to the first rung, the\n"
+      "ceil(n / eta) with the lowest validation loss go on to the next, and so on (each round runs the schedule's\n"
+      "groups restricted to the survivors); --no-early-stop trains every job to its end.  Outputs in the directory\n"
+      "-o: <job>/ (the adapter, a PEFT directory: adapter_config.json + adapter_model.safetensors), <job>.jsonl (its\n"
+      "log: step, tokens, train_loss, lr, grad_norm, packed_jobs, step_seconds, val_loss when evaluated, then a\n"
+      "summary record) and summary.json (summary-task<i>.json with --array-task): per job its settings, steps,\n"
+      "final train and validation loss, whether halving stopped it, its start and end second; the groups run;\n"
+      "makespan_s (wall time), tokens_per_s, peak_rss_bytes, and the job with the lowest validation loss.\n"
+      "What the paper does not say (its planner and kernels are not public) is designed here; see plora-plan.",
+      "  plora-train data/plora/space16.json --model data/models/kjv7m.h5 -o search\n"
+      "  plora-plan data/plora/space16.json --model data/models/kjv7m.h5 --memory 600MiB --workers 1 --throughput table.json -o plan.json\n"
+      "  plora-train data/plora/space16.json --model data/models/kjv7m.h5 --schedule plan.json -o search\n"
+      "  plora-train data/plora/space16.json --model data/models/kjv7m.h5 --pack none -o sequential\n"};
+  CLI::App* app_ptr = nullptr;
+  return cli::run_tool(
+      argc, argv, info,
+      [&](CLI::App& app) {
+        app_ptr = &app;
+        app.add_option("space", space_path, "The search space (JSON; see plora-plan --help)")->required();
+        app.add_option("--model", model_path, "The frozen base (.h5, .gguf or a Hugging Face directory; default: the space's \"base\")");
+        app.add_option("-o,--output", output, "Output directory (created; adapters, logs, summary)")->required();
+        app.add_option("--schedule", schedule_path, "A plora-plan schedule (JSON) giving the groups");
+        app.add_option("--array-task", array_task, "i/N: run worker i's groups of the --schedule (N workers)");
+        app.add_option("--pack", pack, "Without --schedule: all (one group) or none (each job alone, in order)")
+            ->capture_default_str()->check(CLI::IsMember({"all", "none"}));
+        app.add_option("--eval-every", eval_every, "Validation every N of a job's steps (0 = at its end only)")->capture_default_str();
+        app.add_option("--eval-tokens", eval_tokens, "Validation tokens per evaluation (0 = all)")->capture_default_str();
+        app.add_option("--log-every", log_every, "A log record every N steps of a job")->capture_default_str()->check(cli::int_range(1, 1 << 30));
+        app.add_flag("--no-early-stop", no_early_stop, "Ignore the space's early_stop (train every job to its end)");
+      },
+      [&](cli::Context& ctx) {
+        CLI::App* app = app_ptr;
+        if (eval_every < 0) throw UsageError("must be >= 0", "--eval-every");
+        if (eval_tokens < 0) throw UsageError("must be >= 0", "--eval-tokens");
+        if (!schedule_path.empty() && app->count("--pack")) throw UsageError("give --schedule or --pack, not both", "--pack");
+        int task = -1, tasks = 0;
+        if (!array_task.empty()) {
+          if (schedule_path.empty()) throw UsageError("--array-task needs --schedule", "--array-task");
+          const auto slash = array_task.find('/');
+          try {
+            if (slash == std::string::npos) throw std::invalid_argument("");
+            std::size_t a = 0, b = 0;
+            task = std::stoi(array_task.substr(0, slash), &a);
+            tasks = std::stoi(array_task.substr(slash + 1), &b);
+            if (a != slash || b != array_task.size() - slash - 1) throw std::invalid_argument("");
+          } catch (const std::exception&) {
+            throw UsageError(fmt::format("'{}' is not i/N", array_task), "--array-task");
+          }
+          if (tasks < 1 || task < 0 || task >= tasks) throw UsageError(fmt::format("'{}': need 0 <= i < N", array_task), "--array-task");
+        }
+        if (io::is_stdout(output) || io::is_stream_path(output)) throw UsageError("-o names a directory", "-o");
+        if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))
+          throw UsageError(fmt::format("-o {} exists and is not a directory", output), "-o");
+        io::check_output_dir(output);
+
+        std::string space_sha;
+        const sched::SearchSpace space = sched::read_space(space_path, &space_sha);
+        ctx.prov.add_input(space_path, space_sha);
+        if (model_path.empty()) model_path = space.base_resolved;
+        if (model_path.empty()) throw UsageError("give the base with --model (the space names none)", "--model");
+        std::string schedule_sha;
+        std::vector<std::vector<std::string>> schedule;
+        if (!schedule_path.empty()) {
+          schedule = read_schedule(schedule_path, task, tasks, &schedule_sha);
+          ctx.prov.add_input(schedule_path, schedule_sha);
+        }
+        const lm::Model base = lm::load_any(model_path);
+        ctx.prov.add_input(model_path, lm::model_sha256(model_path));
+        if (base.tokenizer_model.empty()) throw InputError("the model has no tokenizer", model_path);
+        const lm::ModelConfig& mc = base.config;
+        if (space.seq_len > mc.n_ctx)
+          throw InputError(fmt::format("seq_len {} is larger than the model allows (n_ctx = {})", space.seq_len, mc.n_ctx), space_path);
+        std::map<std::string, int> index;
+        std::vector<nn::LoraJobOptions> opts;
+        for (const sched::JobSpec& js : space.jobs) {
+          nn::LoraJobOptions o;
+          o.name = js.name;
+          o.lora.rank = js.rank;
+          o.lora.alpha = js.alpha;
+          o.lora.rslora = js.rslora;
+          o.lora.dropout = js.dropout;
+          o.lora.targets = js.targets;
+          o.batch = js.batch;
+          o.steps = js.steps;
+          o.lr = js.lr;
+          o.min_lr = js.min_lr;
+          o.warmup = js.warmup;
+          o.clip = js.clip;
+          o.adam.weight_decay = js.weight_decay;
+          o.seed = js.seed;
+          try {
+            lm::check_lora_config(o.lora, mc);
+          } catch (const UsageError& e) {
+            throw InputError(fmt::format("job '{}': {}", js.name, e.what()), space_path);
+          }
+          index[js.name] = static_cast<int>(opts.size());
+          opts.push_back(o);
+        }
+        // the groups of round 0, as job indices (the schedule's jobs must be the space's, each once)
+        std::vector<std::vector<int>> groups;
+        std::vector<int> order;
+        if (!schedule_path.empty()) {
+          std::vector<char> seen(opts.size(), 0);
+          for (const auto& g : schedule) {
+            std::vector<int> ids;
+            for (const std::string& n : g) {
+              const auto it = index.find(n);
+              if (it == index.end()) throw InputError(fmt::format("the schedule names job '{}', which the space does not have", n), schedule_path);
+              if (seen[std::size_t(it->second)]++) throw InputError(fmt::format("the schedule runs job '{}' twice", n), schedule_path);
+              ids.push_back(it->second);
+              order.push_back(it->second);
+            }
+            if (!ids.empty()) groups.push_back(std::move(ids));
+          }
+          if (task < 0)
+            for (std::size_t i = 0; i < seen.size(); ++i)
+              if (!seen[i]) throw InputError(fmt::format("the schedule never runs job '{}'", opts[i].name), schedule_path);
+          if (order.empty()) throw InputError("the schedule gives this task no job", schedule_path);
+        } else {
+          for (int i = 0; i < static_cast<int>(opts.size()); ++i) order.push_back(i);
+          if (pack == "all") groups.push_back(order);
+          else
+            for (int i : order) groups.push_back({i});
+        }
+
+        // data: each distinct data object once
+        const lm::Tokenizer tok(base.tokenizer_model, "model tokenizer");
+        std::map<std::string, std::unique_ptr<Streams>> data;
+        std::vector<const Streams*> job_data(opts.size(), nullptr);
+        for (int i : order) {
+          const sched::JobSpec& js = space.jobs[std::size_t(i)];
+          const std::string key = sched::job_json(js)["data"].dump();
+          auto& slot = data[key];
+          if (!slot) {
+            slot = std::make_unique<Streams>(load_streams(js.data, tok, mc));
+            ctx.prov.add_input(js.data.resolved, slot->sha256);
+          }
+          job_data[std::size_t(i)] = slot.get();
+        }
+        nn::PackedLoraTrainer trainer(base, space.seq_len);
+        std::deque<std::vector<int>> idle;  // stable addresses
+        for (std::size_t i = 0; i < opts.size(); ++i) {
+          if (!job_data[i]) {  // not this task's: registered (indices stay the space's) but never run
+            idle.emplace_back(std::size_t(space.seq_len) * std::size_t(opts[i].batch) + 1, 0);
+            trainer.add_job(opts[i], &idle.back());
+            continue;
+          }
+          try {
+            trainer.add_job(opts[i], &job_data[i]->train);
+          } catch (const InputError& e) {
+            throw InputError(e.what(), space_path);
+          }
+        }
+        std::filesystem::create_directories(output);
+        ctx.prov.extra["space_sha256"] = sched::space_sha256(space);
+        ctx.prov.extra["base_sha256"] = trainer.base_sha256();
+        ctx.prov.extra["threads"] = threads();
+
+        // per-job logs, opened at their first record
+        std::vector<std::unique_ptr<std::ofstream>> logs(opts.size());
+        std::vector<nn::LoraRunJob> rj(opts.size());
+        for (int i : order) {
+          rj[std::size_t(i)].val = &job_data[std::size_t(i)]->val;
+          rj[std::size_t(i)].log = [&, i](const nlohmann::json& j) {
+            auto& f = logs[std::size_t(i)];
+            const std::string path = (std::filesystem::path(output) / (opts[std::size_t(i)].name + ".jsonl")).string();
+            if (!f) {
+              f = std::make_unique<std::ofstream>(path, std::ios::trunc);
+              if (!*f) throw RuntimeError("cannot write log", path);
+              nlohmann::json meta = ctx.prov.to_json();
+              meta["job"] = opts[std::size_t(i)].to_json();
+              *f << nlohmann::json{{"meta", meta}}.dump() << '\n';
+            }
+            *f << j.dump() << '\n' << std::flush;
+            if (!*f) throw RuntimeError("cannot write the log (disk full?)", path);
+          };
+        }
+        nn::LoraRunOptions ro;
+        ro.log_every = log_every;
+        ro.eval_every = eval_every;
+        ro.eval_tokens = eval_tokens;
+        if (space.early_stop.enabled() && !no_early_stop) {
+          ro.halving_eta = space.early_stop.eta;
+          for (int r : space.early_stop.rungs) ro.rungs.push_back(r);
+        }
+        // round 0 runs the groups; later halving rounds the same groups restricted to the survivors
+        auto planner = [&](const std::vector<int>& alive, std::int64_t) {
+          std::vector<std::vector<int>> out;
+          for (const auto& g : groups) {
+            std::vector<int> kept;
+            for (int j : g)
+              if (std::find(alive.begin(), alive.end(), j) != alive.end()) kept.push_back(j);
+            if (!kept.empty()) out.push_back(std::move(kept));
+          }
+          return out;
+        };
+        log::info("{} jobs in {} groups on {} ({} of {} tokens per window){}", order.size(), groups.size(), model_path, space.seq_len,
+                  mc.n_ctx, ro.halving_eta ? fmt::format(", successive halving eta {}", ro.halving_eta) : std::string());
+        const auto run = nn::run_lora_jobs(trainer, rj, order, planner, ro, [&](int j, const nn::LoraJobResult& r) {
+          lm::LoraAdapter a = trainer.adapter(j);
+          a.base_model = model_path;
+          io::Provenance p = ctx.prov;
+          p.extra["job"] = opts[std::size_t(j)].to_json();
+          p.extra["steps_done"] = r.steps;
+          p.extra["stopped_early"] = r.stopped_early;
+          lm::write_peft_adapter((std::filesystem::path(output) / opts[std::size_t(j)].name).string(), a, mc, p);
+          log::info("{}: {} steps, val loss {}{}", opts[std::size_t(j)].name, r.steps,
+                    std::isnan(r.val_loss) ? std::string("-") : fmt::format("{:.4f}", r.val_loss), r.stopped_early ? " (stopped early)" : "");
+        });
+
+        nlohmann::json jobs = nlohmann::json::array(), grs = nlohmann::json::array();
+        int best = -1;
+        for (int i : order) {
+          const auto& r = run.jobs[std::size_t(i)];
+          nlohmann::json jr = opts[std::size_t(i)].to_json();
+          jr["steps_done"] = r.steps;
+          jr["tokens"] = r.tokens;
+          jr["train_loss"] = r.train_loss;
+          jr["val_loss"] = std::isnan(r.val_loss) ? nlohmann::json() : nlohmann::json(r.val_loss);
+          jr["stopped_early"] = r.stopped_early;
+          jr["start_s"] = r.start_s;
+          jr["end_s"] = r.end_s;
+          jr["busy_s"] = r.busy_s;
+          jobs.push_back(jr);
+          if (!std::isnan(r.val_loss) && !r.stopped_early && (best < 0 || r.val_loss < run.jobs[std::size_t(best)].val_loss)) best = i;
+        }
+        for (const auto& g : run.groups) {
+          nlohmann::json names = nlohmann::json::array();
+          for (int j : g.jobs) names.push_back(opts[std::size_t(j)].name);
+          grs.push_back({{"round", g.round}, {"jobs", names}, {"start_s", g.start_s}, {"end_s", g.end_s}, {"packed_steps", g.packed_steps}});
+        }
+        nlohmann::json summary{{"meta", ctx.prov.to_json()},
+                               {"jobs", jobs},
+                               {"groups", grs},
+                               {"makespan_s", run.seconds},
+                               {"tokens", run.tokens},
+                               {"tokens_per_s", double(run.tokens) / std::max(run.seconds, 1e-9)},
+                               {"peak_rss_bytes", peak_rss_bytes()},
+                               {"base_bytes", trainer.base_bytes()},
+                               {"best_job", best >= 0 ? nlohmann::json(opts[std::size_t(best)].name) : nlohmann::json()},
+                               {"early_stop", ro.halving_eta ? nlohmann::json{{"eta", ro.halving_eta}, {"rungs", ro.rungs}} : nlohmann::json()}};
+        if (task >= 0) summary["array_task"] = {{"task", task}, {"tasks", tasks}};
+        const std::string sp = (std::filesystem::path(output) / (task >= 0 ? fmt::format("summary-task{}.json", task) : "summary.json")).string();
+        io::write_json(sp, summary);
+        log::info("{} jobs in {:.1f} s ({:.0f} tokens/s){} -> {}", order.size(), run.seconds, double(run.tokens) / std::max(run.seconds, 1e-9),
+                  best >= 0 ? fmt::format("; best {} (val loss {:.4f})", opts[std::size_t(best)].name, run.jobs[std::size_t(best)].val_loss) : std::string(),
+                  sp);
+      });
+}
