@@ -73,7 +73,11 @@ void check_lora_config(const LoraConfig& c, const ModelConfig& config);
 
 /// SHA-256 (hex) of a model's weights: every tensor of the model contract, in order, as float32
 /// bytes with its name (a fingerprint of the base an adapter was trained on; independent of the
-/// file format the model was read from).
+/// file format the model was read from).  Each tensor (tensor_slots order) is hashed as its GGUF
+/// name, a NUL, its [rows, cols] as two little-endian u64 (cols 0 for a vector) and its values,
+/// q/k rows in Hugging Face (rotate-half) order whatever the model's rope_style, so a base's
+/// native, GGUF and Hugging Face copies have one hash.  Throws RuntimeError for a model holding
+/// f16 compute weights (hold_half).
 std::string weights_sha256(const Model& model);
 
 /// Writes `adapter` as a PEFT directory `dir` (created if missing): adapter_config.json (PEFT's
