@@ -17,6 +17,7 @@
 #include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "lm/engine.hpp"
+#include "lm/lora.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
 #include "lm/text_stream.hpp"
@@ -82,7 +83,7 @@ double repeated_trigram_rate(const std::vector<int>& prompt, const std::vector<i
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file, device = "cpu",
-      weights = "auto";
+      weights = "auto", lora_dir;
   std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max", kv_gqa_reduce = "sum";
   int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
   decode::DecodeConfig dc;
@@ -109,9 +110,10 @@ int main(int argc, char** argv) {
       "--device cuda takes --kv-policy streaming only (the others need attention records).\n"
       "--search-skip-set FILE searches a self-spec skip set on --calibration prompts and writes it\n"
       "(progress on stderr; a few minutes for a few prompts).  Without --prompt, --prompt-file or\n"
-      "--prompt-ids the prompt text is read from stdin.",
+      "--prompt-ids the prompt text is read from stdin.  --lora DIR merges a PEFT LoRA adapter (adapter_config.json +\n"
+      "adapter_model.safetensors, made for this base) into the model first; the meta line records it.",
       "  fafo-generate data/models/kjv7m.h5 --prompt 'In the beginning' -n 128 --method fafo --kv-policy h2o --kv-budget 64 --compare ar -o run.jsonl\n"
-      "  fafo-generate data/models/kjv7m.h5 --prompt-file gen1.txt --prompt-tokens 256 --method lookahead --window 7 --ngram 5 --guesses 7\n"
+      "  fafo-generate data/models/kjv7m.h5 --lora adapter/ --prompt-file gen1.txt --prompt-tokens 256 --method lookahead --window 7 --ngram 5 --guesses 7\n"
       "  fafo-generate data/models/kjv7m.h5 --calibration calib.txt --search-skip-set skip.json && fafo-generate data/models/kjv7m.h5 --prompt 'And God said' --method self-spec --skip-set skip.json\n"};
   return cli::run_tool(
       argc, argv, info,
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
         app.add_option("--kv-pool", kv_pool, "snapkv: max | avg pooling")->capture_default_str()->check(CLI::IsMember({"max", "avg"}));
         lm::add_device_flag(app, device);
         lm::add_weights_flag(app, weights);
+        lm::add_lora_flag(app, lora_dir);
         app.add_option("--compare", compare, "Also decode with this method (ar) and report speedup and identical_to_ar")
             ->check(CLI::IsMember({"ar"}));
         app.add_option("-o,--output", output, "Per-step records and summary (.jsonl)");
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
 
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         lm::Model model = lm::load_any(model_path);
+        if (!lora_dir.empty()) lm::apply_lora(model, lora_dir, ctx.prov);
         const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, dev, weights, model_path);
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;

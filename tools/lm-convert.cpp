@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include "cli/run_tool.hpp"
+#include "lm/lora.hpp"
 #include "lm/model_io.hpp"
 #include "lm/tokenizer.hpp"
 #include "util/error.hpp"
@@ -11,7 +12,7 @@
 using namespace icmlkit;
 
 int main(int argc, char** argv) {
-  std::string input, output, dtype, to;
+  std::string input, output, dtype, to, merge_lora;
   cli::ToolInfo info{
       "lm-convert",
       "Convert a Llama-architecture model between formats.  Input (detected from the content):\n"
@@ -28,15 +29,19 @@ int main(int argc, char** argv) {
       "swiglu) becomes llama.cpp's llama architecture with 3-D expert tensors and transformers'\n"
       "MixtralForCausalLM; any other moe or latent-moe model is written under architecture icmlkit-moe /\n"
       "model_type icmlkit_moe (DeepSeek-V3 / Qwen-MoE tensor names; names and keys in libcore/lm/README.md),\n"
-      "which only icmlkit reads.",
+      "which only icmlkit reads.  --merge-lora DIR merges a PEFT LoRA adapter (adapter_config.json +\n"
+      "adapter_model.safetensors; W += scaling B A) into the weights before writing, so the output runs without\n"
+      "the adapter; an adapter made for another base (shapes, or its recorded base_sha256) is refused with exit 1\n"
+      "and nothing is written.  With --dtype f16/bf16 the merged weights are rounded to that storage.",
       "  lm-convert model.h5 -o model.gguf --dtype f16\n"
       "  lm-convert ~/hf/TinyLlama-1.1B -o tinyllama.h5 --dtype bf16\n"
-      "  lm-convert model.gguf -o hf_dir/\n"};
+      "  lm-convert model.gguf --merge-lora adapter/ -o merged_hf/\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("input", input, "Model file or Hugging Face directory")->required();
         app.add_option("-o,--output", output, "Output: *.h5 (native), *.gguf, or a directory (Hugging Face); a stream such as /dev/null takes .h5")->required();
+        app.add_option("--merge-lora", merge_lora, "LoRA adapter (a PEFT directory) merged into the weights before writing");
         app.add_option("--dtype", dtype, "Storage of matrices: f32, f16 or bf16")->transform(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case));
       },
       [&](cli::Context& ctx) {
@@ -44,7 +49,8 @@ int main(int argc, char** argv) {
         const lm::ModelFormat out_fmt = lm::output_format(output);
         ctx.prov.add_input(input, lm::model_sha256(input));
         const lm::ModelFormat in_fmt = lm::detect_format(input);
-        const lm::Model m = lm::load_any(input);
+        lm::Model m = lm::load_any(input);
+        if (!merge_lora.empty()) lm::apply_lora(m, merge_lora, ctx.prov);
         io::h5::FloatStorage st = dtype.empty() ? m.stored : io::h5::parse_float_storage(dtype, "--dtype");
         ctx.prov.extra["converted_from"] = lm::format_name(in_fmt);
         lm::save_any(output, out_fmt, m, st, ctx.prov);

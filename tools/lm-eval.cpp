@@ -12,6 +12,7 @@
 #include "io/sha256.hpp"
 #include "io/table.hpp"
 #include "lm/engine.hpp"
+#include "lm/lora.hpp"
 #include "lm/support.hpp"
 #include "lm/model.hpp"
 #include "lm/model_io.hpp"
@@ -31,7 +32,7 @@ using namespace icmlkit;
 
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
-  std::string model_path, text_path, output = "-", split = "all", device = "cpu", weights = "auto";
+  std::string model_path, text_path, output = "-", split = "all", device = "cpu", weights = "auto", lora_dir;
   nn::CorpusOptions copt;
   copt.val_every = 0;
   int seq_len = 0, batch = 4;
@@ -46,9 +47,12 @@ int main(int argc, char** argv) {
       "scores only the first N predicted tokens (the windows are cut from those).  JSON result:\n"
       "loss, perplexity, bits_per_token, top1_accuracy (next-token arg-max accuracy; null on --device cuda), tokens (predicted tokens counted), windows, split, device,\n"
       "engine_settings (weights; with --device cuda also batch_invariant, invariant_rows, cuda_graphs), meta.\n"
-      "On the CPU the loss is computed in f32; --device cuda runs the inference engine (--weights).",
+      "On the CPU the loss is computed in f32; --device cuda runs the inference engine (--weights).\n"
+      "--lora DIR merges a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors, made for this\n"
+      "base: shapes and its recorded base_sha256 must match) into the model first; meta.lora records it.",
       "  lm-eval kjv.h5 ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val\n"
-      "  lm-eval kjv.h5 psalm23.txt --seq-len 256 -o eval.json\n"};
+      "  lm-eval kjv.h5 psalm23.txt --seq-len 256 -o eval.json\n"
+      "  lm-eval kjv.h5 psalm23.txt --lora kjv-adapter/ -o eval-lora.json\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
                              "Compute weights with --device cuda: auto (the file's 16-bit format, f16 or bf16, when every "
                              "weight is exact in it, else f32), f32, f16 or bf16 (rounded); the CPU computes in f32 "
                              "(auto or f32 only)");
+        lm::add_lora_flag(app, lora_dir);
         app.add_option("--max-tokens", max_tokens, "Score only the first N predicted tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
       },
       [&](cli::Context& ctx) {
@@ -74,8 +79,9 @@ int main(int argc, char** argv) {
         const lm::Device dev = lm::parse_device(device);
         if (dev == lm::Device::cpu && weights != "auto" && weights != "f32")
           throw UsageError("lm-eval computes in f32 on the CPU (f16 and bf16 are for --device cuda)", "--weights " + weights);
-        const lm::Model model = lm::load_any(model_path);
+        lm::Model model = lm::load_any(model_path);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
+        if (!lora_dir.empty()) lm::apply_lora(model, lora_dir, ctx.prov);
         std::unique_ptr<lm::Engine> engine;
         // a model the trainer's batched forward cannot run (moe blocks) is scored by the CPU engine
         const bool engine_scores =

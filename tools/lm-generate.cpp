@@ -15,6 +15,7 @@
 #include "io/table.hpp"
 #include "lm/engine.hpp"
 #include "lm/forward.hpp"
+#include "lm/lora.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
 #include "lm/sampler.hpp"
@@ -29,7 +30,7 @@ using namespace icmlkit;
 
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
-  std::string model_path, prompt, prompt_file, prompt_ids, output;
+  std::string model_path, prompt, prompt_file, prompt_ids, output, lora_dir;
   int max_new = 64, top_logprobs = 5, prompt_tokens = 0;
   lm::SamplerConfig sc;
   bool ignore_eos = false, no_text = false, no_stream = false;
@@ -49,10 +50,12 @@ int main(int argc, char** argv) {
       "generated tokens, prefill and decode tokens/s, time to first token, stop reason, engine_settings:\n"
       "weights, and on CUDA batch_invariant, invariant_rows, cuda_graphs (see the man page), and\n"
       "compute_weights, the same as engine_settings' weights).\n"
-      "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.",
+      "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.\n"
+      "--lora DIR merges a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors, made for this\n"
+      "base) into the model before generating; the meta line records its files and settings.",
       "  lm-generate model.h5 --prompt 'In the beginning' -n 40\n"
       "  lm-generate model.h5 --prompt-file prompt.txt --prompt-tokens 128 --temperature 0.8 --top-p 0.95 --seed 7 -o run.jsonl --no-text\n"
-      "  lm-generate model.h5 --prompt-ids 1,450,3186 -n 16 -o ids.jsonl --no-stream\n"};
+      "  lm-generate model.gguf --lora adapter/ --prompt-ids 1,450,3186 -n 16 -o ids.jsonl --no-stream\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
         app.add_option("-o,--output", output, "Per-token records (.jsonl)");
         lm::add_device_flag(app, device);
         lm::add_weights_flag(app, weights);
+        lm::add_lora_flag(app, lora_dir);
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
@@ -78,6 +82,7 @@ int main(int argc, char** argv) {
         ctx.prov.add_input(model_path, model_sha);
         Stopwatch load_timer;
         lm::Model model = lm::load_any(model_path);
+        if (!lora_dir.empty()) lm::apply_lora(model, lora_dir, ctx.prov);
         const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, lm::parse_device(device), weights, model_path);
         const double load_s = load_timer.seconds();
         const auto& c = model.config;
