@@ -346,11 +346,19 @@ int main(int argc, char** argv) {
       "(routed entries the capacity limit dropped in the window; 0 without one)}]}}.  --moe-capacity-factor c\n"
       "(GShard/Switch token dropping, default 0 = no limit) lets each expert take at most ceil(c x rows x K / E)\n"
       "entries per forward call, the first in batch order; a dropped entry adds nothing to its row.  Held-out losses\n"
-      "never drop (as the engine and lm-eval).  AdamW only; no --sparse.",
+      "never drop (as the engine and lm-eval).  AdamW only; no --sparse.\n"
+      "LoRA (Hu et al. 2021, as Hugging Face PEFT; issue 33): --lora-rank r fine-tunes adapters on the frozen --init model\n"
+      "(every base tensor frozen: no gradient, no optimizer state): W x + s B A dropout(x) on each --lora-targets projection,\n"
+      "A [r, in] kaiming-uniform, B [out, r] = 0, s = --lora-alpha / r (/ sqrt r with --rslora).  -o is then the adapter's\n"
+      "PEFT directory (adapter_config.json, adapter_model.safetensors) that lm-eval, lm-generate and fafo-generate take with\n"
+      "--lora and lm-convert --merge-lora merges; transformers + peft load it too.  Adam there defaults to beta2 0.999 and\n"
+      "weight decay 0 (transformers' Trainer), and the run is plora-train's job of the same settings, bit for bit (the\n"
+      "one-job case).  Not with --resume, --accum, --optimizer, --sparse, --moe or --exit-loss.",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 256 --n-layers 4 --n-heads 8 --n-kv-heads 4 --n-ctx 128 --moe latent --experts 32 --top-k 8 --d-expert 256 --latent 64 --steps 500 --lr 2e-3 -o lmoe.h5 --log lmoe.jsonl\n"
+      "  lm-train psalms.tsv --column 2 --doc-column 1 --init data/models/kjv7m.h5 --lora-rank 8 --lora-targets q,k,v,o --seq-len 256 --steps 300 -o psalms-lora --log lora.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
   return cli::run_tool(

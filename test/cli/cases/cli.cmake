@@ -24,6 +24,8 @@ set(CLI_NODIR_RUNS
   "mixlaw-predict missing.json missing.csv -o nodir/o.json"
   "moe-grow missing.h5 --depth stack -o nodir/o.h5"
   "obcache-score missing.h5 --prompt x -o nodir/o.h5"
+  "plora-plan missing.json --model missing.h5 --memory 1G --workers 1 --throughput missing.json -o nodir/o.json"
+  "plora-train missing.json --model missing.h5 -o nodir/out"
   "pseudomallows-fit missing.csv -o nodir/o.json"
   "smc-optimize --problem toy -o nodir/o.json"
   "tokenizer-train missing.txt -o nodir/o.model"
