@@ -13,9 +13,12 @@
 #include "io/gnuplot.hpp"
 #include "io/json.hpp"
 #include "lm/model_io.hpp"
+#include "nn/plora.hpp"
 #include "sched/plora_plan.hpp"
 #include "sched/plora_space.hpp"
 #include "util/error.hpp"
+#include "util/log.hpp"
+#include "util/threads.hpp"
 
 using namespace icmlkit;
 using namespace icmlkit::sched;
@@ -83,7 +86,10 @@ void draw(io::AtomicFile& png, const SearchSpace& space, const std::vector<Searc
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string space_path, model_path, memory_text, overhead_text = "96MiB", table_path, method = "plan", output = "-", plot, array_task;
+  std::string space_path, model_path, memory_text, overhead_text = "96MiB", table_path, method = "plan", output = "-", plot, array_task,
+      save_table;
+  bool profile = false;
+  int profile_steps = 3;
   int workers = 1, exact_max = 16;
   cli::ToolInfo info{
       "plora-plan",
@@ -127,8 +133,10 @@ int main(int argc, char** argv) {
         app.add_option("--overhead", overhead_text, "Fixed bytes of a trainer process besides base and jobs (calibrate from plora-train's peak RSS)")
             ->capture_default_str();
         app.add_option("--workers", workers, "Workers (machines or GPUs), each with --memory bytes")->capture_default_str()->check(cli::int_range(1, 4096));
-        app.add_option("--throughput", table_path, "TABLE.json: timed packs {device, source, seq_len, measurements: [{jobs, rank, batch, step_seconds}]}")
-            ->required();
+        app.add_option("--throughput", table_path, "TABLE.json: timed packs {device, source, seq_len, measurements: [{jobs, rank, batch, step_seconds}]}");
+        app.add_flag("--profile", profile, "Instead of --throughput: time packs of k = 1, 2, 4, ... identical jobs (up to the most that fit --memory) on this machine's CPU trainer at the space's smallest and largest rank, its first job's targets and batch (median of --profile-steps steps after a warm-up)");
+        app.add_option("--profile-steps", profile_steps, "Timed steps per pack with --profile")->capture_default_str()->check(cli::int_range(1, 1000));
+        app.add_option("--save-throughput", save_table, "With --profile: also write the measured table (TABLE.json) here");
         app.add_option("--method", method, "The schedule written in full: plan, max-pack, lpt or sequential")
             ->capture_default_str()
             ->check(CLI::IsMember({"plan", "max-pack", "lpt", "sequential"}));
@@ -164,8 +172,47 @@ int main(int argc, char** argv) {
         if (base.empty()) throw UsageError("no base model: give --model or \"base\" in the space", "--model");
         const lm::Model model = lm::load_any(base);
         ctx.prov.add_input(base, lm::model_sha256(base));
-        const ThroughputTable table = read_throughput_table(table_path, &table_sha);
-        ctx.prov.add_input(table_path, table_sha);
+        if (profile == !table_path.empty()) throw UsageError("give --throughput TABLE.json or --profile", "--throughput");
+        if (!save_table.empty() && !profile) throw UsageError("--save-throughput needs --profile", "--save-throughput");
+        ThroughputTable table;
+        if (!profile) {
+          table = read_throughput_table(table_path, &table_sha);
+          ctx.prov.add_input(table_path, table_sha);
+        }
+        if (profile) {  // this machine's trainer, timed now
+          check_space_for_model(space, model.config, io::is_stdout(space_path) ? "<stdin>" : space_path);
+          const MemoryModel pm = memory_model(model.config, space, memory, overhead);
+          check_every_job_fits(pm, space, "--memory");
+          int lo = space.jobs[0].rank, hi = lo;
+          for (const auto& j : space.jobs) {
+            lo = std::min(lo, j.rank);
+            hi = std::max(hi, j.rank);
+          }
+          const int kmax = std::max(1, std::min<int>(static_cast<int>(space.jobs.size()), pm.max_jobs_at_once()));
+          std::vector<int> ks;
+          for (int k = 1; k < kmax; k *= 2) ks.push_back(k);
+          ks.push_back(kmax);
+          table.device = fmt::format("this machine's CPU trainer ({} threads)", threads());
+          table.source = fmt::format("plora-plan --profile: median of {} timed packed steps (after one warm-up) of k identical jobs on random tokens", profile_steps);
+          table.model = base;
+          table.seq_len = space.seq_len;
+          nlohmann::json rows = nlohmann::json::array();
+          for (int r : lo == hi ? std::vector<int>{lo} : std::vector<int>{lo, hi}) {
+            lm::LoraConfig lc;
+            lc.rank = r;
+            lc.alpha = 2.0 * r;
+            lc.targets = space.jobs[0].targets;
+            for (const auto& t : nn::profile_packing(model, space.seq_len, lc, space.jobs[0].batch, ks, profile_steps)) {
+              table.points.push_back({t.jobs, t.rank, t.batch, t.step_seconds});
+              rows.push_back({{"jobs", t.jobs}, {"rank", t.rank}, {"batch", t.batch}, {"step_seconds", t.step_seconds}});
+              log::debug("profile: {} jobs of rank {}: {:.4f} s per step", t.jobs, t.rank, t.step_seconds);
+            }
+          }
+          if (!save_table.empty())
+            io::write_json(save_table, nlohmann::json{{"device", table.device}, {"source", table.source}, {"model", table.model},
+                                                      {"seq_len", table.seq_len}, {"measurements", rows}, {"meta", ctx.prov.to_json()}});
+          table_path = save_table.empty() ? "(profiled)" : save_table;
+        }
         if (table.seq_len != space.seq_len)
           throw InputError(fmt::format("the table was timed at seq_len {}, the space trains at seq_len {}", table.seq_len, space.seq_len),
                            table_path);

@@ -112,6 +112,9 @@ std::vector<std::vector<std::string>> read_schedule(const std::string& path, int
     if (task >= 0 && worker != task) continue;
     for (const auto& g : w["groups"]) {
       if (!g.is_object() || !g.contains("jobs") || !g["jobs"].is_array()) throw InputError("a group lacks its \"jobs\" array", path);
+      // successive halving: later rounds' groups name the survivors plora-plan assumed; plora-train
+      // runs round 0's groups and restricts them to the real survivors afterwards
+      if (g.contains("round") && g["round"].is_number_integer() && g["round"].get<int>() > 0) continue;
       std::vector<std::string> names;
       for (const auto& n : g["jobs"]) {
         if (!n.is_string()) throw InputError("a group's jobs must be job names", path);
@@ -146,7 +149,8 @@ int main(int argc, char** argv) {
       "else --pack all (one group of every job) or --pack none (every job alone, one after another: the usual\n"
       "practice).  With early_stop in the space (successive halving), every job trains to the first rung, the\n"
       "ceil(n / eta) with the lowest validation loss go on to the next, and so on (each round runs the schedule's\n"
-      "groups restricted to the survivors); --no-early-stop trains every job to its end.  Outputs in the directory\n"
+      "groups restricted to the survivors; a plora-plan schedule's later rounds are its estimate and are not read);\n"
+      "--no-early-stop trains every job to its end.  Outputs in the directory\n"
       "-o: <job>/ (the adapter, a PEFT directory: adapter_config.json + adapter_model.safetensors), <job>.jsonl (its\n"
       "log: step, tokens, train_loss, lr, grad_norm, packed_jobs, step_seconds, val_loss when evaluated, then a\n"
       "summary record) and summary.json (summary-task<i>.json with --array-task): per job its settings, steps,\n"
@@ -210,10 +214,11 @@ int main(int argc, char** argv) {
           schedule = read_schedule(schedule_path, task, tasks, &schedule_sha);
           ctx.prov.add_input(schedule_path, schedule_sha);
         }
-        const lm::Model base = lm::load_any(model_path);
+        // the base model is held once, as the trainer's frozen store (the loaded copy is freed below)
+        auto base = std::make_unique<lm::Model>(lm::load_any(model_path));
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
-        if (base.tokenizer_model.empty()) throw InputError("the model has no tokenizer", model_path);
-        const lm::ModelConfig& mc = base.config;
+        if (base->tokenizer_model.empty()) throw InputError("the model has no tokenizer", model_path);
+        const lm::ModelConfig mc = base->config;
         if (space.seq_len > mc.n_ctx)
           throw InputError(fmt::format("seq_len {} is larger than the model allows (n_ctx = {})", space.seq_len, mc.n_ctx), space_path);
         std::map<std::string, int> index;
@@ -270,7 +275,7 @@ int main(int argc, char** argv) {
         }
 
         // data: each distinct data object once
-        const lm::Tokenizer tok(base.tokenizer_model, "model tokenizer");
+        const lm::Tokenizer tok(base->tokenizer_model, "model tokenizer");
         std::map<std::string, std::unique_ptr<Streams>> data;
         std::vector<const Streams*> job_data(opts.size(), nullptr);
         for (int i : order) {
@@ -283,7 +288,8 @@ int main(int argc, char** argv) {
           }
           job_data[std::size_t(i)] = slot.get();
         }
-        nn::PackedLoraTrainer trainer(base, space.seq_len);
+        nn::PackedLoraTrainer trainer(*base, space.seq_len);
+        base.reset();
         std::deque<std::vector<int>> idle;  // stable addresses
         for (std::size_t i = 0; i < opts.size(); ++i) {
           if (!job_data[i]) {  // not this task's: registered (indices stay the space's) but never run

@@ -259,7 +259,7 @@ TEST_CASE("plora throughput: the model reproduces the points the table determine
   CHECK(m.f(16) == doctest::Approx(m.f(8) + 8 * (m.f(8) - m.f(4)) / 4).epsilon(1e-12));
 }
 
-TEST_CASE("plora throughput: a non-monotone table is made monotone; a one-knot table scales with rows") {
+TEST_CASE("plora throughput: a non-monotone table is made monotone, a one-knot table scales with rows") {
   const ThroughputModel m(table_of({{1, 8, 1, 1.0}, {2, 8, 1, 0.8}, {3, 8, 1, 1.5}}));  // 2 rows measured faster than 1
   CHECK(m.g(2) == 0);                               // one rank: rank is not a variable
   CHECK(m.f(1) == doctest::Approx(0.9).epsilon(1e-12));  // pooled (1.0 + 0.8) / 2

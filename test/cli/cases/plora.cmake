@@ -38,6 +38,15 @@ cli_case(plora-train/schedule-and-array-task
   --file-jq w1/summary-task1.json "(.jobs | length) == 1 and .jobs[0].name == \"j02\" and .array_task.tasks == 2"
   -- bash -c "${LORA_BASE} && echo '${SPACE3}' > space.json && echo '{\"workers\": 2, \"schedule\": [{\"worker\": 0, \"groups\": [{\"jobs\": [\"j00\", \"j01\"]}]}, {\"worker\": 1, \"groups\": [{\"jobs\": [\"j02\"]}]}]}' > sch.json && ${PLORA} space.json --model base.h5 --schedule sch.json -o all -q && jq -e '(.groups | length) == 2' all/summary.json > /dev/null && ${PLORA} space.json --model base.h5 --schedule sch.json --array-task 1/2 -o w1 -q")
 
+# plora-plan --profile times packs of this machine's trainer on the base (k = 1, 2, 3: the space's
+# three jobs, ranks 2 and 8), plans with that table, and plora-train executes the schedule.
+cli_case(plora-plan/profile-then-train
+  --rc 0 --file t.json --file run/summary.json
+  --file-jq t.json "([.measurements[] | [.jobs, .rank]] == [[1,2],[2,2],[3,2],[1,8],[2,8],[3,8]]) and (.measurements | all(.step_seconds > 0)) and .seq_len == 64"
+  --file-jq p.json "(.methods | keys) == [\"lpt\", \"max-pack\", \"plan\", \"sequential\"] and .methods.plan.makespan_s <= .methods.sequential.makespan_s and .throughput_model.path == \"t.json\""
+  --file-jq run/summary.json "(.jobs | length) == 3 and (.jobs | all(.steps_done == .steps))"
+  -- bash -c "${LORA_BASE} && echo '${SPACE3}' > space.json && $<TARGET_FILE:plora-plan> space.json --model base.h5 --memory 1GiB --overhead 1MiB --profile --profile-steps 1 --save-throughput t.json -o p.json --threads 1 -q && ${PLORA} space.json --model base.h5 --schedule p.json -o run --threads 1 -q")
+
 # ---- bad input ---------------------------------------------------------------------------------------
 cli_case(lm-train/lora-rank-zero --rc 2 --stderr "--lora-rank" --no-file ad --tool lm-train
   -- ${LMTRAIN} ${FX}/genesis.txt --init nothing.h5 --lora-rank 0 --steps 2 -o ad)
