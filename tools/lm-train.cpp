@@ -125,7 +125,14 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   for (const char* f : {"--config", "--preset", "--tokenizer", "--vocab-size", "--d-model", "--n-layers", "--n-heads", "--n-kv-heads",
                         "--d-ff", "--n-ctx", "--tied", "--rope-style", "--init-std", "--accum", "--resume", "--overwrite",
                         "--allow-corpus-change", "--export", "--export-dtype", "--best", "--checkpoint-every", "--optimizer", "--sparse",
-                        "--moe", "--exit-loss", "--stop-at", "--moe-aux-loss", "--router-bias-update", "--moe-capacity-factor"})
+                        "--moe", "--exit-loss", "--stop-at", "--moe-aux-loss", "--router-bias-update", "--moe-capacity-factor",
+                        "--experts", "--top-k", "--d-expert", "--d-shared", "--latent", "--expert-act", "--router", "--routed-scaling",
+                        "--no-norm-topk", "--exit-every", "--exit-curriculum", "--exit-weights", "--foam-level", "--foam-scale",
+                        "--foam-res-scale", "--foam-second-moment", "--galore-rank", "--galore-gap", "--galore-scale", "--poet-block",
+                        "--poet-merge-every", "--poet-terms", "--poet-cayley", "--poet-fully-stochastic", "--poet-lr", "--poet-scale",
+                        "--poet-no-normalize", "--poet-clip-ramp-until", "--density", "--update-every", "--prune-rate", "--prune-rate-min",
+                        "--prune-schedule", "--sparse-block", "--sparse-local-steps", "--sparse-warmup", "--sparse-density-lr",
+                        "--sparse-code-form", "--probe-steps", "--probe-control"})
     if (app.count(f)) throw UsageError(fmt::format("{} does not apply to LoRA fine-tuning (--lora-rank)", f), f);
   if (init_path.empty()) throw UsageError("LoRA fine-tunes a base model: give it with --init", "--init");
   if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
@@ -148,16 +155,16 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   const nn::Documents docs = nn::read_corpus(corpus_path, copt);
   ctx.prov.add_input(corpus_path, docs.sha256);
   if (docs.train.empty()) throw InputError("no training documents", corpus_path);
-  lm::Model base = lm::load_any(init_path);
+  auto base = std::make_unique<lm::Model>(lm::load_any(init_path));
   ctx.prov.add_input(init_path, lm::model_sha256(init_path));
-  if (base.tokenizer_model.empty())
+  if (base->tokenizer_model.empty())
     throw InputError("the model has no tokenizer (" + lm::tokenizer_location(init_path) + " missing)", init_path);
-  const lm::ModelConfig& mc = base.config;
+  const lm::ModelConfig mc = base->config;
   lm::check_lora_config(lc, mc);
   if (!app.count("--seq-len")) t.seq_len = mc.n_ctx;
   if (t.seq_len > mc.n_ctx)
     throw InputError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", t.seq_len, mc.n_ctx), "--seq-len");
-  const lm::Tokenizer tok(base.tokenizer_model, "model tokenizer");
+  const lm::Tokenizer tok(base->tokenizer_model, "model tokenizer");
   const std::vector<int> train_stream = nn::tokenize_documents(tok, docs.train, mc.add_bos ? mc.bos_id : -1, corpus_path);
   const std::vector<int> val_stream = nn::tokenize_documents(tok, docs.val, mc.add_bos ? mc.bos_id : -1, corpus_path);
   const std::int64_t step_tokens = std::int64_t(t.batch) * t.seq_len;
@@ -179,7 +186,8 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   job.adam.weight_decay = app.count("--weight-decay") ? t.adam.weight_decay : 0.0;
   job.seed = ctx.common.seed;
 
-  nn::PackedLoraTrainer trainer(base, t.seq_len);
+  nn::PackedLoraTrainer trainer(*base, t.seq_len);
+  base.reset();  // the trainer holds the (frozen) weights
   trainer.add_job(job, &train_stream);
   io::check_output_dir(output);  // the directory -o goes in must exist and be writable (the writer creates -o itself)
   std::unique_ptr<std::ofstream> log_file;
@@ -235,7 +243,11 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
                          {"seconds", run.seconds},
                          {"tokens_per_s", double(run.tokens) / std::max(run.seconds, 1e-9)},
                          {"output", output}};
+  if (result.diverged) summary["diverged"] = true;
   emit(nlohmann::json{{"summary", summary}});
+  if (result.diverged)
+    throw RuntimeError(fmt::format("non-finite training loss or gradient at step {}; the adapter of step {} is in {}", result.steps + 1,
+                                   result.steps, output));
   log::info("step {}: train loss {:.4f}{} -> {}", result.steps, result.train_loss,
             std::isnan(result.val_loss) ? std::string() : fmt::format(", val loss {:.4f}", result.val_loss), output);
 }

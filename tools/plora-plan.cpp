@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   std::string space_path, model_path, memory_text, overhead_text = "96MiB", table_path, method = "plan", output = "-", plot, array_task,
       save_table;
   bool profile = false;
-  int profile_steps = 3;
+  int profile_steps = 10;
   int workers = 1, exact_max = 16;
   cli::ToolInfo info{
       "plora-plan",
@@ -159,10 +159,14 @@ int main(int argc, char** argv) {
         }
         if (!plot.empty()) {
           io::require_output_extension(plot, "--plot", {".png"}, "the picture is PNG");
-          io::check_distinct_outputs({{"-o", output}, {"--plot", plot}}, {space_path, table_path, model_path});
+          io::check_distinct_outputs({{"-o", output}, {"--plot", plot}, {"--save-throughput", save_table}}, {space_path, table_path, model_path});
           io::require_gnuplot("--plot");
         } else {
-          io::check_distinct_outputs({{"-o", output}}, {space_path, table_path, model_path});
+          io::check_distinct_outputs({{"-o", output}, {"--save-throughput", save_table}}, {space_path, table_path, model_path});
+        }
+        if (!save_table.empty()) {  // checked now, not after the profile
+          io::require_output_extension(save_table, "--save-throughput", {".json"}, "the table is JSON");
+          io::check_output_dir(save_table);
         }
 
         std::string space_sha, table_sha;

@@ -95,18 +95,42 @@ Streams load_streams(const sched::JobData& d, const lm::Tokenizer& tok, const lm
   return s;
 }
 
-/// A plora-plan schedule's groups, as job names, in execution order: worker `task`'s (task >= 0), or
-/// every worker's one after another.
-std::vector<std::vector<std::string>> read_schedule(const std::string& path, int task, int tasks, std::string* sha) {
+/// What plora-train reads of a plora-plan schedule.
+struct Schedule {
+  std::vector<std::vector<std::string>> groups;  ///< round 0's groups, job names, in execution order
+  std::string space_sha256;                      ///< of the space it was planned for ("" = not recorded)
+  /// The planner's memory model, for re-packing survivors of successive halving (limit 0 = absent):
+  /// each job's adapter + activation bytes, and the bytes the jobs of one group may share.
+  std::int64_t job_budget = 0;
+  std::map<std::string, std::int64_t> job_bytes;
+};
+
+/// A plora-plan schedule: worker `task`'s groups (task >= 0), or every worker's one after another.
+Schedule read_schedule(const std::string& path, int task, int tasks, std::string* sha) {
   const nlohmann::json j = io::read_json(path, sha);
+  Schedule out;
+  if (j.is_object() && j.contains("space_sha256") && j["space_sha256"].is_string()) out.space_sha256 = j["space_sha256"];
+  if (j.is_object() && j.contains("memory_model") && j["memory_model"].is_object() && j.contains("memory_bytes") &&
+      j["memory_bytes"].is_number_integer()) {
+    const auto& m = j["memory_model"];
+    if (m.value("base_bytes", nlohmann::json()).is_number_integer() && m.value("overhead_bytes", nlohmann::json()).is_number_integer() &&
+        m.contains("jobs") && m["jobs"].is_array()) {
+      out.job_budget = j["memory_bytes"].get<std::int64_t>() - m["base_bytes"].get<std::int64_t>() - m["overhead_bytes"].get<std::int64_t>();
+      for (const auto& jb : m["jobs"])
+        if (jb.is_object() && jb.value("name", nlohmann::json()).is_string() && jb.value("adapter_bytes", nlohmann::json()).is_number_integer() &&
+            jb.value("activation_bytes", nlohmann::json()).is_number_integer())
+          out.job_bytes[jb["name"].get<std::string>()] = jb["adapter_bytes"].get<std::int64_t>() + jb["activation_bytes"].get<std::int64_t>();
+    }
+  }
   const nlohmann::json* sch = nullptr;
   if (j.is_object() && j.contains("schedule")) sch = &j["schedule"];
   if (!sch || !sch->is_array()) throw InputError("not a plora-plan schedule (no \"schedule\" array)", path);
-  std::vector<std::vector<std::string>> groups;
+  std::vector<std::vector<std::string>>& groups = out.groups;
   int workers = 0;
   for (const auto& w : *sch) {
     if (!w.is_object() || !w.contains("groups") || !w["groups"].is_array())
       throw InputError("a schedule entry lacks its \"groups\" array", path);
+    if (w.contains("worker") && !w["worker"].is_number_integer()) throw InputError("a schedule entry's \"worker\" must be an integer", path);
     const int worker = w.value("worker", workers);
     ++workers;
     if (task >= 0 && worker != task) continue;
@@ -125,7 +149,7 @@ std::vector<std::vector<std::string>> read_schedule(const std::string& path, int
   }
   if (tasks > 0 && j.contains("workers") && j["workers"].is_number_integer() && j["workers"].get<int>() != tasks)
     throw UsageError(fmt::format("--array-task .../{} but the schedule has {} workers", tasks, j["workers"].get<int>()), "--array-task");
-  return groups;
+  return out;
 }
 
 }  // namespace
@@ -153,7 +177,8 @@ int main(int argc, char** argv) {
       "--no-early-stop trains every job to its end.  Outputs in the directory\n"
       "-o: <job>/ (the adapter, a PEFT directory: adapter_config.json + adapter_model.safetensors), <job>.jsonl (its\n"
       "log: step, tokens, train_loss, lr, grad_norm, packed_jobs, step_seconds, val_loss when evaluated, then a\n"
-      "summary record) and summary.json (summary-task<i>.json with --array-task): per job its settings, steps,\n"
+      "summary record; an {event: diverged} record when a job's loss or gradient turned non-finite: that job stops,\n"
+      "its adapter kept at its last finite step, and the others go on) and summary.json (summary-task<i>.json with --array-task): per job its settings, steps,\n"
       "final train and validation loss, whether halving stopped it, its start and end second; the groups run;\n"
       "makespan_s (wall time), tokens_per_s, peak_rss_bytes, and the job with the lowest validation loss.\n"
       "What the paper does not say (its planner and kernels are not public) is designed here; see plora-plan.",
@@ -208,11 +233,20 @@ int main(int argc, char** argv) {
         ctx.prov.add_input(space_path, space_sha);
         if (model_path.empty()) model_path = space.base_resolved;
         if (model_path.empty()) throw UsageError("give the base with --model (the space names none)", "--model");
+        const bool halving = space.early_stop.enabled() && !no_early_stop;
+        if (halving && task >= 0)
+          throw UsageError("successive halving compares every job of the search at each rung, which one array task cannot; "
+                           "run the search in one process, or give --no-early-stop",
+                           "--array-task");
         std::string schedule_sha;
-        std::vector<std::vector<std::string>> schedule;
+        Schedule schedule;
         if (!schedule_path.empty()) {
           schedule = read_schedule(schedule_path, task, tasks, &schedule_sha);
           ctx.prov.add_input(schedule_path, schedule_sha);
+          if (!schedule.space_sha256.empty() && schedule.space_sha256 != sched::space_sha256(space))
+            throw InputError(fmt::format("the schedule was planned for another search space (space SHA-256 {}, this one's {})",
+                                         schedule.space_sha256.substr(0, 12), sched::space_sha256(space).substr(0, 12)),
+                             schedule_path);
         }
         // the base model is held once, as the trainer's frozen store (the loaded copy is freed below)
         auto base = std::make_unique<lm::Model>(lm::load_any(model_path));
@@ -252,7 +286,7 @@ int main(int argc, char** argv) {
         std::vector<int> order;
         if (!schedule_path.empty()) {
           std::vector<char> seen(opts.size(), 0);
-          for (const auto& g : schedule) {
+          for (const auto& g : schedule.groups) {
             std::vector<int> ids;
             for (const std::string& n : g) {
               const auto it = index.find(n);
@@ -331,13 +365,36 @@ int main(int argc, char** argv) {
         ro.log_every = log_every;
         ro.eval_every = eval_every;
         ro.eval_tokens = eval_tokens;
-        if (space.early_stop.enabled() && !no_early_stop) {
+        if (halving) {
           ro.halving_eta = space.early_stop.eta;
           for (int r : space.early_stop.rungs) ro.rungs.push_back(r);
         }
-        // round 0 runs the groups; later halving rounds the same groups restricted to the survivors
+        // round 0 runs the groups; later halving rounds re-pack the survivors first-fit (largest first)
+        // under the schedule's memory budget when it records one, else keep the groups restricted to them
+        bool round0 = true;
         auto planner = [&](const std::vector<int>& alive, std::int64_t) {
           std::vector<std::vector<int>> out;
+          if (!round0 && schedule.job_budget > 0) {
+            std::vector<int> by_size = alive;
+            auto bytes = [&](int j) {
+              const auto it = schedule.job_bytes.find(opts[std::size_t(j)].name);
+              return it == schedule.job_bytes.end() ? schedule.job_budget : it->second;
+            };
+            std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) { return bytes(a) > bytes(b); });
+            std::vector<std::int64_t> used;
+            for (int j : by_size) {
+              std::size_t g = 0;
+              while (g < out.size() && used[g] + bytes(j) > schedule.job_budget) ++g;
+              if (g == out.size()) {
+                out.emplace_back();
+                used.push_back(0);
+              }
+              out[g].push_back(j);
+              used[g] += bytes(j);
+            }
+            return out;
+          }
+          round0 = false;
           for (const auto& g : groups) {
             std::vector<int> kept;
             for (int j : g)
@@ -355,9 +412,10 @@ int main(int argc, char** argv) {
           p.extra["job"] = opts[std::size_t(j)].to_json();
           p.extra["steps_done"] = r.steps;
           p.extra["stopped_early"] = r.stopped_early;
+          p.extra["diverged"] = r.diverged;
           lm::write_peft_adapter((std::filesystem::path(output) / opts[std::size_t(j)].name).string(), a, mc, p);
           log::info("{}: {} steps, val loss {}{}", opts[std::size_t(j)].name, r.steps,
-                    std::isnan(r.val_loss) ? std::string("-") : fmt::format("{:.4f}", r.val_loss), r.stopped_early ? " (stopped early)" : "");
+                    std::isnan(r.val_loss) ? std::string("-") : fmt::format("{:.4f}", r.val_loss), r.stopped_early ? " (stopped early)" : r.diverged ? " (diverged: non-finite loss; adapter of its last finite step)" : "");
         });
 
         nlohmann::json jobs = nlohmann::json::array(), grs = nlohmann::json::array();
@@ -370,11 +428,14 @@ int main(int argc, char** argv) {
           jr["train_loss"] = r.train_loss;
           jr["val_loss"] = std::isnan(r.val_loss) ? nlohmann::json() : nlohmann::json(r.val_loss);
           jr["stopped_early"] = r.stopped_early;
+          jr["diverged"] = r.diverged;
+          jr["train_tokens"] = static_cast<std::int64_t>(job_data[std::size_t(i)]->train.size());
+          jr["val_tokens"] = static_cast<std::int64_t>(job_data[std::size_t(i)]->val.size());
           jr["start_s"] = r.start_s;
           jr["end_s"] = r.end_s;
           jr["busy_s"] = r.busy_s;
           jobs.push_back(jr);
-          if (!std::isnan(r.val_loss) && !r.stopped_early && (best < 0 || r.val_loss < run.jobs[std::size_t(best)].val_loss)) best = i;
+          if (!std::isnan(r.val_loss) && !r.stopped_early && !r.diverged && (best < 0 || r.val_loss < run.jobs[std::size_t(best)].val_loss)) best = i;
         }
         for (const auto& g : run.groups) {
           nlohmann::json names = nlohmann::json::array();

@@ -60,19 +60,19 @@ std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const l
 }
 
 template <class T>
-LlamaParams<T>::LlamaParams(const lm::ModelConfig& c) : config(c) {
-  store.add("token_embd.weight", {c.vocab_size, c.d_model}, true);
+LlamaParams<T>::LlamaParams(const lm::ModelConfig& c, bool frozen) : config(c) {
+  store.add("token_embd.weight", {c.vocab_size, c.d_model}, true, frozen);
   slots.resize(std::size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     slots[std::size_t(l)].fill(-1);
     for (auto& [kind, name, shape] : layer_param_shapes(c, l)) {
-      const int i = store.add(name, shape, shape.size() > 1);
+      const int i = store.add(name, shape, shape.size() > 1, frozen);
       slots[std::size_t(l)][std::size_t(kind)] = i;
       if (kind == router_bias) store.freeze(i);  // selection only: moved by the load-balancing update, not by gradient
     }
   }
-  out_norm_index = store.add("output_norm.weight", {c.d_model}, false);
-  if (!c.tied) store.add("output.weight", {c.vocab_size, c.d_model}, true);
+  out_norm_index = store.add("output_norm.weight", {c.d_model}, false, frozen);
+  if (!c.tied) store.add("output.weight", {c.vocab_size, c.d_model}, true, frozen);
 }
 
 namespace {
@@ -118,9 +118,9 @@ void zip_model(LlamaParams<T>& P, M& m, F&& f) {
 }  // namespace
 
 template <class T>
-LlamaParams<T> params_from_model(const lm::Model& model) {
+LlamaParams<T> params_from_model(const lm::Model& model, bool frozen) {
   lm::require_blocks(lm::Runner::trainer, model.config);  // before the llama layout is assumed
-  LlamaParams<T> P(model.config);
+  LlamaParams<T> P(model.config, frozen);
   zip_model(P, model, [](Param<T>& p, const std::vector<float>& v) {
     if (v.size() != p.numel()) throw InputError("model tensor has the wrong size", p.name);
     std::copy(v.begin(), v.end(), p.value.begin());
@@ -830,7 +830,7 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
 
 #define ICMLKIT_NN_LLAMA(T)                                                                           \
   template struct LlamaParams<T>;                                                                     \
-  template LlamaParams<T> params_from_model<T>(const lm::Model&);                                     \
+  template LlamaParams<T> params_from_model<T>(const lm::Model&, bool);                                     \
   template void params_to_model<T>(LlamaParams<T>&, lm::Model&);                                      \
   template void enable_poet<T>(LlamaParams<T>&, const PoetOptions&, std::uint64_t);                     \
   template void poet_merge<T>(LlamaParams<T>&, std::uint64_t, std::int64_t);                            \

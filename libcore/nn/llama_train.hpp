@@ -31,8 +31,9 @@ struct LlamaParams {
   lm::ModelConfig config;
   ParamStore<T> store;
 
-  /// Allocates every tensor (zeros) for `config`.
-  explicit LlamaParams(const lm::ModelConfig& config);
+  /// Allocates every tensor (zeros) for `config`; with `frozen` every tensor is frozen from the
+  /// start (no gradient buffers: a LoRA base).
+  explicit LlamaParams(const lm::ModelConfig& config, bool frozen = false);
   /// A block's tensors (those of its type exist; the others are absent).
   enum LayerTensor {
     attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down,  // llama (attention and norms: every block)
@@ -123,8 +124,9 @@ std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const l
 void check_poet_shapes(const lm::ModelConfig& config, const PoetOptions& opt);
 
 /// Copies a model's weights into a store (float or double).
+/// With `frozen`, every tensor frozen (no gradient buffers).
 template <class T>
-LlamaParams<T> params_from_model(const lm::Model& model);
+LlamaParams<T> params_from_model(const lm::Model& model, bool frozen = false);
 
 /// Writes a store's values back into `model` (shapes must match; config taken from params).
 template <class T>

@@ -29,13 +29,6 @@ const char* slot_stem(int slot) {
   }
 }
 
-/// Per-element stream value: SplitMix64 over the mixed counters.
-std::uint64_t mix(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 }  // namespace
 
 int lora_slot(const std::string& target) noexcept {
@@ -126,9 +119,8 @@ lm::LoraAdapter lora_to_adapter(const LoraParams<T>& P, const lm::ModelConfig& m
 }
 
 bool lora_dropout_keep(std::uint64_t key, int layer, int slot, std::int64_t row, int col, double p) noexcept {
-  std::uint64_t h = mix(key ^ mix(std::uint64_t(layer) * 64 + std::uint64_t(slot)));
-  h = mix(h ^ std::uint64_t(row));
-  h = mix(h ^ std::uint64_t(col));
+  const std::uint64_t h = derive_seed(derive_seed(derive_seed(key, std::uint64_t(layer) * 64 + std::uint64_t(slot)), std::uint64_t(row)),
+                                      std::uint64_t(col));
   return double(h >> 11) * 0x1.0p-53 >= p;
 }
 

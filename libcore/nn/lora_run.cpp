@@ -38,7 +38,8 @@ LoraRunSummary run_lora_jobs(PackedLoraTrainer& trainer, const std::vector<LoraR
   auto has_val = [&](int j) { return jobs[std::size_t(j)].val && jobs[std::size_t(j)].val->size() > 1; };
   if (halving)
     for (int j : order)
-      if (!has_val(j)) throw UsageError(fmt::format("successive halving needs validation data (job {})", trainer.options(j).name));
+      if (!has_val(j))
+        throw InputError(fmt::format("successive halving needs validation data: job {} has no held-out documents", trainer.options(j).name));
 
   // per job: the training-loss window of its log records
   std::vector<double> window_loss(sum.jobs.size(), 0.0);
@@ -56,7 +57,7 @@ LoraRunSummary run_lora_jobs(PackedLoraTrainer& trainer, const std::vector<LoraR
     r.steps = trainer.steps_done(j);
     r.stopped_early = stopped;
     if (std::isnan(r.val_loss) || !stopped) r.val_loss = eval(j);
-    log(j, {{"summary", true}, {"job", trainer.options(j).name}, {"steps", r.steps}, {"tokens", r.tokens},
+    log(j, {{"summary", true}, {"job", trainer.options(j).name}, {"steps", r.steps}, {"tokens", r.tokens}, {"diverged", r.diverged},
             {"train_loss", r.train_loss}, {"val_loss", std::isnan(r.val_loss) ? nlohmann::json() : nlohmann::json(r.val_loss)},
             {"stopped_early", stopped}, {"start_s", r.start_s}, {"end_s", r.end_s}, {"busy_s", r.busy_s}});
     if (on_done) on_done(j, r);
@@ -78,7 +79,7 @@ LoraRunSummary run_lora_jobs(PackedLoraTrainer& trainer, const std::vector<LoraR
       for (;;) {
         std::vector<int> active;
         for (int j : g)
-          if (trainer.steps_done(j) < target(j)) active.push_back(j);
+          if (!trainer.diverged(j) && trainer.steps_done(j) < target(j)) active.push_back(j);
         if (active.empty()) break;
         const double s0 = since(t0);
         const auto steps = trainer.step(active);
@@ -87,6 +88,14 @@ LoraRunSummary run_lora_jobs(PackedLoraTrainer& trainer, const std::vector<LoraR
         for (const LoraJobStep& st : steps) {
           const int j = st.job;
           LoraJobResult& r = sum.jobs[std::size_t(j)];
+          if (st.diverged) {
+            r.diverged = true;
+            log(j, {{"job", trainer.options(j).name}, {"event", "diverged"}, {"step", st.step + 1},
+                    {"train_loss", std::isfinite(st.loss) ? nlohmann::json(st.loss) : nlohmann::json()},
+                    {"grad_norm", std::isfinite(st.grad_norm) ? nlohmann::json(st.grad_norm) : nlohmann::json()}});
+            finish(j, false);
+            continue;
+          }
           if (!started[std::size_t(j)]) r.start_s = s0;
           started[std::size_t(j)] = 1;
           r.end_s = s1;
@@ -116,11 +125,12 @@ LoraRunSummary run_lora_jobs(PackedLoraTrainer& trainer, const std::vector<LoraR
       }
       rec.end_s = since(t0);
       sum.groups.push_back(std::move(rec));
+      trainer.trim();
     }
     // the round's end: survivors by validation loss (halving), the rest stop here
     std::vector<int> next;
     for (int j : alive)
-      if (trainer.steps_done(j) < trainer.options(j).steps) next.push_back(j);
+      if (!trainer.finished(j)) next.push_back(j);
     if (halving && round + 1 < rounds && !next.empty()) {
       std::vector<std::pair<double, int>> ranked;
       for (int j : next) {

@@ -43,6 +43,7 @@ struct LoraJobResult {
   double train_loss = std::numeric_limits<double>::quiet_NaN();  ///< its last step's
   double val_loss = std::numeric_limits<double>::quiet_NaN();    ///< at its end (NaN without data)
   bool stopped_early = false;                                    ///< halved out at a rung
+  bool diverged = false;  ///< a non-finite loss or gradient ended it (its adapter: the last finite state)
   double start_s = 0, end_s = 0;  ///< wall seconds since the run's start of its first and last step
   double busy_s = 0;              ///< wall seconds of the packed steps it took part in
 };
@@ -70,8 +71,9 @@ using LoraPlanner = std::function<std::vector<std::vector<int>>(const std::vecto
 /// Trains the jobs `order` of `trainer` (each exactly once to its end or its halving rung) in the
 /// groups `plan` returns, one packed step after another; `jobs[i]` describes trainer job i.
 /// `on_done(job, result)` runs when a job ends (save its adapter there); the trainer then releases
-/// it.  Throws UsageError for a plan that is not a partition of the jobs it was given, or halving
-/// without validation data; RuntimeError from a step (a non-finite loss).
+/// it.  A job that diverges (a non-finite loss or gradient) ends there, marked, and the others go
+/// on.  The activation buffers are freed after each group.  Throws UsageError for a plan that is
+/// not a partition of the jobs it was given, InputError for halving without validation data.
 LoraRunSummary run_lora_jobs(PackedLoraTrainer& trainer, const std::vector<LoraRunJob>& jobs,
                              const std::vector<int>& order, const LoraPlanner& plan, const LoraRunOptions& opt,
                              const std::function<void(int, const LoraJobResult&)>& on_done);

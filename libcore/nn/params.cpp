@@ -6,15 +6,16 @@
 namespace icmlkit::nn {
 
 template <class T>
-int ParamStore<T>::add(std::string name, std::vector<int> shape, bool decay) {
+int ParamStore<T>::add(std::string name, std::vector<int> shape, bool decay, bool frozen) {
   std::size_t n = 1;
   for (int s : shape) n *= std::size_t(s);
   Param<T> p;
   p.name = std::move(name);
   p.shape = std::move(shape);
   p.value.assign(n, T(0));
-  p.grad.assign(n, T(0));
+  if (!frozen) p.grad.assign(n, T(0));
   p.decay = decay;
+  p.frozen = frozen;
   params.push_back(std::move(p));
   return static_cast<int>(params.size()) - 1;
 }

@@ -28,8 +28,9 @@ template <class T>
 struct ParamStore {
   std::vector<Param<T>> params;
 
-  /// Appends a zero-initialised tensor and returns its index.
-  int add(std::string name, std::vector<int> shape, bool decay);
+  /// Appends a zero-initialised tensor and returns its index; a `frozen` one gets no gradient
+  /// buffer at all (as freeze() leaves it).
+  int add(std::string name, std::vector<int> shape, bool decay, bool frozen = false);
   /// Index of `name`, or -1.
   int find(const std::string& name) const noexcept;
   /// Sets every gradient to zero.

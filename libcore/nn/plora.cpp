@@ -34,14 +34,13 @@ nlohmann::json LoraJobOptions::to_json() const {
 }
 
 PackedLoraTrainer::PackedLoraTrainer(const lm::Model& base, int seq_len)
-    : base_(params_from_model<float>(base)), base_sha256_(lm::weights_sha256(base)), S_(seq_len) {
+    : base_(params_from_model<float>(base, true)), base_sha256_(lm::weights_sha256(base)), S_(seq_len) {
   const lm::ModelConfig& c = base.config;
   for (int l = 0; l < c.n_layers; ++l)
     if (c.block_type(l) != lm::BlockType::llama)
       throw UsageError(fmt::format("LoRA training needs llama blocks; block {} is {}", l, lm::block_type_name(c.block_type(l))));
   if (seq_len < 1 || seq_len > c.n_ctx)
     throw InputError(fmt::format("sequence length {} outside [1, n_ctx = {}]", seq_len, c.n_ctx));
-  for (std::size_t i = 0; i < base_.store.params.size(); ++i) base_.store.freeze(static_cast<int>(i));
 }
 
 int PackedLoraTrainer::add_job(const LoraJobOptions& opt, const std::vector<int>* train) {
@@ -90,7 +89,8 @@ std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {
   std::vector<std::int64_t> targets(ids.size(), 0);
   for (std::size_t k = 0; k < ids.size(); ++k) {
     Job& j = ready(ids[k]);
-    if (j.steps >= j.opt.steps) throw UsageError(fmt::format("job {} has done its {} steps", j.opt.name, j.opt.steps));
+    if (j.steps >= j.opt.steps || j.diverged)
+      throw UsageError(fmt::format("job {} has {}", j.opt.name, j.diverged ? "diverged" : fmt::format("done its {} steps", j.opt.steps)));
     for (std::size_t q = 0; q < k; ++q)
       if (ids[q] == ids[k]) throw UsageError(fmt::format("job {} packed twice in one step", j.opt.name));
     const int r0 = static_cast<int>(in_.size());
@@ -115,7 +115,7 @@ std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {
   } detach{base_, cache_};
   llama_loss(base_, in_, tg_, B, S_, 1.0, cache_);
   std::vector<LoraJobStep> out(ids.size());
-  for (std::size_t k = 0; k < ids.size(); ++k) {  // check every job before updating any
+  for (std::size_t k = 0; k < ids.size(); ++k) {
     const auto& pj = pack.jobs[k];
     double sum = 0;
     for (int r = pj.row_begin; r < pj.row_end; ++r) sum += cache_.row_loss[std::size_t(r)];
@@ -123,12 +123,16 @@ std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {
     out[k].job = ids[k];
     out[k].loss = targets[k] > 0 ? sum / double(targets[k]) : 0.0;
     out[k].grad_norm = j.params.store.grad_norm();
-    if (!std::isfinite(out[k].loss) || !std::isfinite(out[k].grad_norm))
-      throw RuntimeError(fmt::format("job {}: non-finite loss or gradient at step {} (lower its learning rate)",
-                                     j.opt.name, j.steps + 1));
+    out[k].diverged = !std::isfinite(out[k].loss) || !std::isfinite(out[k].grad_norm);
   }
   for (std::size_t k = 0; k < ids.size(); ++k) {
     Job& j = *jobs_[std::size_t(ids[k])];
+    if (out[k].diverged) {  // not updated: its adapter stays at the last finite state
+      j.diverged = true;
+      out[k].step = j.steps;
+      out[k].tokens = j.tokens;
+      continue;
+    }
     j.params.store.clip_grad_norm(j.opt.clip);
     out[k].lr = j.schedule(j.steps);
     j.optim->step(j.params.store, out[k].lr);
@@ -149,7 +153,7 @@ EvalResult PackedLoraTrainer::evaluate(int job, const std::vector<int>& stream, 
     LlamaParams<float>& p;
     ~Detach() { p.lora = nullptr; }
   } detach{base_};
-  return nn::evaluate(base_, stream, S_, batch, max_tokens);
+  return nn::evaluate(base_, stream, S_, batch, max_tokens, {}, &cache_);  // the training buffers: no second set
 }
 
 lm::LoraAdapter PackedLoraTrainer::adapter(int job) {

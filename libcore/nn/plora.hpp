@@ -44,6 +44,10 @@ struct LoraJobStep {
   double loss = 0;           ///< mean cross-entropy over the step's targets (nats)
   double grad_norm = 0;      ///< its adapter's global gradient norm before clipping
   double lr = 0;
+  /// Its loss or gradient norm was not finite: the job was not updated (its adapter stays at the
+  /// last finite state), is marked diverged and takes no further steps; the other jobs of the pack
+  /// are unaffected (each update depends on its own gradients only).
+  bool diverged = false;
 };
 
 /// K LoRA jobs on one frozen base (llama blocks; seq_len shared by every job).
@@ -62,9 +66,11 @@ class PackedLoraTrainer {
   /// step or be evaluated.
   void release(int job);
   /// One optimizer step of each job in `jobs` (distinct, none finished), packed into one pass in the
-  /// given order.  Throws RuntimeError naming the job when its loss or gradient norm is not finite
-  /// (no job is updated then).
+  /// given order.  A job whose loss or gradient norm is not finite is not updated and becomes
+  /// diverged (LoraJobStep::diverged); the others step as they would alone.
   std::vector<LoraJobStep> step(const std::vector<int>& jobs);
+  /// Frees the activation buffers (between groups: the next group sizes them anew).
+  void trim() { cache_ = TrainCache<float>(); }
   /// Mean loss of job `job`'s adapter (no dropout) on `stream`, as nn::evaluate.
   EvalResult evaluate(int job, const std::vector<int>& stream, int batch, std::int64_t max_tokens = 0);
   /// The job's adapter for lm::write_peft_adapter (base_sha256 filled).
@@ -74,8 +80,10 @@ class PackedLoraTrainer {
   std::int64_t steps_done(int job) const { return jobs_.at(std::size_t(job))->steps; }
   const LoraJobOptions& options(int job) const { return jobs_.at(std::size_t(job))->opt; }
   int job_count() const noexcept { return static_cast<int>(jobs_.size()); }
-  /// Whether job `job` has done all its steps.
-  bool finished(int job) const { return steps_done(job) >= options(job).steps; }
+  /// Whether job `job` has done all its steps or diverged.
+  bool finished(int job) const { return steps_done(job) >= options(job).steps || diverged(job); }
+  /// Whether job `job` diverged (a non-finite loss or gradient).
+  bool diverged(int job) const { return jobs_.at(std::size_t(job))->diverged; }
   /// Bytes of the frozen base weights held (float32).
   std::int64_t base_bytes() const noexcept { return base_.store.numel() * std::int64_t(sizeof(float)); }
   /// Bytes of job `job`'s adapter values, gradients and AdamW moments (4 floats per adapter entry).
@@ -96,7 +104,7 @@ class PackedLoraTrainer {
     DataOrder order{0, 1};
     WarmupCosine schedule;
     std::int64_t steps = 0, tokens = 0;
-    bool allocated = false, released = false;
+    bool allocated = false, released = false, diverged = false;
   };
   /// The job, its adapter and optimizer allocated on first use.  Throws UsageError once released.
   Job& ready(int job);

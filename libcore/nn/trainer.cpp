@@ -62,10 +62,12 @@ std::int64_t count_top1(const std::vector<float>& logits, const std::vector<int>
 }  // namespace
 
 EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int S, int batch,
-                    std::int64_t max_tokens, const std::function<void(std::int64_t, std::int64_t)>& on_progress) {
+                    std::int64_t max_tokens, const std::function<void(std::int64_t, std::int64_t)>& on_progress,
+                    TrainCache<float>* given) {
   EvalResult r;
   if (stream.size() < 2) return r;
-  TrainCache<float> cache;
+  TrainCache<float> own;
+  TrainCache<float>& cache = given ? *given : own;
   double sum = 0;
   const std::int64_t all = std::int64_t(stream.size()) - 1;
   const std::int64_t targets = max_tokens > 0 ? std::min(all, max_tokens) : all;  // the first ones
@@ -78,7 +80,7 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
   } no_capacity{params, params.moe_capacity};
   params.moe_capacity = 0;
   const int V = params.config.vocab_size;
-  std::vector<float> logits;
+  const std::vector<float>& logits = cache.logits;  // the last forward's [rows, V]
   std::vector<int> in, tg;
   std::int64_t w = 0;
   while (w < full) {
@@ -87,7 +89,7 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
     tg.clear();
     Windows win{&stream, S};
     for (int i = 0; i < b; ++i) win.get(w + i, in, tg);
-    sum += llama_loss(params, in, tg, b, S, 0.0, cache, &logits);
+    sum += llama_loss(params, in, tg, b, S, 0.0, cache);
     r.correct += count_top1(logits, tg, V);
     r.tokens += std::int64_t(b) * S;
     w += b;
@@ -98,7 +100,7 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
     const std::size_t o = std::size_t(full) * S;
     in.assign(stream.begin() + o, stream.begin() + o + rest);
     tg.assign(stream.begin() + o + 1, stream.begin() + o + rest + 1);
-    sum += llama_loss(params, in, tg, 1, static_cast<int>(rest), 0.0, cache, &logits);
+    sum += llama_loss(params, in, tg, 1, static_cast<int>(rest), 0.0, cache);
     r.correct += count_top1(logits, tg, V);
     r.tokens += rest;
     if (on_progress) on_progress(r.tokens, targets);

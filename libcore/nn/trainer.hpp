@@ -140,10 +140,12 @@ struct EvalResult {
 /// included), `batch` windows per forward.  max_tokens > 0 scores only the first max_tokens
 /// targets (the same as evaluating stream[0, max_tokens]), so `tokens` is at most max_tokens.
 /// `on_progress(done, total)` (optional) is called after each forward with the targets scored
-/// so far and the total to score.
+/// so far and the total to score.  `cache` (optional) is the activation store to use (a trainer's
+/// own, so that evaluation allocates nothing beyond it); a fresh one when null.
 EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, int seq_len, int batch,
                     std::int64_t max_tokens = 0,
-                    const std::function<void(std::int64_t, std::int64_t)>& on_progress = {});
+                    const std::function<void(std::int64_t, std::int64_t)>& on_progress = {},
+                    TrainCache<float>* cache = nullptr);
 
 /// Whether `path` is one of our checkpoints holding a training run's state (/train), which
 /// Trainer::load can resume.  False for a missing file or any other file; never throws.

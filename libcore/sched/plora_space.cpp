@@ -193,6 +193,10 @@ void apply_field(JobSpec& job, const std::string& key, const OJ& v, const std::s
 
 bool good_name(const std::string& n) {
   if (n.empty() || n.size() > 64 || n.front() == '.') return false;
+  auto ends = [&](const std::string& suffix) {
+    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends(".json") || ends(".jsonl")) return false;  // plora-train writes <name>/, <name>.jsonl and summary.json side by side
   return std::all_of(n.begin(), n.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
   });
@@ -312,7 +316,7 @@ SearchSpace parse_space(const OJ& j, const std::string& where, const std::string
     const JobSpec& job = space.jobs[i];
     const std::string at = place(where, fmt::format("job '{}'", job.name));
     if (!good_name(job.name))
-      throw InputError(fmt::format("name '{}' must be 1-64 letters, digits, '.', '_' or '-', not starting with '.'", job.name), at);
+      throw InputError(fmt::format("name '{}' must be 1-64 letters, digits, '.', '_' or '-', not starting with '.' nor ending in .json or .jsonl", job.name), at);
     if (!names.insert(job.name).second) throw InputError(fmt::format("duplicate job name '{}'", job.name), at);
     if (!has_data[i]) throw InputError("the job has no data (give data at the top level or in the job)", at);
     if (job.min_lr > job.lr) throw InputError(fmt::format("min_lr {} is above lr {}", job.min_lr, job.lr), at);

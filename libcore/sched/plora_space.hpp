@@ -21,7 +21,8 @@
 // The built-in defaults are the values shown under "defaults".  A job is the defaults overridden by
 // its grid point or its explicit fields; a job's "data" replaces the whole default data object.  A
 // job's name defaults to "j" and its 2-digit index in the job list (grid jobs first); names are
-// unique and made of letters, digits, '.', '_' and '-' (plora-train names files after them).
+// unique and made of letters, digits, '.', '_' and '-', not ending in .json or .jsonl (plora-train
+// names files after them).
 #pragma once
 
 #include <cstdint>
