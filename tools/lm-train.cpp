@@ -113,6 +113,7 @@ struct LoraFlags {
   double alpha = 8, dropout = 0;
   bool rslora = false;
   std::vector<std::string> targets{"q", "v"};
+  std::string targets_list = "q,v";  ///< --lora-targets as given
 };
 
 /// lm-train --lora-rank: fine-tunes a LoRA adapter on the frozen --init model (nn/lora_run.hpp: the
@@ -140,7 +141,7 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   if (io::is_stream_path(output) || io::is_stdout(output)) throw UsageError("-o names the adapter's directory", "-o");
   if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))
     throw UsageError(fmt::format("-o {} exists and is not a directory (the adapter is a PEFT directory)", output), "-o");
-  io::check_distinct_outputs({{"--log", log_path_in}}, {corpus_path, init_path});
+  io::check_distinct_outputs({{"-o", output}, {"--log", log_path_in}}, {corpus_path, init_path});
   std::string log_path = log_path_in;
   io::require_output_extension(log_path, "--log", {".jsonl"}, "the log is JSON Lines", true);
   if (io::descriptor_path(log_path) == 1) log_path = "-";
@@ -228,6 +229,7 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
       trainer, rj, {0}, [](const std::vector<int>& jobs, std::int64_t) { return std::vector<std::vector<int>>{jobs}; }, ro,
       [&](int j, const nn::LoraJobResult& r) {
         result = r;
+        if (r.diverged) return;  // an adapter that overflows is not written over -o (a good one may be there)
         lm::LoraAdapter a = trainer.adapter(j);
         a.base_model = init_path;
         lm::write_peft_adapter(output, a, mc, ctx.prov);
@@ -246,8 +248,8 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   if (result.diverged) summary["diverged"] = true;
   emit(nlohmann::json{{"summary", summary}});
   if (result.diverged)
-    throw RuntimeError(fmt::format("non-finite training loss or gradient at step {}; the adapter of step {} is in {}", result.steps + 1,
-                                   result.steps, output));
+    throw RuntimeError(fmt::format("non-finite training loss or gradient at step {} (lower --lr); no adapter written", result.steps + 1),
+                       output);
   log::info("step {}: train loss {:.4f}{} -> {}", result.steps, result.train_loss,
             std::isnan(result.val_loss) ? std::string() : fmt::format(", val loss {:.4f}", result.val_loss), output);
 }
@@ -365,7 +367,9 @@ int main(int argc, char** argv) {
       "PEFT directory (adapter_config.json, adapter_model.safetensors) that lm-eval, lm-generate and fafo-generate take with\n"
       "--lora and lm-convert --merge-lora merges; transformers + peft load it too.  Adam there defaults to beta2 0.999 and\n"
       "weight decay 0 (transformers' Trainer), and the run is plora-train's job of the same settings, bit for bit (the\n"
-      "one-job case).  Not with --resume, --accum, --optimizer, --sparse, --moe or --exit-loss.",
+      "one-job case).  The other defaults are lm-train's own (batch 8, --seq-len n_ctx, 5% warmup, --seed 20260701), not\n"
+      "a plora-train space's (batch 1, warmup 10, seed 0): give them to repeat a space's job.  A non-finite loss stops the\n"
+      "run with exit 1 and writes no adapter.  Not with --resume, --accum, --optimizer, --sparse, --moe or --exit-loss.",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
@@ -378,7 +382,7 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         app_ptr = &app;
         app.add_option("corpus", corpus_path, "Training text: .txt, .tsv or .jsonl (- for stdin)")->required();
-        app.add_option("-o,--output", output, "Checkpoint to write (.h5), also the one --resume reads")->required();
+        app.add_option("-o,--output", output, "Checkpoint to write (.h5), also the one --resume reads; with --lora-rank the adapter's PEFT directory")->required();
         nn::add_corpus_flags(app, copt);
         // model
         app.add_option("--init", init_path, "Start from this checkpoint (shape and tokenizer from it)");
@@ -414,7 +418,8 @@ int main(int argc, char** argv) {
         app.add_option("--log-every", log_every, "Log every N steps")->capture_default_str()->transform(cli::count(1, 1 << 30));
         app.add_option("--lora-rank", lora.rank, "LoRA fine-tuning (Hu et al. 2021; PEFT's LoraLayer): rank r of the adapters on the frozen --init model; -o is then the adapter's PEFT directory")->check(cli::int_range(1, 1 << 16));
         app.add_option("--lora-alpha", lora.alpha, "LoRA: alpha; the adapter's output is scaled by alpha / r (alpha / sqrt r with --rslora)")->capture_default_str()->check(cli::positive());
-        app.add_option("--lora-targets", lora.targets, "LoRA: the projections adapted, a comma list of q, k, v, o, gate, up, down (PEFT's default for Llama: q,v)")->delimiter(',')->capture_default_str();
+        // one argument (a comma list), so that a positional after it is not taken as another target
+        app.add_option("--lora-targets", lora.targets_list, "LoRA: the projections adapted, a comma list of q, k, v, o, gate, up, down (PEFT's default for Llama: q,v)")->capture_default_str();
         app.add_flag("--rslora", lora.rslora, "LoRA: rank-stabilised scaling alpha / sqrt r (Kalajdzievski 2023)");
         app.add_option("--lora-dropout", lora.dropout, "LoRA: dropout p on the adapters' input during training")->capture_default_str()->check(CLI::Range(0.0, 0.999));
         app.add_flag("--resume", resume, "Continue the run saved in -o (model and tokenizer from it; the same training options)");
@@ -467,6 +472,12 @@ int main(int argc, char** argv) {
         for (const char* f : {"--lora-alpha", "--lora-targets", "--rslora", "--lora-dropout"})
           if (app->count(f) && lora.rank == 0) throw UsageError(fmt::format("{} needs --lora-rank", f), f);
         if (lora.rank > 0) {
+          lora.targets.clear();
+          for (std::size_t a = 0; a <= lora.targets_list.size();) {
+            const std::size_t b = std::min(lora.targets_list.find(',', a), lora.targets_list.size());
+            lora.targets.push_back(lora.targets_list.substr(a, b - a));
+            a = b + 1;
+          }
           if (kernels == "reference") nn::set_train_kernels(nn::TrainKernels::reference);
           return train_lora(ctx, *app, lora, corpus_path, copt, init_path, output, log_path, t, tokens_budget, eval_every,
                             eval_tokens, log_every);

@@ -172,6 +172,10 @@ int main(int argc, char** argv) {
         std::string space_sha, table_sha;
         const SearchSpace space = read_space(space_path, &space_sha);
         ctx.prov.add_input(space_path, space_sha);
+        if (task && space.early_stop.enabled())
+          throw UsageError("successive halving (the space's early_stop) compares every job at each rung, which one array task "
+                           "cannot; plan it for one process (plora-train refuses such a part too)",
+                           "--array-task");
         const std::string base = model_path.empty() ? space.base_resolved : model_path;
         if (base.empty()) throw UsageError("no base model: give --model or \"base\" in the space", "--model");
         const lm::Model model = lm::load_any(base);
@@ -201,6 +205,7 @@ int main(int argc, char** argv) {
           table.model = base;
           table.seq_len = space.seq_len;
           nlohmann::json rows = nlohmann::json::array();
+          bool noisy = false;
           for (int r : lo == hi ? std::vector<int>{lo} : std::vector<int>{lo, hi}) {
             lm::LoraConfig lc;
             lc.rank = r;
@@ -210,6 +215,12 @@ int main(int argc, char** argv) {
               table.points.push_back({t.jobs, t.rank, t.batch, t.step_seconds});
               rows.push_back({{"jobs", t.jobs}, {"rank", t.rank}, {"batch", t.batch}, {"step_seconds", t.step_seconds}});
               log::debug("profile: {} jobs of rank {}: {:.4f} s per step", t.jobs, t.rank, t.step_seconds);
+              if (t.max_seconds > 1.5 * t.min_seconds && !noisy) {
+                noisy = true;
+                log::warn("profile: the steps of {} packed jobs (rank {}) took {:.3f} to {:.3f} s: the machine is busy, and the table "
+                          "(and the plan) may not reflect it when idle",
+                          t.jobs, t.rank, t.min_seconds, t.max_seconds);
+              }
             }
           }
           if (!save_table.empty())

@@ -227,6 +227,10 @@ int main(int argc, char** argv) {
         if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))
           throw UsageError(fmt::format("-o {} exists and is not a directory", output), "-o");
         io::check_output_dir(output);
+        // a new search gets a new directory: one already holding files would mix two searches' adapters
+        // (array tasks share one directory, each writing its own jobs and summary-task<i>.json)
+        if (task < 0 && std::filesystem::is_directory(output) && !std::filesystem::is_empty(output))
+          throw UsageError(fmt::format("-o {} is not empty; give a new directory (or remove this one)", output), "-o");
 
         std::string space_sha;
         const sched::SearchSpace space = sched::read_space(space_path, &space_sha);
@@ -308,6 +312,27 @@ int main(int argc, char** argv) {
             for (int i : order) groups.push_back({i});
         }
 
+        // nothing the run writes may be one of its inputs (a job's log or adapter files over the space,
+        // the model, the schedule or a corpus)
+        {
+          std::vector<std::string> inputs{space_path, model_path, schedule_path};
+          for (int i : order) inputs.push_back(space.jobs[std::size_t(i)].data.resolved);
+          const std::filesystem::path outdir(output);
+          std::vector<std::pair<std::string, std::string>> outs{{"summary", (outdir / "summary.json").string()}};
+          if (task >= 0) outs.push_back({"summary", (outdir / fmt::format("summary-task{}.json", task)).string()});
+          for (int i : order) {
+            const std::string& n = opts[std::size_t(i)].name;
+            outs.push_back({"job " + n + "'s log", (outdir / (n + ".jsonl")).string()});
+            outs.push_back({"job " + n + "'s adapter", (outdir / n / "adapter_config.json").string()});
+            outs.push_back({"job " + n + "'s adapter", (outdir / n / "adapter_model.safetensors").string()});
+          }
+          for (const std::string& in : inputs) {
+            if (in.empty() || io::is_stdout(in)) continue;
+            for (const auto& [what, path] : outs)
+              if (io::same_file_path(in, path))
+                throw UsageError(fmt::format("{} would overwrite the input {}; write the output elsewhere", what, in), "-o");
+          }
+        }
         // data: each distinct data object once
         const lm::Tokenizer tok(base->tokenizer_model, "model tokenizer");
         std::map<std::string, std::unique_ptr<Streams>> data;
@@ -403,7 +428,8 @@ int main(int argc, char** argv) {
           }
           return out;
         };
-        log::info("{} jobs in {} groups on {} ({} of {} tokens per window){}", order.size(), groups.size(), model_path, space.seq_len,
+        log::info("{} job{} in {} group{}{} on {} ({} of {} tokens per window){}", order.size(), order.size() == 1 ? "" : "s", groups.size(),
+                  groups.size() == 1 ? "" : "s", ro.halving_eta ? " (the first round)" : "", model_path, space.seq_len,
                   mc.n_ctx, ro.halving_eta ? fmt::format(", successive halving eta {}", ro.halving_eta) : std::string());
         const auto run = nn::run_lora_jobs(trainer, rj, order, planner, ro, [&](int j, const nn::LoraJobResult& r) {
           lm::LoraAdapter a = trainer.adapter(j);
@@ -453,10 +479,13 @@ int main(int argc, char** argv) {
                                {"best_job", best >= 0 ? nlohmann::json(opts[std::size_t(best)].name) : nlohmann::json()},
                                {"early_stop", ro.halving_eta ? nlohmann::json{{"eta", ro.halving_eta}, {"rungs", ro.rungs}} : nlohmann::json()}};
         if (task >= 0) summary["array_task"] = {{"task", task}, {"tasks", tasks}};
+        int finished_jobs = 0;
+        for (int i : order) finished_jobs += !run.jobs[std::size_t(i)].diverged;
         const std::string sp = (std::filesystem::path(output) / (task >= 0 ? fmt::format("summary-task{}.json", task) : "summary.json")).string();
         io::write_json(sp, summary);
-        log::info("{} jobs in {:.1f} s ({:.0f} tokens/s){} -> {}", order.size(), run.seconds, double(run.tokens) / std::max(run.seconds, 1e-9),
+        log::info("{} job{} in {:.1f} s ({:.0f} tokens/s){} -> {}", order.size(), order.size() == 1 ? "" : "s", run.seconds, double(run.tokens) / std::max(run.seconds, 1e-9),
                   best >= 0 ? fmt::format("; best {} (val loss {:.4f})", opts[std::size_t(best)].name, run.jobs[std::size_t(best)].val_loss) : std::string(),
                   sp);
+        if (finished_jobs == 0) throw RuntimeError("every job diverged (a non-finite loss or gradient); see the logs and summary", sp);
       });
 }

@@ -284,11 +284,20 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
             throw UsageError(fmt::format("-o names the file given to {}; write the output elsewhere", opt->get_name()), o);
           // a directory output (a Hugging Face model) replaces the files it writes there: none may be an input
           static const std::set<std::string> kWritten = {"model.safetensors", "config.json", "generation_config.json",
-                                                         "tokenizer_config.json", "tokenizer.model"};
+                                                         "tokenizer_config.json", "tokenizer.model", "adapter_config.json",
+                                                         "adapter_model.safetensors"};
           if (!v.empty() && v != "-" && std::filesystem::is_directory(o, ec) && std::filesystem::is_regular_file(v, ec) &&
               io::path_in_dir(v, o) && kWritten.count(std::filesystem::path(v).filename().string()))
             throw UsageError(fmt::format("-o is the directory that holds {} (given to {}); write the output elsewhere", v,
                                          opt->get_name()),
+                             o);
+          // a directory input (a Hugging Face model, a PEFT adapter): -o must not be one of the files read from it
+          static const std::set<std::string> kRead = {"model.safetensors", "model.safetensors.index.json", "config.json",
+                                                      "tokenizer.model", "adapter_config.json", "adapter_model.safetensors"};
+          if (!v.empty() && v != "-" && std::filesystem::is_directory(v, ec) && io::path_in_dir(o, v) &&
+              kRead.count(std::filesystem::path(o).filename().string()))
+            throw UsageError(fmt::format("-o would overwrite {} in the directory given to {}; write the output elsewhere",
+                                         std::filesystem::path(o).filename().string(), opt->get_name()),
                              o);
         }
       }

@@ -148,6 +148,11 @@ LoraConfig parse_config(const json& j, const std::string& where, std::string& ba
   const auto empty_or_null = [&](const char* key) {
     return !j.contains(key) || j[key].is_null() || ((j[key].is_object() || j[key].is_array()) && j[key].empty());
   };
+  // what decides the arithmetic must be stated (save_pretrained always writes these four): a missing
+  // or misspelled one would silently fall back to a default and change the adapter's scaling
+  for (const char* key : {"peft_type", "r", "lora_alpha", "target_modules"})
+    if (!j.contains(key) || j[key].is_null())
+      throw InputError(std::string("'") + key + "' is missing (PEFT writes it; a LoRA adapter's config needs it)", where);
   const std::string type = str_of("peft_type", "LORA");
   if (type != "LORA") throw InputError("peft_type '" + type + "' is not LORA", where);
   if (flag("use_dora")) throw InputError("DoRA adapters (use_dora true) are not supported", where);

@@ -206,6 +206,8 @@ std::vector<PackingTiming> profile_packing(const lm::Model& base, int seq_len, c
     p.rank = lora.rank;
     p.batch = batch;
     p.step_seconds = t.empty() ? 0.0 : t[t.size() / 2];
+    p.min_seconds = t.empty() ? 0.0 : t.front();
+    p.max_seconds = t.empty() ? 0.0 : t.back();
     p.tokens_per_second = p.step_seconds > 0 ? double(k) * batch * seq_len / p.step_seconds : 0.0;
     out.push_back(p);
   }

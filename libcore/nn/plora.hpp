@@ -120,6 +120,7 @@ class PackedLoraTrainer {
 struct PackingTiming {
   int jobs = 1, rank = 8, batch = 1;
   double step_seconds = 0;       ///< median packed step time
+  double min_seconds = 0, max_seconds = 0;  ///< the fastest and slowest timed step (their spread shows a busy machine)
   double tokens_per_second = 0;  ///< jobs x batch x seq_len / step_seconds
 };
 

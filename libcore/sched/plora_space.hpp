@@ -10,7 +10,7 @@
 //              "format": "auto", "column": 2,      //  format, column, doc_column, field, doc_field, val_every)
 //              "doc_column": 1, "val_every": 20,
 //              "filter": {"column": 1, "prefix": ["Ruth", "Est"]}},  // keep TSV rows whose key column starts with a prefix
-//     "defaults": {"rank": 8, "alpha": 16, "rslora": false, "dropout": 0.0, "targets": ["q", "v"],
+//     "defaults": {"rank": 8, "alpha": 8, "rslora": false, "dropout": 0.0, "targets": ["q", "v"],
 //                  "lr": 1e-3, "min_lr": 1e-4, "warmup": 10, "batch": 1, "steps": 100, "seed": 0,
 //                  "weight_decay": 0.0, "clip": 1.0},
 //     "grid": {"rank": [4, 8, 16, 32], "lr": [1e-4, 3e-4, 1e-3, 3e-3]},  // cartesian product, keys in the
@@ -59,7 +59,7 @@ struct JobData {
 struct JobSpec {
   std::string name;
   int rank = 8;                  ///< r >= 1
-  double alpha = 16;             ///< lora_alpha > 0; scaling alpha / r (alpha / sqrt r with rslora)
+  double alpha = 8;              ///< lora_alpha > 0; scaling alpha / r (alpha / sqrt r with rslora); PEFT's and lm-train's default
   bool rslora = false;
   double dropout = 0;            ///< in [0, 1), on the adapted projections' inputs
   std::vector<std::string> targets{"q", "v"};  ///< subset of plora_target_names(), canonical order

@@ -94,7 +94,7 @@ TEST_CASE("plora space: grid product in key order with the last key fastest, def
     CHECK(s.jobs[i].rank == want[i].first);
     CHECK(s.jobs[i].lr == want[i].second);
     CHECK(s.jobs[i].steps == 50);             // from the file's defaults
-    CHECK(s.jobs[i].alpha == 16);             // built-in default
+    CHECK(s.jobs[i].alpha == 8);              // built-in default (PEFT's lora_alpha)
     CHECK(s.jobs[i].data.resolved == "dir/c.tsv");
     CHECK(s.jobs[i].data.filter.column == 1);
   }
@@ -111,7 +111,7 @@ TEST_CASE("plora space: grid product in key order with the last key fastest, def
 
 TEST_CASE("plora space: the canonical JSON and hash do not depend on how the file spells the jobs") {
   const SearchSpace a = space_of(R"({"seq_len": 64, "data": {"path": "c.txt"}, "grid": {"rank": [4, 8]}})");
-  const SearchSpace b = space_of(R"({"jobs": [{"rank": 4.0, "name": "j00"}, {"name": "j01", "rank": 8, "alpha": 16}],
+  const SearchSpace b = space_of(R"({"jobs": [{"rank": 4.0, "name": "j00"}, {"name": "j01", "rank": 8, "alpha": 8}],
                                      "data": {"path": "c.txt"}, "seq_len": 64})");
   CHECK(space_json(a).dump() == space_json(b).dump());
   CHECK(space_sha256(a) == space_sha256(b));

@@ -93,3 +93,13 @@ cli_case(plora-train/missing-space --rc 1 --stderr "nope.json" --no-file out --t
   -- ${PLORA} nope.json --model x.h5 -o out)
 cli_case(plora-train/bad-array-task --rc 2 --stderr "--array-task" --no-file out --tool plora-train
   -- ${PLORA} nope.json --model x.h5 --schedule s.json --array-task 3/2 -o out)
+# From a newcomer test: an output over a file of the --lora directory, a non-empty -o, a config that
+# leaves out lora_alpha (it would silently take PEFT's default), a positional after --lora-targets.
+cli_case(lm-eval/output-into-adapter-dir-refused --rc 2 --stderr "would overwrite adapter_config.json" --tool lm-eval
+  -- bash -c "${LORA_BASE} && ${LMTRAIN} ${LORA_DATA_STR} --init base.h5 --lora-rank 2 --steps 2 -o ad -q > /dev/null && cp ad/adapter_config.json keep.json && ${LMEVAL} base.h5 ${LORA_DATA_STR} --lora ad -o ad/adapter_config.json || ( r=$? && cmp keep.json ad/adapter_config.json && exit $r )")
+cli_case(plora-train/non-empty-output-refused --rc 2 --stderr "is not empty" --tool plora-train
+  -- bash -c "${LORA_BASE} && mkdir clash && echo '${SPACE3}' > clash/j00.jsonl && cp clash/j00.jsonl keep.json && ${PLORA} clash/j00.jsonl --model base.h5 -o clash || ( r=$? && cmp keep.json clash/j00.jsonl && exit $r )")
+cli_case(lm-eval/adapter-config-without-alpha --rc 1 --stderr "'lora_alpha' is missing" --tool lm-eval
+  -- bash -c "${LORA_BASE} && ${LMTRAIN} ${LORA_DATA_STR} --init base.h5 --lora-rank 2 --steps 2 -o ad -q > /dev/null && jq 'del(.lora_alpha)' ad/adapter_config.json > c.json && mv c.json ad/adapter_config.json && ${LMEVAL} base.h5 ${LORA_DATA_STR} --lora ad")
+cli_case(lm-train/lora-targets-then-positional --rc 0 --file ad/adapter_model.safetensors --file-jq ad/adapter_config.json "(.target_modules | sort) == [\"k_proj\", \"q_proj\"]"
+  -- bash -c "${LORA_BASE} && ${LMTRAIN} --column 2 --doc-column 1 --init base.h5 --lora-rank 2 --steps 2 -o ad --lora-targets q,k ${KJVX} -q > /dev/null")
