@@ -107,6 +107,37 @@ std::string best_path_for(const std::string& out) {
   return (p.parent_path() / (p.stem().string() + ".best.h5")).string();
 }
 
+/// lm-train's JSON Lines log (--log, "-" = stdout): its path checked when made, the file opened at
+/// the first record, so a run that fails while reading its inputs leaves an existing log untouched;
+/// appended to when `append` (--resume).
+class JsonlLog {
+ public:
+  JsonlLog(std::string path, bool append) : path_(std::move(path)), append_(append) {
+    io::require_output_extension(path_, "--log", {".jsonl"}, "the log is JSON Lines", true);
+    if (io::descriptor_path(path_) == 1) path_ = "-";  // std::cout itself, never a second handle on the file
+    io::check_output_dir(path_);
+  }
+  /// Writes one record and flushes it; `before_stdout` runs first when the record goes to stdout
+  /// (a progress bar on the same terminal clears).  Throws RuntimeError when it cannot be written.
+  void write(const nlohmann::json& j, const std::function<void()>& before_stdout = {}) {
+    if (io::is_stdout(path_) && before_stdout) before_stdout();
+    if (!io::is_stdout(path_) && !file_) {
+      file_ = std::make_unique<std::ofstream>(path_, append_ ? std::ios::app : std::ios::trunc);
+      if (!*file_) throw RuntimeError("cannot write log", path_);
+    }
+    std::ostream& logs = file_ ? *file_ : std::cout;
+    logs << j.dump() << '\n' << std::flush;
+    if (!logs) throw RuntimeError("cannot write the log (disk full?)", io::is_stdout(path_) ? "standard output" : path_);
+  }
+  /// The path records go to ("-" for stdout).
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+  bool append_;
+  std::unique_ptr<std::ofstream> file_;
+};
+
 /// The LoRA flags (issue 33).
 struct LoraFlags {
   int rank = 0;  ///< 0: full fine-tuning (no --lora-rank)
@@ -142,10 +173,7 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))
     throw UsageError(fmt::format("-o {} exists and is not a directory (the adapter is a PEFT directory)", output), "-o");
   io::check_distinct_outputs({{"-o", output}, {"--log", log_path_in}}, {corpus_path, init_path});
-  std::string log_path = log_path_in;
-  io::require_output_extension(log_path, "--log", {".jsonl"}, "the log is JSON Lines", true);
-  if (io::descriptor_path(log_path) == 1) log_path = "-";
-  io::check_output_dir(log_path);
+  JsonlLog jlog(log_path_in, false);
   lm::LoraConfig lc;
   lc.rank = lf.rank;
   lc.alpha = lf.alpha;
@@ -191,26 +219,18 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   base.reset();  // the trainer holds the (frozen) weights
   trainer.add_job(job, &train_stream);
   io::check_output_dir(output);  // the directory -o goes in must exist and be writable (the writer creates -o itself)
-  std::unique_ptr<std::ofstream> log_file;
-  auto emit = [&](const nlohmann::json& j) {
-    if (!io::is_stdout(log_path) && !log_file) {
-      log_file = std::make_unique<std::ofstream>(log_path, std::ios::trunc);
-      if (!*log_file) throw RuntimeError("cannot write log", log_path);
-    }
-    std::ostream& logs = log_file ? *log_file : std::cout;
-    logs << j.dump() << '\n' << std::flush;
-    if (!logs) throw RuntimeError("cannot write the log (disk full?)", io::is_stdout(log_path) ? "standard output" : log_path);
-  };
+  auto emit = [&](const nlohmann::json& j) { jlog.write(j); };
+  const std::int64_t adapter_params = lm::lora_param_count(mc, lc.rank, lc.targets);
   ctx.prov.extra["lora"] = job.to_json();
   ctx.prov.extra["base_sha256"] = trainer.base_sha256();
-  ctx.prov.extra["adapter_params"] = nn::lora_param_count(mc, lc);
+  ctx.prov.extra["adapter_params"] = adapter_params;
   ctx.prov.extra["frozen_bytes"] = trainer.base_bytes();
-  ctx.prov.extra["trainable_bytes"] = nn::lora_param_count(mc, lc) * std::int64_t(sizeof(float));
+  ctx.prov.extra["trainable_bytes"] = adapter_params * std::int64_t(sizeof(float));
   ctx.prov.extra["train_tokens"] = static_cast<std::int64_t>(train_stream.size());
   ctx.prov.extra["val_tokens"] = static_cast<std::int64_t>(val_stream.size());
   emit(nlohmann::json{{"meta", ctx.prov.to_json()}});
   log::info("LoRA rank {} on {} ({} adapter weights, base frozen); {} steps of {} tokens", lc.rank, fmt::format("{}", fmt::join(lc.targets, ",")),
-            nn::lora_param_count(mc, lc), job.steps, step_tokens);
+            adapter_params, job.steps, step_tokens);
   nn::LoraRunOptions ro;
   ro.log_every = log_every;
   ro.eval_every = eval_every;
@@ -238,8 +258,8 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
                          {"tokens", result.tokens},
                          {"train_loss", result.train_loss},
                          {"val_loss", std::isnan(result.val_loss) ? nlohmann::json() : nlohmann::json(result.val_loss)},
-                         {"adapter_params", nn::lora_param_count(mc, lc)},
-                         {"optimizer_state_bytes", nn::lora_param_count(mc, lc) * 2 * std::int64_t(sizeof(float))},
+                         {"adapter_params", adapter_params},
+                         {"optimizer_state_bytes", adapter_params * 2 * std::int64_t(sizeof(float))},
                          {"frozen_bytes", trainer.base_bytes()},
                          {"peak_rss_bytes", peak_rss_bytes()},
                          {"seconds", run.seconds},
@@ -556,20 +576,12 @@ int main(int argc, char** argv) {
         }
         // The log is opened at its first line, so a run that fails while reading its inputs
         // leaves an existing log untouched.
-        io::require_output_extension(log_path, "--log", {".jsonl"}, "the log is JSON Lines", true);
-        if (io::descriptor_path(log_path) == 1) log_path = "-";  // std::cout itself, never a second handle on the file
-        io::check_output_dir(log_path);
-        std::unique_ptr<std::ofstream> log_file;
+        JsonlLog jlog(log_path, resume);
         Progress* active_bar = nullptr;  // cleared before a record goes to stdout (same terminal)
         auto emit = [&](const nlohmann::json& j) {
-          if (!log_file && io::is_stdout(log_path) && active_bar) active_bar->clear();
-          if (!io::is_stdout(log_path) && !log_file) {
-            log_file = std::make_unique<std::ofstream>(log_path, resume ? std::ios::app : std::ios::trunc);
-            if (!*log_file) throw RuntimeError("cannot write log", log_path);
-          }
-          std::ostream& logs = log_file ? *log_file : std::cout;
-          logs << j.dump() << '\n' << std::flush;
-          if (!logs) throw RuntimeError("cannot write the log (disk full?)", io::is_stdout(log_path) ? "standard output" : log_path);
+          jlog.write(j, [&] {
+            if (active_bar) active_bar->clear();
+          });
         };
 
         // ---- data ----

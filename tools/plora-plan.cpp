@@ -25,25 +25,6 @@ using namespace icmlkit::sched;
 
 namespace {
 
-// "i/N" -> {i, N}, 0 <= i < N.
-std::pair<int, int> parse_array_task(const std::string& text) {
-  const auto slash = text.find('/');
-  int i = -1, n = -1;
-  try {
-    std::size_t a = 0, b = 0;
-    if (slash != std::string::npos) {
-      i = std::stoi(text.substr(0, slash), &a);
-      n = std::stoi(text.substr(slash + 1), &b);
-      if (a != slash || b != text.size() - slash - 1) i = -1;
-    }
-  } catch (const std::exception&) {
-    i = -1;
-  }
-  if (i < 0 || n < 1 || i >= n)
-    throw UsageError(fmt::format("expected i/N with 0 <= i < N (a 0-based task index), got '{}'", text), "--array-task");
-  return {i, n};
-}
-
 // The picture: one row per job, a bar per job and round from its start to its end, coloured by
 // worker; dashed lines at the group boundaries.
 void draw(io::AtomicFile& png, const SearchSpace& space, const std::vector<SearchRound>& rounds, const SearchPlan& sp, int workers,

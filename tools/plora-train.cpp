@@ -2,10 +2,7 @@
 // one frozen base, packed into shared passes over the base weights.
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +12,6 @@
 
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
-#include "io/gzip.hpp"
 #include "io/json.hpp"
 #include "io/sha256.hpp"
 #include "lm/lora.hpp"
@@ -24,6 +20,7 @@
 #include "nn/corpus.hpp"
 #include "nn/layers.hpp"
 #include "nn/lora_run.hpp"
+#include "sched/plora_plan.hpp"
 #include "sched/plora_space.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
@@ -43,50 +40,13 @@ struct Streams {
 /// Reads a job's corpus (its row filter applied: TSV rows whose key column starts with a prefix)
 /// and tokenizes its train and validation documents as lm-train does.
 Streams load_streams(const sched::JobData& d, const lm::Tokenizer& tok, const lm::ModelConfig& mc) {
-  nn::Documents docs;
-  if (d.filter.active()) {
-    const std::string bytes = io::read_maybe_gzip(d.resolved);
-    std::string kept;
-    std::size_t start = 0, rows = 0;
-    while (start < bytes.size()) {
-      std::size_t end = bytes.find('\n', start);
-      if (end == std::string::npos) end = bytes.size();
-      const std::string_view line(bytes.data() + start, end - start);
-      std::size_t c0 = 0;
-      for (int c = 1; c < d.filter.column && c0 != std::string_view::npos; ++c) {
-        c0 = line.find('\t', c0);
-        if (c0 != std::string_view::npos) ++c0;
-      }
-      if (c0 != std::string_view::npos) {
-        const std::string_view key = line.substr(c0, line.find('\t', c0) - c0);
-        for (const std::string& p : d.filter.prefixes)
-          if (key.substr(0, p.size()) == p) {
-            kept.append(line);
-            kept += '\n';
-            ++rows;
-            break;
-          }
-      }
-      start = end + 1;
-    }
-    if (rows == 0) throw InputError("the data filter keeps no row", d.resolved);
-    // read_corpus reads files: the kept rows go through a private temporary TSV
-    std::string tmpl = (std::filesystem::temp_directory_path() / "plora-train-XXXXXX.tsv").string();
-    const int fd = mkstemps(tmpl.data(), 4);
-    if (fd < 0) throw RuntimeError("cannot create a temporary file", tmpl);
-    close(fd);
-    struct Remove {
-      std::string p;
-      ~Remove() { std::filesystem::remove(p); }
-    } remove{tmpl};
-    io::write_text(tmpl, kept);
-    nn::CorpusOptions o = d.corpus;
+  nn::CorpusOptions o = d.corpus;
+  if (d.filter.active()) {  // a filter reads the file as TSV rows
     o.format = "tsv";
-    docs = nn::read_corpus(tmpl, o);
-    docs.sha256 = io::sha256_hex(bytes);
-  } else {
-    docs = nn::read_corpus(d.resolved, d.corpus);
+    o.filter_column = d.filter.column;
+    o.filter_prefixes = d.filter.prefixes;
   }
+  const nn::Documents docs = nn::read_corpus(d.resolved, o);
   if (docs.train.empty()) throw InputError("no training documents", d.resolved);
   Streams s;
   s.train = nn::tokenize_documents(tok, docs.train, mc.add_bos ? mc.bos_id : -1, d.resolved);
@@ -211,17 +171,7 @@ int main(int argc, char** argv) {
         int task = -1, tasks = 0;
         if (!array_task.empty()) {
           if (schedule_path.empty()) throw UsageError("--array-task needs --schedule", "--array-task");
-          const auto slash = array_task.find('/');
-          try {
-            if (slash == std::string::npos) throw std::invalid_argument("");
-            std::size_t a = 0, b = 0;
-            task = std::stoi(array_task.substr(0, slash), &a);
-            tasks = std::stoi(array_task.substr(slash + 1), &b);
-            if (a != slash || b != array_task.size() - slash - 1) throw std::invalid_argument("");
-          } catch (const std::exception&) {
-            throw UsageError(fmt::format("'{}' is not i/N", array_task), "--array-task");
-          }
-          if (tasks < 1 || task < 0 || task >= tasks) throw UsageError(fmt::format("'{}': need 0 <= i < N", array_task), "--array-task");
+          std::tie(task, tasks) = sched::parse_array_task(array_task);
         }
         if (io::is_stdout(output) || io::is_stream_path(output)) throw UsageError("-o names a directory", "-o");
         if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))

@@ -248,6 +248,16 @@ std::pair<int, int> lora_target_shape(const ModelConfig& c, int layer, const std
   return {c.d_ff, c.d_model};
 }
 
+std::int64_t lora_param_count(const ModelConfig& c, int rank, const std::vector<std::string>& targets) {
+  std::int64_t n = 0;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const std::string& t : targets) {
+      const auto [out, in] = lora_target_shape(c, l, t);
+      n += std::int64_t(rank) * (in + out);
+    }
+  return n;
+}
+
 void check_lora_config(const LoraConfig& lc, const ModelConfig& c) {
   if (lc.rank < 1) throw UsageError(fmt::format("LoRA rank {} must be at least 1", lc.rank), "--lora-rank");
   if (!std::isfinite(lc.alpha) || lc.alpha <= 0) throw UsageError(fmt::format("LoRA alpha {} must be a positive number", lc.alpha), "--lora-alpha");

@@ -66,6 +66,10 @@ struct LoraAdapter {
 /// target, or a gate/up/down target on a block without a llama MLP.
 std::pair<int, int> lora_target_shape(const ModelConfig& config, int layer, const std::string& target);
 
+/// An adapter's trainable weights on `config`: the sum over layers and targets of rank (in + out).
+/// Throws UsageError as lora_target_shape does.
+std::int64_t lora_param_count(const ModelConfig& config, int rank, const std::vector<std::string>& targets);
+
 /// Checks `c` against `config`: 1 <= rank <= min(in, out) of every adapted matrix, dropout in
 /// [0, 1), alpha > 0 and finite, targets known and not repeated.  Throws UsageError naming the flag
 /// (--lora-rank, --lora-targets, ...).

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -70,7 +71,7 @@ Documents read_corpus(const std::string& path, const CorpusOptions& opt) {
   if (!lm::valid_utf8(bytes)) throw InputError("corpus is not valid UTF-8", path);
   const std::string format = detect_format(path, opt.format);
   DocBuilder b;
-  std::size_t start = 0;
+  std::size_t start = 0, kept = 0;
   long lineno = 0;
   std::string para;
   while (start < bytes.size()) {
@@ -93,6 +94,15 @@ Documents read_corpus(const std::string& path, const CorpusOptions& opt) {
     }
     if (line.empty()) continue;
     if (format == "tsv") {
+      if (opt.filter_column > 0) {  // the row filter: the key column's prefix
+        std::string key;
+        if (!tsv_field(line, opt.filter_column - 1, key))
+          throw InputError(fmt::format("line has fewer than {} tab-separated fields", opt.filter_column), where);
+        if (std::none_of(opt.filter_prefixes.begin(), opt.filter_prefixes.end(),
+                         [&](const std::string& p) { return key.compare(0, p.size(), p) == 0; }))
+          continue;
+        ++kept;
+      }
       const int nf = tsv_fields(line);
       const int col = opt.column > 0 ? opt.column - 1 : nf - 1;
       std::string text, key;
@@ -124,6 +134,7 @@ Documents read_corpus(const std::string& path, const CorpusOptions& opt) {
     }
   }
   if (!para.empty()) b.add(para, nullptr);
+  if (format == "tsv" && opt.filter_column > 0 && kept == 0) throw InputError("the data filter keeps no row", path);
   std::size_t chars = 0;
   for (const auto& d : b.docs) chars += d.size();
   if (chars == 0) throw InputError("empty corpus: no text", path);

@@ -19,6 +19,10 @@ struct CorpusOptions {
   std::string field = "text";   ///< JSONL: the text field
   std::string doc_field;        ///< JSONL: optional key field grouping consecutive records
   int val_every = 20;           ///< every val_every-th document (1-based) is validation; 0 = none
+  /// TSV: keep only the rows whose filter_column (1-based; 0 = no filter) starts with one of
+  /// filter_prefixes (plora-train's data filter: a few books of a corpus).
+  int filter_column = 0;
+  std::vector<std::string> filter_prefixes;
 };
 
 /// Documents of one corpus, in file order, split by whole documents.
@@ -31,7 +35,8 @@ struct Documents {
 /// without .gz).  Plain text: documents are separated by blank lines.  TSV/JSONL:
 /// one row is one document unless a key column/field groups consecutive rows; rows of a
 /// document are joined with '\n'.  Throws InputError (file and line named) for unreadable
-/// files, invalid UTF-8, a missing column or field, malformed JSON, or no text at all.
+/// files, invalid UTF-8, a missing column or field, malformed JSON, no text at all, or a TSV
+/// row filter that keeps no row.
 Documents read_corpus(const std::string& path, const CorpusOptions& opt);
 
 /// The documents of one split: "train", "val" or "all" (train then val).  Throws UsageError for

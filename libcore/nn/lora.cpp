@@ -38,16 +38,6 @@ int lora_slot(const std::string& target) noexcept {
   return -1;
 }
 
-std::int64_t lora_param_count(const lm::ModelConfig& model, const lm::LoraConfig& config) {
-  std::int64_t n = 0;
-  for (int l = 0; l < model.n_layers; ++l)
-    for (const std::string& t : config.targets) {
-      const auto [out, in] = lm::lora_target_shape(model, l, t);
-      n += std::int64_t(config.rank) * (in + out);
-    }
-  return n;
-}
-
 template <class T>
 LoraParams<T> lora_init(const lm::ModelConfig& model, const lm::LoraConfig& config, std::uint64_t seed, bool decay) {
   lm::check_lora_config(config, model);

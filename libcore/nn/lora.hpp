@@ -84,7 +84,5 @@ template <class T>
 void lora_backward(const LoraPack<T>& pack, int layer, int slot, const T* dy, const T* x, int N, int K, int O, T* dx,
                    const std::vector<T>& u, const std::vector<T>& xd, std::vector<T>& tmp);
 
-/// Adapter floats of a config on `model` (Σ over adapted matrices of r (in + out)).
-std::int64_t lora_param_count(const lm::ModelConfig& model, const lm::LoraConfig& config);
 
 }  // namespace icmlkit::nn

@@ -77,7 +77,8 @@ void PackedLoraTrainer::release(int id) {
 }
 
 std::int64_t PackedLoraTrainer::job_state_bytes(int job) const {
-  return lora_param_count(base_.config, jobs_.at(std::size_t(job))->opt.lora) * 4 * std::int64_t(sizeof(float));
+  const lm::LoraConfig& lc = jobs_.at(std::size_t(job))->opt.lora;
+  return lm::lora_param_count(base_.config, lc.rank, lc.targets) * 4 * std::int64_t(sizeof(float));
 }
 
 std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {

@@ -14,6 +14,7 @@
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/table.hpp"
+#include "lm/lora.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -26,13 +27,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // ---- memory model ---------------------------------------------------------------------------------
 
 std::pair<int, int> plora_target_shape(const lm::ModelConfig& c, const std::string& target) {
-  const int d = c.d_model, dq = c.n_heads * c.head_dim(), dkv = c.n_kv_heads * c.head_dim();
-  if (target == "q") return {dq, d};
-  if (target == "k" || target == "v") return {dkv, d};
-  if (target == "o") return {d, dq};
-  if (target == "gate" || target == "up") return {c.d_ff, d};
-  if (target == "down") return {d, c.d_ff};
-  throw UsageError(fmt::format("unknown LoRA target '{}' (q, k, v, o, gate, up, down)", target));
+  return lm::lora_target_shape(c, -1, target);  // a llama block's
 }
 
 void check_space_for_model(const SearchSpace& space, const lm::ModelConfig& config, const std::string& where) {
@@ -50,15 +45,28 @@ void check_space_for_model(const SearchSpace& space, const lm::ModelConfig& conf
     }
 }
 
+std::pair<int, int> parse_array_task(const std::string& text) {
+  const auto slash = text.find('/');
+  int i = -1, n = -1;
+  try {
+    std::size_t a = 0, b = 0;
+    if (slash != std::string::npos) {
+      i = std::stoi(text.substr(0, slash), &a);
+      n = std::stoi(text.substr(slash + 1), &b);
+      if (a != slash || b != text.size() - slash - 1) i = -1;
+    }
+  } catch (const std::exception&) {
+    i = -1;
+  }
+  if (i < 0 || n < 1 || i >= n)
+    throw UsageError(fmt::format("expected i/N with 0 <= i < N (a 0-based task index), got '{}'", text), "--array-task");
+  return {i, n};
+}
+
 std::int64_t base_weight_bytes(const lm::ModelConfig& config) { return 4 * config.n_params(); }
 
 std::int64_t adapter_params(const lm::ModelConfig& config, int rank, const std::vector<std::string>& targets) {
-  std::int64_t per_layer = 0;
-  for (const auto& t : targets) {
-    const auto [out, in] = plora_target_shape(config, t);
-    per_layer += std::int64_t(rank) * (in + out);
-  }
-  return per_layer * config.n_layers;
+  return lm::lora_param_count(config, rank, targets);
 }
 
 std::int64_t adapter_bytes(const lm::ModelConfig& config, const JobSpec& job) {

@@ -11,6 +11,7 @@
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
 #include "io/table.hpp"
+#include "lm/lora.hpp"
 #include "util/error.hpp"
 
 namespace icmlkit::sched {
@@ -206,10 +207,7 @@ std::string default_name(std::size_t index) { return fmt::format("j{:02d}", inde
 
 }  // namespace
 
-const std::vector<std::string>& plora_target_names() {
-  static const std::vector<std::string> names{"q", "k", "v", "o", "gate", "up", "down"};
-  return names;
-}
+const std::vector<std::string>& plora_target_names() { return lm::lora_target_names(); }
 
 SearchSpace parse_space(const OJ& j, const std::string& where, const std::string& base_dir) {
   if (!j.is_object()) throw InputError("a search space must be a JSON object", where);

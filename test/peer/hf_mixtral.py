@@ -23,6 +23,7 @@ try:
 except ImportError as e:  # optional peer
     print(f"skipped: {e}")
     sys.exit(77)
+from peer_common import lm_generate_logprobs, max_logprob_error  # noqa: E402 (beside this script)
 
 bin_dir, work = Path(sys.argv[1]), Path(sys.argv[2])
 work.mkdir(parents=True, exist_ok=True)
@@ -34,21 +35,11 @@ n_new = 24
 
 def ours(path):
     """lm-generate's greedy ids and per-step top-20 log-probabilities of `path`."""
-    jl = work / (Path(path).name + ".jsonl")
-    subprocess.run([bin_dir / "lm-generate", path, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(n_new),
-                    "--ignore-eos", "--top-logprobs", "20", "-o", jl, "-q", "--no-stream"],
-                   check=True, stdout=subprocess.DEVNULL)
-    steps = [r for r in map(json.loads, jl.read_text().splitlines()) if "step" in r]
-    return [r["id"] for r in steps], steps
+    return lm_generate_logprobs(bin_dir, path, prompt, n_new, work / (Path(path).name + ".jsonl"))
 
 
 def max_error(steps, logp):
-    err = 0.0
-    for r in steps:
-        pos = len(prompt) + r["step"] - 1
-        for i, lp in zip(r["top_ids"], r["top_logprobs"]):
-            err = max(err, abs(lp - logp[pos, i].item()))
-    return err
+    return max_logprob_error(steps, logp, len(prompt))
 
 
 results = {}

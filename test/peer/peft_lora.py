@@ -36,6 +36,7 @@ try:
 except ImportError as e:  # optional peer
     print(f"skipped: {e}")
     sys.exit(77)
+from peer_common import lm_generate_logprobs, max_logprob_error  # noqa: E402 (beside this script)
 
 bin_dir, work = Path(sys.argv[1]), Path(sys.argv[2])
 work.mkdir(parents=True, exist_ok=True)
@@ -48,14 +49,8 @@ TOL = 1e-5
 
 def ours(model_path, adapter, tag):
     """lm-generate's greedy ids and per-step top-20 log-probabilities (adapter merged by --lora)."""
-    jl = work / f"{tag}.jsonl"
-    cmd = [bin_dir / "lm-generate", model_path, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(n_new),
-           "--ignore-eos", "--top-logprobs", "20", "-o", jl, "-q", "--no-stream", "--no-text"]
-    if adapter:
-        cmd += ["--lora", adapter]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    steps = [r for r in map(json.loads, jl.read_text().splitlines()) if "step" in r]
-    return [r["id"] for r in steps], steps
+    extra = ["--no-text"] + (["--lora", adapter] if adapter else [])
+    return lm_generate_logprobs(bin_dir, model_path, prompt, n_new, work / f"{tag}.jsonl", extra)
 
 
 def peft_f64(base_path, adapter_dir):
@@ -69,13 +64,8 @@ def compare(peft_model, ids, steps):
     and whether each of our greedy tokens is the PEFT model's arg-max."""
     with torch.no_grad():
         logp = torch.log_softmax(peft_model(torch.tensor([prompt + ids])).logits[0].double(), dim=-1)
-    err, greedy = 0.0, True
-    for r in steps:
-        pos = len(prompt) + r["step"] - 1
-        for i, lp in zip(r["top_ids"], r["top_logprobs"]):
-            err = max(err, abs(lp - logp[pos, i].item()))
-        greedy &= int(logp[pos].argmax()) == r["id"]
-    return {"max_abs_logprob_error": err, "greedy_equal": greedy}
+    greedy = all(int(logp[len(prompt) + r["step"] - 1].argmax()) == r["id"] for r in steps)
+    return {"max_abs_logprob_error": max_logprob_error(steps, logp, len(prompt)), "greedy_equal": greedy}
 
 
 def randomise_b(peft_model):

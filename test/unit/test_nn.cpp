@@ -18,6 +18,7 @@
 #include "nn/llama_train.hpp"
 #include "nn/params.hpp"
 #include "nn/schedule.hpp"
+#include "nn_test_support.hpp"
 #include "util/rng.hpp"
 
 using namespace icmlkit;
@@ -33,18 +34,8 @@ Vec randn(std::size_t n, Rng& rng, double s = 1.0) {
   return v;
 }
 
-/// Central difference of f at x[i] with step h; f reads x.  Exact to O(h²) for smooth f, so with
-/// h = 1e-5 in double the truncation error is ~1e-10 relative and rounding ~1e-11 / h = 1e-6
-/// absolute at most for O(1) losses; tolerances below are set accordingly.
-double fd(const std::function<double()>& f, double& xi, double h = 1e-5) {
-  const double keep = xi;
-  xi = keep + h;
-  const double fp = f();
-  xi = keep - h;
-  const double fm = f();
-  xi = keep;
-  return (fp - fm) / (2 * h);
-}
+using testing::fd;  // central differences (nn_test_support.hpp)
+using testing::tiny_config;
 
 /// Checks every entry of `grad` against finite differences of f over x.
 void check_grad(const std::function<double()>& f, Vec& x, const Vec& grad, const char* what, double tol = 1e-6) {
@@ -60,21 +51,6 @@ void check_grad(const std::function<double()>& f, Vec& x, const Vec& grad, const
 }
 
 double dotv(const Vec& a, const Vec& b) { return std::inner_product(a.begin(), a.end(), b.begin(), 0.0); }
-
-lm::ModelConfig tiny_config(lm::RopeStyle style, bool tied) {
-  lm::ModelConfig c;
-  c.vocab_size = 23;
-  c.d_model = 12;  // head_dim 4
-  c.n_layers = 2;
-  c.n_heads = 3;
-  c.n_kv_heads = 1;
-  c.d_ff = 10;
-  c.n_ctx = 16;
-  c.rope_theta = 100.0;  // fast rotation so positions matter at small S
-  c.rope_style = style;
-  c.tied = tied;
-  return c;
-}
 
 lm::Model tiny_model(lm::RopeStyle style, bool tied, std::uint64_t seed = 3, double std = 0.3) {
   lm::Model m = lm::random_model(tiny_config(style, tied), seed, std);

@@ -13,25 +13,14 @@
 #include "nn/plora.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
+#include "nn_test_support.hpp"
 
 using namespace icmlkit;
 using namespace icmlkit::nn;
 
 namespace {
 
-lm::ModelConfig lora_tiny_config(lm::RopeStyle style) {
-  lm::ModelConfig c;
-  c.vocab_size = 23;
-  c.d_model = 12;  // head_dim 4
-  c.n_layers = 2;
-  c.n_heads = 3;
-  c.n_kv_heads = 1;
-  c.d_ff = 10;
-  c.n_ctx = 16;
-  c.rope_theta = 100.0;
-  c.rope_style = style;
-  return c;
-}
+lm::ModelConfig lora_tiny_config(lm::RopeStyle style) { return testing::tiny_config(style, false); }
 
 lm::LoraConfig lora_cfg(int r, double alpha, std::vector<std::string> targets, double dropout = 0, bool rs = false) {
   lm::LoraConfig c;
@@ -84,17 +73,7 @@ TEST_CASE("nn lora: packed adapters' gradients match finite differences (mixed r
     auto f = [&] { TrainCache<double> c2; return llama_loss(P, tok, tgt, B, S, 0.0, c2); };
     for (auto* J : {&j0, &j1})
       for (auto& p : J->store.params) {
-        double worst = 0;
-        for (std::size_t i = 0; i < p.value.size(); ++i) {
-          const double keep = p.value[i], h = 1e-5;
-          p.value[i] = keep + h;
-          const double fp = f();
-          p.value[i] = keep - h;
-          const double fm = f();
-          p.value[i] = keep;
-          const double num = (fp - fm) / (2 * h);
-          worst = std::max(worst, std::abs(num - p.grad[i]) / std::max(1.0, std::abs(num)));
-        }
+        const double worst = testing::worst_fd_error(f, p);
         INFO("tensor " << p.name << " worst relative error " << worst);
         CHECK(worst < 2e-6);
       }
@@ -166,7 +145,7 @@ TEST_CASE("nn lora: initialisation is PEFT's (A kaiming-uniform, B zero) and con
     for (float v : Bm.value) CHECK(v == 0.0f);
   }
   CHECK(ss / double(n) == doctest::Approx(1.0 / 12 / 3).epsilon(0.15));
-  CHECK(lora_param_count(m.config, lora_cfg(12, 16, {"q"})) == 2 * 12 * (12 + 12));
+  CHECK(lm::lora_param_count(m.config, 12, {"q"}) == 2 * 12 * (12 + 12));
   CHECK_THROWS_AS(lora_init<float>(m.config, lora_cfg(0, 16, {"q"}), 7, false), UsageError);
   CHECK_THROWS_AS(lora_init<float>(m.config, lora_cfg(13, 16, {"q"}), 7, false), UsageError);  // above min(in, out)
   CHECK_THROWS_AS(lora_init<float>(m.config, lora_cfg(2, 16, {"qq"}), 7, false), UsageError);

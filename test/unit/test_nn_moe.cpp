@@ -15,6 +15,7 @@
 #include "nn/layers.hpp"
 #include "nn/llama_train.hpp"
 #include "util/rng.hpp"
+#include "nn_test_support.hpp"
 
 using namespace icmlkit;
 using namespace icmlkit::nn;
@@ -52,27 +53,7 @@ lm::Model moe_train_model(const lm::ModelConfig& c, std::uint64_t seed) {
   return m;
 }
 
-/// Central difference (h = 1e-5, double: ~1e-6 absolute error for O(1) losses).
-double fd(const std::function<double()>& f, double& xi, double h = 1e-5) {
-  const double keep = xi;
-  xi = keep + h;
-  const double fp = f();
-  xi = keep - h;
-  const double fm = f();
-  xi = keep;
-  return (fp - fm) / (2 * h);
-}
-
-/// The largest relative gap (over max(1, |numeric|)) between p's gradient and central
-/// differences of f.
-double worst_fd_error(const std::function<double()>& f, Param<double>& p) {
-  double worst = 0;
-  for (std::size_t i = 0; i < p.value.size(); ++i) {
-    const double num = fd(f, p.value[i]);
-    worst = std::max(worst, std::abs(num - p.grad[i]) / std::max(1.0, std::abs(num)));
-  }
-  return worst;
-}
+using testing::worst_fd_error;  // central differences (nn_test_support.hpp)
 
 }  // namespace
 

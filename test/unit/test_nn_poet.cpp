@@ -14,6 +14,7 @@
 #include "nn/poet.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
+#include "nn_test_support.hpp"
 
 using namespace icmlkit;
 using namespace icmlkit::nn;
@@ -194,17 +195,7 @@ TEST_CASE("poet: the whole model's gradient (Q entries, embedding, norms, head) 
         CHECK(p.grad.empty());  // W0 gets no gradient buffer
         continue;
       }
-      double worst = 0;
-      for (std::size_t i = 0; i < p.value.size(); ++i) {
-        const double keep = p.value[i], h = 1e-5;
-        p.value[i] = keep + h;
-        const double fp = f();
-        p.value[i] = keep - h;
-        const double fm = f();
-        p.value[i] = keep;
-        const double num = (fp - fm) / (2 * h);
-        worst = std::max(worst, std::abs(num - p.grad[i]) / std::max(1.0, std::abs(num)));
-      }
+      const double worst = testing::worst_fd_error(f, p);
       INFO("fully stochastic " << fs << " tensor " << p.name << ": worst relative error " << worst);
       CHECK(worst < 1e-7);
       ++checked;
