@@ -31,6 +31,8 @@
 #include "nn/lora_run.hpp"
 #include "lm/lora.hpp"
 #include "nn/trainer.hpp"
+#include "unlearn/online.hpp"
+#include "unlearn/trajectory.hpp"
 #include "util/error.hpp"
 #include "util/log.hpp"
 #include "util/memory.hpp"
@@ -293,6 +295,8 @@ int main(int argc, char** argv) {
   bool tied = false, resume = false, allow_corpus_change = false, overwrite = false;
   double init_std = 0.02;
   std::int64_t tokens_budget = 0, eval_every = 100, eval_tokens = 0, ckpt_every = 0, log_every = 10, stop_at = 0;
+  std::string trajectory_dir, requests_path;
+  std::int64_t trajectory_every = 50;
   t.steps = 0;
   t.warmup = -1;
   t.min_lr = -1;
@@ -448,7 +452,7 @@ int main(int argc, char** argv) {
         app.add_option("--export", export_path, "When the run finishes, also write the best-validation weights (the final ones without validation) as a plain model (.h5)");
         app.add_option("--export-dtype", export_dtype, "Precision of --export matrices: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
         app.add_option("--kernels", kernels, "fast (blocked GEMM, flash attention, vectorised layers) or reference (the v1 trainer's arithmetic)")->capture_default_str()->check(CLI::IsMember({"fast", "reference"}));
-        app.add_option("--optimizer", t.optimizer, "adamw, adam-mini (one second moment per head / row / norm, Zhang et al. 2025), galore (Adam on a rank-r SVD subspace of each attention/MLP gradient, Zhao et al. 2024), foam (folded moments, Wen et al. 2026) or poet-x (orthogonal equivalence transformation of every attention/MLP matrix, Qiu et al. 2026)")->capture_default_str()->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam", "poet-x"}));
+        app.add_option("--optimizer", t.optimizer, "adamw, adam-mini (one second moment per head / row / norm, Zhang et al. 2025), galore (Adam on a rank-r SVD subspace of each attention/MLP gradient, Zhao et al. 2024), foam (folded moments, Wen et al. 2026) poet-x (orthogonal equivalence transformation of every attention/MLP matrix, Qiu et al. 2026) or sgd (plain mini-batch SGD, no momentum; --weight-decay as L2: LMCleaner's setting)")->capture_default_str()->check(CLI::IsMember({"adamw", "adam-mini", "galore", "foam", "poet-x", "sgd"}));
         app.add_option("--poet-block", t.poet.block, "poet-x: block size b of the orthogonal blocks (must divide every attention/MLP dimension; with --poet-fully-stochastic at most the smallest)")->capture_default_str()->check(cli::int_range(2, 1 << 16));
         app.add_option("--poet-merge-every", t.poet.merge_every, "poet-x: merge-then-reinitialise every T steps (0 = never)")->capture_default_str()->check(cli::int_range(0, 1 << 30));
         app.add_option("--poet-terms", t.poet.terms, "poet-x: k of the Cayley-Neumann polynomial")->capture_default_str()->check(cli::int_range(1, 16));
@@ -486,11 +490,21 @@ int main(int argc, char** argv) {
         app.add_option("--exit-curriculum", exit_curriculum, "Which exits train each step: rot (the every-R set shifted by one block per step), gradual (from the last block down, all on at half the run) or all")->capture_default_str()->check(CLI::IsMember({"rot", "gradual", "all"}));
         app.add_option("--exit-weights", exit_weights, "Exit loss weights before normalisation: sum_l (cumulative sum of layer numbers, LayerSkip's), l or one")->capture_default_str()->check(CLI::IsMember({"sum_l", "l", "one"}));
         app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->transform(cli::count(0, std::int64_t(1) << 40));
+        app.add_option("--trajectory", trajectory_dir, "Record the run's trajectory in this directory for lmcleaner-unlearn (issue 34): each step's batch (window ids) and learning rate in steps.jsonl, a training checkpoint every --trajectory-every steps; --optimizer sgd or adamw")->group("Unlearning");
+        app.add_option("--trajectory-every", trajectory_every, "Steps between the trajectory's checkpoints (C: rebuilding a state replays at most C - 1 steps)")->capture_default_str()->transform(cli::count(1, std::int64_t(1) << 40))->group("Unlearning");
+        app.add_option("--unlearn-requests", requests_path, "Online unlearning: a JSON Lines file of deletion requests read at every step boundary (lines appended while the run trains are picked up); each is applied by LMCleaner without stopping, the other windows of its batches re-queued (needs --trajectory)")->group("Unlearning");
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
         for (const char* f : {"--lora-alpha", "--lora-targets", "--rslora", "--lora-dropout"})
           if (app->count(f) && lora.rank == 0) throw UsageError(fmt::format("{} needs --lora-rank", f), f);
+        if (!requests_path.empty() && trajectory_dir.empty())
+          throw UsageError("--unlearn-requests applies deletions on a recorded trajectory: give --trajectory DIR", "--unlearn-requests");
+        if (app->count("--trajectory-every") && trajectory_dir.empty())
+          throw UsageError("--trajectory-every needs --trajectory", "--trajectory-every");
+        if (!trajectory_dir.empty() && (lora.rank > 0 || resume))
+          throw UsageError(fmt::format("--trajectory records a full training run from its start (not {})", lora.rank > 0 ? "--lora-rank" : "--resume"),
+                           "--trajectory");
         if (lora.rank > 0) {
           lora.targets.clear();
           for (std::size_t a = 0; a <= lora.targets_list.size();) {
@@ -686,12 +700,15 @@ int main(int argc, char** argv) {
         if (kernels == "reference" && t.optimizer == "poet-x")
           throw UsageError("--kernels reference runs the v1 trainer's arithmetic, which has no POET-X path (its input-centric products run on the fast kernels only)", "--kernels");
         nn::check_train_options(t, mc);
+        if (!trajectory_dir.empty()) unlearn::check_trajectory_options(t, mc);
         if (!app->count("--seq-len")) t.seq_len = mc.n_ctx;
         if (t.seq_len > mc.n_ctx)
           throw InputError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", t.seq_len, mc.n_ctx), "--seq-len");
         const lm::Tokenizer tok(init.tokenizer_model, "model tokenizer");
-        std::vector<int> train_stream = nn::tokenize_documents(tok, docs.train, mc.add_bos ? mc.bos_id : -1, corpus_path);
+        std::vector<std::int64_t> doc_starts;
+        std::vector<int> train_stream = nn::tokenize_documents(tok, docs.train, mc.add_bos ? mc.bos_id : -1, corpus_path, &doc_starts);
         const std::vector<int> val_stream = nn::tokenize_documents(tok, docs.val, mc.add_bos ? mc.bos_id : -1, corpus_path);
+        const std::vector<int> trajectory_stream = trajectory_dir.empty() ? std::vector<int>() : train_stream;
         const std::int64_t step_tokens = std::int64_t(t.batch) * t.seq_len * t.accum;
         if (tokens_budget > 0) t.steps = std::max<std::int64_t>(1, (tokens_budget + step_tokens - 1) / step_tokens);
         if (t.warmup < 0) t.warmup = t.steps / 20;
@@ -787,6 +804,26 @@ int main(int argc, char** argv) {
         log::info("{} weights; {} training tokens ({} windows of {}), {} validation tokens; {} steps of {} tokens",
                   n_params, train_tokens, trainer.windows(), t.seq_len, val_stream.size(), t.steps, step_tokens);
 
+        // The trajectory store (issue 34) and the online deletions: from step 0 on.
+        std::unique_ptr<unlearn::TrajectoryWriter> traj_writer;
+        std::unique_ptr<unlearn::OnlineRun> online;
+        std::unique_ptr<unlearn::RequestFeed> feed;
+        if (!trajectory_dir.empty()) {
+          unlearn::TrajectoryMeta meta;
+          meta.train_options = t.to_json();
+          meta.corpus = copt;
+          meta.corpus_sha256 = docs.sha256;
+          meta.checkpoint_every = trajectory_every;
+          meta.windows = trainer.windows();
+          meta.seq_len = t.seq_len;
+          meta.doc_starts = doc_starts;
+          meta.stream_tokens = static_cast<std::int64_t>(trajectory_stream.size());
+          meta.kernels = kernels;
+          traj_writer = std::make_unique<unlearn::TrajectoryWriter>(trajectory_dir, meta, overwrite);
+          traj_writer->checkpoint(trainer, ctx.prov);
+          online = std::make_unique<unlearn::OnlineRun>(trainer, *traj_writer, meta, trajectory_stream, docs.train, ctx.prov);
+          if (!requests_path.empty()) feed = std::make_unique<unlearn::RequestFeed>(requests_path);
+        }
         auto save_extra = [&] { return nlohmann::json{{"best_val", std::isfinite(best_val) ? nlohmann::json(best_val) : nlohmann::json()}}; };
         auto checkpoint = [&] {
           trainer.save(output, ctx.prov, save_extra());
@@ -836,7 +873,12 @@ int main(int argc, char** argv) {
         while (trainer.steps_done() < end) {
           const auto t0 = std::chrono::steady_clock::now();
           try {
-            st = trainer.step();
+            if (feed)  // deletion requests that arrived by this step boundary
+              for (const auto& req : feed->poll()) {
+                if (active_bar) active_bar->clear();
+                emit(online->apply(req));
+              }
+            st = online ? online->step() : trainer.step();
           } catch (const RuntimeError& e) {
             bar.finish();
             throw RuntimeError(std::string(e.what()) + (last_ckpt_step >= 0
@@ -935,6 +977,14 @@ int main(int argc, char** argv) {
         }
         bar.finish();
         active_bar = nullptr;
+        if (feed) {  // requests that came in during the last step
+          bool applied = false;
+          for (const auto& req : feed->poll()) {
+            emit(online->apply(req));
+            applied = true;
+          }
+          if (applied) last_ckpt_step = -1;  // -o must hold the corrected weights
+        }
         if (last_ckpt_step != trainer.steps_done()) checkpoint();
         if (!export_path.empty() && trainer.steps_done() >= t.steps) {
           const bool have_best = std::isfinite(best_val) && !io::is_stream_path(best_path) && std::filesystem::exists(best_path);
@@ -969,6 +1019,11 @@ int main(int argc, char** argv) {
                                {"finished", trainer.steps_done() >= t.steps}};
         if (last_val.is_number()) summary["val_perplexity"] = std::exp(last_val.get<double>());
         if (t.sparse.enabled()) summary["sparse"] = sparse_info();
+        if (traj_writer) {
+          if (!traj_writer->due(trainer.steps_done())) traj_writer->checkpoint(trainer, ctx.prov);  // the last state
+          summary["trajectory"] = {{"dir", trajectory_dir}, {"bytes", traj_writer->bytes()}, {"checkpoint_every", trajectory_every}};
+          if (online) summary["unlearn_requests"] = online->requests();
+        }
         emit(nlohmann::json{{"summary", summary}});
         log::info("step {}: {}, {} -> {}", trainer.steps_done(),
                   st.step > 0 ? fmt::format("train loss {:.4f}", st.loss) : std::string("no steps trained in this call"),

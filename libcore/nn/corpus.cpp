@@ -146,9 +146,11 @@ Documents read_corpus(const std::string& path, const CorpusOptions& opt) {
 }
 
 std::vector<int> tokenize_documents(const lm::Tokenizer& tok, const std::vector<std::string>& docs, int bos_id,
-                                    const std::string& where) {
+                                    const std::string& where, std::vector<std::int64_t>* starts) {
   std::vector<int> s;
+  if (starts) starts->clear();
   for (const auto& d : docs) {
+    if (starts) starts->push_back(static_cast<std::int64_t>(s.size()));
     if (bos_id >= 0) s.push_back(bos_id);
     const auto ids = tok.encode(d, where);
     s.insert(s.end(), ids.begin(), ids.end());

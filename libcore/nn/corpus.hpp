@@ -49,8 +49,9 @@ std::vector<std::string> split_documents(const Documents& docs, const std::strin
 std::string documents_sha256(const std::vector<std::string>& pool, const std::vector<int>& ids);
 
 /// The token stream of documents in order: per document bos_id (when >= 0) then its tokens.
+/// With `starts`, each document's first stream position (its bos) is stored there [docs.size()].
 std::vector<int> tokenize_documents(const lm::Tokenizer& tok, const std::vector<std::string>& docs, int bos_id,
-                                    const std::string& where);
+                                    const std::string& where, std::vector<std::int64_t>* starts = nullptr);
 
 /// Non-overlapping windows over a token stream: window w has inputs stream[w·S, w·S+S) and
 /// targets shifted by one.  count() = (size − 1) / S full windows.

@@ -1,5 +1,7 @@
 #include "nn/layers.hpp"
 
+#include <Eigen/Dense>
+
 #include <omp.h>
 
 #include <algorithm>
@@ -54,17 +56,14 @@ inline T dot(const T* a, const T* b, int n) {
   }
 }
 
-/// y [N, O] = x [N, K] · W^T, plain loops (double path).
-void naive_xwt(const double* x, int N, int K, const double* W, int O, double* y) {
-#pragma omp parallel for schedule(static) num_threads(threads()) if (std::int64_t(N) * O * K > (1 << 18))
-  for (int n = 0; n < N; ++n)
-    for (int o = 0; o < O; ++o) {
-      double s = 0;
-      const double* xr = x + std::size_t(n) * K;
-      const double* w = W + std::size_t(o) * K;
-      for (int k = 0; k < K; ++k) s += xr[k] * w[k];
-      y[std::size_t(n) * O + o] = s;
-    }
+/// Row-major double matrices as Eigen maps (the double path's products run on Eigen's GEMM).
+using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using CMap = Eigen::Map<const RowMat>;
+using MMap = Eigen::Map<RowMat>;
+
+/// y [N, O] = x [N, K] · W^T (double path).
+void eigen_xwt(const double* x, int N, int K, const double* W, int O, double* y) {
+  MMap(y, N, O).noalias() = CMap(x, N, K) * CMap(W, O, K).transpose();
 }
 
 }  // namespace
@@ -75,7 +74,7 @@ void linear_forward(const T* x, int N, int K, const T* W, int O, T* y) {
     if (fast<T>()) gemm(false, true, N, O, K, x, K, W, K, y, O, false);
     else lm::matmul_xwt(x, N, K, K, W, O, y, O);
   } else {
-    naive_xwt(x, N, K, W, O, y);
+    eigen_xwt(x, N, K, W, O, y);
   }
 }
 
@@ -87,6 +86,14 @@ void linear_backward(const T* dy, const T* x, int N, int K, const T* W, int O, T
       if (dW) gemm(true, false, O, K, N, dy, O, x, K, dW, K, true);
       return;
     }
+  }
+  if constexpr (std::is_same_v<T, double>) {  // dx [N, K] (+)= dy · W;  dW [O, K] += dy^T · x
+    if (dx) {
+      if (accumulate_dx) MMap(dx, N, K).noalias() += CMap(dy, N, O) * CMap(W, O, K);
+      else MMap(dx, N, K).noalias() = CMap(dy, N, O) * CMap(W, O, K);
+    }
+    if (dW) MMap(dW, O, K).noalias() += CMap(dy, N, O).transpose() * CMap(x, N, K);
+    return;
   }
   // Both products as "rows times transposed matrix" on the forward kernel:
   //   dx [N, K] = dy [N, O] · (W^T [K, O])^T        dW [O, K] += dy^T [O, N] · (x^T [K, N])^T

@@ -807,6 +807,10 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, final_scale,
                                     rows ? C.row_scale.data() : nullptr, rows ? C.row_loss.data() : nullptr);
   if (!grad) return loss;
+  if (!C.dlogits_in.empty()) {
+    if (C.dlogits_in.size() != dlogits.size()) throw InputError("the logits gradient must hold B * S * vocab entries");
+    std::copy(C.dlogits_in.begin(), C.dlogits_in.end(), dlogits.begin());
+  }
 
   // ---- backward: steps in reverse; a repeated block accumulates every step's gradient ----
   std::vector<T>&dx = C.dx, &dxn = C.dxn;

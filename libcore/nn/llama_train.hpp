@@ -169,6 +169,10 @@ struct TrainCache {
   /// Per-row gradient scales [B·S] (packed LoRA jobs: each job's rows 1 / its targets; empty = the
   /// call's grad_scale for every row) and, when set, the rows' cross-entropies after the call.
   std::vector<double> row_scale, row_loss;
+  /// When non-empty [B·S, vocab]: the backward starts from this gradient at the logits instead of
+  /// the cross-entropy's (which still gives the returned loss; grad_scale must be > 0 to run the
+  /// backward, and does not scale it): J^T w products such as the Gauss-Newton product of issue 34.
+  std::vector<T> dlogits_in;
 };
 
 /// Model FLOP of one training token (forward + backward = 3 x forward) at sequence length S,

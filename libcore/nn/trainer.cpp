@@ -1,4 +1,5 @@
 #include "nn/trainer.hpp"
+#include "nn/sgd.hpp"
 
 #include <algorithm>
 
@@ -154,8 +155,8 @@ nlohmann::json checkpoint_train_options(const std::string& path) noexcept {
 
 void check_train_options(const TrainOptions& opt, const lm::ModelConfig& config) {
   const std::string& o = opt.optimizer;
-  if (o != "adamw" && o != "adam-mini" && o != "galore" && o != "foam" && o != "poet-x")
-    throw UsageError("unknown optimizer '" + o + "' (adamw, adam-mini, galore, foam or poet-x)", "--optimizer");
+  if (o != "adamw" && o != "adam-mini" && o != "galore" && o != "foam" && o != "poet-x" && o != "sgd")
+    throw UsageError("unknown optimizer '" + o + "' (adamw, adam-mini, galore, foam, poet-x or sgd)", "--optimizer");
   if (config.has_moe() && o != "adamw")  // the other optimizers' partitions and projections are not defined per expert yet
     throw UsageError(fmt::format("a model with moe blocks trains with AdamW only for now (got --optimizer {})", o), "--optimizer");
   if (config.has_moe() && opt.sparse.enabled())
@@ -259,6 +260,8 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
   schedule_ = WarmupCosine{opt_.lr, opt_.min_lr, opt_.warmup, opt_.steps};
   if (opt_.optimizer == "adamw") {
     optimizer_ = std::make_unique<AdamW>(params_.store, opt_.adam);
+  } else if (opt_.optimizer == "sgd") {
+    optimizer_ = std::make_unique<Sgd>(opt_.adam.weight_decay);
   } else if (opt_.optimizer == "foam") {
     FoamOptions f = opt_.foam;
     f.beta1 = opt_.adam.beta1;
@@ -282,7 +285,7 @@ Trainer::Trainer(const lm::Model& init, std::vector<int> stream, TrainOptions op
     optimizer_ = std::make_unique<PoetAdamW>(params_.store, std::move(is_q), a, opt_.poet.lr / opt_.lr * opt_.poet.scale,
                                              opt_.poet.merge_every);
   } else {
-    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw, adam-mini, galore, foam or poet-x)", "--optimizer");
+    throw UsageError("unknown optimizer '" + opt_.optimizer + "' (adamw, adam-mini, galore, foam, poet-x or sgd)", "--optimizer");
   }
   if (opt_.sparse.enabled()) init_sparse();
 }
@@ -373,8 +376,23 @@ TopologyEvent Trainer::update_topology(std::int64_t step) {
   return ev;
 }
 
-StepStats Trainer::step() {
+std::vector<std::int64_t> Trainer::next_windows() {
+  std::vector<std::int64_t> w(std::size_t(opt_.batch) * std::size_t(opt_.accum));
+  for (auto& x : w) x = order_.next();
+  return w;
+}
+
+StepStats Trainer::step() { return step(next_windows()); }
+
+void Trainer::skip_step() { optimizer_->set_steps(optimizer_->steps() + 1); }
+
+StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
   const int B = opt_.batch, S = opt_.seq_len;
+  if (windows.size() != std::size_t(B) * std::size_t(opt_.accum))
+    throw InputError(fmt::format("a step takes batch x accum = {} windows, not {}", B * opt_.accum, windows.size()));
+  for (const std::int64_t w : windows)
+    if (w < 0 || w >= windows_.count())
+      throw InputError(fmt::format("window {} outside the training stream's {} windows", w, windows_.count()));
   const std::int64_t step_tokens = std::int64_t(B) * S * opt_.accum;
   params_.store.zero_grad();
   const SparseOptions& so = opt_.sparse;
@@ -393,13 +411,14 @@ StepStats Trainer::step() {
   for (int a = 0; a < opt_.accum; ++a) {
     in.clear();
     tg.clear();
-    for (int b = 0; b < B; ++b) windows_.get(order_.next(), in, tg);
+    for (int b = 0; b < B; ++b) windows_.get(windows[std::size_t(a) * B + b], in, tg);
     loss += llama_loss(params_, in, tg, B, S, 1.0 / double(step_tokens), cache_, static_cast<std::vector<float>*>(nullptr), {},
                        opt_.exit.enabled() ? &plan : nullptr);
     for (std::size_t i = 0; i < plan.losses.size(); ++i) exit_sum[i] += plan.losses[i];
     aux += cache_.aux_loss;
   }
   StepStats st;
+  st.windows = windows;
   if (opt_.moe_model) {
     int moe_steps = 0;
     for (int l = 0; l < base_.config.n_layers; ++l) moe_steps += lm::is_moe_block(base_.config.block_type(l));

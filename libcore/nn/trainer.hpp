@@ -117,6 +117,9 @@ struct StepStats {
   double probe_loss = std::numeric_limits<double>::quiet_NaN();
   int since_update = 0;
   std::optional<TopologyEvent> topology;  ///< the topology update at the end of this step, if any
+  /// The training windows of this step's batch, micro-batch by micro-batch (batch x accum ids
+  /// into the training stream's windows: what a trajectory store records, issue 34).
+  std::vector<std::int64_t> windows;
   /// Mixture-of-experts models: this step's routed entries per expert of each block [n_layers][E]
   /// (empty rows for llama blocks) and the mean load-balancing loss L_aux over its moe block
   /// steps and micro-batches (1 = balanced; NaN without moe blocks).
@@ -165,6 +168,23 @@ class Trainer {
   /// ramps after each merge (PoetOptions::clip_ramp_until) and every merge_every-th step ends
   /// with merge-then-reinitialise (poet_merge, the Q moments zeroed).
   StepStats step();
+  /// One optimizer step on the given windows (batch x accum ids of the training stream's
+  /// windows, micro-batch by micro-batch) instead of the data order's next ones, whose position
+  /// is left as it is: a trajectory's replay and a re-queued batch.  Throws InputError for a
+  /// wrong count or an id outside the stream, RuntimeError as step().
+  StepStats step(const std::vector<std::int64_t>& windows);
+  /// The next batch x accum windows of the seeded data order (advancing it): what step() trains on.
+  std::vector<std::int64_t> next_windows();
+  /// A no-op step: the step count (and with it the schedule's position and Adam's bias
+  /// correction) advances, the weights, optimizer moments and data order stay (the
+  /// counterfactual of a deleted batch, issue 34).
+  void skip_step();
+  /// The optimizer (its state buffers, e.g. AdamW's second moments).
+  Optimizer& optimizer() noexcept { return *optimizer_; }
+  /// The learning rate of step index s (0-based: the step taken when s steps are done).
+  double lr_at(std::int64_t s) const noexcept { return schedule_(s); }
+  /// The training stream's windows.
+  const Windows& window_source() const noexcept { return windows_; }
 
   std::int64_t steps_done() const noexcept { return optimizer_->steps(); }
   /// The gradient-norm limit the next step clips to: TrainOptions::clip, or with POET-X during
