@@ -492,7 +492,7 @@ int main(int argc, char** argv) {
         app.add_option("--stop-at", stop_at, "Stop after this step (checkpoint written; resume later)")->transform(cli::count(0, std::int64_t(1) << 40));
         app.add_option("--trajectory", trajectory_dir, "Record the run's trajectory in this directory for lmcleaner-unlearn (issue 34): each step's batch (window ids) and learning rate in steps.jsonl, a training checkpoint every --trajectory-every steps; --optimizer sgd or adamw")->group("Unlearning");
         app.add_option("--trajectory-every", trajectory_every, "Steps between the trajectory's checkpoints (C: rebuilding a state replays at most C - 1 steps)")->capture_default_str()->transform(cli::count(1, std::int64_t(1) << 40))->group("Unlearning");
-        app.add_option("--unlearn-requests", requests_path, "Online unlearning: a JSON Lines file of deletion requests read at every step boundary (lines appended while the run trains are picked up); each is applied by LMCleaner without stopping, the other windows of its batches re-queued (needs --trajectory)")->group("Unlearning");
+        app.add_option("--unlearn-requests", requests_path, "Online unlearning: a JSON Lines file of deletion requests read at every step boundary (lines appended while the run trains are picked up); each is applied by LMCleaner without stopping, the other windows of its batches re-queued; a request's \"at_step\": N holds it until N steps are done (needs --trajectory)")->group("Unlearning");
       },
       [&](cli::Context& ctx) {
         CLI::App* app = app_ptr;
@@ -808,6 +808,19 @@ int main(int argc, char** argv) {
         std::unique_ptr<unlearn::TrajectoryWriter> traj_writer;
         std::unique_ptr<unlearn::OnlineRun> online;
         std::unique_ptr<unlearn::RequestFeed> feed;
+        std::vector<unlearn::DeletionRequest> waiting;  // requests read but held until their "at_step"
+        auto due_requests = [&](bool final) {
+          for (auto& r : feed->poll()) waiting.push_back(std::move(r));
+          std::vector<unlearn::DeletionRequest> due, later;
+          for (auto& r : waiting) {
+            const std::int64_t at = r.settings.value("at_step", std::int64_t(0));
+            if (final && at > trainer.steps_done())
+              log::warn("request '{}' waits for step {} but the run ends at {}: applied now", r.id, at, trainer.steps_done());
+            ((final || at <= trainer.steps_done()) ? due : later).push_back(std::move(r));
+          }
+          waiting = std::move(later);
+          return due;
+        };
         if (!trajectory_dir.empty()) {
           unlearn::TrajectoryMeta meta;
           meta.train_options = t.to_json();
@@ -874,7 +887,7 @@ int main(int argc, char** argv) {
           const auto t0 = std::chrono::steady_clock::now();
           try {
             if (feed)  // deletion requests that arrived by this step boundary
-              for (const auto& req : feed->poll()) {
+              for (const auto& req : due_requests(false)) {
                 if (active_bar) active_bar->clear();
                 emit(online->apply(req));
               }
@@ -979,7 +992,7 @@ int main(int argc, char** argv) {
         active_bar = nullptr;
         if (feed) {  // requests that came in during the last step
           bool applied = false;
-          for (const auto& req : feed->poll()) {
+          for (const auto& req : due_requests(true)) {
             emit(online->apply(req));
             applied = true;
           }

@@ -71,7 +71,8 @@ std::vector<double> flat_weights(const lm::Model& m) {
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string traj_dir, corpus_path, output, method = "lmcleaner", hvp = "fisher", forget_path, documents, windows, steps,
-                                        request_path, reference, nonmembers_path, certificate_path;
+                                        request_path, nonmembers_path, certificate_path;
+  std::vector<std::string> references;
   std::string K_str = "16", precision = "float";
   std::int64_t at = -1, baseline_steps = 0, eval_windows = 128;
   double damping = 0, baseline_lr = 0, alpha = 1.0;
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
         app.add_option("--baseline-steps", baseline_steps, "gradient-ascent, negrad+, finetune: SGD steps (default: the number of deleted steps)")->transform(cli::count(1, std::int64_t(1) << 30));
         app.add_option("--baseline-lr", baseline_lr, "gradient-ascent, negrad+, finetune: learning rate (default: the run's last)")->check(cli::positive());
         app.add_option("--alpha", alpha, "negrad+: the forget term's weight (loss = retain - alpha forget)")->capture_default_str()->check(cli::positive());
-        app.add_option("--reference", reference, "The retrain model (lmcleaner-unlearn --method retrain) to measure the distance to");
+        app.add_option("--reference", references, "A model to measure the L2 distance to (the retrain model of lmcleaner-unlearn --method retrain; repeat for more: distances)");
         app.add_option("--nonmembers", nonmembers_path, "Documents never trained on for the membership-inference AUC (read like the corpus; default: the validation documents)");
         app.add_option("--eval-windows", eval_windows, "Retain windows scored (a seeded sample)")->capture_default_str()->transform(cli::count(1, std::int64_t(1) << 30));
         app.add_flag("--no-eval", no_eval, "Skip the metrics (the model and certificate only)");
@@ -158,6 +159,8 @@ int main(int argc, char** argv) {
           if (k.size() != 1) throw UsageError("give one window K (a count or inf)", "--window");
           lo.K = k[0];
         }
+        for (const auto& r : references)
+          if (!std::filesystem::exists(r)) throw unreadable_file(r);
         const bool cleaner = method == "lmcleaner" || method == "lmcleaner-inf";
         if (cleaner) unlearn::check_noise_options(noise, bound);
         if (forget_path.empty() && documents.empty() && windows.empty() && steps.empty() && request_path.empty())
@@ -235,7 +238,8 @@ int main(int argc, char** argv) {
         run.set_double_products(precision == "double");
         const double step_flop = run.step_flop();
         const std::int64_t tz_min = del.steps.front();
-        const std::int64_t retrain_steps = tau - tz_min - 1;  // tz_min + 1 .. tau - 1 replayed, the deleted steps no-ops
+        // retrain trains tz_min + 1 .. tau - 1 but the deleted steps (no-ops)
+        const std::int64_t retrain_steps = tau - tz_min - static_cast<std::int64_t>(del.steps.size());
         nlohmann::json report{{"method", method}, {"tau", tau}, {"deleted_steps", del.steps}, {"deleted_windows", del.windows.size()},
                               {"forget_documents", forget_docs.size()}, {"requeue_windows", del.requeue}};
         std::vector<double> theta;
@@ -360,17 +364,23 @@ int main(int argc, char** argv) {
             double mean = 0;
             for (double x : fl) mean += x / double(fl.size());
             m["forget_loss"] = mean;
-            if (!nl.empty()) m["mia_auc"] = unlearn::mia_auc(fl, nl);
+            auto finite = [](const std::vector<double>& x) {
+              return std::all_of(x.begin(), x.end(), [](double y) { return std::isfinite(y); });
+            };
+            if (!nl.empty() && finite(fl) && finite(nl)) m["mia_auc"] = unlearn::mia_auc(fl, nl);
+            else if (!nl.empty()) log::warn("a document loss is not finite (the noise or the baseline broke the model): no MIA AUC");
             m["nonmember_documents"] = nl.size();
           }
-          if (!reference.empty()) {
+          nlohmann::json dists = nlohmann::json::object();
+          for (const auto& reference : references) {
             const lm::Model ref = lm::load_checkpoint(reference);
             ctx.prov.add_input(reference, lm::model_sha256(reference));
             const std::vector<double> rw = flat_weights(ref);
             if (rw.size() != theta.size()) throw InputError("the reference model has another shape", reference);
-            std::vector<double> none_theta;
-            m["distance_to_reference"] = norm_diff(theta, rw);
+            dists[reference] = norm_diff(theta, rw);
+            if (!m.contains("distance_to_reference")) m["distance_to_reference"] = dists[reference];
           }
+          if (!references.empty()) m["distances"] = dists;
           report["metrics"] = m;
         }
         report["meta"] = ctx.prov.to_json();

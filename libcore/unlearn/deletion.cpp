@@ -1,6 +1,8 @@
 #include "unlearn/deletion.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
@@ -24,6 +26,43 @@ void read_list(const nlohmann::json& j, const char* key, std::vector<T>& out, co
 
 }  // namespace
 
+void check_request_settings(const nlohmann::json& s, const std::string& where) {
+  auto number = [&](const char* key, double lo, double hi, bool lo_open, bool hi_open) {
+    if (!s.contains(key)) return;
+    const auto& v = s[key];
+    if (!v.is_number()) throw InputError(fmt::format("'{}' must be a number", key), where);
+    const double x = v.get<double>();
+    const bool ok = (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi) && std::isfinite(x);
+    if (!ok)
+      throw InputError(fmt::format("'{}' must lie in {}{}, {}{} (got {})", key, lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]", x), where);
+  };
+  auto integer = [&](const char* key) {
+    if (s.contains(key) && !(s[key].is_number_integer() && s[key].get<std::int64_t>() >= 0))
+      throw InputError(fmt::format("'{}' must be a non-negative integer", key), where);
+  };
+  static const std::set<std::string> known = {"at_step", "K", "hvp", "epsilon", "delta", "noise", "rank", "beta",
+                                              "gamma", "c_lin", "probe", "seed", "delta_prime"};
+  for (const auto& [k, v] : s.items())
+    if (!known.count(k)) throw InputError(fmt::format("unknown request field '{}'", k), where);
+  integer("at_step");
+  integer("rank");
+  integer("seed");
+  if (s.contains("K") && !(s["K"] == "inf" || (s["K"].is_number_integer() && s["K"].get<std::int64_t>() >= 0)))
+    throw InputError("'K' must be a non-negative integer or \"inf\"", where);
+  if (s.contains("hvp") && !(s["hvp"] == "fisher" || s["hvp"] == "ggn" || s["hvp"] == "exact"))
+    throw InputError("'hvp' must be fisher, ggn or exact", where);
+  if (s.contains("noise") && !(s["noise"] == "none" || s["noise"] == "isotropic" || s["noise"] == "subspace"))
+    throw InputError("'noise' must be none, isotropic or subspace", where);
+  if (s.contains("probe") && !s["probe"].is_boolean()) throw InputError("'probe' must be true or false", where);
+  const double inf = std::numeric_limits<double>::infinity();
+  number("epsilon", 0, inf, true, true);
+  number("delta", 0, 1, true, true);
+  number("delta_prime", 0, 1, true, true);
+  number("beta", 0, 1, true, false);
+  number("gamma", 0, 1, true, true);
+  number("c_lin", 0, inf, false, true);
+}
+
 DeletionRequest DeletionRequest::from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw InputError("a deletion request is a JSON object", where);
   DeletionRequest r;
@@ -36,6 +75,7 @@ DeletionRequest DeletionRequest::from_json(const nlohmann::json& j, const std::s
     throw InputError("the request names nothing to delete (documents, texts, windows or steps)", where);
   for (const auto& [k, v] : j.items())
     if (k != "id" && k != "documents" && k != "texts" && k != "windows" && k != "steps") r.settings[k] = v;
+  check_request_settings(r.settings, where);
   return r;
 }
 

@@ -27,6 +27,11 @@ struct DeletionRequest {
   nlohmann::json settings = nlohmann::json::object();
 };
 
+/// Checks a request's online settings (at_step, K, hvp, epsilon, delta, noise, rank, beta, gamma,
+/// c_lin, probe, seed, delta_prime): types and ranges, no unknown key.  Throws InputError naming
+/// the field and `where`.  DeletionRequest::from_json runs it.
+void check_request_settings(const nlohmann::json& settings, const std::string& where);
+
 /// A request resolved against the first `tau` steps of a run.
 struct ResolvedDeletion {
   std::vector<std::int64_t> windows;    ///< the windows of every deleted step's forgotten data, increasing (forget loss)

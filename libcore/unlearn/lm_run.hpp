@@ -29,6 +29,10 @@ namespace icmlkit::unlearn {
 /// ((1 - beta1) / (1 - beta1^t) D_s H_s v + wd v),  D_s = 1 / (sqrt(v_hat_t) + eps) the step's
 /// preconditioner (momentum's carrying of the deviation and v's dependence on it ignored).
 /// Gradient clipping is not linearised: steps that clipped are counted (clipped_steps_in).
+/// Online corrections (Trajectory::corrections): arriving at such a position on the recorded
+/// trajectory loads its corrected checkpoint, so theta[s] is the state step s ran on; a deviation
+/// carried across it passes unchanged, and u of the step right before it includes the correction
+/// (deleting that one batch later is the one case this does not separate).
 class LmRun final : public Run {
  public:
   /// `traj` must outlive the run; `stream` is the training stream rebuilt from the corpus (its

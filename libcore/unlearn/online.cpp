@@ -88,8 +88,17 @@ nn::StepStats OnlineRun::step() {
 }
 
 nlohmann::json OnlineRun::apply(const DeletionRequest& r) {
+  try {
+    return apply_checked(r);
+  } catch (const Error& e) {  // a request's error is its own, not the command line's
+    throw InputError(e.what(), fmt::format("request '{}'{}", r.id, e.where().empty() ? "" : ", " + e.where()));
+  }
+}
+
+nlohmann::json OnlineRun::apply_checked(const DeletionRequest& r) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t tau = trainer_.steps_done();
+  ++applied_;
   const ResolvedDeletion d = resolve_deletion(r, meta_, steps_, docs_);
   const nlohmann::json& s = r.settings;
   LmCleanerOptions lo;
@@ -160,8 +169,12 @@ nlohmann::json OnlineRun::apply(const DeletionRequest& r) {
       eps_.push_back(no.epsilon);
       delta_.push_back(no.delta);
       const auto [et, dt] = compose(eps_, delta_, s.value("delta_prime", 1e-5));
-      line["composed_epsilon"] = et;
+      line["composed_epsilon"] = et;  // advanced composition (the paper's theorem)
       line["composed_delta"] = dt;
+      double basic = 0, basic_delta = 0;
+      for (std::size_t i = 0; i < eps_.size(); ++i) basic += eps_[i], basic_delta += delta_[i];
+      line["composed_epsilon_basic"] = basic;  // sum of epsilon_i with delta = sum of delta_i: tighter for few requests
+      line["composed_delta_basic"] = basic_delta;
     }
   }
   line["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -51,17 +51,19 @@ class OnlineRun {
   /// Applies `r` now (between steps): resolves it, corrects the live weights when a past step
   /// used its windows (the request's settings: K (default 16; "inf" or < 0 = to the end), hvp
   /// (fisher), epsilon (1), delta (1e-5), noise (subspace), rank (100), beta (0.1), gamma, c_lin,
-  /// probe (true), seed (the request's index)), checkpoints the corrected state, excludes the
+  /// probe (true), seed (the request's index), delta_prime (1e-5: the composition's); lm-train
+  /// also reads at_step, the step boundary it waits for), checkpoints the corrected state, excludes the
   /// windows from future batches, re-queues the benign ones.  Returns the log line (event
   /// "unlearn": windows, deleted steps, lag in steps, re-queued windows, the certificate, the
-  /// composed epsilon over every request so far, seconds).  Throws InputError for a bad
+  /// composed epsilon over every request with noise so far (advanced and basic), seconds).  Throws InputError for a bad
   /// request, RuntimeError when the correction cannot be certified as asked.
   nlohmann::json apply(const DeletionRequest& r);
   /// Requests applied so far.
-  std::int64_t requests() const noexcept { return static_cast<std::int64_t>(eps_.size()); }
+  std::int64_t requests() const noexcept { return applied_; }
 
  private:
   std::vector<std::int64_t> next_batch();
+  nlohmann::json apply_checked(const DeletionRequest& r);
   nn::Trainer& trainer_;
   TrajectoryWriter& writer_;
   TrajectoryMeta meta_;
@@ -71,7 +73,8 @@ class OnlineRun {
   std::vector<StepRecord> steps_;
   std::deque<std::int64_t> requeue_, drawn_;
   std::set<std::int64_t> deleted_;
-  std::vector<double> eps_, delta_;
+  std::vector<double> eps_, delta_;  // the (epsilon, delta) of each request with noise, for the composition
+  std::int64_t applied_ = 0;
 };
 
 }  // namespace icmlkit::unlearn
