@@ -119,7 +119,7 @@ gamma=${fit% *}
 floor=$(jq .metrics.distance_to_reference "$out/s$s/C-Kinf.json")
 if command -v gnuplot > /dev/null; then
   gnuplot <<GP
-set terminal pngcairo size 720,440
+set terminal pngcairo size 720,440 noenhanced
 set output "$out/truncation.png"
 set logscale y
 set xlabel "K (steps each deviation is carried)"
