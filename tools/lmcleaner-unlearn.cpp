@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
         app.add_option("--documents", documents, "Training document ids to forget (a comma list; the training split's order, 0-based)");
         app.add_option("--windows", windows, "Training window ids to forget (a comma list)");
         app.add_option("--steps", steps, "Batches to forget, by step (a comma list)");
-        app.add_option("--request", request_path, "A deletion request as JSON: {\"documents\": [...], \"texts\": [...], \"windows\": [...], \"steps\": [...]}");
+        app.add_option("--request", request_path, "A JSON file holding one deletion request: {\"documents\": [...], \"texts\": [...], \"windows\": [...], \"steps\": [...]}");
         app.add_option("--at", at, "tau: unlearn the state after this many steps (default: the trajectory's end)")->transform(cli::count(0, std::int64_t(1) << 40));
         app.add_option("-K,--window", K_str, "Truncation window K: steps each deviation is carried (a count, or inf)")->capture_default_str();
         app.add_option("--hvp", hvp, "Curvature product: fisher (g g^T v, the paper's), ggn (Gauss-Newton) or exact (Hessian)")
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
             ->check(CLI::IsMember({"float", "double"}));
         app.add_option("--damping", damping, "The reference's damping lambda: v -= eta lambda v after each product (0 = the paper's)")->capture_default_str()->check(cli::non_negative());
         app.add_flag("--no-probe", no_probe, "Skip the linearisation probe (one more step-map evaluation per step; then --c-lin is needed for noise)");
-        app.add_option("--noise", noise.kind, "Phase 4 noise: subspace, isotropic or none")->capture_default_str()->check(CLI::IsMember({"subspace", "isotropic", "none"}));
+        app.add_option("--noise", noise.kind, "Phase 4 noise: none, isotropic or subspace (warned when its expected norm exceeds the weights')")->capture_default_str()->check(CLI::IsMember({"subspace", "isotropic", "none"}));
         app.add_option("--epsilon", noise.epsilon, "Privacy epsilon (> 0)")->capture_default_str();
         app.add_option("--delta", noise.delta, "Privacy delta, in (0, 1)")->capture_default_str();
         app.add_option("--noise-rank", noise.rank, "subspace: rank k of the public projector")->capture_default_str();
@@ -155,12 +155,32 @@ int main(int argc, char** argv) {
         if (K_str == "inf" || method == "lmcleaner-inf") {
           lo.K = -1;
         } else {
+          if (K_str.empty() || K_str.find_first_not_of("0123456789") != std::string::npos)
+            throw UsageError(fmt::format("'{}' is not a window: give a step count or inf", K_str), "--window");
           const auto k = parse_ids(K_str, "--window");
-          if (k.size() != 1) throw UsageError("give one window K (a count or inf)", "--window");
           lo.K = k[0];
         }
         for (const auto& r : references)
           if (!std::filesystem::exists(r)) throw unreadable_file(r);
+        {  // an output may not replace an input or land in the trajectory it reads
+          namespace fs = std::filesystem;
+          std::error_code ec;
+          const fs::path store = fs::weakly_canonical(traj_dir, ec);
+          std::vector<std::string> inputs = {corpus_path, forget_path, nonmembers_path, request_path};
+          inputs.insert(inputs.end(), references.begin(), references.end());
+          for (const auto& [path, flag] : {std::pair<std::string, const char*>{output, "-o"}, {certificate_path, "--certificate"}}) {
+            if (path.empty() || path == "-") continue;
+            const fs::path o = fs::weakly_canonical(path, ec);
+            const auto rel = o.lexically_relative(store);
+            if (!rel.empty() && *rel.begin() != "..")
+              throw UsageError(fmt::format("{} would write into the trajectory {} it reads", path, traj_dir), flag);
+            for (const auto& in : inputs)
+              if (!in.empty() && fs::weakly_canonical(in, ec) == o) throw UsageError(fmt::format("{} is also an input", path), flag);
+            if (fs::is_directory(o, ec)) throw UsageError(fmt::format("{} is a directory", path), flag);
+          }
+          if (!certificate_path.empty() && !(method == "lmcleaner" || method == "lmcleaner-inf"))
+            throw UsageError("only lmcleaner writes a certificate", "--certificate");
+        }
         const bool cleaner = method == "lmcleaner" || method == "lmcleaner-inf";
         if (cleaner) unlearn::check_noise_options(noise, bound);
         if (forget_path.empty() && documents.empty() && windows.empty() && steps.empty() && request_path.empty())
@@ -179,7 +199,7 @@ int main(int argc, char** argv) {
           traj.corrections.erase(std::remove_if(traj.corrections.begin(), traj.corrections.end(), past), traj.corrections.end());
         }
         const std::int64_t tau = static_cast<std::int64_t>(traj.steps.size());
-        if (tau == 0) throw InputError("the trajectory holds no step", traj_dir);
+        if (tau == 0) throw InputError(at == 0 ? "nothing was trained by step 0 (--at 0)" : "the trajectory holds no step", traj_dir);
         const nn::Documents docs = nn::read_corpus(corpus_path, traj.meta.corpus);
         if (docs.sha256 != traj.meta.corpus_sha256)
           throw InputError(fmt::format("not the corpus the run trained on (SHA-256 {}, the trajectory's {})", docs.sha256.substr(0, 12),
@@ -200,6 +220,10 @@ int main(int argc, char** argv) {
           std::string sha;
           req = unlearn::DeletionRequest::from_json(io::read_json(request_path, &sha), request_path);
           ctx.prov.add_input(request_path, sha);
+          if (!req.settings.empty())
+            throw UsageError(fmt::format("'{}' is a setting of lm-train's online requests; here give the flags (--at, -K, --hvp, --noise, ...)",
+                                         req.settings.begin().key()),
+                             "--request");
         }
         std::vector<std::string> forget_docs;
         if (!forget_path.empty()) {
@@ -265,6 +289,13 @@ int main(int argc, char** argv) {
           run.params(theta);
           for (std::size_t i = 0; i < theta.size(); ++i) theta[i] -= c.v[i];
           const unlearn::NoiseDraw draw = unlearn::add_noise(theta, cert, noise);
+          double wn = 0;
+          for (double x : theta) wn += x * x;
+          if (draw.norm > std::sqrt(wn) - draw.norm)
+            log::warn("the calibrated noise (norm {:.4g}, sigma_par {:.4g}) is larger than the weights (norm {:.4g}): the model is destroyed "
+                      "(the certificate's {} bound: {})",
+                      draw.norm, cert.sigma_par, std::sqrt(std::max(0.0, wn)) , cert.kind,
+                      cert.truncation_term > cert.linearisation_term ? "its truncation term gamma^K/(1-gamma) dominates" : "its linearisation term dominates");
           nlohmann::json cj = cert.to_json(c);
           cj["noise_norm"] = draw.norm;
           cj["noise_rms_par"] = draw.rms_par;
@@ -352,6 +383,8 @@ int main(int argc, char** argv) {
             m["heldout_loss"] = r.loss;
             m["heldout_perplexity"] = r.perplexity();
           }
+          if (!forget_docs.empty() && docs.val.empty() && nonmembers_path.empty())
+            log::warn("no validation documents and no --nonmembers: no membership-inference AUC");
           if (!forget_docs.empty()) {
             std::vector<std::string> non = docs.val;
             if (!nonmembers_path.empty()) {

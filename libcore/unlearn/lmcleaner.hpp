@@ -86,7 +86,9 @@ std::int64_t retrain(Run& run, std::vector<std::int64_t> deleted_steps, std::vec
 
 /// Phase 4's noise.
 struct NoiseOptions {
-  std::string kind = "subspace";  ///< none | isotropic | subspace
+  /// none | isotropic | subspace.  Default none: with gamma estimated near 1 the calibrated noise
+  /// is far larger than the weights (data/repro/unlearn/README.md), so noise is asked for.
+  std::string kind = "none";
   double epsilon = 1.0;           ///< > 0
   double delta = 1e-5;            ///< in (0, 1)
   int rank = 100;                 ///< subspace: k of the public projector (clamped to the dimension)

@@ -107,7 +107,7 @@ nlohmann::json OnlineRun::apply_checked(const DeletionRequest& r) {
   lo.mode = parse_hvp_mode(s.value("hvp", std::string("fisher")));
   lo.probe = s.value("probe", true);
   NoiseOptions no;
-  no.kind = s.value("noise", std::string("subspace"));
+  no.kind = s.value("noise", std::string("none"));
   no.epsilon = s.value("epsilon", 1.0);
   no.delta = s.value("delta", 1e-5);
   no.rank = s.value("rank", 100);
@@ -148,6 +148,10 @@ nlohmann::json OnlineRun::apply_checked(const DeletionRequest& r) {
     run.params(theta);
     for (std::size_t i = 0; i < theta.size(); ++i) theta[i] -= c.v[i];
     const NoiseDraw draw = add_noise(theta, cert, no);
+    double wn = 0;
+    for (double x : theta) wn += x * x;
+    if (2 * draw.norm > std::sqrt(wn))
+      line["warning"] = fmt::format("the calibrated noise (norm {:.4g}) is larger than the weights: the run will not recover", draw.norm);
     // the corrected weights replace the live ones; the optimizer's moments are kept
     std::size_t o = 0;
     for (auto& p : trainer_.params().store.params) {

@@ -50,7 +50,7 @@ class OnlineRun {
   nn::StepStats step();
   /// Applies `r` now (between steps): resolves it, corrects the live weights when a past step
   /// used its windows (the request's settings: K (default 16; "inf" or < 0 = to the end), hvp
-  /// (fisher), epsilon (1), delta (1e-5), noise (subspace), rank (100), beta (0.1), gamma, c_lin,
+  /// (fisher), epsilon (1), delta (1e-5), noise (none), rank (100), beta (0.1), gamma, c_lin,
   /// probe (true), seed (the request's index), delta_prime (1e-5: the composition's); lm-train
   /// also reads at_step, the step boundary it waits for), checkpoints the corrected state, excludes the
   /// windows from future batches, re-queues the benign ones.  Returns the log line (event

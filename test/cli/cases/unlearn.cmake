@@ -68,7 +68,7 @@ cli_case(lmcleaner-unlearn/noise-and-certificate-labels
   --file-jq e.json ".certificate.kind == \"empirical\" and .certificate.gamma_source == \"estimated\" and .certificate.c_lin_source == \"estimated\" and .certificate.gamma < 1 and .certificate.noise == \"subspace\" and .certificate.rank == 100"
   --file-jq u.json ".certificate.kind == \"substitute\" and .certificate.sensitivity == .certificate.v_norm and .certificate.sigma_par > 0"
   --file-jq z.json ".certificate.kind == \"none\" and .certificate.epsilon == null and .certificate.sigma_par == 0 and .certificate.noise_norm == 0 and .certificate.deleted[0].k_used == 4 and .certificate.deleted[0].truncated"
-  -- bash -c "${UL_RUN60} && ${UL_K4} --noise none -o z.h5 > z.json && ${UL_K4} --noise subspace --noise-rank 20 --epsilon 1 --c-lin 0.1 --gamma 0.9 --reference z.h5 -o s.h5 | jq --argjson p $(jq -s '.[-1].summary.n_params' log.jsonl) '. + {n_params: $p}' > s.json && ${UL_K4} --noise isotropic --epsilon 1 --c-lin 0.1 --gamma 0.9 --reference z.h5 -o i.h5 | jq --argjson p $(jq -s '.[-1].summary.n_params' log.jsonl) '. + {n_params: $p}' > i.json && ${UL_K4} --no-eval -o e.h5 > e.json && ${UL_K4} --no-eval --substitute-norm -o u.h5 > u.json && ! h5diff -q s.h5 z.h5 /output.weight /output.weight")
+  -- bash -c "${UL_RUN60} && ${UL_K4} --noise none -o z.h5 > z.json && ${UL_K4} --noise subspace --noise-rank 20 --epsilon 1 --c-lin 0.1 --gamma 0.9 --reference z.h5 -o s.h5 | jq --argjson p $(jq -s '.[-1].summary.n_params' log.jsonl) '. + {n_params: $p}' > s.json && ${UL_K4} --noise isotropic --epsilon 1 --c-lin 0.1 --gamma 0.9 --reference z.h5 -o i.h5 | jq --argjson p $(jq -s '.[-1].summary.n_params' log.jsonl) '. + {n_params: $p}' > i.json && ${UL_K4} --no-eval --noise subspace -o e.h5 > e.json && ${UL_K4} --no-eval --noise subspace --substitute-norm -o u.h5 > u.json && ! h5diff -q s.h5 z.h5 /output.weight /output.weight")
 
 # (e) The baselines on theta[60] for the batch of step 30: gradient ascent raises the forget windows'
 # loss above the model's as trained; negrad+ and finetune run and write a model with finite metrics.
@@ -166,3 +166,8 @@ cli_case(lm-train/unlearn-requests-need-trajectory --rc 2 --tool lm-train --stde
   -- bash -c "echo '{\"documents\": [1]}' > req.jsonl && exec ${UL_TRAIN} --steps 20 --unlearn-requests req.jsonl -o m.h5")
 cli_case(lm-train/unlearn-trajectory-every-needs-trajectory --rc 2 --tool lm-train --stderr "--trajectory-every needs --trajectory" --no-file m.h5
   -- bash -c "exec ${UL_TRAIN} --steps 20 --trajectory-every 5 -o m.h5")
+# An output never replaces an input or lands in the trajectory it reads (a newcomer's finding:
+# -o over a checkpoint of the store, --certificate over steps.jsonl); the store stays intact.
+cli_case(lmcleaner-unlearn/outputs-never-overwrite-inputs
+  --rc 0
+  -- bash -c "${UL_RUN20} && cp T/steps.jsonl s0 && cp T/ckpt-00000020.h5 c0 && ! ${UL} --steps 5 --method none -o T/ckpt-00000020.h5 2> e1 && ! ${UL} --steps 5 -K 2 --noise none --no-eval --certificate T/steps.jsonl -o c.h5 2> e2 && ! ${UL} --steps 5 --method none -o ${KJVX}.h5 --reference ${KJVX}.h5 2> e3 && grep -q 'would write into the trajectory' e1 && grep -q 'would write into the trajectory' e2 && cmp -s s0 T/steps.jsonl && cmp -s c0 T/ckpt-00000020.h5 && test ! -e c.h5")
