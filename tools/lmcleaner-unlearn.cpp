@@ -57,15 +57,6 @@ double norm_diff(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(s);
 }
 
-/// Flattens a model's weights in the trainer's store order (what LmRun::params gives).
-std::vector<double> flat_weights(const lm::Model& m) {
-  nn::LlamaParams<float> p = nn::params_from_model<float>(m);
-  std::vector<double> out;
-  for (const auto& t : p.store.params)
-    if (!t.frozen) out.insert(out.end(), t.value.begin(), t.value.end());
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -258,6 +249,14 @@ int main(int argc, char** argv) {
                   del.steps.size(), tau, del.steps.front(), del.steps.back(), del.requeue.size());
 
         // ---- the method ----
+        // the windows no deleted step's forgotten data touches (the baselines' retain set and the retain loss's pool)
+        std::vector<std::int64_t> retain_windows;
+        {
+          const std::set<std::int64_t> gone(del.windows.begin(), del.windows.end());
+          for (std::int64_t w = 0; w < traj.meta.windows; ++w)
+            if (!gone.count(w)) retain_windows.push_back(w);
+        }
+        const int B = traj.meta.train_options.at("batch").get<int>();
         unlearn::LmRun run(traj, stream);
         run.set_double_products(precision == "double");
         const double step_flop = run.step_flop();
@@ -289,12 +288,10 @@ int main(int argc, char** argv) {
           run.params(theta);
           for (std::size_t i = 0; i < theta.size(); ++i) theta[i] -= c.v[i];
           const unlearn::NoiseDraw draw = unlearn::add_noise(theta, cert, noise);
-          double wn = 0;
-          for (double x : theta) wn += x * x;
-          if (draw.norm > std::sqrt(wn) - draw.norm)
+          if (draw.swamps())
             log::warn("the calibrated noise (norm {:.4g}, sigma_par {:.4g}) is larger than the weights (norm {:.4g}): the model is destroyed "
                       "(the certificate's {} bound: {})",
-                      draw.norm, cert.sigma_par, std::sqrt(std::max(0.0, wn)) , cert.kind,
+                      draw.norm, cert.sigma_par, draw.theta_norm, cert.kind,
                       cert.truncation_term > cert.linearisation_term ? "its truncation term gamma^K/(1-gamma) dominates" : "its linearisation term dominates");
           nlohmann::json cj = cert.to_json(c);
           cj["noise_norm"] = draw.norm;
@@ -318,14 +315,10 @@ int main(int argc, char** argv) {
         } else {  // gradient-ascent, negrad+, finetune: SGD on theta[tau]
           run.seek(tau);
           run.params(theta);
-          const std::set<std::int64_t> gone(del.windows.begin(), del.windows.end());
-          std::vector<std::int64_t> retain;
-          for (std::int64_t w = 0; w < traj.meta.windows; ++w)
-            if (!gone.count(w)) retain.push_back(w);
+          const std::vector<std::int64_t>& retain = retain_windows;
           if (retain.empty() && method != "gradient-ascent") throw InputError("every window is deleted: nothing to retain");
           const std::int64_t n_steps = baseline_steps > 0 ? baseline_steps : static_cast<std::int64_t>(del.steps.size());
           const double lr = baseline_lr > 0 ? baseline_lr : traj.steps.back().lr;
-          const int B = traj.meta.train_options.at("batch").get<int>();
           Rng rng(ctx.common.seed);
           std::vector<double> gf, gr;
           const std::vector<std::int64_t>& forget = del.windows;
@@ -364,15 +357,11 @@ int main(int argc, char** argv) {
         if (!no_eval) {
           nn::LlamaParams<float>& P = run.float_params();
           const nn::Windows W{&stream, traj.meta.seq_len};
-          const std::set<std::int64_t> gone(del.windows.begin(), del.windows.end());
-          std::vector<std::int64_t> retain;
-          for (std::int64_t w = 0; w < traj.meta.windows; ++w)
-            if (!gone.count(w)) retain.push_back(w);
+          std::vector<std::int64_t> retain = retain_windows;
           Rng rng(derive_seed(ctx.common.seed, 7));
           for (std::size_t i = retain.size(); i > 1; --i) std::swap(retain[i - 1], retain[rng.below(i)]);
           if (retain.size() > std::size_t(eval_windows)) retain.resize(std::size_t(eval_windows));
           std::sort(retain.begin(), retain.end());
-          const int B = traj.meta.train_options.at("batch").get<int>();
           nlohmann::json m;
           m["forget_window_loss"] = unlearn::windows_loss(P, W, del.windows, B);
           m["retain_loss"] = retain.empty() ? nlohmann::json() : nlohmann::json(unlearn::windows_loss(P, W, retain, B));
@@ -408,7 +397,7 @@ int main(int argc, char** argv) {
           for (const auto& reference : references) {
             const lm::Model ref = lm::load_checkpoint(reference);
             ctx.prov.add_input(reference, lm::model_sha256(reference));
-            const std::vector<double> rw = flat_weights(ref);
+            const std::vector<double> rw = unlearn::flatten_trainable(nn::params_from_model<float>(ref).store);
             if (rw.size() != theta.size()) throw InputError("the reference model has another shape", reference);
             dists[reference] = norm_diff(theta, rw);
             if (!m.contains("distance_to_reference")) m["distance_to_reference"] = dists[reference];

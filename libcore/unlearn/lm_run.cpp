@@ -35,8 +35,8 @@ LmRun::LmRun(const Trajectory& traj, std::vector<int> stream)
     : traj_(traj),
       opt_(options_of(traj)),
       trainer_(lm::load_checkpoint(traj.checkpoint_path(traj.checkpoints.front())), std::move(stream), opt_),
-      dbl_{nn::LlamaParams<double>(trainer_.params().config)},
-      flt_{nn::LlamaParams<float>(trainer_.params().config)} {
+      dbl_(trainer_.params().config),
+      flt_(trainer_.params().config) {
   if (trainer_.windows() != traj.meta.windows)
     throw InputError(fmt::format("the corpus gives {} training windows, the trajectory recorded {}: not the corpus it was trained on",
                                  trainer_.windows(), traj.meta.windows),
@@ -101,24 +101,32 @@ void LmRun::params(std::vector<double>& theta) {
   theta = theta_;
 }
 
+std::vector<double> flatten_trainable(const nn::ParamStore<float>& store) {
+  std::vector<double> theta;
+  theta.reserve(std::size_t(store.trainable_numel()));
+  for (const auto& p : store.params)
+    if (!p.frozen) theta.insert(theta.end(), p.value.begin(), p.value.end());
+  return theta;
+}
+
+void assign_trainable(nn::ParamStore<float>& store, const std::vector<double>& theta) {
+  if (theta.size() != std::size_t(store.trainable_numel()))
+    throw UsageError(fmt::format("a parameter vector of {} entries for a model of {}", theta.size(), store.trainable_numel()));
+  std::size_t o = 0;
+  for (auto& p : store.params) {
+    if (p.frozen) continue;
+    for (float& x : p.value) x = static_cast<float>(theta[o++]);
+  }
+}
+
 void LmRun::current_theta(std::vector<double>& theta) {
   if (theta_ok_ && &theta == &theta_) return;
-  theta.resize(dim_);
-  std::size_t o = 0;
-  for (const auto& p : trainer_.params().store.params) {
-    if (p.frozen) continue;
-    for (float x : p.value) theta[o++] = x;
-  }
+  theta = flatten_trainable(trainer_.params().store);
   if (&theta == &theta_) theta_ok_ = true;
 }
 
 void LmRun::set_params(const std::vector<double>& theta) {
-  if (theta.size() != dim_) throw UsageError(fmt::format("a parameter vector of {} entries for a model of {}", theta.size(), dim_));
-  std::size_t o = 0;
-  for (auto& p : trainer_.params().store.params) {
-    if (p.frozen) continue;
-    for (float& x : p.value) x = static_cast<float>(theta[o++]);
-  }
+  assign_trainable(trainer_.params().store, theta);
   off_trajectory_ = true;
   theta_ok_ = grad_ok_ = false;
 }
@@ -329,8 +337,6 @@ std::string LmRun::assumption() const {
   return "AdamW: the step's preconditioner D = 1 / (sqrt(v_hat) + eps) and the momentum are frozen along the recorded "
          "trajectory; J = -eta ((1 - beta1) / (1 - beta1^t) D H + wd I), the deviation's effect on the moments ignored";
 }
-
-double LmRun::forward_flop_per_token() const { return nn::training_flop_per_token(dbl_.p.config, opt_.seq_len) / 3; }
 
 double LmRun::step_flop() const {
   return nn::training_flop_per_token(dbl_.p.config, opt_.seq_len) * double(opt_.batch) * opt_.seq_len * opt_.accum;

@@ -70,14 +70,13 @@ class LmRun final : public Run {
   /// Curvature products and probe gradients in double precision (default float, on the trainer's
   /// fast kernels: central differences then take a step 100x larger, h = 1e-2 ||theta|| / ||v||).
   void set_double_products(bool on) noexcept { double_ = on; grad_ok_ = false; }
-  /// Model FLOP of one token's forward pass at the run's sequence length (evaluation costs).
-  double forward_flop_per_token() const;
 
  private:
   /// A copy of the weights in T for the curvature products (float: the trainer's fast kernels;
   /// double: Eigen products and plain loops), with its activation store.
   template <class T>
   struct Mirror {
+    explicit Mirror(const lm::ModelConfig& config) : p(config) {}
     nn::LlamaParams<T> p;
     nn::TrainCache<T> c;
     std::vector<int> in, tg;
@@ -109,6 +108,12 @@ class LmRun final : public Run {
   std::vector<double> theta_, grad_;  // caches at the current position
   bool theta_ok_ = false, grad_ok_ = false;
 };
+
+/// The trainable tensors of `store` as one flat vector in store order (a Run's parameter vector).
+std::vector<double> flatten_trainable(const nn::ParamStore<float>& store);
+/// Writes a flat vector of flatten_trainable's layout back into `store` (rounded to float).  Throws
+/// UsageError when its size is not the trainable entries'.
+void assign_trainable(nn::ParamStore<float>& store, const std::vector<double>& theta);
 
 /// Per document: the mean next-token cross-entropy (nats) of its tokens (bos first when
 /// bos_id >= 0), in chunks of at most seq_len predictions, each chunk starting fresh (the

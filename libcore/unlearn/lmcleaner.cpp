@@ -298,6 +298,7 @@ NoiseDraw add_noise(std::vector<double>& theta, const Certificate& cert, const N
     view(theta) += z;
     draw.norm = z.norm();
     draw.rms_par = draw.rms_perp = p > 0 ? draw.norm / std::sqrt(static_cast<double>(p)) : 0;
+    draw.theta_norm = view(theta).norm();
     return draw;
   }
   if (noise.kind != "subspace") throw UsageError("unknown noise '" + noise.kind + "' (none, isotropic or subspace)", "--noise");
@@ -310,6 +311,7 @@ NoiseDraw add_noise(std::vector<double>& theta, const Certificate& cert, const N
   draw.norm = xi.norm();
   draw.rms_par = cert.sigma_par * par.norm() / std::sqrt(static_cast<double>(k));
   draw.rms_perp = p > k ? cert.sigma_perp * (z - par).norm() / std::sqrt(static_cast<double>(p - k)) : 0;
+  draw.theta_norm = view(theta).norm();
   return draw;
 }
 

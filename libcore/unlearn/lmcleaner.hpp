@@ -155,6 +155,10 @@ Certificate certify(const Correction& c, const BoundOptions& bound, const NoiseO
 struct NoiseDraw {
   double norm = 0;                    ///< ||xi||
   double rms_par = 0, rms_perp = 0;   ///< ||P xi|| / sqrt(k), ||(I - P) xi|| / sqrt(p - k) (isotropic: both over p)
+  double theta_norm = 0;              ///< ||theta|| after the noise
+  /// Whether the noise outweighs the weights it was added to (||xi|| > ||theta - xi|| roughly:
+  /// 2 ||xi|| > ||theta||): the model is destroyed, which callers warn about.
+  bool swamps() const noexcept { return 2 * norm > theta_norm; }
 };
 
 /// Adds Phase 4's noise xi to theta in place: isotropic N(0, sigma^2 I), or subspace

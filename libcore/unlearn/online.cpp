@@ -148,16 +148,10 @@ nlohmann::json OnlineRun::apply_checked(const DeletionRequest& r) {
     run.params(theta);
     for (std::size_t i = 0; i < theta.size(); ++i) theta[i] -= c.v[i];
     const NoiseDraw draw = add_noise(theta, cert, no);
-    double wn = 0;
-    for (double x : theta) wn += x * x;
-    if (2 * draw.norm > std::sqrt(wn))
+    if (draw.swamps())
       line["warning"] = fmt::format("the calibrated noise (norm {:.4g}) is larger than the weights: the run will not recover", draw.norm);
     // the corrected weights replace the live ones; the optimizer's moments are kept
-    std::size_t o = 0;
-    for (auto& p : trainer_.params().store.params) {
-      if (p.frozen) continue;
-      for (float& x : p.value) x = static_cast<float>(theta[o++]);
-    }
+    assign_trainable(trainer_.params().store, theta);
     writer_.checkpoint(trainer_, prov_);  // ckpt-<tau> now holds the corrected state later replays start from
     std::ofstream(std::filesystem::path(writer_.dir()) / "corrections.jsonl", std::ios::app)
         << nlohmann::json{{"step", tau}, {"request", r.id}}.dump() << '\n';

@@ -260,13 +260,4 @@ std::int64_t Trajectory::checkpoint_before(std::int64_t s) const {
   return *std::prev(it);
 }
 
-std::vector<std::int64_t> Trajectory::steps_using(const std::vector<std::int64_t>& windows) const {
-  const std::set<std::int64_t> want(windows.begin(), windows.end());
-  std::vector<std::int64_t> out;
-  for (const auto& r : steps)
-    if (!r.skipped && std::any_of(r.windows.begin(), r.windows.end(), [&](std::int64_t w) { return want.count(w) > 0; }))
-      out.push_back(r.step);
-  return out;
-}
-
 }  // namespace icmlkit::unlearn

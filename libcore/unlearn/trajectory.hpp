@@ -110,8 +110,6 @@ struct Trajectory {
   std::string checkpoint_path(std::int64_t s) const;
   /// The latest checkpointed step <= s; throws InputError when there is none.
   std::int64_t checkpoint_before(std::int64_t s) const;
-  /// The steps whose batch holds any of `windows` (increasing, no-op steps excluded).
-  std::vector<std::int64_t> steps_using(const std::vector<std::int64_t>& windows) const;
 };
 
 }  // namespace icmlkit::unlearn
