@@ -38,6 +38,7 @@ struct BlockStep {
 /// Scratch buffers a block forward may reuse across steps (sized on first use).
 struct BlockWork {
   std::vector<float> xn, tmp, q, k, v, att, gate, up, adapter_t, adapter_y;
+  std::vector<float> q0, k0, fq, fk, gates, mix;  ///< mlstm-hybrid: q, k before RoPE, features, gates, the mLSTM branch
 };
 
 /// A block type's forward: updates x [R, d_model] (the residual stream, row-major) in place,
@@ -70,6 +71,40 @@ void llama_block_forward(const BlockStep& step, BlockWork& work, float* x, Forwa
 /// RoPE(Wk n1(x)), Wv n1(x)); the rows' K (after RoPE) and V go to the pending area of the step's
 /// cache layer; attention records and times as options ask.
 void llama_attention_sublayer(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);
+
+/// The mlstm-hybrid block (arXiv 2603.15590 eq. 11; lm/README.md): n1, llama's q, k, v; per
+/// query head h the mLSTM branch on Hedgehog features of q, k before RoPE (recurrent per row, or
+/// chunkwise over a causal chain whose intermediate states step.options.state_rows does not ask
+/// for) and softmax attention over the window and sinks (RoPE), mixed by o_h = σ(W_o [q; k; v] +
+/// b_o); x += Wo · mix; then llama's MLP.  Writes K/V (the cache keeps the window) and the
+/// state after each kept row.  Throws InputError when a row continues a later row's state.
+void mlstm_block_forward(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);
+
+/// The MLP sublayer of llama (and mlstm-hybrid) blocks: x += Wdown · (silu(Wgate n2(x)) ⊙ Wup n2(x)).
+void llama_mlp(const BlockStep& step, BlockWork& work, float* x);
+
+/// K = Wk xn, V = Wv xn for the batch rows (adapters applied) into work.k, work.v [R, n_kv·hd],
+/// before RoPE.
+void project_kv(const BlockStep& step, BlockWork& work, const float* xn);
+
+/// Rotates work.k (RoPE) in place and writes work.k, work.v to the step's pending K/V.
+void rope_store_kv(const BlockStep& step, BlockWork& work);
+
+/// Rotates the queries q [R, n_heads·hd] in place (RoPE at each row's position).
+void rope_queries(const BlockStep& step, float* q);
+
+/// Whether a query at position i sees the key at position j in sliding-window attention with
+/// sinks (window_attends of nn/mlstm.hpp: j <= i and (i - j < window or j < sinks)).
+inline bool window_sees(std::int64_t i, std::int64_t j, int window, int sinks) noexcept {
+  return j <= i && (i - j < window || j < sinks);
+}
+
+/// The attention of every (row, query head) of the step over the view's cache slots and its
+/// attended new rows, keys visited in that order: att [R, n_heads·hd] from the rotated queries q;
+/// with window >= 0 only the keys window_sees from the row's position.  lm::forward's
+/// arithmetic (dot8 scores, max, exp, double sum), so with a window covering every key the
+/// result is bitwise the llama block's.  Attention records and times as the options ask.
+void attention_core(const BlockStep& step, const float* q, float* att, ForwardResult& result, int window, int sinks);
 
 /// The moe and latent-moe blocks: llama's attention, then the routed FFN of lm/moe.hpp on the
 /// ffn-normed residual (skip lists honoured).  Throws UsageError for an adapter on one of the

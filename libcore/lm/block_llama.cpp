@@ -12,6 +12,16 @@
 
 namespace icmlkit::lm {
 
+void rope_queries(const BlockStep& st, float* q) {
+  const ModelConfig& c = st.model.config;
+  const int R = st.batch.size(), hd = c.head_dim(), nh = c.n_heads, dq = nh * hd, half = hd / 2;
+  for (int r = 0; r < R; ++r) {
+    const float* rc = st.rope_cos + std::size_t(r) * half;
+    const float* rs = st.rope_sin + std::size_t(r) * half;
+    for (int h = 0; h < nh; ++h) apply_rope(q + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
+  }
+}
+
 void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy) {
   if (W.is_half()) matmul_xwt_f16(x, R, K, ldx, W.half.data(), O, y, ldy);
   else matmul_xwt(x, R, K, ldx, W.data.data(), O, y, ldy);
@@ -36,25 +46,27 @@ BlockForward block_forward(BlockType t) noexcept {
     case BlockType::llama: return &llama_block_forward;
     case BlockType::moe:
     case BlockType::latent_moe: return &moe_block_forward;
+    case BlockType::mlstm_hybrid: return &mlstm_block_forward;
   }
   return nullptr;
 }
 
-namespace {
-
-/// K = RoPE(Wk xn), V = Wv xn of the batch rows from their attention-normed input xn [R, d]
-/// (adapters applied), to the pending area of the step's cache layer; w.k and w.v keep them.
-void llama_kv(const BlockStep& st, BlockWork& w, const float* xn) {
+void project_kv(const BlockStep& st, BlockWork& w, const float* xn) {
   const ModelConfig& c = st.model.config;
   const Layer& L = st.model.layers[st.block];
-  const int R = st.batch.size(), d = c.d_model, hd = c.head_dim(), nkv = c.n_kv_heads, dkv = nkv * hd, cl = st.cache_layer;
+  const int R = st.batch.size(), d = c.d_model, dkv = c.n_kv_heads * c.head_dim();
   w.k.resize(std::size_t(R) * dkv);
   w.v.resize(w.k.size());
+  matmul_weight(xn, R, d, d, L.wk, dkv, w.k.data(), dkv);
+  matmul_weight(xn, R, d, d, L.wv, dkv, w.v.data(), dkv);
+  apply_adapters(st, Projection::attn_k, xn, d, w.k.data(), dkv, w);
+  apply_adapters(st, Projection::attn_v, xn, d, w.v.data(), dkv, w);
+}
+
+void rope_store_kv(const BlockStep& st, BlockWork& w) {
+  const ModelConfig& c = st.model.config;
+  const int R = st.batch.size(), hd = c.head_dim(), nkv = c.n_kv_heads, dkv = nkv * hd, cl = st.cache_layer;
   float *k = w.k.data(), *v = w.v.data();
-  matmul_weight(xn, R, d, d, L.wk, dkv, k, dkv);
-  matmul_weight(xn, R, d, d, L.wv, dkv, v, dkv);
-  apply_adapters(st, Projection::attn_k, xn, d, k, dkv, w);
-  apply_adapters(st, Projection::attn_v, xn, d, v, dkv, w);
   const int half = hd / 2;
   for (int r = 0; r < R; ++r) {
     const float* rc = st.rope_cos + std::size_t(r) * half;
@@ -69,35 +81,26 @@ void llama_kv(const BlockStep& st, BlockWork& w, const float* xn) {
   }
 }
 
+namespace {
+
+/// K = RoPE(Wk xn), V = Wv xn of the batch rows from their attention-normed input xn [R, d]
+/// (adapters applied), to the pending area of the step's cache layer; w.k and w.v keep them.
+void llama_kv(const BlockStep& st, BlockWork& w, const float* xn) {
+  project_kv(st, w, xn);
+  rope_store_kv(st, w);
+}
+
 }  // namespace
 
-void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
-  const Model& model = st.model;
-  const ModelConfig& c = model.config;
+void attention_core(const BlockStep& st, const float* q, float* att, ForwardResult& res, int window, int sinks) {
+  const ModelConfig& c = st.model.config;
   const Batch& b = st.batch;
   const ForwardOptions& opt = st.options;
-  const Layer& L = model.layers[st.block];
-  const int R = b.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads;
+  const int R = b.size(), hd = c.head_dim(), nh = c.n_heads;
   const int group = c.group(), dq = nh * hd, cl = st.cache_layer;
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
-  w.xn.resize(std::size_t(R) * d);
-  w.tmp.resize(w.xn.size());
-  w.q.resize(std::size_t(R) * dq);
-  w.att.resize(w.q.size());
-  float *xn = w.xn.data(), *q = w.q.data(), *att = w.att.data();
-
-  rms_norm(x, R, d, L.attn_norm.data(), c.rms_eps, xn);
-  matmul_weight(xn, R, d, d, L.wq, dq, q, dq);
-  apply_adapters(st, Projection::attn_q, xn, d, q, dq, w);
-  llama_kv(st, w, xn);
-  const int half = hd / 2;
-  for (int r = 0; r < R; ++r) {
-    const float* rc = st.rope_cos + std::size_t(r) * half;
-    const float* rs = st.rope_sin + std::size_t(r) * half;
-    for (int h = 0; h < nh; ++h) apply_rope(q + std::size_t(r) * dq + h * hd, hd, c.rope_style, rc, rs);
-  }
-
-  // One (row, query head) per task: gather the view's slots, then the attended new rows.
+  // One (row, query head) per task: gather the view's slots, then the attended new rows (with a
+  // window: those of them the row's position sees).
   std::vector<char> record(R, 0);
   for (int r : opt.attn_rows) record[r] = 1;
   const int nviews = static_cast<int>(b.views.size());
@@ -108,6 +111,7 @@ void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, Forwa
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
   {
     std::vector<float> sc;
+    std::vector<std::int32_t> keys;
     std::vector<AttentionRecord> mine;
     std::vector<double> busy(opt.time_attention ? nviews : 0, 0.0);
 #pragma omp for schedule(dynamic, 1)
@@ -118,14 +122,21 @@ void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, Forwa
       const KvCache& cache = *st.caches[row.seq];
       const View& view = b.views[row.view];
       const int lhi = cache.lh(cl, g);
-      const int nslots = view.count(lhi, cache.size(cl, g));
-      const auto& nb = st.inbatch[r];
-      const int nkeys = nslots + static_cast<int>(nb.size());
+      // the keys: slot indices of the view (>= 0) and in-batch rows (-(row + 1)), in order
+      keys.clear();
+      const int nview = view.count(lhi, cache.size(cl, g));
+      for (int j = 0; j < nview; ++j) {
+        const std::int32_t s = view.slot(lhi, j);
+        if (window < 0 || window_sees(row.pos, cache.position(cl, g, s), window, sinks)) keys.push_back(s);
+      }
+      const int nslots = static_cast<int>(keys.size());
+      for (int a : st.inbatch[r])
+        if (window < 0 || window_sees(row.pos, b.rows[a].pos, window, sinks)) keys.push_back(-(a + 1));
+      const int nkeys = static_cast<int>(keys.size());
       sc.resize(nkeys);
       const float* qr = q + std::size_t(r) * dq + h * hd;
-      for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(cl, g, view.slot(lhi, j)), hd) * scale;
-      for (std::size_t j = 0; j < nb.size(); ++j)
-        sc[nslots + j] = dot8(qr, cache.pending_key(cl, g, st.local[nb[j]]), hd) * scale;
+      for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(cl, g, keys[j]), hd) * scale;
+      for (int j = nslots; j < nkeys; ++j) sc[j] = dot8(qr, cache.pending_key(cl, g, st.local[-keys[j] - 1]), hd) * scale;
       AttentionRecord* rec = nullptr;
       const auto t_rec = opt.time_attention ? Clock::now() : Clock::time_point();
       if (record[r]) {
@@ -143,7 +154,7 @@ void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, Forwa
       for (int j = 0; j < nkeys; ++j) {
         const float p = sc[j] * inv;
         sc[j] = p;
-        const float* vv = j < nslots ? cache.value(cl, g, view.slot(lhi, j)) : cache.pending_value(cl, g, st.local[nb[j - nslots]]);
+        const float* vv = j < nslots ? cache.value(cl, g, keys[j]) : cache.pending_value(cl, g, st.local[-keys[j] - 1]);
         for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
       }
       // Attention time excludes the copies made for attention records.
@@ -152,9 +163,7 @@ void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, Forwa
       if (rec) {
         rec->probs.assign(sc.begin(), sc.end());
         rec->output.assign(out, out + hd);
-        rec->keys.resize(nkeys);
-        for (int j = 0; j < nslots; ++j) rec->keys[j] = view.slot(lhi, j);
-        for (std::size_t j = 0; j < nb.size(); ++j) rec->keys[nslots + j] = -(nb[j] + 1);
+        rec->keys = keys;
       }
     }
     if (!mine.empty() || opt.time_attention) {
@@ -169,15 +178,29 @@ void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, Forwa
     return a.row != b2.row ? a.row < b2.row : a.head < b2.head;
   });
   for (auto& rr : recs) res.attention.push_back(std::move(rr));
+}
 
+void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
+  const Model& model = st.model;
+  const ModelConfig& c = model.config;
+  const Layer& L = model.layers[st.block];
+  const int R = st.batch.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, dq = nh * hd;
+  w.xn.resize(std::size_t(R) * d);
+  w.tmp.resize(w.xn.size());
+  w.q.resize(std::size_t(R) * dq);
+  w.att.resize(w.q.size());
+  float *xn = w.xn.data(), *q = w.q.data(), *att = w.att.data();
+  rms_norm(x, R, d, L.attn_norm.data(), c.rms_eps, xn);
+  matmul_weight(xn, R, d, d, L.wq, dq, q, dq);
+  apply_adapters(st, Projection::attn_q, xn, d, q, dq, w);
+  llama_kv(st, w, xn);
+  rope_queries(st, q);
+  attention_core(st, q, att, res, -1, 0);
   matmul_weight(att, R, dq, dq, L.wo, d, w.tmp.data(), d);
   apply_adapters(st, Projection::attn_output, att, dq, w.tmp.data(), d, w);
   for (std::size_t i = 0; i < w.tmp.size(); ++i) x[i] += w.tmp[i];
 }
 
-namespace {
-
-/// The MLP sublayer: x += Wdown · (silu(Wgate n2(x)) ⊙ Wup n2(x)).
 void llama_mlp(const BlockStep& st, BlockWork& w, float* x) {
   const ModelConfig& c = st.model.config;
   const Layer& L = st.model.layers[st.block];
@@ -201,7 +224,6 @@ void llama_mlp(const BlockStep& st, BlockWork& w, float* x) {
   for (std::size_t i = 0; i < w.tmp.size(); ++i) x[i] += w.tmp[i];
 }
 
-}  // namespace
 
 void llama_block_state_copy(const BlockStep& st, BlockWork& w, const float* x) {
   const ModelConfig& c = st.model.config;
@@ -216,6 +238,7 @@ BlockStateCopy block_state_copy(BlockType t) noexcept {
     case BlockType::llama:
     case BlockType::moe:
     case BlockType::latent_moe: return &llama_block_state_copy;  // the same attention: the same K/V
+    case BlockType::mlstm_hybrid: return nullptr;  // a recurrent state is not a function of one residual
   }
   return nullptr;
 }

@@ -11,6 +11,7 @@ const char* block_type_name(BlockType t) noexcept {
     case BlockType::llama: return "llama";
     case BlockType::moe: return "moe";
     case BlockType::latent_moe: return "latent-moe";
+    case BlockType::mlstm_hybrid: return "mlstm-hybrid";
   }
   return "?";
 }
@@ -19,7 +20,8 @@ BlockType parse_block_type(const std::string& name, int block, const std::string
   if (name == "llama") return BlockType::llama;
   if (name == "moe") return BlockType::moe;
   if (name == "latent-moe") return BlockType::latent_moe;
-  throw InputError(fmt::format("block {}: unknown block type '{}' (this build reads: llama, moe, latent-moe)", block, name), where);
+  if (name == "mlstm-hybrid") return BlockType::mlstm_hybrid;
+  throw InputError(fmt::format("block {}: unknown block type '{}' (this build reads: llama, moe, latent-moe, mlstm-hybrid)", block, name), where);
 }
 
 const std::vector<std::string>& llama_tensor_names() {

@@ -29,16 +29,22 @@ enum class BlockType {
   /// llama's attention, then LatentMoE's FFN (Elango et al. 2026, arXiv 2601.18089):
   /// x += W_up Σ_{i ∈ top-K} g_i E_i(W_down n2(x)) + E_shared(n2(x)), experts at the latent width l.
   latent_moe,
+  /// The hybrid xLSTM student block of "Effective Distillation to Hybrid xLSTM Architectures"
+  /// (arXiv 2603.15590, eq. 11): llama's projections feed a per-head gated mix of an mLSTM
+  /// (Hedgehog feature maps, exponential input and sigmoid forget gates) and softmax attention
+  /// over a sliding window plus sink tokens, then llama's SwiGLU MLP (ModelConfig::mlstm).
+  mlstm_hybrid,
 };
 
 /// Whether blocks of type t have a routed FFN (moe, latent_moe).
 inline bool is_moe_block(BlockType t) noexcept { return t == BlockType::moe || t == BlockType::latent_moe; }
 
-/// The type's name as stored in the checkpoint's `block_types` attribute ("llama", "moe", "latent-moe").
+/// The type's name as stored in the checkpoint's `block_types` attribute ("llama", "moe", "latent-moe",
+/// "mlstm-hybrid").
 const char* block_type_name(BlockType t) noexcept;
 
 /// Parses a stored name.  Throws InputError "block N: unknown block type 'x' (this build
-/// reads: llama, moe, latent-moe)" naming `where` (the file).
+/// reads: llama, moe, latent-moe, mlstm-hybrid)" naming `where` (the file).
 BlockType parse_block_type(const std::string& name, int block, const std::string& where);
 
 /// The tensor names of one llama block, after the "blk.N." prefix, in checkpoint order (a moe

@@ -29,6 +29,28 @@ RouterKind parse_router_kind(const std::string& name, const std::string& where) 
   throw InputError("unknown router '" + name + "' (softmax or sigmoid)", where);
 }
 
+const char* mlstm_mixer_name(MlstmMixer m) noexcept {
+  switch (m) {
+    case MlstmMixer::hybrid: return "hybrid";
+    case MlstmMixer::linear: return "linear";
+    case MlstmMixer::swa: return "swa";
+  }
+  return "?";
+}
+
+MlstmMixer parse_mlstm_mixer(const std::string& name, const std::string& where) {
+  if (name == "hybrid") return MlstmMixer::hybrid;
+  if (name == "linear") return MlstmMixer::linear;
+  if (name == "swa") return MlstmMixer::swa;
+  throw InputError("unknown mLSTM mixer '" + name + "' (hybrid, linear or swa)", where);
+}
+
+bool ModelConfig::has_mlstm() const noexcept {
+  for (BlockType t : block_types)
+    if (t == BlockType::mlstm_hybrid) return true;
+  return false;
+}
+
 bool ModelConfig::has_moe() const noexcept {
   for (BlockType t : block_types)
     if (is_moe_block(t)) return true;
@@ -38,7 +60,7 @@ bool ModelConfig::has_moe() const noexcept {
 bool ModelConfig::has_llama_mlp() const noexcept {
   if (block_types.empty()) return true;
   for (BlockType t : block_types)
-    if (t == BlockType::llama) return true;
+    if (t == BlockType::llama || t == BlockType::mlstm_hybrid) return true;
   return false;
 }
 
@@ -56,6 +78,11 @@ std::pair<double, double> block_weights(const ModelConfig& c, int l) {
   const double d = c.d_model, hd = c.n_heads > 0 ? double(c.d_model) / c.n_heads : 0.0;
   const double attn = d * c.n_heads * hd * 2 + d * c.n_kv_heads * hd * 2 + 2 * d;
   const BlockType t = c.block_type(l);
+  if (t == BlockType::mlstm_hybrid) {  // + feature maps, input / forget gates on x, the output gate on [q, k, v]
+    const double nh = c.n_heads, dq = nh * hd, dkv = c.n_kv_heads * hd;
+    const double mix = (nh + c.n_kv_heads) * hd * hd + 2 * nh * (d + 1) + nh * (dq + 2 * dkv + 1);
+    return {attn + 3 * d * c.d_ff + mix, attn + 3 * d * c.d_ff + mix};
+  }
   if (!is_moe_block(t)) return {attn + 3 * d * c.d_ff, attn + 3 * d * c.d_ff};
   const MoeConfig& m = c.moe;
   const double mats = m.act == ExpertAct::swiglu ? 3 : 2;
@@ -94,6 +121,8 @@ int ModelConfig::block_state_floats(int l) const noexcept {
     case BlockType::llama:
     case BlockType::moe:
     case BlockType::latent_moe: return 0;  // all its memory is the KV cache
+    case BlockType::mlstm_hybrid:  // per query head: C [hd, hd], n [hd], m and the empty flag
+      return mlstm.mixer == MlstmMixer::swa ? 0 : n_heads * (head_dim() * head_dim() + head_dim() + 2);
   }
   return 0;
 }
@@ -121,6 +150,10 @@ void ModelConfig::validate(const std::string& where) const {
   need(block_types.empty() || static_cast<int>(block_types.size()) == n_layers,
        "block_types lists " + std::to_string(block_types.size()) + " blocks but n_layers is " + std::to_string(n_layers));
   need(arith_version >= 1, "arith_version must be >= 1");
+  if (has_mlstm()) {
+    need(mlstm.window >= 1 || mlstm.mixer == MlstmMixer::linear, "mlstm: window must be >= 1");
+    need(mlstm.sinks >= 0, "mlstm: sinks must be >= 0");
+  }
   if (has_moe()) {
     const MoeConfig& m = moe;
     need(m.n_experts >= 1, "moe: n_experts must be >= 1");

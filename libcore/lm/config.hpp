@@ -51,6 +51,25 @@ struct MoeConfig {
   double routed_scaling = 1.0;  ///< multiplies the routed experts' sum (DeepSeek's routed_scaling_factor)
 };
 
+/// The token mixer of every mlstm-hybrid block of a model (issue 35; arXiv 2603.15590 eq. 11 and
+/// the baselines of its ablations).
+enum class MlstmMixer {
+  hybrid,  ///< o·mLSTM + (1 - o)·windowed attention, o a per-head sigmoid gate (the paper's student)
+  linear,  ///< linear attention: the mLSTM with i = f = 1 and o = 1 (Hedgehog / LoLCATs without sliding window)
+  swa,     ///< sliding-window attention with sinks only (o = 0, no recurrent state)
+};
+const char* mlstm_mixer_name(MlstmMixer m) noexcept;
+/// Parses "hybrid" / "linear" / "swa"; throws InputError naming `where`.
+MlstmMixer parse_mlstm_mixer(const std::string& name, const std::string& where);
+
+/// The settings shared by every mlstm-hybrid block of a model (root attributes mlstm_window,
+/// mlstm_sinks, mlstm_mixer).
+struct MlstmConfig {
+  int window = 64;  ///< W: a query attends the keys at distance < W (itself included)
+  int sinks = 4;    ///< S: ... and the first S positions of the sequence (StreamingLLM's sinks)
+  MlstmMixer mixer = MlstmMixer::hybrid;
+};
+
 /// Hyperparameters of one model; stored as root attributes of the native checkpoint.
 struct ModelConfig {
   int vocab_size = 0;      ///< rows of token_embd / output
@@ -73,8 +92,12 @@ struct ModelConfig {
   int arith_version = kArithVersion;
   /// The routed FFN of the moe / latent-moe blocks (unused when there are none).
   MoeConfig moe;
+  /// The mixer of the mlstm-hybrid blocks (unused when there are none).
+  MlstmConfig mlstm;
   /// Whether any block is moe or latent-moe.
   bool has_moe() const noexcept;
+  /// Whether any block is mlstm-hybrid.
+  bool has_mlstm() const noexcept;
   /// Whether any block is llama (and so uses d_ff).
   bool has_llama_mlp() const noexcept;
   /// Whether the model is a Mixtral: every block `moe` with a softmax router, normalised top-K,

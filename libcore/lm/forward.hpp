@@ -89,6 +89,11 @@ struct ForwardOptions {
   /// block stop_after − 1 (early exit, logit lens).  The rows' pending K/V of the blocks not run
   /// are unspecified, so such rows must not be committed.  CPU engine only.
   int stop_after = -1;
+  /// Blocks with recurrent state (mlstm-hybrid): the rows a later commit may end at, whose state
+  /// is kept in the pending area (empty = every row).  Naming only the last row of a causal
+  /// prefill lets such blocks run their chunkwise form instead of one recurrent step per row;
+  /// KvCache::commit then refuses to end at another row.
+  std::vector<int> state_rows;
   /// Measure the CPU seconds spent in attention per view (ForwardResult::attn_cpu_s).
   bool time_attention = false;
   /// Only each logits row's greedy token is needed (greedy decoding, self-speculative drafts):

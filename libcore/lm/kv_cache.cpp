@@ -25,14 +25,18 @@ int View::count(int lh, int len) const noexcept {
 }
 
 KvCache::KvCache(const ModelConfig& c) : KvCache(c, c.n_layers) {
-  for (int l = 0; l < c.n_layers; ++l)
+  for (int l = 0; l < c.n_layers; ++l) {
     if (c.block_state_floats(l) > 0) set_state_size(l, c.block_state_floats(l));
+    if (c.block_type(l) == BlockType::mlstm_hybrid)  // the linear mixer attends no key: keep none
+      set_window(l, c.mlstm.mixer == MlstmMixer::linear ? 0 : c.mlstm.sinks,
+                 c.mlstm.mixer == MlstmMixer::linear ? 0 : c.mlstm.window);
+  }
 }
 
 KvCache::KvCache(const ModelConfig& c, int layers)
     : n_layers_(layers), n_kv_(c.n_kv_heads), hd_(c.head_dim()), n_ctx_(c.n_ctx),
       heads_(std::size_t(std::max(layers, 0)) * c.n_kv_heads), pend_k_(std::max(layers, 0)), pend_v_(std::max(layers, 0)),
-      state_n_(std::max(layers, 0), 0), state_(std::max(layers, 0)), pend_state_(std::max(layers, 0)) {}
+      window_(std::max(layers, 0), -1), sinks_(std::max(layers, 0), 0), state_n_(std::max(layers, 0), 0), state_(std::max(layers, 0)), pend_state_(std::max(layers, 0)) {}
 
 void KvCache::set_state_size(int layer, int n) {
   if (layer < 0 || layer >= n_layers_ || n < 0)
@@ -41,6 +45,13 @@ void KvCache::set_state_size(int layer, int n) {
   state_n_[layer] = n;
   state_[layer].assign(n, 0.0f);
   pend_state_[layer].assign(pend_pos_.size() * std::size_t(n), 0.0f);
+}
+
+void KvCache::set_window(int layer, int sinks, int window) {
+  if (layer < 0 || layer >= n_layers_ || sinks < 0)
+    throw InputError("sliding window for layer " + std::to_string(layer) + " of " + std::to_string(n_layers_));
+  window_[layer] = window;
+  sinks_[layer] = sinks;
 }
 
 bool KvCache::has_state() const noexcept {
@@ -55,6 +66,7 @@ void KvCache::begin_pending(int rows) {
   }
   pend_pos_.assign(rows, 0);
   pend_parent_.assign(rows, -1);
+  pend_kept_.assign(rows, 1);
   pending_committed_ = false;
 }
 
@@ -66,6 +78,9 @@ void KvCache::commit(const std::vector<int>& rows) {
   if (state && !rows.empty()) {
     if (pending_committed_)
       throw InputError("the recurrent state already took rows of this batch; run a forward before committing more");
+    if (!pend_kept_[rows.back()])
+      throw InputError("commit ending at row " + std::to_string(rows.back()) +
+                       ": its recurrent state was not kept (the forward's state_rows did not name it)");
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const int want = i == 0 ? -1 : rows[i - 1];
       if (pend_parent_[rows[i]] != want)
@@ -75,7 +90,7 @@ void KvCache::commit(const std::vector<int>& rows) {
     }
   }
   for (int l = 0; l < n_layers_; ++l)
-    for (int h = 0; h < n_kv_; ++h) {
+    for (int h = 0; h < n_kv_ && window_[l] < 0; ++h) {
       Head& hd = heads_[lh(l, h)];
       if (hd.pos.size() + rows.size() > std::size_t(n_ctx_))
         throw InputError("KV cache full: n_ctx = " + std::to_string(n_ctx_) + " positions");
@@ -89,6 +104,28 @@ void KvCache::commit(const std::vector<int>& rows) {
         hd.k.insert(hd.k.end(), k, k + hd_);
         hd.v.insert(hd.v.end(), v, v + hd_);
         hd.pos.push_back(pend_pos_[r]);
+      }
+      if (window_[l] >= 0 && !hd.pos.empty()) {  // drop what no later query of the window can see
+        const std::int32_t newest = *std::max_element(hd.pos.begin(), hd.pos.end());
+        std::size_t keep = 0;
+        for (std::size_t j = 0; j < hd.pos.size(); ++j) {
+          const std::int32_t p = hd.pos[j];
+          if (p >= sinks_[l] && std::int64_t(p) <= std::int64_t(newest) - window_[l]) continue;
+          if (keep != j) {
+            std::copy_n(hd.k.begin() + j * hd_, hd_, hd.k.begin() + keep * hd_);
+            std::copy_n(hd.v.begin() + j * hd_, hd_, hd.v.begin() + keep * hd_);
+            hd.pos[keep] = p;
+          }
+          ++keep;
+        }
+        hd.pos.resize(keep);
+        hd.k.resize(keep * hd_);
+        hd.v.resize(keep * hd_);
+        if (hd.k.capacity() > 4 * hd.k.size() + std::size_t(64) * hd_) {  // after a long prefill: give it back
+          hd.k.shrink_to_fit();
+          hd.v.shrink_to_fit();
+          hd.pos.shrink_to_fit();
+        }
       }
     }
   if (state && !rows.empty()) {
@@ -147,6 +184,7 @@ void KvCache::clear() {
   for (Head& hd : heads_) { hd.k.clear(); hd.v.clear(); hd.pos.clear(); }
   pend_pos_.clear();
   pend_parent_.clear();
+  pend_kept_.clear();
   for (int l = 0; l < n_layers_; ++l) {
     std::fill(state_[l].begin(), state_[l].end(), 0.0f);
     pend_state_[l].clear();

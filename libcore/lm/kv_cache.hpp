@@ -104,6 +104,15 @@ class KvCache {
   bool has_state() const noexcept;
   /// The committed state of `layer` [state_size(layer)].
   const float* state(int layer) const noexcept { return state_[layer].data(); }
+  /// Bounds `layer`'s slots to a sliding window with sinks (mlstm-hybrid blocks, whose attention
+  /// sees no further): after each commit a head keeps the slots at positions < sinks or > p -
+  /// window, p the largest position it holds, so it never holds more than sinks + window slots and
+  /// is exempt from the n_ctx limit.  window < 0 removes the bound.  KvCache(config) sets it for
+  /// mlstm-hybrid layers.
+  void set_window(int layer, int sinks, int window);
+  /// The window of `layer` (-1: none) and its sinks.
+  int window(int layer) const noexcept { return window_[layer]; }
+  int sinks(int layer) const noexcept { return sinks_[layer]; }
   /// The state after pending row `row` of `layer` [state_size(layer)], written by forward().
   float* pending_state(int layer, int row) noexcept { return pend_state_[layer].data() + std::size_t(row) * state_n_[layer]; }
   const float* pending_state(int layer, int row) const noexcept { return pend_state_[layer].data() + std::size_t(row) * state_n_[layer]; }
@@ -120,6 +129,9 @@ class KvCache {
   void set_pending_position(int row, std::int32_t pos) { pend_pos_[row] = pos; }
   /// Records pending row `row`'s recurrent parent (a pending row index, −1 = the committed state).
   void set_pending_parent(int row, int parent) { pend_parent_[row] = parent; }
+  /// Marks whether pending row `row`'s state was kept (every row is, after begin_pending): a
+  /// block that computes only some rows' states (ForwardOptions::state_rows) unmarks the others.
+  void set_pending_state_kept(int row, bool kept) { pend_kept_[row] = kept ? 1 : 0; }
   /// The recurrent parent recorded for pending row `row`.
   int pending_parent(int row) const noexcept { return pend_parent_[row]; }
   /// Rows in the pending area.
@@ -137,6 +149,8 @@ class KvCache {
   std::vector<std::vector<float>> pend_k_, pend_v_;  // per layer [rows, n_kv, hd]
   std::vector<std::int32_t> pend_pos_;
   std::vector<int> pend_parent_;
+  std::vector<char> pend_kept_;                            // per pending row: its state was kept
+  std::vector<int> window_, sinks_;                        // per layer: sliding window (-1 = none) and sinks
   std::vector<int> state_n_;                               // per layer: floats of state
   std::vector<std::vector<float>> state_, pend_state_;     // per layer: [n], [rows, n]
   bool pending_committed_ = false;                         // with state: this pending area was committed

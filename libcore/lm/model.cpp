@@ -28,8 +28,9 @@ void Matrix::row_f32(int r, float* out) const noexcept {
 }
 
 std::vector<Matrix*> Layer::matrices_all() {
-  return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down, &router, &gate_exps, &up_exps, &down_exps, &gate_shexp, &up_shexp,
-          &down_shexp, &latent_down, &latent_up};
+  return {&wq,        &wk,          &wv,         &wo,          &w_gate,     &w_up,        &w_down,
+          &router,    &gate_exps,   &up_exps,    &down_exps,   &gate_shexp, &up_shexp,    &down_shexp,
+          &latent_down, &latent_up, &mlstm_fq,   &mlstm_fk,    &mlstm_igate, &mlstm_fgate, &mlstm_ogate};
 }
 
 std::vector<const Matrix*> Layer::matrices_all() const {
@@ -55,7 +56,8 @@ std::int64_t Model::weight_bytes() const noexcept {
   auto mb = [](const Matrix& m) { return std::int64_t(m.data.size()) * 4 + std::int64_t(m.half.size()) * 2; };
   std::int64_t n = mb(token_embd) + mb(output) + std::int64_t(output_norm.size()) * 4;
   for (const auto& l : layers) {
-    n += std::int64_t(l.attn_norm.size() + l.ffn_norm.size() + l.router_bias.size()) * 4;
+    n += std::int64_t(l.attn_norm.size() + l.ffn_norm.size() + l.router_bias.size() + l.mlstm_igate_b.size() +
+                      l.mlstm_fgate_b.size() + l.mlstm_ogate_b.size()) * 4;
     for (const Matrix* w : l.matrices()) n += mb(*w);
   }
   return n;
@@ -104,6 +106,16 @@ std::vector<S> slots_of(M& m) {
       mat(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", l.w_gate, 0);
       mat(g + "ffn_up.weight", h + "mlp.up_proj.weight", l.w_up, 0);
       mat(g + "ffn_down.weight", h + "mlp.down_proj.weight", l.w_down, 0);
+      if (t == BlockType::mlstm_hybrid) {  // ours: no other format has the block
+        mat(g + "mlstm_fq.weight", h + "self_attn.mlstm_fq.weight", l.mlstm_fq, 0);
+        mat(g + "mlstm_fk.weight", h + "self_attn.mlstm_fk.weight", l.mlstm_fk, 0);
+        mat(g + "mlstm_igate.weight", h + "self_attn.mlstm_igate.weight", l.mlstm_igate, 0);
+        vec(g + "mlstm_igate.bias", h + "self_attn.mlstm_igate.bias", l.mlstm_igate_b);
+        mat(g + "mlstm_fgate.weight", h + "self_attn.mlstm_fgate.weight", l.mlstm_fgate, 0);
+        vec(g + "mlstm_fgate.bias", h + "self_attn.mlstm_fgate.bias", l.mlstm_fgate_b);
+        mat(g + "mlstm_ogate.weight", h + "self_attn.mlstm_ogate.weight", l.mlstm_ogate, 0);
+        vec(g + "mlstm_ogate.bias", h + "self_attn.mlstm_ogate.bias", l.mlstm_ogate_b);
+      }
       continue;
     }
     const bool swiglu = c.moe.act == ExpertAct::swiglu;
@@ -146,6 +158,16 @@ void allocate(Model& m) {
       l.w_gate = Matrix(c.d_ff, c.d_model);
       l.w_up = Matrix(c.d_ff, c.d_model);
       l.w_down = Matrix(c.d_model, c.d_ff);
+      if (t == BlockType::mlstm_hybrid) {
+        l.mlstm_fq = Matrix(c.n_heads * hd, hd);
+        l.mlstm_fk = Matrix(c.n_kv_heads * hd, hd);
+        l.mlstm_igate = Matrix(c.n_heads, c.d_model);
+        l.mlstm_fgate = Matrix(c.n_heads, c.d_model);
+        l.mlstm_ogate = Matrix(c.n_heads, (c.n_heads + 2 * c.n_kv_heads) * hd);
+        l.mlstm_igate_b.assign(std::size_t(c.n_heads), 0.0f);
+        l.mlstm_fgate_b.assign(std::size_t(c.n_heads), 0.0f);
+        l.mlstm_ogate_b.assign(std::size_t(c.n_heads), 0.0f);
+      }
       continue;
     }
     const MoeConfig& e = c.moe;
@@ -300,6 +322,13 @@ ModelConfig read_config(const h5::Handle& root, const std::string& label) {
     if (!h5::read_attr_double(root, "moe_routed_scaling", c.moe.routed_scaling, label))
       throw InputError("missing config attribute 'moe_routed_scaling'", label);
   }
+  if (c.has_mlstm()) {  // the mlstm-hybrid blocks' mixer (every one required)
+    c.mlstm.window = read_int_attr(root, "mlstm_window", label, true, 0);
+    c.mlstm.sinks = read_int_attr(root, "mlstm_sinks", label, true, 0);
+    std::string mixer;
+    if (!h5::read_attr(root, "mlstm_mixer", mixer)) throw InputError("missing config attribute 'mlstm_mixer'", label);
+    c.mlstm.mixer = parse_mlstm_mixer(mixer, label);
+  }
   c.validate(label);
   return c;
 }
@@ -395,6 +424,11 @@ void save_checkpoint(const std::string& path, const Model& m, h5::FloatStorage s
       h5::write_attr(file, "moe_router", router_kind_name(c.moe.router));
       h5::write_attr_int(file, "moe_norm_topk", c.moe.norm_topk ? 1 : 0);
       h5::write_attr_double(file, "moe_routed_scaling", c.moe.routed_scaling);
+    }
+    if (c.has_mlstm()) {
+      h5::write_attr_int(file, "mlstm_window", c.mlstm.window);
+      h5::write_attr_int(file, "mlstm_sinks", c.mlstm.sinks);
+      h5::write_attr(file, "mlstm_mixer", mlstm_mixer_name(c.mlstm.mixer));
     }
     for (const auto& t : tensor_slots(m)) {
       if (t.is_matrix()) h5::write_floats(file, t.gguf, t.data, {std::uint64_t(t.rows), std::uint64_t(t.cols)}, storage);

@@ -54,6 +54,15 @@ struct Layer {
   Matrix down_shexp;             ///< blk.N.ffn_down_shexp.weight [d_model, ms]
   Matrix latent_down;            ///< blk.N.ffn_latent_down.weight [l, d_model] (latent-moe: W_down)
   Matrix latent_up;              ///< blk.N.ffn_latent_up.weight [d_model, l] (latent-moe: W_up)
+  // mlstm-hybrid blocks (llama's tensors plus these; hd = head_dim, dq = n_heads hd, dkv = n_kv hd)
+  Matrix mlstm_fq;               ///< blk.N.mlstm_fq.weight [n_heads·hd, hd]: head h's Hedgehog map of q, rows [h hd, (h+1) hd)
+  Matrix mlstm_fk;               ///< blk.N.mlstm_fk.weight [n_kv·hd, hd]: KV head g's map of k
+  Matrix mlstm_igate;            ///< blk.N.mlstm_igate.weight [n_heads, d_model]: input gate i~ = W n1(x) + b
+  std::vector<float> mlstm_igate_b;  ///< blk.N.mlstm_igate.bias [n_heads]
+  Matrix mlstm_fgate;            ///< blk.N.mlstm_fgate.weight [n_heads, d_model]: forget gate f~ = W n1(x) + b
+  std::vector<float> mlstm_fgate_b;  ///< blk.N.mlstm_fgate.bias [n_heads]
+  Matrix mlstm_ogate;            ///< blk.N.mlstm_ogate.weight [n_heads, dq + 2 dkv]: output gate o = σ(W [q; k; v] + b), q, k before RoPE
+  std::vector<float> mlstm_ogate_b;  ///< blk.N.mlstm_ogate.bias [n_heads]
   /// Every matrix of the block that is allocated (llama's or the routed FFN's).
   std::vector<Matrix*> matrices();
   std::vector<const Matrix*> matrices() const;
@@ -102,7 +111,8 @@ using ConstTensorSlot = BasicTensorSlot<const float>;
 
 /// Every tensor of `m` in checkpoint order: token_embd, per block (attn_norm, q, k, v, output,
 /// ffn_norm, then llama's gate, up, down or a moe block's router, router bias (sigmoid), gate/up/
-/// down experts, shared gate/up/down (d_shared > 0) and latent down/up (latent-moe)), output_norm,
+/// down experts, shared gate/up/down (d_shared > 0) and latent down/up (latent-moe); an
+/// mlstm-hybrid block llama's, then mlstm_fq, mlstm_fk and the three gates' weight and bias), output_norm,
 /// output (when untied).  The single list every reader and writer (HDF5, GGUF, safetensors)
 /// walks.  A moe block's Hugging Face names follow DeepSeek-V3 / Qwen-MoE (mlp.gate.weight,
 /// mlp.gate.e_score_correction_bias, mlp.experts.{}.gate_proj/up_proj/down_proj.weight,

@@ -106,6 +106,9 @@ ModelFormat output_format(const std::string& path) {
 
 void save_any(const std::string& path, ModelFormat format, const Model& model, io::h5::FloatStorage storage,
               const io::Provenance& prov) {
+  if (format != ModelFormat::native_h5 && model.config.has_mlstm())
+    throw UsageError("mlstm-hybrid blocks exist in the native HDF5 format only (no GGUF or Hugging Face architecture has them): "
+                     "write *.h5", "-o " + path);
   switch (format) {
     case ModelFormat::gguf: gguf::save_model(path, model, storage, prov); break;
     case ModelFormat::hf_safetensors: safetensors::save_model(path, model, storage, prov); break;

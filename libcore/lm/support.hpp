@@ -19,6 +19,7 @@ enum class Feature {
   block_llama,        ///< a block of type llama
   block_moe,          ///< a block of type moe (issue 31)
   block_latent_moe,   ///< a block of type latent-moe (issue 31)
+  block_mlstm_hybrid, ///< a block of type mlstm-hybrid (issue 35)
   stop_after,         ///< ForwardOptions::stop_after (early exit)
   block_schedule,     ///< ForwardOptions::schedule (repeated or omitted blocks)
   adapters,           ///< ForwardOptions::adapters (unmerged LoRA)

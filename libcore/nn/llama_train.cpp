@@ -9,6 +9,8 @@
 #include "lm/moe.hpp"
 #include "lm/support.hpp"
 #include "nn/layers.hpp"
+#include "nn/mlstm.hpp"
+#include "util/threads.hpp"
 #include "util/error.hpp"
 
 namespace icmlkit::nn {
@@ -26,6 +28,17 @@ std::vector<std::tuple<int, std::string, std::vector<int>>> layer_param_shapes(c
     t.emplace_back(LP::w_gate, p + "ffn_gate.weight", std::vector<int>{c.d_ff, d});
     t.emplace_back(LP::w_up, p + "ffn_up.weight", std::vector<int>{c.d_ff, d});
     t.emplace_back(LP::w_down, p + "ffn_down.weight", std::vector<int>{d, c.d_ff});
+    if (type == lm::BlockType::mlstm_hybrid) {  // lm::tensor_slots order
+      const int nh = c.n_heads;
+      t.emplace_back(LP::mlstm_fq, p + "mlstm_fq.weight", std::vector<int>{dq, hd});
+      t.emplace_back(LP::mlstm_fk, p + "mlstm_fk.weight", std::vector<int>{dkv, hd});
+      t.emplace_back(LP::mlstm_iw, p + "mlstm_igate.weight", std::vector<int>{nh, d});
+      t.emplace_back(LP::mlstm_ib, p + "mlstm_igate.bias", std::vector<int>{nh});
+      t.emplace_back(LP::mlstm_fw, p + "mlstm_fgate.weight", std::vector<int>{nh, d});
+      t.emplace_back(LP::mlstm_fb, p + "mlstm_fgate.bias", std::vector<int>{nh});
+      t.emplace_back(LP::mlstm_ow, p + "mlstm_ogate.weight", std::vector<int>{nh, dq + 2 * dkv});
+      t.emplace_back(LP::mlstm_ob, p + "mlstm_ogate.bias", std::vector<int>{nh});
+    }
     return t;
   }
   // the routed FFN, in lm::tensor_slots order
@@ -100,6 +113,14 @@ auto& model_tensor(L& layer, int t) {
     case LP::up_shexp: return layer.up_shexp.data;
     case LP::down_shexp: return layer.down_shexp.data;
     case LP::latent_down: return layer.latent_down.data;
+    case LP::mlstm_fq: return layer.mlstm_fq.data;
+    case LP::mlstm_fk: return layer.mlstm_fk.data;
+    case LP::mlstm_iw: return layer.mlstm_igate.data;
+    case LP::mlstm_ib: return layer.mlstm_igate_b;
+    case LP::mlstm_fw: return layer.mlstm_fgate.data;
+    case LP::mlstm_fb: return layer.mlstm_fgate_b;
+    case LP::mlstm_ow: return layer.mlstm_ogate.data;
+    case LP::mlstm_ob: return layer.mlstm_ogate_b;
     default: return layer.latent_up.data;
   }
 }
@@ -349,6 +370,248 @@ void attention_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
   A.x_mid.assign(x, x + nx);
 }
 
+/// The mlstm-hybrid block's token mixer, training forward (lm::mlstm_block_forward's arithmetic
+/// with the mLSTM in its parallel form): x [N, d] += Wo · mix, activations kept in A.
+template <class T>
+void mlstm_mixer_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                               typename TrainCache<T>::LayerActs& A, T* x) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const Dims z(c, B, S);
+  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv, group = nh / nkv;
+  const int dc = dq + 2 * dkv, ldg = 3 * nh;
+  const lm::MlstmMixer mixer = c.mlstm.mixer;
+  const std::size_t nx = std::size_t(N) * d;
+  A.x_in.assign(x, x + nx);
+  A.xn1.resize(nx); A.rstd1.resize(N);
+  A.q.resize(std::size_t(N) * dq); A.k.resize(std::size_t(N) * dkv); A.v.resize(A.k.size());
+  A.att.assign(A.q.size(), T(0));
+  rmsnorm_forward(x, N, d, P.layer(l, LP::attn_norm).value.data(), c.rms_eps, A.xn1.data(), A.rstd1.data());
+  mat_forward(P, l, LP::wq, A.xn1.data(), N, d, dq, A.q.data(), A, C);
+  mat_forward(P, l, LP::wk, A.xn1.data(), N, d, dkv, A.k.data(), A, C);
+  mat_forward(P, l, LP::wv, A.xn1.data(), N, d, dkv, A.v.data(), A, C);
+  const int nthreads = threads();
+  if (mixer != lm::MlstmMixer::swa) {
+    A.h_q0 = A.q;
+    A.h_k0 = A.k;
+    A.h_gates.resize(std::size_t(N) * ldg);
+    T* g = A.h_gates.data();
+    if (mixer == lm::MlstmMixer::linear) {
+      for (int r = 0; r < N; ++r)
+        for (int h = 0; h < nh; ++h) {
+          g[std::size_t(r) * ldg + h] = T(0);
+          g[std::size_t(r) * ldg + nh + h] = std::numeric_limits<T>::infinity();
+          g[std::size_t(r) * ldg + 2 * nh + h] = T(1);
+        }
+    } else {
+      std::vector<T>& tmp = C.tmp;
+      tmp.resize(std::size_t(N) * nh);
+      A.h_cat.resize(std::size_t(N) * dc);
+      for (int r = 0; r < N; ++r) {
+        T* cr = A.h_cat.data() + std::size_t(r) * dc;
+        std::copy_n(A.q.data() + std::size_t(r) * dq, dq, cr);
+        std::copy_n(A.k.data() + std::size_t(r) * dkv, dkv, cr + dq);
+        std::copy_n(A.v.data() + std::size_t(r) * dkv, dkv, cr + dq + dkv);
+      }
+      const typename LP::LayerTensor W[3] = {LP::mlstm_iw, LP::mlstm_fw, LP::mlstm_ow};
+      const typename LP::LayerTensor bias[3] = {LP::mlstm_ib, LP::mlstm_fb, LP::mlstm_ob};
+      for (int j = 0; j < 3; ++j) {
+        const T* in = j < 2 ? A.xn1.data() : A.h_cat.data();
+        linear_forward(in, N, j < 2 ? d : dc, P.layer(l, W[j]).value.data(), nh, tmp.data());
+        const T* bv = P.layer(l, bias[j]).value.data();
+        for (int r = 0; r < N; ++r)
+          for (int h = 0; h < nh; ++h) {
+            const T v = tmp[std::size_t(r) * nh + h] + bv[h];
+            g[std::size_t(r) * ldg + j * nh + h] = j < 2 ? v : T(1) / (T(1) + std::exp(-v));
+          }
+      }
+    }
+    A.h_fq.resize(std::size_t(N) * dq);
+    A.h_fk.resize(std::size_t(N) * dkv);
+    for (int h = 0; h < nh; ++h)
+      feature_map_forward(A.h_q0.data() + h * hd, dq, N, hd, P.layer(l, LP::mlstm_fq).value.data() + std::size_t(h) * hd * hd,
+                          A.h_fq.data() + h * hd, dq);
+    for (int kv = 0; kv < nkv; ++kv)
+      feature_map_forward(A.h_k0.data() + kv * hd, dkv, N, hd, P.layer(l, LP::mlstm_fk).value.data() + std::size_t(kv) * hd * hd,
+                          A.h_fk.data() + kv * hd, dkv);
+    A.h_m.assign(std::size_t(N) * dq, T(0));
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (nthreads > 1 && B * nh > 1)
+    for (int task = 0; task < B * nh; ++task) {
+      const int b = task / nh, h = task % nh, kv = h / group;
+      const std::size_t r0 = std::size_t(b) * S;
+      MlstmHead<T> xh;
+      xh.S = S; xh.dk = hd; xh.dv = hd;
+      xh.q = {A.h_fq.data() + r0 * dq + h * hd, dq};
+      xh.k = {A.h_fk.data() + r0 * dkv + kv * hd, dkv};
+      xh.v = {A.v.data() + r0 * dkv + kv * hd, dkv};
+      xh.ig = {A.h_gates.data() + r0 * ldg + h, ldg};
+      xh.fg = {A.h_gates.data() + r0 * ldg + nh + h, ldg};
+      mlstm_parallel(xh, A.h_m.data() + r0 * dq + h * hd, dq);
+    }
+  }
+  rope_forward(A.q.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
+  rope_forward(A.k.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
+  if (mixer != lm::MlstmMixer::linear) {
+    A.h_sa.assign(std::size_t(N) * dq, T(0));
+    A.amx.resize(std::size_t(N) * nh);
+    A.ainv.resize(A.amx.size());
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (nthreads > 1 && B * nh > 1)
+    for (int task = 0; task < B * nh; ++task) {
+      const int b = task / nh, h = task % nh, kv = h / group;
+      const std::size_t r0 = std::size_t(b) * S;
+      std::vector<T> mx(static_cast<std::size_t>(S)), inv(static_cast<std::size_t>(S));
+      window_attention_forward<T>(S, hd, c.mlstm.window, c.mlstm.sinks, {A.q.data() + r0 * dq + h * hd, dq},
+                                  {A.k.data() + r0 * dkv + kv * hd, dkv}, {A.v.data() + r0 * dkv + kv * hd, dkv},
+                                  A.h_sa.data() + r0 * dq + h * hd, dq, mx.data(), inv.data());
+      for (int t = 0; t < S; ++t) {
+        A.amx[(r0 + t) * nh + h] = mx[std::size_t(t)];
+        A.ainv[(r0 + t) * nh + h] = inv[std::size_t(t)];
+      }
+    }
+  }
+  for (int r = 0; r < N; ++r)
+    for (int h = 0; h < nh; ++h) {
+      const std::size_t at = std::size_t(r) * dq + h * hd;
+      const T o = mixer == lm::MlstmMixer::hybrid ? A.h_gates[std::size_t(r) * ldg + 2 * nh + h] : T(0);
+      for (int e = 0; e < hd; ++e)
+        A.att[at + e] = mixer == lm::MlstmMixer::linear ? A.h_m[at + e]
+                        : mixer == lm::MlstmMixer::swa  ? A.h_sa[at + e]
+                                                        : o * A.h_m[at + e] + (T(1) - o) * A.h_sa[at + e];
+    }
+  std::vector<T>& tmp = C.tmp;
+  tmp.resize(nx);
+  mat_forward(P, l, LP::wo, A.att.data(), N, dq, d, tmp.data(), A, C);
+  for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
+  A.x_mid.assign(x, x + nx);
+}
+
+/// Its backward: dx [N, d], the gradient at x_mid, becomes the gradient at the block's input.
+template <class T>
+void mlstm_mixer_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                                typename TrainCache<T>::LayerActs& A, T* dx) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const Dims z(c, B, S);
+  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv, group = nh / nkv;
+  const int dc = dq + 2 * dkv, ldg = 3 * nh;
+  const lm::MlstmMixer mixer = c.mlstm.mixer;
+  std::vector<T>&dxn = C.dxn, &datt = C.datt, &dqv = C.dqv, &dk = C.dk, &dv = C.dv;
+  dxn.resize(std::size_t(N) * d);
+  datt.resize(std::size_t(N) * dq);
+  dqv.assign(datt.size(), T(0));
+  dk.assign(std::size_t(N) * dkv, T(0));
+  dv.assign(dk.size(), T(0));
+  mat_backward(P, l, LP::wo, dx, A.att.data(), N, dq, d, datt.data(), false, A, C);
+  // the mix: att = o m + (1 - o) sa
+  std::vector<T> dm, dsa, dgates;
+  if (mixer != lm::MlstmMixer::swa) dm.assign(std::size_t(N) * dq, T(0));
+  if (mixer != lm::MlstmMixer::linear) dsa.assign(std::size_t(N) * dq, T(0));
+  if (mixer != lm::MlstmMixer::swa) dgates.assign(std::size_t(N) * ldg, T(0));
+  for (int r = 0; r < N; ++r)
+    for (int h = 0; h < nh; ++h) {
+      const std::size_t at = std::size_t(r) * dq + h * hd;
+      if (mixer == lm::MlstmMixer::linear) {
+        std::copy_n(datt.data() + at, hd, dm.data() + at);
+      } else if (mixer == lm::MlstmMixer::swa) {
+        std::copy_n(datt.data() + at, hd, dsa.data() + at);
+      } else {
+        const T o = A.h_gates[std::size_t(r) * ldg + 2 * nh + h];
+        T dout = 0;
+        for (int e = 0; e < hd; ++e) {
+          dout += datt[at + e] * (A.h_m[at + e] - A.h_sa[at + e]);
+          dm[at + e] = o * datt[at + e];
+          dsa[at + e] = (T(1) - o) * datt[at + e];
+        }
+        dgates[std::size_t(r) * ldg + 2 * nh + h] = dout * o * (T(1) - o);  // through the sigmoid
+      }
+    }
+  const int nthreads = threads();
+  if (mixer != lm::MlstmMixer::linear) {  // windowed attention on the rotated q, k: one task per (sequence, KV head)
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (nthreads > 1 && B * nkv > 1)
+    for (int task = 0; task < B * nkv; ++task) {
+      const int b = task / nkv, kv = task % nkv;
+      const std::size_t r0 = std::size_t(b) * S;
+      std::vector<T> mx(static_cast<std::size_t>(S)), inv(static_cast<std::size_t>(S));
+      for (int h = kv * group; h < (kv + 1) * group; ++h) {
+        for (int t = 0; t < S; ++t) {
+          mx[std::size_t(t)] = A.amx[(r0 + t) * nh + h];
+          inv[std::size_t(t)] = A.ainv[(r0 + t) * nh + h];
+        }
+        window_attention_backward<T>(S, hd, c.mlstm.window, c.mlstm.sinks, {A.q.data() + r0 * dq + h * hd, dq},
+                                     {A.k.data() + r0 * dkv + kv * hd, dkv}, {A.v.data() + r0 * dkv + kv * hd, dkv},
+                                     A.h_sa.data() + r0 * dq + h * hd, dq, mx.data(), inv.data(), dsa.data() + r0 * dq + h * hd,
+                                     dqv.data() + r0 * dq + h * hd, dk.data() + r0 * dkv + kv * hd, dv.data() + r0 * dkv + kv * hd);
+      }
+    }
+  }
+  rope_backward(dqv.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
+  rope_backward(dk.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
+  if (mixer != lm::MlstmMixer::swa) {
+    std::vector<T> dfq(std::size_t(N) * dq, T(0)), dfk(std::size_t(N) * dkv, T(0));
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (nthreads > 1 && B * nkv > 1)
+    for (int task = 0; task < B * nkv; ++task) {
+      const int b = task / nkv, kv = task % nkv;
+      const std::size_t r0 = std::size_t(b) * S;
+      for (int h = kv * group; h < (kv + 1) * group; ++h) {
+        MlstmHead<T> xh;
+        xh.S = S; xh.dk = hd; xh.dv = hd;
+        xh.q = {A.h_fq.data() + r0 * dq + h * hd, dq};
+        xh.k = {A.h_fk.data() + r0 * dkv + kv * hd, dkv};
+        xh.v = {A.v.data() + r0 * dkv + kv * hd, dkv};
+        xh.ig = {A.h_gates.data() + r0 * ldg + h, ldg};
+        xh.fg = {A.h_gates.data() + r0 * ldg + nh + h, ldg};
+        mlstm_parallel_backward(xh, dm.data() + r0 * dq + h * hd, dq, dfq.data() + r0 * dq + h * hd, dfk.data() + r0 * dkv + kv * hd,
+                                dv.data() + r0 * dkv + kv * hd, dgates.data() + r0 * ldg + h, dgates.data() + r0 * ldg + nh + h);
+      }
+    }
+    Param<T>&Fq = P.layer(l, LP::mlstm_fq), &Fk = P.layer(l, LP::mlstm_fk);
+    for (int h = 0; h < nh; ++h)
+      feature_map_backward(A.h_q0.data() + h * hd, dq, N, hd, Fq.value.data() + std::size_t(h) * hd * hd, A.h_fq.data() + h * hd, dq,
+                           dfq.data() + h * hd, dqv.data() + h * hd, Fq.grad.empty() ? nullptr : Fq.grad.data() + std::size_t(h) * hd * hd);
+    for (int kv = 0; kv < nkv; ++kv)
+      feature_map_backward(A.h_k0.data() + kv * hd, dkv, N, hd, Fk.value.data() + std::size_t(kv) * hd * hd, A.h_fk.data() + kv * hd,
+                           dkv, dfk.data() + kv * hd, dk.data() + kv * hd,
+                           Fk.grad.empty() ? nullptr : Fk.grad.data() + std::size_t(kv) * hd * hd);
+  }
+  std::vector<T> dcat;
+  if (mixer == lm::MlstmMixer::hybrid) {  // the output gate's input [q; k; v] (before RoPE)
+    std::vector<T> dg(std::size_t(N) * nh);
+    for (int r = 0; r < N; ++r) std::copy_n(dgates.data() + std::size_t(r) * ldg + 2 * nh, nh, dg.data() + std::size_t(r) * nh);
+    Param<T>&Wo = P.layer(l, LP::mlstm_ow), &bo = P.layer(l, LP::mlstm_ob);
+    dcat.resize(std::size_t(N) * dc);
+    linear_backward(dg.data(), A.h_cat.data(), N, dc, Wo.value.data(), nh, dcat.data(), Wo.grad.empty() ? nullptr : Wo.grad.data());
+    if (!bo.grad.empty())
+      for (int r = 0; r < N; ++r)
+        for (int h = 0; h < nh; ++h) bo.grad[std::size_t(h)] += dg[std::size_t(r) * nh + h];
+    for (int r = 0; r < N; ++r) {
+      const T* cr = dcat.data() + std::size_t(r) * dc;
+      for (int i = 0; i < dq; ++i) dqv[std::size_t(r) * dq + i] += cr[i];
+      for (int i = 0; i < dkv; ++i) {
+        dk[std::size_t(r) * dkv + i] += cr[dq + i];
+        dv[std::size_t(r) * dkv + i] += cr[dq + dkv + i];
+      }
+    }
+  }
+  mat_backward(P, l, LP::wq, dqv.data(), A.xn1.data(), N, d, dq, dxn.data(), false, A, C);
+  mat_backward(P, l, LP::wk, dk.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
+  mat_backward(P, l, LP::wv, dv.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
+  if (mixer == lm::MlstmMixer::hybrid) {  // the input and forget gates read n1(x)
+    std::vector<T> dg(std::size_t(N) * nh);
+    const typename LP::LayerTensor W[2] = {LP::mlstm_iw, LP::mlstm_fw};
+    const typename LP::LayerTensor bias[2] = {LP::mlstm_ib, LP::mlstm_fb};
+    for (int j = 0; j < 2; ++j) {
+      for (int r = 0; r < N; ++r) std::copy_n(dgates.data() + std::size_t(r) * ldg + j * nh, nh, dg.data() + std::size_t(r) * nh);
+      Param<T>&Wg = P.layer(l, W[j]), &bg = P.layer(l, bias[j]);
+      linear_backward(dg.data(), A.xn1.data(), N, d, Wg.value.data(), nh, dxn.data(), Wg.grad.empty() ? nullptr : Wg.grad.data(), true);
+      if (!bg.grad.empty())
+        for (int r = 0; r < N; ++r)
+          for (int h = 0; h < nh; ++h) bg.grad[std::size_t(h)] += dg[std::size_t(r) * nh + h];
+    }
+  }
+  rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(), dx,
+                   norm_grad(P.layer(l, LP::attn_norm), C));
+}
+
 /// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.
 template <class T>
 void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
@@ -358,7 +621,8 @@ void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
   const Dims z(c, B, S);
   const int N = z.N, d = z.d, ff = z.ff;
   const std::size_t nx = std::size_t(N) * d;
-  attention_train_forward(P, l, B, S, C, A, x);
+  if (c.block_type(l) == lm::BlockType::mlstm_hybrid) mlstm_mixer_train_forward(P, l, B, S, C, A, x);
+  else attention_train_forward(P, l, B, S, C, A, x);
   std::vector<T>& tmp = C.tmp;
   A.xn2.resize(nx); A.rstd2.resize(N);
   A.gate.resize(std::size_t(N) * ff); A.up.resize(A.gate.size()); A.h.resize(A.gate.size());
@@ -419,7 +683,8 @@ void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCac
   mat_backward(P, l, LP::w_up, du.data(), A.xn2.data(), N, d, ff, dxn.data(), true, A, C);
   rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
                    norm_grad(P.layer(l, LP::ffn_norm), C));
-  attention_train_backward(P, l, B, S, C, A, dx);
+  if (c.block_type(l) == lm::BlockType::mlstm_hybrid) mlstm_mixer_train_backward(P, l, B, S, C, A, dx);
+  else attention_train_backward(P, l, B, S, C, A, dx);
 }
 
 /// An expert's (or the shared expert's) hidden state h [n, m] from its pre-activations: swiglu
@@ -712,7 +977,8 @@ template <class T>
 void block_train_forward(LlamaParams<T>& P, int block, int B, int S, TrainCache<T>& C,
                          typename TrainCache<T>::LayerActs& acts, T* x) {
   switch (P.config.block_type(block)) {
-    case lm::BlockType::llama: return llama_block_train_forward(P, block, B, S, C, acts, x);
+    case lm::BlockType::llama:
+    case lm::BlockType::mlstm_hybrid: return llama_block_train_forward(P, block, B, S, C, acts, x);
     case lm::BlockType::moe:
     case lm::BlockType::latent_moe: return moe_block_train_forward(P, block, B, S, C, acts, x);
   }
@@ -722,7 +988,8 @@ template <class T>
 void block_train_backward(LlamaParams<T>& P, int block, int B, int S, TrainCache<T>& C,
                           typename TrainCache<T>::LayerActs& acts, T* dx) {
   switch (P.config.block_type(block)) {
-    case lm::BlockType::llama: return llama_block_train_backward(P, block, B, S, C, acts, dx);
+    case lm::BlockType::llama:
+    case lm::BlockType::mlstm_hybrid: return llama_block_train_backward(P, block, B, S, C, acts, dx);
     case lm::BlockType::moe:
     case lm::BlockType::latent_moe: return moe_block_train_backward(P, block, B, S, C, acts, dx);
   }

@@ -38,6 +38,7 @@ struct LlamaParams {
   enum LayerTensor {
     attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down,  // llama (attention and norms: every block)
     router, router_bias, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp, latent_down, latent_up,  // moe
+    mlstm_fq, mlstm_fk, mlstm_iw, mlstm_ib, mlstm_fw, mlstm_fb, mlstm_ow, mlstm_ob,  // mlstm-hybrid (after llama's)
     kLayerTensors
   };
   /// Per block and LayerTensor: the store index, or -1 where the block has no such tensor.
@@ -147,6 +148,10 @@ struct TrainCache {
     std::vector<T> m_logits, m_scores, m_weight, m_selsum, m_z, m_in, m_gate, m_up, m_h, m_y, m_acc, s_gate, s_up, s_h;
     std::vector<double> m_frac;  ///< f_e: the fraction of this step's routed entries sent to each expert [E]
     std::vector<int> m_expert, m_rows, m_offset;
+    /// mlstm-hybrid blocks: q, k before RoPE [N, dq], [N, dkv], their Hedgehog features, the gates
+    /// (i~, f~, o) [N, 3 n_heads], the output gate's input [q; k; v] [N, dq + 2 dkv], and the
+    /// mLSTM and windowed-attention branches [N, dq] (att holds their mix).
+    std::vector<T> h_q0, h_k0, h_fq, h_fk, h_gates, h_cat, h_m, h_sa;
     /// POET-X: per layer tensor, the product before the output rotation (PoetLinear::forward's y0).
     std::array<std::vector<T>, LlamaParams<T>::kLayerTensors> poet_y0;
     /// LoRA: per adapted projection, every job's u = xd A^T and (with dropout) dropped input xd.
