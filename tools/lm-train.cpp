@@ -16,6 +16,7 @@
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
+#include "io/jsonl_log.hpp"
 #include "io/sha256.hpp"
 #include "lm/model.hpp"
 #include "lm/moe_grow.hpp"
@@ -109,37 +110,6 @@ std::string best_path_for(const std::string& out) {
   return (p.parent_path() / (p.stem().string() + ".best.h5")).string();
 }
 
-/// lm-train's JSON Lines log (--log, "-" = stdout): its path checked when made, the file opened at
-/// the first record, so a run that fails while reading its inputs leaves an existing log untouched;
-/// appended to when `append` (--resume).
-class JsonlLog {
- public:
-  JsonlLog(std::string path, bool append) : path_(std::move(path)), append_(append) {
-    io::require_output_extension(path_, "--log", {".jsonl"}, "the log is JSON Lines", true);
-    if (io::descriptor_path(path_) == 1) path_ = "-";  // std::cout itself, never a second handle on the file
-    io::check_output_dir(path_);
-  }
-  /// Writes one record and flushes it; `before_stdout` runs first when the record goes to stdout
-  /// (a progress bar on the same terminal clears).  Throws RuntimeError when it cannot be written.
-  void write(const nlohmann::json& j, const std::function<void()>& before_stdout = {}) {
-    if (io::is_stdout(path_) && before_stdout) before_stdout();
-    if (!io::is_stdout(path_) && !file_) {
-      file_ = std::make_unique<std::ofstream>(path_, append_ ? std::ios::app : std::ios::trunc);
-      if (!*file_) throw RuntimeError("cannot write log", path_);
-    }
-    std::ostream& logs = file_ ? *file_ : std::cout;
-    logs << j.dump() << '\n' << std::flush;
-    if (!logs) throw RuntimeError("cannot write the log (disk full?)", io::is_stdout(path_) ? "standard output" : path_);
-  }
-  /// The path records go to ("-" for stdout).
-  const std::string& path() const noexcept { return path_; }
-
- private:
-  std::string path_;
-  bool append_;
-  std::unique_ptr<std::ofstream> file_;
-};
-
 /// The LoRA flags (issue 33).
 struct LoraFlags {
   int rank = 0;  ///< 0: full fine-tuning (no --lora-rank)
@@ -175,7 +145,7 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))
     throw UsageError(fmt::format("-o {} exists and is not a directory (the adapter is a PEFT directory)", output), "-o");
   io::check_distinct_outputs({{"-o", output}, {"--log", log_path_in}}, {corpus_path, init_path});
-  JsonlLog jlog(log_path_in, false);
+  io::JsonlLog jlog(log_path_in, false);
   lm::LoraConfig lc;
   lc.rank = lf.rank;
   lc.alpha = lf.alpha;
@@ -590,7 +560,7 @@ int main(int argc, char** argv) {
         }
         // The log is opened at its first line, so a run that fails while reading its inputs
         // leaves an existing log untouched.
-        JsonlLog jlog(log_path, resume);
+        io::JsonlLog jlog(log_path, resume);
         Progress* active_bar = nullptr;  // cleared before a record goes to stdout (same terminal)
         auto emit = [&](const nlohmann::json& j) {
           jlog.write(j, [&] {

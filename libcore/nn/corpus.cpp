@@ -45,7 +45,7 @@ int tsv_fields(const std::string& line) {
 
 /// Accumulates rows into documents keyed by consecutive equal keys.
 struct DocBuilder {
-  std::vector<std::string> docs;
+  std::vector<std::string> docs, keys;
   std::string key;
   bool open = false;
   void add(const std::string& text, const std::string* k) {
@@ -55,6 +55,7 @@ struct DocBuilder {
       return;
     }
     docs.push_back(text);
+    keys.push_back(k ? *k : std::string());
     if (k) key = *k;
     open = k != nullptr;
   }
@@ -141,6 +142,7 @@ Documents read_corpus(const std::string& path, const CorpusOptions& opt) {
   for (std::size_t i = 0; i < b.docs.size(); ++i) {
     const bool val = opt.val_every > 0 && (i + 1) % std::size_t(opt.val_every) == 0;
     (val ? out.val : out.train).push_back(std::move(b.docs[i]));
+    (val ? out.val_keys : out.train_keys).push_back(std::move(b.keys[i]));
   }
   return out;
 }

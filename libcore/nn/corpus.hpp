@@ -28,6 +28,9 @@ struct CorpusOptions {
 /// Documents of one corpus, in file order, split by whole documents.
 struct Documents {
   std::vector<std::string> train, val;
+  /// Each document's key (the key column / field that grouped its rows, e.g. "Ge20" for a KJV
+  /// chapter; "" without one), parallel to train and val.
+  std::vector<std::string> train_keys, val_keys;
   std::string sha256;  ///< of the file's bytes
 };
 

@@ -1073,6 +1073,7 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   if (rows) C.row_loss.assign(std::size_t(N), 0.0);
   const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, final_scale,
                                     rows ? C.row_scale.data() : nullptr, rows ? C.row_loss.data() : nullptr);
+  C.hook_sum = C.logits_hook ? C.logits_hook(tokens, C.logits.data(), N, V, grad ? dlogits.data() : nullptr, final_scale) : 0.0;
   if (!grad) return loss;
   if (!C.dlogits_in.empty()) {
     if (C.dlogits_in.size() != dlogits.size()) throw InputError("the logits gradient must hold B * S * vocab entries");

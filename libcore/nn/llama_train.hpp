@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <cstdint>
@@ -178,6 +179,12 @@ struct TrainCache {
   /// the cross-entropy's (which still gives the returned loss; grad_scale must be > 0 to run the
   /// backward, and does not scale it): J^T w products such as the Gauss-Newton product of issue 34.
   std::vector<T> dlogits_in;
+  /// When set, called once the cross-entropy is taken, with the call's input tokens [B·S], the
+  /// logits [B·S, vocab] and the gradient at the logits (null without a backward; else holding
+  /// grad_scale · the cross-entropy's gradient), which it may rescale and add to (a distillation
+  /// loss, issue 35).  It returns the summed extra objective it added, kept in hook_sum.
+  std::function<double(const std::vector<int>& tokens, const T* logits, int N, int V, T* dlogits, double grad_scale)> logits_hook;
+  double hook_sum = 0;  ///< the last call's logits_hook return (0 without a hook)
 };
 
 /// Model FLOP of one training token (forward + backward = 3 x forward) at sequence length S,

@@ -403,7 +403,7 @@ StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
     for (const auto& [i, mask] : masks_) params_.dense_grad[std::size_t(i)].assign(mask.numel, 0.0f);
   }
   std::vector<int> in, tg;
-  double loss = 0, aux = 0;
+  double loss = 0, aux = 0, hook = 0;
   for (auto& load : params_.moe_load) std::fill(load.begin(), load.end(), 0.0);
   std::fill(params_.moe_dropped.begin(), params_.moe_dropped.end(), 0.0);
   ExitPlan plan = exit_loss_plan(opt_.exit, base_.config.n_layers, optimizer_->steps(), opt_.steps);
@@ -416,6 +416,7 @@ StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
                        opt_.exit.enabled() ? &plan : nullptr);
     for (std::size_t i = 0; i < plan.losses.size(); ++i) exit_sum[i] += plan.losses[i];
     aux += cache_.aux_loss;
+    hook += cache_.hook_sum;
   }
   StepStats st;
   st.windows = windows;
@@ -427,6 +428,7 @@ StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
     st.expert_dropped = params_.moe_dropped;
   }
   st.loss = loss / double(step_tokens);
+  if (cache_.logits_hook) st.hook_loss = hook / double(step_tokens);
   st.objective = plan.final_weight * st.loss;
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
     const double mean = exit_sum[i] / double(step_tokens);

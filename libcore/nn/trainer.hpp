@@ -127,6 +127,9 @@ struct StepStats {
   /// Routed entries the capacity factor dropped in this step, per block [n_layers] (zeros without one).
   std::vector<double> expert_dropped;
   double aux_loss = std::numeric_limits<double>::quiet_NaN();
+  /// With a logits hook (Trainer::set_logits_hook): the mean per target of the objective it added
+  /// (a distillation KL); NaN without one.
+  double hook_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// Mean loss of a token stream.
@@ -179,6 +182,10 @@ class Trainer {
   /// correction) advances, the weights, optimizer moments and data order stay (the
   /// counterfactual of a deleted batch, issue 34).
   void skip_step();
+  /// Installs a hook on the training steps' logits (TrainCache::logits_hook: a distillation loss
+  /// added to the cross-entropy's gradient; StepStats::hook_loss reports its mean).  Evaluation
+  /// and probes do not call it.
+  void set_logits_hook(decltype(TrainCache<float>::logits_hook) hook) { cache_.logits_hook = std::move(hook); }
   /// The optimizer (its state buffers, e.g. AdamW's second moments).
   Optimizer& optimizer() noexcept { return *optimizer_; }
   /// The learning rate of step index s (0-based: the step taken when s steps are done).
