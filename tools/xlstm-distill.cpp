@@ -28,11 +28,11 @@ namespace {
 
 /// The KJV book groups of the miniature (lm/README keys "Ge1" .. "Rev22"): law and history,
 /// poetry and prophets, gospels and Acts, epistles and Revelation.
-const char* kKjvGroups =
-    "law:Ge,Exo,Lev,Num,Deu,Josh,Jdgs,Ruth,1Sm,2Sm,1Ki,2Ki,1Chr,2Chr,Ezra,Neh,Est;"
-    "prophets:Job,Psa,Prv,Eccl,SSol,Isa,Jer,Lam,Eze,Dan,Hos,Joel,Amos,Obad,Jonah,Mic,Nahum,Hab,Zep,Hag,Zec,Mal;"
-    "gospels:Mat,Mark,Luke,John,Acts;"
-    "epistles:Rom,1Cor,2Cor,Gal,Eph,Phi,Col,1Th,2Th,1Tim,2Tim,Titus,Phmn,Heb,Jas,1Pet,2Pet,1Jn,2Jn,3Jn,Jude,Rev";
+const std::vector<std::string> kKjvGroups{
+    "law:Ge,Exo,Lev,Num,Deu,Josh,Jdgs,Ruth,1Sm,2Sm,1Ki,2Ki,1Chr,2Chr,Ezra,Neh,Est",
+    "prophets:Job,Psa,Prv,Eccl,SSol,Isa,Jer,Lam,Eze,Dan,Hos,Joel,Amos,Obad,Jonah,Mic,Nahum,Hab,Zep,Hag,Zec,Mal",
+    "gospels:Mat,Mark,Luke,John,Acts",
+    "epistles:Rom,1Cor,2Cor,Gal,Eph,Phi,Col,1Th,2Th,1Tim,2Tim,Titus,Phmn,Heb,Jas,1Pet,2Pet,1Jn,2Jn,3Jn,Jude,Rev"};
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -43,16 +43,15 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-/// "name:p1,p2;name2:..." -> (name, prefixes).  Throws UsageError naming --groups.
-std::vector<std::pair<std::string, std::vector<std::string>>> parse_groups(const std::string& spec) {
+/// Each "name:p1,p2,..." -> (name, prefixes).  Throws UsageError naming --group.
+std::vector<std::pair<std::string, std::vector<std::string>>> parse_groups(const std::vector<std::string>& specs) {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
-  for (const std::string& g : split(spec, ';')) {
+  for (const std::string& g : specs) {
     const auto colon = g.find(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == g.size())
-      throw UsageError(fmt::format("group '{}' is not name:prefix,prefix,...", g), "--groups");
+      throw UsageError(fmt::format("group '{}' is not name:prefix,prefix,...", g), "--group");
     out.emplace_back(g.substr(0, colon), split(g.substr(colon + 1), ','));
   }
-  if (out.empty()) throw UsageError("no group given", "--groups");
   return out;
 }
 
@@ -85,9 +84,9 @@ std::string sibling(const std::string& out, const std::string& suffix) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string teacher_path, corpus_path, output, log_path, init_path, merge_weights, speed_path, groups_spec;
+  std::string teacher_path, corpus_path, output, log_path, init_path, merge_weights, speed_path;
   std::string mixer_name = "hybrid";
-  std::vector<std::string> merge_paths, eval_paths, eval_names;
+  std::vector<std::string> merge_paths, eval_paths, eval_names, group_specs;
   nn::CorpusOptions copt;
   int window = 64, sinks = 4, student_ctx = 16384, seq_len = 256, batch = 8, top_k = 256, checkpoint_every = 50;
   std::int64_t align_tokens = 131072, kd_tokens = 524288, bench_tokens = 8192;
@@ -107,7 +106,7 @@ int main(int argc, char** argv) {
       "a run writes OUT.stage1.h5 after Stage I and a resumable OUT.ckpt.h5 during Stage II (--resume).\n"
       "--merge: Stage III, theta = sum_i lambda_i theta_i of experts (--merge-weights, >= 0, summing to 1).\n"
       "--evaluate: the benchmarks (higher is better) of the teacher and each student as a CSV for winrate:\n"
-      "top-1/top-5 next-token accuracy on the held-out documents of each --groups book group, repeated-passage\n"
+      "top-1/top-5 next-token accuracy on the held-out documents of each --group book group, repeated-passage\n"
       "recall at 64, 256 and 768 tokens, and agreement with the teacher's greedy 64-token continuations;\n"
       "--speed adds prefill/decode tokens/s and cache bytes at contexts 256, 1024 and 4096.",
       "  xlstm-distill data/models/kjv7m.h5 data/corpus/kjv.tsv.gz --column 2 --doc-column 1 -o student.h5 --log s.jsonl\n"
@@ -148,7 +147,7 @@ int main(int argc, char** argv) {
         app.add_option("--merge-weights", merge_weights, "Stage III: comma-separated weights, >= 0, summing to 1");
         app.add_option("--evaluate", eval_paths, "A student to benchmark against the teacher (repeat); -o is the scores CSV");
         app.add_option("--name", eval_names, "The column name of each --evaluate student (default: its file stem)");
-        app.add_option("--groups", groups_spec, "Benchmark book groups: name:prefix,prefix;name:... (default: the KJV's four)");
+        app.add_option("--group", group_specs, "A benchmark book group, name:key-prefix,key-prefix,... (repeat; default: the KJV's law, prophets, gospels, epistles)");
         app.add_option("--bench-tokens", bench_tokens, "Targets scored per group")->capture_default_str();
         app.add_option("--speed", speed_path, "With --evaluate: write prefill/decode speed and cache bytes at contexts 256, 1024, 4096 here (.json)");
       },
@@ -190,7 +189,7 @@ int main(int argc, char** argv) {
             throw UsageError(fmt::format("{} --name for {} --evaluate", eval_names.size(), eval_paths.size()), "--name");
           io::require_output_extension(output, "-o", {".csv"}, "the scores are a CSV table", false);
           nn::BenchData data;
-          const auto groups = parse_groups(groups_spec.empty() ? kKjvGroups : groups_spec);
+          const auto groups = parse_groups(group_specs.empty() ? kKjvGroups : group_specs);
           for (const auto& [name, prefixes] : groups) {
             std::vector<std::string> chosen;
             for (std::size_t i = 0; i < docs.val.size(); ++i)
@@ -250,7 +249,7 @@ int main(int argc, char** argv) {
         }
 
         // ---- Stages I and II ----
-        for (const char* f : {"--name", "--groups", "--bench-tokens", "--speed"})
+        for (const char* f : {"--name", "--group", "--bench-tokens", "--speed"})
           if (app.count(f)) throw UsageError(fmt::format("{} goes with --evaluate", f), f);
         if (app.count("--merge-weights")) throw UsageError("--merge-weights goes with --merge", "--merge-weights");
         io::require_output_extension(output, "-o", {".h5"}, "the student is a native HDF5 model", false);

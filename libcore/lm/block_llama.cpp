@@ -107,6 +107,14 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
   const int nthreads = threads();
   using Clock = std::chrono::steady_clock;
   std::vector<AttentionRecord> recs;
+  // With a window, each row's visible in-batch rows once (every head shares them).
+  std::vector<std::vector<int>> seen;
+  if (window >= 0) {
+    seen.resize(std::size_t(R));
+    for (int r = 0; r < R; ++r)
+      for (int a : st.inbatch[r])
+        if (window_sees(b.rows[r].pos, b.rows[a].pos, window, sinks)) seen[std::size_t(r)].push_back(a);
+  }
   const std::int64_t attn_work = std::int64_t(R) * nh * hd * (st.caches[0]->size(cl, 0) + R);
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
   {
@@ -130,8 +138,7 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
         if (window < 0 || window_sees(row.pos, cache.position(cl, g, s), window, sinks)) keys.push_back(s);
       }
       const int nslots = static_cast<int>(keys.size());
-      for (int a : st.inbatch[r])
-        if (window < 0 || window_sees(row.pos, b.rows[a].pos, window, sinks)) keys.push_back(-(a + 1));
+      for (int a : window < 0 ? st.inbatch[r] : seen[std::size_t(r)]) keys.push_back(-(a + 1));
       const int nkeys = static_cast<int>(keys.size());
       sc.resize(nkeys);
       const float* qr = q + std::size_t(r) * dq + h * hd;
