@@ -83,6 +83,13 @@ void mlstm_block_forward(const BlockStep& step, BlockWork& work, float* x, Forwa
 /// The MLP sublayer of llama (and mlstm-hybrid) blocks: x += Wdown · (silu(Wgate n2(x)) ⊙ Wup n2(x)).
 void llama_mlp(const BlockStep& step, BlockWork& work, float* x);
 
+/// The attention input of the step's rows: work.xn = n1(x) [R, d], work.q = Wq xn [R, n_heads·hd]
+/// and work.k, work.v (project_kv), all before RoPE, adapters applied; work.att sized [R, n_heads·hd].
+void attention_input(const BlockStep& step, BlockWork& work, const float* x);
+
+/// x [R, d] += Wo · work.att (adapters applied).
+void attention_output(const BlockStep& step, BlockWork& work, float* x);
+
 /// K = Wk xn, V = Wv xn for the batch rows (adapters applied) into work.k, work.v [R, n_kv·hd],
 /// before RoPE.
 void project_kv(const BlockStep& step, BlockWork& work, const float* xn);

@@ -187,25 +187,34 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
   for (auto& rr : recs) res.attention.push_back(std::move(rr));
 }
 
-void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
-  const Model& model = st.model;
-  const ModelConfig& c = model.config;
-  const Layer& L = model.layers[st.block];
-  const int R = st.batch.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, dq = nh * hd;
+void attention_input(const BlockStep& st, BlockWork& w, const float* x) {
+  const ModelConfig& c = st.model.config;
+  const Layer& L = st.model.layers[st.block];
+  const int R = st.batch.size(), d = c.d_model, dq = c.n_heads * c.head_dim();
   w.xn.resize(std::size_t(R) * d);
-  w.tmp.resize(w.xn.size());
   w.q.resize(std::size_t(R) * dq);
   w.att.resize(w.q.size());
-  float *xn = w.xn.data(), *q = w.q.data(), *att = w.att.data();
-  rms_norm(x, R, d, L.attn_norm.data(), c.rms_eps, xn);
-  matmul_weight(xn, R, d, d, L.wq, dq, q, dq);
-  apply_adapters(st, Projection::attn_q, xn, d, q, dq, w);
-  llama_kv(st, w, xn);
-  rope_queries(st, q);
-  attention_core(st, q, att, res, -1, 0);
-  matmul_weight(att, R, dq, dq, L.wo, d, w.tmp.data(), d);
-  apply_adapters(st, Projection::attn_output, att, dq, w.tmp.data(), d, w);
+  rms_norm(x, R, d, L.attn_norm.data(), c.rms_eps, w.xn.data());
+  matmul_weight(w.xn.data(), R, d, d, L.wq, dq, w.q.data(), dq);
+  apply_adapters(st, Projection::attn_q, w.xn.data(), d, w.q.data(), dq, w);
+  project_kv(st, w, w.xn.data());
+}
+
+void attention_output(const BlockStep& st, BlockWork& w, float* x) {
+  const ModelConfig& c = st.model.config;
+  const int R = st.batch.size(), d = c.d_model, dq = c.n_heads * c.head_dim();
+  w.tmp.resize(std::size_t(R) * d);
+  matmul_weight(w.att.data(), R, dq, dq, st.model.layers[st.block].wo, d, w.tmp.data(), d);
+  apply_adapters(st, Projection::attn_output, w.att.data(), dq, w.tmp.data(), d, w);
   for (std::size_t i = 0; i < w.tmp.size(); ++i) x[i] += w.tmp[i];
+}
+
+void llama_attention_sublayer(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
+  attention_input(st, w, x);
+  rope_store_kv(st, w);
+  rope_queries(st, w.q.data());
+  attention_core(st, w.q.data(), w.att.data(), res, -1, 0);
+  attention_output(st, w, x);
 }
 
 void llama_mlp(const BlockStep& st, BlockWork& w, float* x) {

@@ -151,21 +151,15 @@ void mlstm_branch(const BlockStep& st, BlockWork& w) {
 void mlstm_mixer(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res) {
   const ModelConfig& c = st.model.config;
   const Layer& L = st.model.layers[st.block];
-  const int R = st.batch.size(), d = c.d_model, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
+  const int R = st.batch.size(), hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
   const int dq = nh * hd, dkv = nkv * hd;
   const MlstmMixer mixer = c.mlstm.mixer;
-  w.xn.resize(std::size_t(R) * d);
-  w.q.resize(std::size_t(R) * dq);
-  w.att.resize(w.q.size());
-  float *xn = w.xn.data(), *q = w.q.data(), *att = w.att.data();
-  rms_norm(x, R, d, L.attn_norm.data(), c.rms_eps, xn);
-  matmul_weight(xn, R, d, d, L.wq, dq, q, dq);
-  apply_adapters(st, Projection::attn_q, xn, d, q, dq, w);
-  project_kv(st, w, xn);
+  attention_input(st, w, x);
+  float *q = w.q.data(), *att = w.att.data();
   if (mixer != MlstmMixer::swa) {
     w.q0.assign(w.q.begin(), w.q.end());
     w.k0.assign(w.k.begin(), w.k.end());
-    mixer_gates(st, w, xn);
+    mixer_gates(st, w, w.xn.data());
     std::vector<float> buf;
     w.fq.resize(std::size_t(R) * dq);
     w.fk.resize(std::size_t(R) * dkv);
@@ -193,10 +187,7 @@ void mlstm_mixer(const BlockStep& st, BlockWork& w, float* x, ForwardResult& res
         for (int e = 0; e < hd; ++e) a[e] = o * m[e] + (1.0f - o) * a[e];
       }
   }
-  w.tmp.resize(std::size_t(R) * d);
-  matmul_weight(att, R, dq, dq, L.wo, d, w.tmp.data(), d);
-  apply_adapters(st, Projection::attn_output, att, dq, w.tmp.data(), d, w);
-  for (std::size_t i = 0; i < std::size_t(R) * d; ++i) x[i] += w.tmp[i];
+  attention_output(st, w, x);
 }
 
 }  // namespace

@@ -342,18 +342,16 @@ void mat_backward(LlamaParams<T>& P, int l, typename LlamaParams<T>::LayerTensor
   if (P.lora && int(t) < kLoraSlots) lora_backward(*P.lora, l, int(t), dy, x, N, K, O, dx, A.lora_u[t], A.lora_xd[t], C.lora_tmp);
 }
 
-/// The attention sublayer's training forward (every block type): x [N, d] += attention,
-/// activations kept in A (x_in, xn1 .. ainv, x_mid).
+/// The attention input (every block type): A.x_in = x, A.xn1 = n1(x), A.q, A.k, A.v (before RoPE);
+/// A.att, A.amx, A.ainv sized.
 template <class T>
-void attention_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A,
-                             T* x) {
+void qkv_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A,
+                       const T* x) {
   using LP = LlamaParams<T>;
   const lm::ModelConfig& c = P.config;
   const Dims z(c, B, S);
-  const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv;
+  const int N = z.N, d = z.d, nh = z.nh, dq = z.dq, dkv = z.dkv;
   const std::size_t nx = std::size_t(N) * d;
-  std::vector<T>& tmp = C.tmp;
-  tmp.resize(nx);
   A.x_in.assign(x, x + nx);
   A.xn1.resize(nx); A.rstd1.resize(N);
   A.q.resize(std::size_t(N) * dq); A.k.resize(std::size_t(N) * dkv); A.v.resize(A.k.size());
@@ -362,12 +360,33 @@ void attention_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<
   mat_forward(P, l, LP::wq, A.xn1.data(), N, d, dq, A.q.data(), A, C);
   mat_forward(P, l, LP::wk, A.xn1.data(), N, d, dkv, A.k.data(), A, C);
   mat_forward(P, l, LP::wv, A.xn1.data(), N, d, dkv, A.v.data(), A, C);
-  rope_forward(A.q.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
-  rope_forward(A.k.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
-  attention_forward(A.q.data(), A.k.data(), A.v.data(), z.attn, A.att.data(), A.amx.data(), A.ainv.data());
-  mat_forward(P, l, LP::wo, A.att.data(), N, dq, d, tmp.data(), A, C);
+}
+
+/// The attention output: x [N, d] += Wo A.att; A.x_mid = x.
+template <class T>
+void attn_out_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A,
+                            T* x) {
+  const Dims z(P.config, B, S);
+  const std::size_t nx = std::size_t(z.N) * z.d;
+  std::vector<T>& tmp = C.tmp;
+  tmp.resize(nx);
+  mat_forward(P, l, LlamaParams<T>::wo, A.att.data(), z.N, z.dq, z.d, tmp.data(), A, C);
   for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
   A.x_mid.assign(x, x + nx);
+}
+
+/// The attention sublayer's training forward (every block type but mlstm-hybrid): x [N, d] +=
+/// attention, activations kept in A (x_in, xn1 .. ainv, x_mid).
+template <class T>
+void attention_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A,
+                             T* x) {
+  const lm::ModelConfig& c = P.config;
+  const Dims z(c, B, S);
+  qkv_train_forward(P, l, B, S, C, A, x);
+  rope_forward(A.q.data(), z.N, z.nh, z.hd, c.rope_style, C.cs.data(), C.sn.data());
+  rope_forward(A.k.data(), z.N, z.nkv, z.hd, c.rope_style, C.cs.data(), C.sn.data());
+  attention_forward(A.q.data(), A.k.data(), A.v.data(), z.attn, A.att.data(), A.amx.data(), A.ainv.data());
+  attn_out_train_forward(P, l, B, S, C, A, x);
 }
 
 /// The mlstm-hybrid block's token mixer, training forward (lm::mlstm_block_forward's arithmetic
@@ -381,15 +400,7 @@ void mlstm_mixer_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
   const int N = z.N, d = z.d, hd = z.hd, nh = z.nh, nkv = z.nkv, dq = z.dq, dkv = z.dkv, group = nh / nkv;
   const int dc = dq + 2 * dkv, ldg = 3 * nh;
   const lm::MlstmMixer mixer = c.mlstm.mixer;
-  const std::size_t nx = std::size_t(N) * d;
-  A.x_in.assign(x, x + nx);
-  A.xn1.resize(nx); A.rstd1.resize(N);
-  A.q.resize(std::size_t(N) * dq); A.k.resize(std::size_t(N) * dkv); A.v.resize(A.k.size());
-  A.att.assign(A.q.size(), T(0));
-  rmsnorm_forward(x, N, d, P.layer(l, LP::attn_norm).value.data(), c.rms_eps, A.xn1.data(), A.rstd1.data());
-  mat_forward(P, l, LP::wq, A.xn1.data(), N, d, dq, A.q.data(), A, C);
-  mat_forward(P, l, LP::wk, A.xn1.data(), N, d, dkv, A.k.data(), A, C);
-  mat_forward(P, l, LP::wv, A.xn1.data(), N, d, dkv, A.v.data(), A, C);
+  qkv_train_forward(P, l, B, S, C, A, x);
   const int nthreads = threads();
   if (mixer != lm::MlstmMixer::swa) {
     A.h_q0 = A.q;
@@ -478,11 +489,7 @@ void mlstm_mixer_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
                         : mixer == lm::MlstmMixer::swa  ? A.h_sa[at + e]
                                                         : o * A.h_m[at + e] + (T(1) - o) * A.h_sa[at + e];
     }
-  std::vector<T>& tmp = C.tmp;
-  tmp.resize(nx);
-  mat_forward(P, l, LP::wo, A.att.data(), N, dq, d, tmp.data(), A, C);
-  for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
-  A.x_mid.assign(x, x + nx);
+  attn_out_train_forward(P, l, B, S, C, A, x);
 }
 
 /// Its backward: dx [N, d], the gradient at x_mid, becomes the gradient at the block's input.
@@ -592,24 +599,20 @@ void mlstm_mixer_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCac
       }
     }
   }
-  mat_backward(P, l, LP::wq, dqv.data(), A.xn1.data(), N, d, dq, dxn.data(), false, A, C);
-  mat_backward(P, l, LP::wk, dk.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
-  mat_backward(P, l, LP::wv, dv.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
-  if (mixer == lm::MlstmMixer::hybrid) {  // the input and forget gates read n1(x)
-    std::vector<T> dg(std::size_t(N) * nh);
+  qkv_train_backward(P, l, B, S, C, A, dx, [&](std::vector<T>& dxn_) {
+    if (mixer != lm::MlstmMixer::hybrid) return;
+    std::vector<T> dg(std::size_t(N) * nh);  // the input and forget gates read n1(x)
     const typename LP::LayerTensor W[2] = {LP::mlstm_iw, LP::mlstm_fw};
     const typename LP::LayerTensor bias[2] = {LP::mlstm_ib, LP::mlstm_fb};
     for (int j = 0; j < 2; ++j) {
       for (int r = 0; r < N; ++r) std::copy_n(dgates.data() + std::size_t(r) * ldg + j * nh, nh, dg.data() + std::size_t(r) * nh);
       Param<T>&Wg = P.layer(l, W[j]), &bg = P.layer(l, bias[j]);
-      linear_backward(dg.data(), A.xn1.data(), N, d, Wg.value.data(), nh, dxn.data(), Wg.grad.empty() ? nullptr : Wg.grad.data(), true);
+      linear_backward(dg.data(), A.xn1.data(), N, d, Wg.value.data(), nh, dxn_.data(), Wg.grad.empty() ? nullptr : Wg.grad.data(), true);
       if (!bg.grad.empty())
         for (int r = 0; r < N; ++r)
           for (int h = 0; h < nh; ++h) bg.grad[std::size_t(h)] += dg[std::size_t(r) * nh + h];
     }
-  }
-  rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(), dx,
-                   norm_grad(P.layer(l, LP::attn_norm), C));
+  });
 }
 
 /// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.
@@ -634,6 +637,25 @@ void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
   for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
 }
 
+/// The attention input's backward: from C.dqv, C.dk, C.dv (the gradients at q, k, v before RoPE)
+/// to dx [N, d], the gradient at the block's input (written), through Wq, Wk, Wv and n1; `extra`
+/// may add to the gradient at n1(x) (C.dxn) before the norm's backward.
+template <class T, class Extra>
+void qkv_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A, T* dx,
+                        Extra&& extra) {
+  using LP = LlamaParams<T>;
+  const Dims z(P.config, B, S);
+  const int N = z.N, d = z.d;
+  std::vector<T>& dxn = C.dxn;
+  dxn.resize(std::size_t(N) * d);
+  mat_backward(P, l, LP::wq, C.dqv.data(), A.xn1.data(), N, d, z.dq, dxn.data(), false, A, C);
+  mat_backward(P, l, LP::wk, C.dk.data(), A.xn1.data(), N, d, z.dkv, dxn.data(), true, A, C);
+  mat_backward(P, l, LP::wv, C.dv.data(), A.xn1.data(), N, d, z.dkv, dxn.data(), true, A, C);
+  extra(dxn);
+  rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(), dx,
+                   norm_grad(P.layer(l, LP::attn_norm), C));
+}
+
 /// The attention sublayer's backward: dx [N, d], the gradient at x_mid, becomes the gradient at
 /// the block's input; the attention's parameter gradients are accumulated.
 template <class T>
@@ -655,11 +677,7 @@ void attention_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache
                      z.attn, dqv.data(), dk.data(), dv.data());
   rope_backward(dqv.data(), N, nh, hd, c.rope_style, C.cs.data(), C.sn.data());
   rope_backward(dk.data(), N, nkv, hd, c.rope_style, C.cs.data(), C.sn.data());
-  mat_backward(P, l, LP::wq, dqv.data(), A.xn1.data(), N, d, dq, dxn.data(), false, A, C);
-  mat_backward(P, l, LP::wk, dk.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
-  mat_backward(P, l, LP::wv, dv.data(), A.xn1.data(), N, d, dkv, dxn.data(), true, A, C);
-  rmsnorm_backward(dxn.data(), A.x_in.data(), N, d, P.layer(l, LP::attn_norm).value.data(), A.rstd1.data(), dx,
-                   norm_grad(P.layer(l, LP::attn_norm), C));
+  qkv_train_backward(P, l, B, S, C, A, dx, [](std::vector<T>&) {});
 }
 
 /// The llama block's backward: dx [N, d] (the gradient at the block's output) becomes the

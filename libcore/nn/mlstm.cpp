@@ -93,23 +93,34 @@ T row_max(const MlstmHead<T>& x, const std::vector<T>& F, int i, int* arg) {
   return m;
 }
 
+/// Row i of the parallel form: D_ij = exp(F_i - F_j + ig_j - m_i), s_ij = q_i.k_j / sqrt(dk) and
+/// c_ij = s_ij D_ij for j <= i into D, s, c [S]; returns b_i = sum_j c_ij, with m_i and its argmax.
+template <class T>
+T parallel_row(const MlstmHead<T>& x, const std::vector<T>& F, int i, T* m, int* arg, std::vector<T>& D, std::vector<T>& s,
+               std::vector<T>& c) {
+  const T scale = T(1 / std::sqrt(double(x.dk)));
+  *m = row_max(x, F, i, arg);
+  T b = 0;
+  for (int j = 0; j <= i; ++j) {
+    D[std::size_t(j)] = std::exp(F[std::size_t(i)] - F[std::size_t(j)] + x.ig[j][0] - *m);
+    s[std::size_t(j)] = dot(x.q[i], x.k[j], x.dk) * scale;
+    c[std::size_t(j)] = s[std::size_t(j)] * D[std::size_t(j)];
+    b += c[std::size_t(j)];
+  }
+  return b;
+}
+
 }  // namespace
 
 template <class T>
 void mlstm_parallel(const MlstmHead<T>& x, T* h, int ldh) {
-  const int S = x.S, dk = x.dk, dv = x.dv;
-  const T scale = T(1 / std::sqrt(double(dk)));
-  std::vector<T> F, c(static_cast<std::size_t>(S));
+  const int S = x.S, dv = x.dv;
+  std::vector<T> F, D(static_cast<std::size_t>(S)), s(D.size()), c(D.size());
   cumulative_log_forget(x, F);
   for (int i = 0; i < S; ++i) {
     int arg = 0;
-    const T m = row_max(x, F, i, &arg);
-    T b = 0;
-    for (int j = 0; j <= i; ++j) {
-      const T D = std::exp(F[std::size_t(i)] - F[std::size_t(j)] + x.ig[j][0] - m);
-      c[std::size_t(j)] = dot(x.q[i], x.k[j], dk) * scale * D;
-      b += c[std::size_t(j)];
-    }
+    T m;
+    const T b = parallel_row(x, F, i, &m, &arg, D, s, c);
     const T den = std::max(std::abs(b), std::exp(-m)) + T(kMlstmEps);
     T* hi = h + std::int64_t(i) * ldh;
     std::fill_n(hi, dv, T(0));
@@ -131,14 +142,8 @@ void mlstm_parallel_backward(const MlstmHead<T>& x, const T* dh, int ldh, T* dq,
   cumulative_log_forget(x, F);
   for (int i = 0; i < S; ++i) {
     int arg = 0;
-    const T m = row_max(x, F, i, &arg);
-    T b = 0;
-    for (int j = 0; j <= i; ++j) {
-      D[std::size_t(j)] = std::exp(F[std::size_t(i)] - F[std::size_t(j)] + x.ig[j][0] - m);
-      s[std::size_t(j)] = dot(x.q[i], x.k[j], dkw) * scale;
-      c[std::size_t(j)] = s[std::size_t(j)] * D[std::size_t(j)];
-      b += c[std::size_t(j)];
-    }
+    T m;
+    const T b = parallel_row(x, F, i, &m, &arg, D, s, c);
     std::fill(N.begin(), N.end(), T(0));
     for (int j = 0; j <= i; ++j)
       for (int e = 0; e < dvw; ++e) N[std::size_t(e)] += c[std::size_t(j)] * x.v[j][e];
