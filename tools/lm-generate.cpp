@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
         lm::ForwardOptions last;
         last.all_logits = false;
         last.logits_rows = {n_prompt - 1};
+        last.state_rows = last.logits_rows;  // recurrent blocks: the prompt commits whole (chunkwise prefill)
         last.greedy_only = greedy_only;
         lm::ForwardOptions one;
         one.greedy_only = greedy_only;

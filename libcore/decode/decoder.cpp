@@ -168,6 +168,7 @@ class Decoder {
     lm::ForwardOptions opt;
     opt.all_logits = false;
     opt.logits_rows = {n - 1};
+    opt.state_rows = opt.logits_rows;  // recurrent blocks: the prompt commits whole (chunkwise prefill)
     opt.greedy_only = greedy();
     if (comp_ && comp_->needs_attention()) opt.attn_rows = comp_->prefill_rows(n);
     lm::ForwardResult fr = engine_.forward(b, opt);
