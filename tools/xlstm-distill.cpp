@@ -266,6 +266,8 @@ int main(int argc, char** argv) {
         const bool have_stage1 = resume && std::filesystem::exists(stage1_path);
         lm::Model student;
         if (!init_path.empty()) {
+          for (const char* f : {"--mixer", "--window", "--sinks", "--student-ctx"})
+            if (app.count(f)) throw UsageError(fmt::format("{} shapes a new student; --init's student keeps its own", f), f);
           ctx.prov.add_input(init_path, lm::model_sha256(init_path));
           student = lm::load_any(init_path);
           require_same_tokenizer(teacher, student, init_path);
