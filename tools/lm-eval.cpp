@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
         nn::add_corpus_flags(app, copt);
         app.add_option("--split", split, "all, train or val (documents as lm-train splits them with --val-every)")
             ->capture_default_str()->check(CLI::IsMember({"all", "train", "val"}));
-        app.add_option("--seq-len", seq_len, "Window length (default the model's n_ctx)")->check(cli::int_range(1, 1 << 20));
+        app.add_option("--seq-len", seq_len, "Window length (default the model's n_ctx; 1024 at most for a model with mlstm-hybrid blocks)")->check(cli::int_range(1, 1 << 20));
         app.add_option("--batch", batch, "Windows per forward")->capture_default_str()->check(cli::int_range(1, 1 << 16));
         lm::add_device_flag(app, device);
         lm::add_weights_flag(app, weights,
@@ -90,7 +90,9 @@ int main(int argc, char** argv) {
         if (model.tokenizer_model.empty())
           throw InputError("the model has no tokenizer (" + lm::tokenizer_location(model_path) + " missing)", model_path);
         const auto& c = model.config;
-        if (seq_len == 0) seq_len = c.n_ctx;
+        // A student with recurrent blocks (mlstm-hybrid) has an n_ctx that is only a position limit;
+        // its trainer forward is quadratic in the window, so it defaults to the teacher-sized 1024.
+        if (seq_len == 0) seq_len = c.has_mlstm() ? std::min(c.n_ctx, 1024) : c.n_ctx;
         if (seq_len > c.n_ctx)
           throw UsageError(fmt::format("context --seq-len {} is larger than the model allows (n_ctx = {})", seq_len, c.n_ctx), "--seq-len");
         nn::Documents docs = nn::read_corpus(text_path, copt);

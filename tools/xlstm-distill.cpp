@@ -4,7 +4,10 @@
 // the benchmarks the Win-and-Tie rate (winrate) compares students with (issue 35).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "cli/count.hpp"
@@ -12,6 +15,7 @@
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/jsonl_log.hpp"
+#include "io/table.hpp"
 #include "lm/model_io.hpp"
 #include "lm/tokenizer.hpp"
 #include "nn/corpus.hpp"
@@ -56,6 +60,8 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_groups(const
 }
 
 std::vector<double> parse_weights(const std::string& list) {
+  if (list.empty() || list.front() == ',' || list.back() == ',' || list.find(",,") != std::string::npos)
+    throw UsageError(fmt::format("'{}' is not a comma-separated list of weights", list), "--merge-weights");
   std::vector<double> w;
   for (const std::string& x : split(list, ',')) {
     std::size_t used = 0;
@@ -74,6 +80,14 @@ std::vector<double> parse_weights(const std::string& list) {
 void require_same_tokenizer(const lm::Model& teacher, const lm::Model& m, const std::string& who) {
   if (m.tokenizer_model != teacher.tokenizer_model || m.config.vocab_size != teacher.config.vocab_size)
     throw InputError("its tokenizer differs from the teacher's: a student must share the teacher's vocabulary", who);
+}
+
+/// Throws UsageError when output `out` (flag `flag`) is one of the inputs.
+void not_an_input(const std::string& out, const char* flag, const std::vector<std::string>& inputs) {
+  std::error_code ec;
+  for (const auto& in : inputs)
+    if (!in.empty() && (out == in || std::filesystem::equivalent(out, in, ec)))
+      throw UsageError(fmt::format("{} would replace the input {}: write it elsewhere", out, in), flag);
 }
 
 std::string sibling(const std::string& out, const std::string& suffix) {
@@ -155,6 +169,9 @@ int main(int argc, char** argv) {
         CLI::App& app = *app_ptr;
         if (!merge_paths.empty()) {  // ---- Stage III ----
           if (!teacher_path.empty() || !eval_paths.empty()) throw UsageError("--merge takes no teacher, corpus or --evaluate", "--merge");
+          for (const char* f : {"--books", "--log", "--init", "--resume", "--mixer", "--window", "--sinks", "--speed", "--name", "--group"})
+            if (app.count(f)) throw UsageError(fmt::format("{} does not apply to --merge", f), f);
+          not_an_input(output, "-o", merge_paths);
           if (merge_weights.empty()) throw UsageError("--merge needs --merge-weights", "--merge-weights");
           const std::vector<double> w = parse_weights(merge_weights);
           std::vector<lm::Model> experts;
@@ -173,12 +190,21 @@ int main(int argc, char** argv) {
         if (sinks < 0) throw UsageError(fmt::format("sinks must be >= 0 (got {})", sinks), "--sinks");
         ctx.prov.add_input(teacher_path, lm::model_sha256(teacher_path));
         const lm::Model teacher = lm::load_any(teacher_path);
-        if (!books.empty()) {
-          if (copt.doc_column < 1) throw UsageError("--books filters on the --doc-column key: give --doc-column", "--books");
-          copt.filter_column = copt.doc_column;
-          copt.filter_prefixes = split(books, ',');
+        if (!books.empty() && copt.doc_column < 1 && copt.doc_field.empty())
+          throw UsageError("--books selects documents by their key: give --doc-column (TSV) or --doc-field (JSONL)", "--books");
+        nn::Documents docs = nn::read_corpus(corpus_path, copt);
+        if (!books.empty()) {  // the split is the whole corpus's (so held-out chapters stay held out), then the books
+          const std::vector<std::string> prefixes = split(books, ',');
+          std::vector<std::string> kept;
+          for (std::size_t i = 0; i < docs.train.size(); ++i)
+            for (const auto& p : prefixes)
+              if (docs.train_keys[i].compare(0, p.size(), p) == 0) {
+                kept.push_back(std::move(docs.train[i]));
+                break;
+              }
+          if (kept.empty()) throw InputError("no training document's key starts with a --books prefix", corpus_path);
+          docs.train = std::move(kept);
         }
-        const nn::Documents docs = nn::read_corpus(corpus_path, copt);
         ctx.prov.add_input(corpus_path, docs.sha256);
         const lm::Tokenizer tok(teacher.tokenizer_model, teacher_path + ": tokenizer");
         const int bos = teacher.config.add_bos ? teacher.config.bos_id : -1;
@@ -187,7 +213,30 @@ int main(int argc, char** argv) {
           if (!books.empty()) throw UsageError("--books selects distillation data; --evaluate reads every group's held-out chapters", "--books");
           if (!eval_names.empty() && eval_names.size() != eval_paths.size())
             throw UsageError(fmt::format("{} --name for {} --evaluate", eval_names.size(), eval_paths.size()), "--name");
-          io::require_output_extension(output, "-o", {".csv"}, "the scores are a CSV table", false);
+          if (bench_tokens < 1) throw UsageError(fmt::format("--bench-tokens must be >= 1 (got {})", bench_tokens), "--bench-tokens");
+          io::require_output_extension(output, "-o", {".csv", ".json"}, "the scores are a table", true);
+          std::vector<std::string> inputs{teacher_path, corpus_path};
+          inputs.insert(inputs.end(), eval_paths.begin(), eval_paths.end());
+          not_an_input(output, "-o", inputs);
+          if (!speed_path.empty()) {
+            io::require_output_extension(speed_path, "--speed", {".json"}, "the speed table is JSON", false);
+            io::check_output_dir(speed_path);
+            not_an_input(speed_path, "--speed", inputs);
+            if (speed_path == output) throw UsageError("--speed and -o name the same file", "--speed");
+          }
+          std::vector<std::string> names{"teacher"};
+          std::vector<lm::Model> students;
+          for (std::size_t i = 0; i < eval_paths.size(); ++i) {  // every student read and checked before any benchmark runs
+            const std::string name = eval_names.empty() ? std::filesystem::path(eval_paths[i]).stem().string() : eval_names[i];
+            if (name.empty() || name.find_first_of(",\"\n") != std::string::npos)
+              throw UsageError(fmt::format("student name '{}' is empty or holds a comma, quote or newline", name), "--name");
+            if (std::find(names.begin(), names.end(), name) != names.end())
+              throw UsageError(fmt::format("two columns would be named '{}': give distinct --name", name), "--name");
+            names.push_back(name);
+            ctx.prov.add_input(eval_paths[i], lm::model_sha256(eval_paths[i]));
+            students.push_back(lm::load_any(eval_paths[i]));
+            require_same_tokenizer(teacher, students.back(), eval_paths[i]);
+          }
           nn::BenchData data;
           const auto groups = parse_groups(group_specs.empty() ? kKjvGroups : group_specs);
           for (const auto& [name, prefixes] : groups) {
@@ -209,7 +258,6 @@ int main(int argc, char** argv) {
           bo.group_tokens = bench_tokens;
           bo.seed = ctx.prov.seed;
           const auto cont = nn::teacher_continuations(teacher, data, bo);
-          std::vector<std::string> names{"teacher"};
           std::vector<std::vector<std::pair<std::string, double>>> scores{nn::distill_benchmarks(teacher, data, cont, bo)};
           nlohmann::json speed = nlohmann::json::object();
           const std::vector<int> contexts{256, 1024, 4096};
@@ -222,28 +270,25 @@ int main(int argc, char** argv) {
             return rows;
           };
           if (!speed_path.empty()) speed["teacher"] = speed_json(teacher);
-          for (std::size_t i = 0; i < eval_paths.size(); ++i) {
-            ctx.prov.add_input(eval_paths[i], lm::model_sha256(eval_paths[i]));
-            const lm::Model m = lm::load_any(eval_paths[i]);
-            require_same_tokenizer(teacher, m, eval_paths[i]);
-            names.push_back(eval_names.empty() ? std::filesystem::path(eval_paths[i]).stem().string() : eval_names[i]);
-            log::info("benchmarking {}", names.back());
-            scores.push_back(nn::distill_benchmarks(m, data, cont, bo));
-            if (!speed_path.empty()) speed[names.back()] = speed_json(m);
+          for (std::size_t i = 0; i < students.size(); ++i) {
+            log::info("benchmarking {}", names[i + 1]);
+            scores.push_back(nn::distill_benchmarks(students[i], data, cont, bo));
+            if (!speed_path.empty()) speed[names[i + 1]] = speed_json(students[i]);
           }
-          std::string csv = "benchmark";
-          for (const auto& n : names) csv += "," + n;
-          csv += "\n";
-          for (std::size_t b = 0; b < scores[0].size(); ++b) {
-            csv += scores[0][b].first;
-            for (const auto& s : scores) csv += fmt::format(",{:.6f}", s[b].second);
-            csv += "\n";
+          io::Table table;
+          std::vector<std::string> bench_names;
+          for (const auto& s : scores[0]) bench_names.push_back(s.first);
+          table.set_column("benchmark", bench_names);
+          for (std::size_t m = 0; m < scores.size(); ++m) {
+            std::vector<double> col;
+            for (const auto& s : scores[m]) col.push_back(s.second);
+            table.set_column(names[m], col);
           }
           if (!speed_path.empty()) {
             speed["meta"] = ctx.prov.to_json();
             io::write_json(speed_path, speed);
           }
-          io::write_text(output, csv);
+          table.write(output, &ctx.prov);
           log::info("{} benchmarks of {} models -> {}", scores[0].size(), names.size(), output);
           return;
         }
@@ -253,7 +298,14 @@ int main(int argc, char** argv) {
           if (app.count(f)) throw UsageError(fmt::format("{} goes with --evaluate", f), f);
         if (app.count("--merge-weights")) throw UsageError("--merge-weights goes with --merge", "--merge-weights");
         io::require_output_extension(output, "-o", {".h5"}, "the student is a native HDF5 model", false);
-        if (align_tokens < 0 || kd_tokens < 0) throw UsageError("token budgets must be >= 0", "--kd-tokens");
+        if (io::is_stream_path(output))
+          throw UsageError("the student goes to a file: its Stage I model and checkpoint are written beside it", "-o");
+        if (align_tokens < 0 || kd_tokens < 0) throw UsageError("token budgets must be >= 0", align_tokens < 0 ? "--align-tokens" : "--kd-tokens");
+        for (auto [v, f] : {std::pair{align_lr, "--align-lr"}, {align_min_lr, "--align-min-lr"}, {kd_lr, "--kd-lr"}})
+          if (!(v > 0) || !std::isfinite(v)) throw UsageError(fmt::format("the learning rate must be > 0 (got {})", v), f);
+        if (!(weight_decay >= 0) || !std::isfinite(weight_decay))
+          throw UsageError(fmt::format("weight decay must be >= 0 (got {})", weight_decay), "--weight-decay");
+        if (seq_len > student_ctx) throw UsageError(fmt::format("--seq-len {} exceeds the student's n_ctx {}", seq_len, student_ctx), "--student-ctx");
         if (seq_len > teacher.config.n_ctx)
           throw UsageError(fmt::format("--seq-len {} exceeds the teacher's n_ctx {}", seq_len, teacher.config.n_ctx), "--seq-len");
         lm::MlstmConfig mix;
@@ -261,9 +313,18 @@ int main(int argc, char** argv) {
         mix.sinks = sinks;
         mix.mixer = lm::parse_mlstm_mixer(mixer_name, "--mixer");
         const std::string stage1_path = sibling(output, ".stage1.h5"), ckpt_path = sibling(output, ".ckpt.h5");
+        for (const auto& [out, flag] : {std::pair{output, "-o"}, {stage1_path, "-o"}, {ckpt_path, "-o"}, {log_path, "--log"}})
+          not_an_input(out, flag, {teacher_path, corpus_path, init_path});
+        // the top-k KL's settings, checked before any stage runs
+        std::optional<nn::TopKDistillLoss> kd_loss;
+        if (kd_tokens > 0) kd_loss.emplace(teacher, seq_len, top_k, ce_weight, kl_weight);
         io::JsonlLog jlog(log_path.empty() ? "/dev/null" : log_path, resume);
         const bool have_ckpt = resume && nn::holds_training_state(ckpt_path);
         const bool have_stage1 = resume && std::filesystem::exists(stage1_path);
+        if (resume && !have_ckpt && !have_stage1)
+          throw UsageError(fmt::format("nothing to resume: neither {} nor {} exists", ckpt_path, stage1_path), "--resume");
+        if (!resume && nn::holds_training_state(ckpt_path))
+          throw UsageError(fmt::format("{} holds a run's training state: --resume continues it (or delete it to start over)", ckpt_path), "--resume");
         lm::Model student;
         if (!init_path.empty()) {
           for (const char* f : {"--mixer", "--window", "--sinks", "--student-ctx"})
@@ -308,7 +369,7 @@ int main(int argc, char** argv) {
           t.seed = ctx.prov.seed;
           nn::Trainer trainer(student, stream, t);
           trainer.set_corpus_sha256(docs.sha256);
-          trainer.set_logits_hook(nn::TopKDistillLoss(teacher, seq_len, top_k, ce_weight, kl_weight));
+          trainer.set_logits_hook(*kd_loss);
           if (have_ckpt) {
             trainer.load(ckpt_path);
             log::info("resumed Stage II at step {}", trainer.steps_done());

@@ -184,7 +184,7 @@ lm::Model merge_experts(const std::vector<lm::Model>& experts, const std::vector
     throw UsageError(fmt::format("{} merge weights for {} experts", weights.size(), experts.size()), "--merge-weights");
   double sum = 0;
   for (double w : weights) {
-    if (!(w >= 0) || !std::isfinite(w)) throw UsageError(fmt::format("merge weight {} is not >= 0", w), "--merge-weights");
+    if (!(w >= 0) || !std::isfinite(w)) throw UsageError(fmt::format("merge weight {} is not a finite number >= 0", w), "--merge-weights");
     sum += w;
   }
   if (std::abs(sum - 1.0) > 1e-6) throw UsageError(fmt::format("merge weights sum to {}, not 1", sum), "--merge-weights");
