@@ -31,7 +31,9 @@ set(CLI_NODIR_RUNS
   "smc-optimize --problem toy -o nodir/o.json"
   "tokenizer-train missing.txt -o nodir/o.model"
   "wave-calibrate missing.h5 missing.txt -o nodir/o.json"
-  "wave-generate missing.h5 --prompt x -o nodir/o.jsonl")
+  "wave-generate missing.h5 --prompt x -o nodir/o.jsonl"
+  "winrate missing.csv -o nodir/o.json"
+  "xlstm-distill missing.h5 missing.tsv -o nodir/o.h5")
 string(REPLACE ";" "|" CLI_NODIR_STR "${CLI_NODIR_RUNS}")
 cli_case(cli/output-dir-checked-before-work-every-tool --rc 0
   -- bash -c "runs='${CLI_NODIR_STR}'
