@@ -49,17 +49,6 @@ lm::Model make_student(const lm::Model& teacher, const lm::MlstmConfig& mixer, i
 
 bool is_mixer_tensor(const std::string& name) noexcept { return name.find(".mlstm_") != std::string::npos; }
 
-namespace {
-
-/// One optimizer step's learning rate on a cosine from lr to min_lr over `steps`.
-double cosine_lr(const AlignOptions& o, std::int64_t step) {
-  if (o.steps <= 1) return o.lr;
-  const double t = std::min(1.0, double(step) / double(o.steps - 1));
-  return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1 + std::cos(M_PI * t));
-}
-
-}  // namespace
-
 void align_layers(const lm::Model& teacher, lm::Model& student, const std::vector<int>& stream, const AlignOptions& opt,
                   const std::function<void(const AlignStep&)>& on_step) {
   const lm::ModelConfig& c = student.config;
@@ -74,6 +63,8 @@ void align_layers(const lm::Model& teacher, lm::Model& student, const std::vecto
     if (!is_mixer_tensor(P.store.params[i].name)) P.store.freeze(int(i));
   AdamW adam(P.store, opt.adam);
   DataOrder order(opt.seed, win.count());
+  // cosine from lr at the first step to min_lr at the last
+  const WarmupCosine lr_at{opt.lr, opt.min_lr, 0, std::max<std::int64_t>(opt.steps - 1, 0)};
   const int B = opt.batch, S = opt.seq_len, N = B * S, d = c.d_model, L = c.n_layers;
   TrainCache<float> tc, sc;
   tc.layers.resize(1);
@@ -109,7 +100,7 @@ void align_layers(const lm::Model& teacher, lm::Model& student, const std::vecto
       block_train_backward(P, l, B, S, sc, sc.layers[0], dx.data());
     }
     if (!std::isfinite(st.mse)) throw RuntimeError(fmt::format("non-finite Stage I loss at step {}", step + 1));
-    st.lr = cosine_lr(opt, step);
+    st.lr = lr_at(step);
     st.grad_norm = P.store.clip_grad_norm(opt.clip);
     adam.step(P.store, st.lr);
     if (on_step) on_step(st);
