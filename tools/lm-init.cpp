@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   c.moe.n_experts = 8;  // the defaults --moe shows
   c.moe.top_k = 2;
   lm::MoeFlags moe;
+  lm::RecdepthFlags recdepth;
   bool tied = false;
   double init_std = 0.02;
   CLI::App* app_ptr = nullptr;
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
         app.add_option("--vocab-size", c.vocab_size, "Vocabulary size (without --tokenizer)")->check(cli::int_range(2, 1 << 22));
         lm::add_shape_flags(app, c);
         lm::add_moe_flags(app, c, moe);
+        lm::add_recdepth_flags(app, c, recdepth);
         app.add_option("--rope-theta", c.rope_theta, "RoPE base")->check(cli::positive());
         app.add_option("--rope-style", rope, "half (Hugging Face rotate-half) or interleaved (GGUF)")->check(CLI::IsMember({"half", "interleaved"}));
         app.add_option("--rms-eps", c.rms_eps, "RMSNorm epsilon")->check(cli::positive());
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
         c.rope_style = rope == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
         c.tied = tied;
         lm::apply_moe_flags(moe, c, [&](const char* flag) { return app->count(flag) > 0; });
+        lm::apply_recdepth_flags(recdepth, c, [&](const char* flag) { return app->count(flag) > 0; });
         try {
           c.validate("model config");
         } catch (const InputError& e) {
@@ -95,7 +98,9 @@ int main(int argc, char** argv) {
         if (ram > 0 && need > ram)
           throw UsageError(fmt::format("{:.3g} weights need {:.1f} GB in memory, more than this machine's {:.1f} GB",
                                        c.n_params_approx(), need / 1e9, ram / 1e9));
-        lm::Model m = lm::random_model(c, ctx.common.seed, init_std);
+        if (c.is_recdepth() && app->count("--init-std"))
+          throw UsageError("--arch recurrent-depth uses Huginn's initialisation (std sqrt(2 / (5 d)), scaled output projections)", "--init-std");
+        lm::Model m = c.is_recdepth() ? lm::random_recdepth_model(c, ctx.common.seed) : lm::random_model(c, ctx.common.seed, init_std);
         m.tokenizer_model = tok_bytes;
         const auto st = io::h5::parse_float_storage(dtype, "--dtype");
         ctx.prov.extra["n_params"] = c.n_params();

@@ -261,6 +261,7 @@ int main(int argc, char** argv) {
   c.moe.n_experts = 8;  // the defaults --moe shows
   c.moe.top_k = 2;
   lm::MoeFlags moe_flags;
+  lm::RecdepthFlags recdepth_flags;
   LoraFlags lora;
   bool tied = false, resume = false, allow_corpus_change = false, overwrite = false;
   double init_std = 0.02;
@@ -386,6 +387,7 @@ int main(int argc, char** argv) {
         app.add_option("--vocab-size", c.vocab_size, "Train a BPE tokenizer of this size on the training documents")->check(cli::int_range(260, 1 << 20));
         lm::add_shape_flags(app, c);
         lm::add_moe_flags(app, c, moe_flags);
+        lm::add_recdepth_flags(app, c, recdepth_flags);
         app.add_option("--rope-style", rope, "half or interleaved")->check(CLI::IsMember({"half", "interleaved"}));
         app.add_flag("--tied", tied, "LM head shares the token embedding");
         app.add_option("--init-std", init_std, "Std of random initial matrices")->capture_default_str()->check(cli::positive());
@@ -496,7 +498,8 @@ int main(int argc, char** argv) {
           throw UsageError("--init takes the shape and tokenizer from the checkpoint; drop --config/--preset/--vocab-size/--tokenizer", "--init");
         for (const char* f : {"--d-model", "--n-layers", "--n-heads", "--n-kv-heads", "--d-ff", "--n-ctx", "--tied", "--rope-style", "--moe",
                               "--experts", "--top-k", "--d-expert", "--d-shared", "--latent", "--expert-act", "--router",
-                              "--routed-scaling", "--no-norm-topk"})
+                              "--routed-scaling", "--no-norm-topk", "--arch", "--prelude", "--core", "--coda", "--mean-recurrence",
+                              "--backprop-depth", "--no-qk-bias"})
           if (!init_path.empty() && app->count(f)) throw UsageError(fmt::format("{} conflicts with --init", f), f);
         if (!tokenizer_path.empty() && app->count("--vocab-size"))
           throw UsageError("give --tokenizer or --vocab-size, not both", "--vocab-size");
@@ -630,6 +633,7 @@ int main(int argc, char** argv) {
           if (app->count("--rope-style")) c.rope_style = rope == "half" ? lm::RopeStyle::half : lm::RopeStyle::interleaved;
           if (app->count("--tied")) c.tied = tied;
           lm::apply_moe_flags(moe_flags, c, [&](const char* flag) { return app->count(flag) > 0; });
+          lm::apply_recdepth_flags(recdepth_flags, c, [&](const char* flag) { return app->count(flag) > 0; });
           std::string tok_bytes;
           if (!tokenizer_path.empty()) {
             tok_bytes = io::read_file(tokenizer_path);
@@ -659,7 +663,9 @@ int main(int argc, char** argv) {
           } catch (const InputError& e) {
             throw UsageError(e.what());
           }
-          init = lm::random_model(c, ctx.common.seed, init_std);
+          if (c.is_recdepth() && app->count("--init-std"))
+            throw UsageError("--arch recurrent-depth uses Huginn's initialisation (std sqrt(2 / (5 d)), scaled output projections)", "--init-std");
+          init = c.is_recdepth() ? lm::random_recdepth_model(c, ctx.common.seed) : lm::random_model(c, ctx.common.seed, init_std);
           init.tokenizer_model = tok_bytes;
         }
         const lm::ModelConfig& mc = init.config;
@@ -917,6 +923,7 @@ int main(int argc, char** argv) {
                                 {"grad_norm", st.grad_norm},
                                 {"tokens_per_s", window_tokens / std::max(window_seconds, 1e-9)},
                                 {"mfu", mfu(window_tokens / std::max(window_seconds, 1e-9))}};
+            if (std::isfinite(st.recurrence)) line["recurrence"] = st.recurrence;  // recurrent-depth: this step's sampled n + k
             if (t.exit.enabled()) {  // the objective minimised, and each exit's mean loss over the steps it trained
               line["objective"] = window_objective / double(window_steps);
               nlohmann::json ex = nlohmann::json::object();

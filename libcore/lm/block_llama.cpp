@@ -7,6 +7,7 @@
 
 #include "lm/block.hpp"
 #include "lm/matmul.hpp"
+#include "lm/recdepth.hpp"
 #include "lm/support.hpp"
 #include "util/threads.hpp"
 
@@ -47,6 +48,9 @@ BlockForward block_forward(BlockType t) noexcept {
     case BlockType::moe:
     case BlockType::latent_moe: return &moe_block_forward;
     case BlockType::mlstm_hybrid: return &mlstm_block_forward;
+    case BlockType::recdepth_prelude:
+    case BlockType::recdepth_core:
+    case BlockType::recdepth_coda: return &sandwich_block_forward;
   }
   return nullptr;
 }
@@ -255,6 +259,9 @@ BlockStateCopy block_state_copy(BlockType t) noexcept {
     case BlockType::moe:
     case BlockType::latent_moe: return &llama_block_state_copy;  // the same attention: the same K/V
     case BlockType::mlstm_hybrid: return nullptr;  // a recurrent state is not a function of one residual
+    case BlockType::recdepth_prelude:
+    case BlockType::recdepth_core:
+    case BlockType::recdepth_coda: return nullptr;  // q / k biases and post-norms: not llama's K/V
   }
   return nullptr;
 }

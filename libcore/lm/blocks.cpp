@@ -12,6 +12,9 @@ const char* block_type_name(BlockType t) noexcept {
     case BlockType::moe: return "moe";
     case BlockType::latent_moe: return "latent-moe";
     case BlockType::mlstm_hybrid: return "mlstm-hybrid";
+    case BlockType::recdepth_prelude: return "recdepth-prelude";
+    case BlockType::recdepth_core: return "recdepth-core";
+    case BlockType::recdepth_coda: return "recdepth-coda";
   }
   return "?";
 }
@@ -21,7 +24,10 @@ BlockType parse_block_type(const std::string& name, int block, const std::string
   if (name == "moe") return BlockType::moe;
   if (name == "latent-moe") return BlockType::latent_moe;
   if (name == "mlstm-hybrid") return BlockType::mlstm_hybrid;
-  throw InputError(fmt::format("block {}: unknown block type '{}' (this build reads: llama, moe, latent-moe, mlstm-hybrid)", block, name), where);
+  if (name == "recdepth-prelude") return BlockType::recdepth_prelude;
+  if (name == "recdepth-core") return BlockType::recdepth_core;
+  if (name == "recdepth-coda") return BlockType::recdepth_coda;
+  throw InputError(fmt::format("block {}: unknown block type '{}' (this build reads: llama, moe, latent-moe, mlstm-hybrid, recdepth-prelude, recdepth-core, recdepth-coda)", block, name), where);
 }
 
 const std::vector<std::string>& llama_tensor_names() {

@@ -34,17 +34,32 @@ enum class BlockType {
   /// (Hedgehog feature maps, exponential input and sigmoid forget gates) and softmax attention
   /// over a sliding window plus sink tokens, then llama's SwiGLU MLP (ModelConfig::mlstm).
   mlstm_hybrid,
+  /// The blocks of a recurrent-depth ("looped") decoder (Huginn: Geiping et al. 2025, arXiv
+  /// 2502.05171; seal-rg/recurrent-pretraining SandwichBlock), all "sandwich" blocks:
+  /// x = n2(x + Wo·Attn(n1 x)); x = n4(x + Wdown·(silu(Wgate n3 x) ⊙ Wup n3 x)), with optional
+  /// q/k biases before RoPE (ModelConfig::recdepth).  The model is prelude blocks, then core
+  /// blocks applied r times to s = core(A [s; e]) (e: the prelude's output, A the adapter), then
+  /// coda blocks on n_f(s); lm/recdepth.hpp runs it.
+  recdepth_prelude,
+  recdepth_core,   ///< see recdepth_prelude
+  recdepth_coda,   ///< see recdepth_prelude
 };
+
+/// Whether blocks of type t are recurrent-depth sandwich blocks.
+inline bool is_recdepth_block(BlockType t) noexcept {
+  return t == BlockType::recdepth_prelude || t == BlockType::recdepth_core || t == BlockType::recdepth_coda;
+}
 
 /// Whether blocks of type t have a routed FFN (moe, latent_moe).
 inline bool is_moe_block(BlockType t) noexcept { return t == BlockType::moe || t == BlockType::latent_moe; }
 
 /// The type's name as stored in the checkpoint's `block_types` attribute ("llama", "moe", "latent-moe",
-/// "mlstm-hybrid").
+/// "mlstm-hybrid", "recdepth-prelude", "recdepth-core", "recdepth-coda").
 const char* block_type_name(BlockType t) noexcept;
 
 /// Parses a stored name.  Throws InputError "block N: unknown block type 'x' (this build
-/// reads: llama, moe, latent-moe, mlstm-hybrid)" naming `where` (the file).
+/// reads: llama, moe, latent-moe, mlstm-hybrid,
+/// recdepth-prelude, recdepth-core, recdepth-coda)" naming `where` (the file).
 BlockType parse_block_type(const std::string& name, int block, const std::string& where);
 
 /// The tensor names of one llama block, after the "blk.N." prefix, in checkpoint order (a moe

@@ -51,6 +51,22 @@ bool ModelConfig::has_mlstm() const noexcept {
   return false;
 }
 
+bool ModelConfig::is_recdepth() const noexcept {
+  for (BlockType t : block_types)
+    if (is_recdepth_block(t)) return true;
+  return false;
+}
+
+namespace {
+int count_type(const std::vector<BlockType>& types, BlockType t) {
+  return static_cast<int>(std::count(types.begin(), types.end(), t));
+}
+}  // namespace
+
+int ModelConfig::recdepth_prelude() const noexcept { return count_type(block_types, BlockType::recdepth_prelude); }
+int ModelConfig::recdepth_core() const noexcept { return count_type(block_types, BlockType::recdepth_core); }
+int ModelConfig::recdepth_coda() const noexcept { return count_type(block_types, BlockType::recdepth_coda); }
+
 bool ModelConfig::has_moe() const noexcept {
   for (BlockType t : block_types)
     if (is_moe_block(t)) return true;
@@ -60,7 +76,7 @@ bool ModelConfig::has_moe() const noexcept {
 bool ModelConfig::has_llama_mlp() const noexcept {
   if (block_types.empty()) return true;
   for (BlockType t : block_types)
-    if (t == BlockType::llama || t == BlockType::mlstm_hybrid) return true;
+    if (t == BlockType::llama || t == BlockType::mlstm_hybrid || is_recdepth_block(t)) return true;
   return false;
 }
 
@@ -83,6 +99,10 @@ std::pair<double, double> block_weights(const ModelConfig& c, int l) {
     const double mix = (nh + c.n_kv_heads) * hd * hd + 2 * nh * (d + 1) + nh * (dq + 2 * dkv + 1);
     return {attn + 3 * d * c.d_ff + mix, attn + 3 * d * c.d_ff + mix};
   }
+  if (is_recdepth_block(t)) {  // + the two post-norms and the q / k biases
+    const double extra = 2 * d + (c.recdepth.qk_bias ? (c.n_heads + c.n_kv_heads) * hd : 0.0);
+    return {attn + 3 * d * c.d_ff + extra, attn + 3 * d * c.d_ff + extra};
+  }
   if (!is_moe_block(t)) return {attn + 3 * d * c.d_ff, attn + 3 * d * c.d_ff};
   const MoeConfig& m = c.moe;
   const double mats = m.act == ExpertAct::swiglu ? 3 : 2;
@@ -101,12 +121,14 @@ std::int64_t ModelConfig::block_active_params(int l) const noexcept {
 
 std::int64_t ModelConfig::n_params() const noexcept {
   std::int64_t n = std::int64_t(vocab_size) * d_model * (tied ? 1 : 2) + d_model;
+  if (is_recdepth()) n += std::int64_t(2) * d_model * d_model;  // the adapter
   for (int l = 0; l < n_layers; ++l) n += block_params(l);
   return n;
 }
 
 double ModelConfig::n_params_approx() const noexcept {
   double n = double(vocab_size) * d_model * (tied ? 1 : 2) + d_model;
+  if (is_recdepth()) n += 2.0 * d_model * d_model;
   for (int l = 0; l < n_layers; ++l) n += block_weights(*this, l).first;
   return n;
 }
@@ -120,7 +142,10 @@ int ModelConfig::block_state_floats(int l) const noexcept {
   switch (block_type(l)) {
     case BlockType::llama:
     case BlockType::moe:
-    case BlockType::latent_moe: return 0;  // all its memory is the KV cache
+    case BlockType::latent_moe:
+    case BlockType::recdepth_prelude:
+    case BlockType::recdepth_core:
+    case BlockType::recdepth_coda: return 0;  // all its memory is the KV cache
     case BlockType::mlstm_hybrid:  // per query head: C [hd, hd], n [hd], m and the empty flag
       return mlstm.mixer == MlstmMixer::swa ? 0 : n_heads * (head_dim() * head_dim() + head_dim() + 2);
   }
@@ -153,6 +178,20 @@ void ModelConfig::validate(const std::string& where) const {
   if (has_mlstm()) {
     need(mlstm.window >= 1 || mlstm.mixer == MlstmMixer::linear, "mlstm: window must be >= 1");
     need(mlstm.sinks >= 0, "mlstm: sinks must be >= 0");
+  }
+  if (is_recdepth()) {  // prelude* core+ coda*, nothing else
+    const int P = recdepth_prelude(), C = recdepth_core(), D = recdepth_coda();
+    need(P + C + D == n_layers, "a recurrent-depth model's blocks must all be recdepth-prelude, recdepth-core or recdepth-coda");
+    for (int l = 0; l < n_layers; ++l) {
+      const BlockType want = l < P ? BlockType::recdepth_prelude : l < P + C ? BlockType::recdepth_core : BlockType::recdepth_coda;
+      need(block_types[std::size_t(l)] == want, "recurrent-depth blocks must be ordered prelude, core, coda (block " +
+                                                    std::to_string(l) + " is " + block_type_name(block_types[std::size_t(l)]) + ")");
+    }
+    need(C >= 1, "a recurrent-depth model needs at least one recdepth-core block");
+    need(recdepth.mean_recurrence >= 1, "recdepth: mean_recurrence must be >= 1");
+    need(recdepth.backprop_depth >= 0, "recdepth: backprop_depth must be >= 0");
+    need(std::isfinite(recdepth.embed_scale) && recdepth.embed_scale > 0, "recdepth: embed_scale must be positive");
+    need(std::isfinite(recdepth.state_std) && recdepth.state_std >= 0, "recdepth: state_std must be >= 0");
   }
   if (has_moe()) {
     const MoeConfig& m = moe;

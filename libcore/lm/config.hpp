@@ -70,6 +70,20 @@ struct MlstmConfig {
   MlstmMixer mixer = MlstmMixer::hybrid;
 };
 
+/// The recurrent-depth settings of a model whose blocks are recdepth-prelude / core / coda (issue
+/// 36; Huginn, arXiv 2502.05171, and seal-rg/recurrent-pretraining raven_modeling_minimal.py).
+/// Root attributes recdepth_mean_recurrence, recdepth_backprop_depth, recdepth_qk_bias,
+/// recdepth_embed_scale and recdepth_state_std.
+struct RecdepthConfig {
+  int mean_recurrence = 0;  ///< r̄: core iterations at inference by default; the training distribution's mean
+  int backprop_depth = 0;   ///< k̄: the last iterations trained with gradient (truncated backprop)
+  bool qk_bias = false;     ///< blocks add q / k biases before RoPE (attn_q.bias, attn_k.bias)
+  double embed_scale = 1.0; ///< token embeddings are multiplied by it (Huginn: sqrt(d_model))
+  /// The initial latent state is N(0, state_std^2) truncated to ±3 state_std (Huginn's "like-init":
+  /// sqrt(2 / (5 d)) · sqrt(d) = sqrt(2/5)); 0 = a zero state.
+  double state_std = 0.0;
+};
+
 /// Hyperparameters of one model; stored as root attributes of the native checkpoint.
 struct ModelConfig {
   int vocab_size = 0;      ///< rows of token_embd / output
@@ -94,6 +108,14 @@ struct ModelConfig {
   MoeConfig moe;
   /// The mixer of the mlstm-hybrid blocks (unused when there are none).
   MlstmConfig mlstm;
+  /// The recurrent-depth settings (unused unless the blocks are recdepth-*).
+  RecdepthConfig recdepth;
+  /// Whether the blocks are recdepth-prelude* recdepth-core+ recdepth-coda* (a recurrent-depth model).
+  bool is_recdepth() const noexcept;
+  /// Blocks of each recurrent-depth role: prelude P, core C, coda D (0, 0, 0 for other models).
+  int recdepth_prelude() const noexcept;
+  int recdepth_core() const noexcept;
+  int recdepth_coda() const noexcept;
   /// Whether any block is moe or latent-moe.
   bool has_moe() const noexcept;
   /// Whether any block is mlstm-hybrid.

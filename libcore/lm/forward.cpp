@@ -11,6 +11,7 @@
 #include "lm/block.hpp"
 #include "lm/layerwise.hpp"
 #include "lm/matmul.hpp"
+#include "lm/recdepth.hpp"
 #include "lm/sampler.hpp"
 #include "lm/support.hpp"
 #include "util/error.hpp"
@@ -239,6 +240,10 @@ ForwardResult forward(const Model& model, KvCache& cache, const Batch& b, const 
 
 ForwardResult forward(const Model& model, const std::vector<KvCache*>& caches, const Batch& b,
                       const ForwardOptions& opt) {
+  if (model.config.is_recdepth()) {
+    if (caches.size() != 1) throw UsageError("a recurrent-depth forward takes one sequence");
+    return recdepth_forward(model, *caches[0], b, opt);
+  }
   LayerwiseForward pass(model, caches, b, opt);
   pass.run(opt.stop_after >= 0 ? opt.stop_after : pass.steps());
   return pass.finish();

@@ -63,6 +63,17 @@ struct Adapter {
   float scale = 1.0f;
 };
 
+/// How a recurrent-depth model's core blocks keep K/V across iterations (lm/recdepth.hpp).
+enum class CoreKv {
+  /// One cache layer per core block, overwritten by every iteration: a position keeps only its
+  /// latest iteration's K/V, and a later row at iteration i attends the earlier positions' latest
+  /// entries (the reference's "latest-m4-compress-s4"; KV memory of a P + C + D layer model).
+  latest,
+  /// One cache layer per (iteration, core block): a row at iteration i attends the earlier
+  /// positions' iteration-i entries (the reference's "full" lookup; recurrence x the memory).
+  full,
+};
+
 /// What forward() computes besides the pending K/V.
 struct ForwardOptions {
   /// Unmerged adapters (not owned; null = none).  Shapes are checked against the projection.
@@ -94,6 +105,13 @@ struct ForwardOptions {
   /// prefill lets such blocks run their chunkwise form instead of one recurrent step per row;
   /// KvCache::commit then refuses to end at another row.
   std::vector<int> state_rows;
+  /// Recurrent-depth models (lm/recdepth.hpp): core iterations r (0 = the model's
+  /// mean_recurrence), the seed of the initial latent state (each row's state is drawn from
+  /// (state_seed, its position), so a row's outputs do not depend on its batch), and the core's KV
+  /// layout (the cache needs recdepth_cache_layers() layers).  CPU engine only.
+  int recurrence = 0;
+  std::uint64_t state_seed = 0;
+  CoreKv core_kv = CoreKv::latest;
   /// Measure the CPU seconds spent in attention per view (ForwardResult::attn_cpu_s).
   bool time_attention = false;
   /// Only each logits row's greedy token is needed (greedy decoding, self-speculative drafts):

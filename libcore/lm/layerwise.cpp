@@ -1,5 +1,7 @@
 #include "lm/layerwise.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
@@ -21,6 +23,17 @@ LayerwiseForward::LayerwiseForward(const Model& model, const std::vector<KvCache
   if (nseq == 0) throw InputError("forward needs at least one KV cache");
   check_batch(c, nseq, [&caches](int q, int l, int h) { return caches[q]->size(l, h); }, b, opt);
   n_steps_ = opt.schedule.empty() ? c.n_layers : static_cast<int>(opt.schedule.size());
+  if (c.is_recdepth()) {  // prelude + C x (iterations kept) + coda cache layers (lm/recdepth.hpp)
+    const int C = c.recdepth_core(), fixed = c.n_layers - C;
+    for (const KvCache* kv : caches)
+      if (kv->n_layers() < c.n_layers || (kv->n_layers() - fixed) % C != 0 ||
+          (opt.core_kv == CoreKv::latest && kv->n_layers() != c.n_layers))
+        throw InputError(fmt::format("the KV cache has {} layers; a recurrent-depth forward with {} core KV needs {}", kv->n_layers(),
+                                     opt.core_kv == CoreKv::latest ? "latest" : "full",
+                                     opt.core_kv == CoreKv::latest ? std::to_string(c.n_layers)
+                                                                   : fmt::format("{} + {} x iterations", fixed, C)));
+    n_steps_ = caches[0]->n_layers();
+  }
   for (const KvCache* kv : caches)
     if (kv->n_layers() != n_steps_)
       throw InputError("the KV cache has " + std::to_string(kv->n_layers()) + " layers but the forward runs " +
@@ -67,6 +80,7 @@ void LayerwiseForward::run(int n) {
   if (n < 0 || done_ + n > n_steps_)
     throw InputError("cannot run " + std::to_string(n) + " more block steps after " + std::to_string(done_) + " of " + std::to_string(n_steps_));
   const ModelConfig& c = model_.config;
+  if (c.is_recdepth()) throw UsageError("a recurrent-depth model runs through lm::forward or RecurrentDepthForward, not block steps");
   for (int i = 0; i < n; ++i, ++done_) {
     // The block list (contract v2): step cl runs block l (the schedule's entry, or the step
     // itself) on cache layer cl, by the block's type (lm/block.hpp).
@@ -80,6 +94,18 @@ void LayerwiseForward::run(int n) {
       res_.hidden.back().data = x_;
     }
   }
+}
+
+void LayerwiseForward::run_block(int block, int cache_layer) {
+  const ModelConfig& c = model_.config;
+  if (block < 0 || block >= c.n_layers || cache_layer < 0 || cache_layer >= n_steps_)
+    throw InputError(fmt::format("run_block: block {} / cache layer {} outside the model ({} blocks) or cache ({} layers)", block,
+                                 cache_layer, c.n_layers, n_steps_));
+  const BlockStep st{model_, batch_, caches_, opt_, block, cache_layer, local_, inbatch_, parent_, cs_.data(), sn_.data()};
+  const BlockType type = c.block_type(block);
+  const BlockForward fwd = block_forward(type);
+  if (!fwd || !supports(Runner::cpu_engine, block_feature(type))) require_blocks(Runner::cpu_engine, c);
+  fwd(st, work_, x_.data(), res_);
 }
 
 void LayerwiseForward::resume(int n, const std::vector<float>& residual) {

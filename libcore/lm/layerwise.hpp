@@ -50,6 +50,12 @@ class LayerwiseForward {
 
   /// The residual stream [R, d_model] (row-major) after done() steps.
   const std::vector<float>& residual() const noexcept { return x_; }
+  /// The residual stream, writable (recurrent-depth models set it between their phases).
+  std::vector<float>& residual() noexcept { return x_; }
+  /// Runs block `block` on the residual with cache layer `cache_layer`, outside the step count
+  /// (recurrent-depth models walk prelude, core iterations and coda themselves, lm/recdepth.hpp).
+  /// Throws InputError for a block or cache layer outside the model or cache.
+  void run_block(int block, int cache_layer);
   /// Final RMSNorm + LM head on the current residual of `rows` (the full head, or the proxy head
   /// of `vocab_ids`: each logit bitwise the full head's, apply_head).  [rows.size(), V or K].
   Matrix head(const std::vector<int>& rows, const std::vector<int>& vocab_ids = {}) const;

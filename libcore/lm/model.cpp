@@ -54,17 +54,18 @@ std::vector<const Matrix*> Layer::matrices() const {
 
 std::int64_t Model::weight_bytes() const noexcept {
   auto mb = [](const Matrix& m) { return std::int64_t(m.data.size()) * 4 + std::int64_t(m.half.size()) * 2; };
-  std::int64_t n = mb(token_embd) + mb(output) + std::int64_t(output_norm.size()) * 4;
+  std::int64_t n = mb(token_embd) + mb(output) + mb(adapter) + std::int64_t(output_norm.size()) * 4;
   for (const auto& l : layers) {
     n += std::int64_t(l.attn_norm.size() + l.ffn_norm.size() + l.router_bias.size() + l.mlstm_igate_b.size() +
-                      l.mlstm_fgate_b.size() + l.mlstm_ogate_b.size()) * 4;
+                      l.mlstm_fgate_b.size() + l.mlstm_ogate_b.size() + l.post_attn_norm.size() + l.post_ffn_norm.size() + l.q_bias.size() +
+                      l.k_bias.size()) * 4;
     for (const Matrix* w : l.matrices()) n += mb(*w);
   }
   return n;
 }
 
 bool hold_half(Model& m) {
-  std::vector<Matrix*> mats = {&m.token_embd, &m.output};
+  std::vector<Matrix*> mats = {&m.token_embd, &m.output, &m.adapter};
   for (auto& l : m.layers)
     for (Matrix* w : l.matrices()) mats.push_back(w);
   for (const Matrix* w : mats)
@@ -116,6 +117,14 @@ std::vector<S> slots_of(M& m) {
         mat(g + "mlstm_ogate.weight", h + "self_attn.mlstm_ogate.weight", l.mlstm_ogate, 0);
         vec(g + "mlstm_ogate.bias", h + "self_attn.mlstm_ogate.bias", l.mlstm_ogate_b);
       }
+      if (is_recdepth_block(t)) {  // ours (Huginn's SandwichBlock norm_2, norm_4, qk_bias)
+        vec(g + "post_attn_norm.weight", h + "post_attention_norm.weight", l.post_attn_norm);
+        vec(g + "post_ffn_norm.weight", h + "post_feedforward_norm.weight", l.post_ffn_norm);
+        if (c.recdepth.qk_bias) {
+          vec(g + "attn_q.bias", h + "self_attn.q_proj.bias", l.q_bias);
+          vec(g + "attn_k.bias", h + "self_attn.k_proj.bias", l.k_bias);
+        }
+      }
       continue;
     }
     const bool swiglu = c.moe.act == ExpertAct::swiglu;
@@ -135,6 +144,7 @@ std::vector<S> slots_of(M& m) {
       mat(g + "ffn_latent_up.weight", h + "mlp.latent_up_proj.weight", l.latent_up, 0);
     }
   }
+  if (c.is_recdepth()) mat("recdepth_adapter.weight", "model.adapter.weight", m.adapter, 0);
   vec("output_norm.weight", "model.norm.weight", m.output_norm);
   if (!c.tied) mat("output.weight", "lm_head.weight", m.output, 0);
   return out;
@@ -168,6 +178,14 @@ void allocate(Model& m) {
         l.mlstm_fgate_b.assign(std::size_t(c.n_heads), 0.0f);
         l.mlstm_ogate_b.assign(std::size_t(c.n_heads), 0.0f);
       }
+      if (is_recdepth_block(t)) {
+        l.post_attn_norm.assign(c.d_model, 1.0f);
+        l.post_ffn_norm.assign(c.d_model, 1.0f);
+        if (c.recdepth.qk_bias) {
+          l.q_bias.assign(std::size_t(c.n_heads) * hd, 0.0f);
+          l.k_bias.assign(std::size_t(c.n_kv_heads) * hd, 0.0f);
+        }
+      }
       continue;
     }
     const MoeConfig& e = c.moe;
@@ -189,6 +207,7 @@ void allocate(Model& m) {
     }
   }
   m.output_norm.assign(c.d_model, 1.0f);
+  m.adapter = c.is_recdepth() ? Matrix(c.d_model, 2 * c.d_model) : Matrix();
   m.output = c.tied ? Matrix() : Matrix(c.vocab_size, c.d_model);
 }
 
@@ -329,6 +348,15 @@ ModelConfig read_config(const h5::Handle& root, const std::string& label) {
     if (!h5::read_attr(root, "mlstm_mixer", mixer)) throw InputError("missing config attribute 'mlstm_mixer'", label);
     c.mlstm.mixer = parse_mlstm_mixer(mixer, label);
   }
+  if (c.is_recdepth()) {  // the recurrence's settings (every one required)
+    c.recdepth.mean_recurrence = read_int_attr(root, "recdepth_mean_recurrence", label, true, 0);
+    c.recdepth.backprop_depth = read_int_attr(root, "recdepth_backprop_depth", label, true, 0);
+    c.recdepth.qk_bias = read_int_attr(root, "recdepth_qk_bias", label, true, 0) != 0;
+    if (!h5::read_attr_double(root, "recdepth_embed_scale", c.recdepth.embed_scale, label))
+      throw InputError("missing config attribute 'recdepth_embed_scale'", label);
+    if (!h5::read_attr_double(root, "recdepth_state_std", c.recdepth.state_std, label))
+      throw InputError("missing config attribute 'recdepth_state_std'", label);
+  }
   c.validate(label);
   return c;
 }
@@ -429,6 +457,13 @@ void save_checkpoint(const std::string& path, const Model& m, h5::FloatStorage s
       h5::write_attr_int(file, "mlstm_window", c.mlstm.window);
       h5::write_attr_int(file, "mlstm_sinks", c.mlstm.sinks);
       h5::write_attr(file, "mlstm_mixer", mlstm_mixer_name(c.mlstm.mixer));
+    }
+    if (c.is_recdepth()) {
+      h5::write_attr_int(file, "recdepth_mean_recurrence", c.recdepth.mean_recurrence);
+      h5::write_attr_int(file, "recdepth_backprop_depth", c.recdepth.backprop_depth);
+      h5::write_attr_int(file, "recdepth_qk_bias", c.recdepth.qk_bias ? 1 : 0);
+      h5::write_attr_double(file, "recdepth_embed_scale", c.recdepth.embed_scale);
+      h5::write_attr_double(file, "recdepth_state_std", c.recdepth.state_std);
     }
     for (const auto& t : tensor_slots(m)) {
       if (t.is_matrix()) h5::write_floats(file, t.gguf, t.data, {std::uint64_t(t.rows), std::uint64_t(t.cols)}, storage);

@@ -63,6 +63,11 @@ struct Layer {
   std::vector<float> mlstm_fgate_b;  ///< blk.N.mlstm_fgate.bias [n_heads]
   Matrix mlstm_ogate;            ///< blk.N.mlstm_ogate.weight [n_heads, dq + 2 dkv]: output gate o = σ(W [q; k; v] + b), q, k before RoPE
   std::vector<float> mlstm_ogate_b;  ///< blk.N.mlstm_ogate.bias [n_heads]
+  // recdepth-* (sandwich) blocks: llama's tensors (attn_norm = n1, ffn_norm = n3) plus these
+  std::vector<float> post_attn_norm;  ///< blk.N.post_attn_norm.weight [d_model]: n2, on x + attention
+  std::vector<float> post_ffn_norm;   ///< blk.N.post_ffn_norm.weight [d_model]: n4, on x + MLP
+  std::vector<float> q_bias;     ///< blk.N.attn_q.bias [n_heads·hd], added before RoPE (RecdepthConfig::qk_bias)
+  std::vector<float> k_bias;     ///< blk.N.attn_k.bias [n_kv·hd], added before RoPE
   /// Every matrix of the block that is allocated (llama's or the routed FFN's).
   std::vector<Matrix*> matrices();
   std::vector<const Matrix*> matrices() const;
@@ -78,6 +83,9 @@ struct Model {
   std::vector<Layer> layers;
   std::vector<float> output_norm;  ///< output_norm.weight [d_model]
   Matrix output;                 ///< output.weight [vocab, d_model]; empty when tied
+  /// recdepth_adapter.weight [d_model, 2 d_model]: a recurrent-depth model's injection, the core's
+  /// input A [s; e] (state first, then the prelude's output); empty for other models.
+  Matrix adapter;
   std::string tokenizer_model;   ///< SentencePiece model proto bytes; may be empty
   io::h5::FloatStorage stored = io::h5::FloatStorage::f32;  ///< precision of matrices on disk
 
@@ -112,7 +120,9 @@ using ConstTensorSlot = BasicTensorSlot<const float>;
 /// Every tensor of `m` in checkpoint order: token_embd, per block (attn_norm, q, k, v, output,
 /// ffn_norm, then llama's gate, up, down or a moe block's router, router bias (sigmoid), gate/up/
 /// down experts, shared gate/up/down (d_shared > 0) and latent down/up (latent-moe); an
-/// mlstm-hybrid block llama's, then mlstm_fq, mlstm_fk and the three gates' weight and bias), output_norm,
+/// mlstm-hybrid block llama's, then mlstm_fq, mlstm_fk and the three gates' weight and bias; a
+/// recdepth-* block llama's, then post_attn_norm, post_ffn_norm and (qk_bias) attn_q.bias,
+/// attn_k.bias), recdepth_adapter (recurrent-depth models), output_norm,
 /// output (when untied).  The single list every reader and writer (HDF5, GGUF, safetensors)
 /// walks.  A moe block's Hugging Face names follow DeepSeek-V3 / Qwen-MoE (mlp.gate.weight,
 /// mlp.gate.e_score_correction_bias, mlp.experts.{}.gate_proj/up_proj/down_proj.weight,

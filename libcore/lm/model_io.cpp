@@ -109,6 +109,9 @@ void save_any(const std::string& path, ModelFormat format, const Model& model, i
   if (format != ModelFormat::native_h5 && model.config.has_mlstm())
     throw UsageError("mlstm-hybrid blocks exist in the native HDF5 format only (no GGUF or Hugging Face architecture has them): "
                      "write *.h5", "-o " + path);
+  if (format != ModelFormat::native_h5 && model.config.is_recdepth())
+    throw UsageError("recurrent-depth models exist in the native HDF5 format only (GGUF and the Hugging Face writers have no "
+                     "looped architecture): write *.h5", "-o " + path);
   switch (format) {
     case ModelFormat::gguf: gguf::save_model(path, model, storage, prov); break;
     case ModelFormat::hf_safetensors: safetensors::save_model(path, model, storage, prov); break;

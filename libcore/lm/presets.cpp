@@ -1,10 +1,14 @@
 #include "lm/presets.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "cli/run_tool.hpp"
 #include "util/error.hpp"
+#include "util/rng.hpp"
 
 namespace icmlkit::lm {
 
@@ -74,6 +78,63 @@ void apply_moe_flags(const MoeFlags& f, ModelConfig& c, const std::function<bool
     throw UsageError("--top-k " + std::to_string(c.moe.top_k) + " exceeds --experts " + std::to_string(c.moe.n_experts), "--top-k");
   if (t == BlockType::latent_moe && c.moe.d_latent > c.d_model)
     throw UsageError("--latent " + std::to_string(c.moe.d_latent) + " exceeds --d-model " + std::to_string(c.d_model), "--latent");
+}
+
+void add_recdepth_flags(CLI::App& app, ModelConfig& c, RecdepthFlags& f) {
+  app.add_option("--arch", f.arch, "llama (blocks as the other flags say) or recurrent-depth (Huginn: prelude, a core looped r times, coda)")
+      ->capture_default_str()->check(CLI::IsMember({"llama", "recurrent-depth"}));
+  app.add_option("--prelude", f.prelude, "recurrent-depth: prelude blocks P")->capture_default_str()->check(cli::int_range(0, 256));
+  app.add_option("--core", f.core, "recurrent-depth: core blocks C (applied r times)")->capture_default_str()->check(cli::int_range(1, 256));
+  app.add_option("--coda", f.coda, "recurrent-depth: coda blocks D")->capture_default_str()->check(cli::int_range(0, 256));
+  app.add_option("--mean-recurrence", c.recdepth.mean_recurrence, "recurrent-depth: mean core iterations r (training distribution's mean; inference default)")
+      ->check(cli::int_range(1, 4096));
+  app.add_option("--backprop-depth", c.recdepth.backprop_depth, "recurrent-depth: iterations trained with gradient k (truncated backpropagation; default min(8, r))")
+      ->check(cli::int_range(1, 4096));
+  app.add_flag("--no-qk-bias", f.no_qk_bias, "recurrent-depth: no q / k biases");
+}
+
+void apply_recdepth_flags(const RecdepthFlags& f, ModelConfig& c, const std::function<bool(const char* flag)>& is_set) {
+  if (f.arch != "recurrent-depth") {
+    for (const char* flag : {"--prelude", "--core", "--coda", "--mean-recurrence", "--backprop-depth", "--no-qk-bias"})
+      if (is_set(flag)) throw UsageError(std::string(flag) + " needs --arch recurrent-depth", flag);
+    return;
+  }
+  if (is_set("--n-layers")) throw UsageError("--arch recurrent-depth sets the blocks with --prelude, --core and --coda", "--n-layers");
+  if (is_set("--moe")) throw UsageError("--arch recurrent-depth has no routed FFN", "--moe");
+  c.n_layers = f.prelude + f.core + f.coda;
+  c.block_types.assign(std::size_t(f.prelude), BlockType::recdepth_prelude);
+  c.block_types.insert(c.block_types.end(), std::size_t(f.core), BlockType::recdepth_core);
+  c.block_types.insert(c.block_types.end(), std::size_t(f.coda), BlockType::recdepth_coda);
+  if (!is_set("--mean-recurrence")) c.recdepth.mean_recurrence = 16;
+  if (!is_set("--backprop-depth")) c.recdepth.backprop_depth = std::min(8, c.recdepth.mean_recurrence);
+  if (c.recdepth.backprop_depth > c.recdepth.mean_recurrence)
+    throw UsageError(fmt::format("--backprop-depth {} exceeds --mean-recurrence {}", c.recdepth.backprop_depth, c.recdepth.mean_recurrence),
+                     "--backprop-depth");
+  c.recdepth.qk_bias = !f.no_qk_bias;
+  c.recdepth.embed_scale = std::sqrt(double(c.d_model));
+  c.recdepth.state_std = std::sqrt(0.4);
+  if (!is_set("--rope-style")) c.rope_style = RopeStyle::interleaved;
+}
+
+Model random_recdepth_model(const ModelConfig& config, std::uint64_t seed) {
+  Model m = allocate_model(config);
+  const ModelConfig& c = m.config;
+  const double s = std::sqrt(2.0 / (5.0 * c.d_model));
+  const double depth = c.recdepth_prelude() + double(c.recdepth_core()) * c.recdepth.mean_recurrence + c.recdepth_coda();
+  const double out_s = s / std::sqrt(2.0 * depth);
+  std::uint64_t stream = 0;
+  for (auto& t : tensor_slots(m)) {
+    if (!t.is_matrix()) continue;
+    const bool out_proj = t.gguf.find("attn_output") != std::string::npos || t.gguf.find("ffn_down") != std::string::npos;
+    const double sd = out_proj ? out_s : s;
+    Rng rng(derive_seed(seed, ++stream));
+    for (std::size_t i = 0; i < std::size_t(t.rows) * t.cols; ++i) {
+      double z = rng.normal();
+      while (std::abs(z) > 3.0) z = rng.normal();
+      t.data[i] = static_cast<float>(sd * z);
+    }
+  }
+  return m;
 }
 
 }  // namespace icmlkit::lm

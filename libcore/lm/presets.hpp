@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lm/config.hpp"
+#include "lm/model.hpp"
 
 namespace icmlkit::lm {
 
@@ -43,5 +44,29 @@ void add_moe_flags(CLI::App& app, ModelConfig& c, MoeFlags& f);
 /// Throws UsageError for an MoE flag without --moe, --latent with --moe standard, top-K above N
 /// or a latent width above d_model.
 void apply_moe_flags(const MoeFlags& f, ModelConfig& c, const std::function<bool(const char* flag)>& is_set);
+
+/// The flags of a recurrent-depth model (issue 36): --arch and the block counts.
+struct RecdepthFlags {
+  std::string arch = "llama";  ///< --arch: llama (the block list of the other flags) or recurrent-depth
+  int prelude = 1, core = 2, coda = 1;  ///< --prelude P, --core C, --coda D
+  bool no_qk_bias = false;              ///< --no-qk-bias
+};
+
+/// Adds --arch, --prelude, --core, --coda, --mean-recurrence, --backprop-depth and --no-qk-bias,
+/// writing into `f` and c.recdepth.
+void add_recdepth_flags(CLI::App& app, ModelConfig& c, RecdepthFlags& f);
+
+/// Applies them once the shape is final: with --arch recurrent-depth the blocks become P
+/// recdepth-prelude, C recdepth-core and D recdepth-coda (n_layers = P + C + D), with Huginn's
+/// settings: qk biases, embed_scale sqrt(d_model), state_std sqrt(2/5) (raven_config_minimal's
+/// init_values), interleaved RoPE pairs unless --rope-style is given, mean_recurrence default 16, backprop_depth default
+/// min(8, mean).  Throws UsageError for a recurrent-depth flag without it, or with --n-layers or --moe.
+void apply_recdepth_flags(const RecdepthFlags& f, ModelConfig& c, const std::function<bool(const char* flag)>& is_set);
+
+/// Huginn's initialisation of a recurrent-depth model (raven_modeling_minimal.py _init_weights,
+/// "takase"): every matrix N(0, s^2) truncated to ±3 s with s = sqrt(2 / (5 d)), the attention and
+/// MLP output projections s / sqrt(2 L_eff) with L_eff = P + C·mean_recurrence + D, norms 1,
+/// biases 0; drawn from `seed` (one stream per tensor).
+Model random_recdepth_model(const ModelConfig& config, std::uint64_t seed);
 
 }  // namespace icmlkit::lm

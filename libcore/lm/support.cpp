@@ -21,6 +21,7 @@ const char* feature_name(Feature f) noexcept {
     case Feature::block_moe: return "the moe block";
     case Feature::block_latent_moe: return "the latent-moe block";
     case Feature::block_mlstm_hybrid: return "the mlstm-hybrid block";
+    case Feature::block_recdepth: return "recurrent-depth blocks";
     case Feature::stop_after: return "stopping after a block (early exit)";
     case Feature::block_schedule: return "a block schedule (repeated or omitted blocks)";
     case Feature::adapters: return "unmerged adapters";
@@ -36,7 +37,8 @@ bool supports(Runner r, Feature f) noexcept {
     case Runner::cuda_engine: return f == Feature::block_llama;
     case Runner::trainer:  // packed windows; nn::llama_loss takes a schedule
       return f == Feature::block_llama || f == Feature::block_moe || f == Feature::block_latent_moe ||
-             f == Feature::block_mlstm_hybrid || f == Feature::multi_sequence || f == Feature::block_schedule;
+             f == Feature::block_mlstm_hybrid || f == Feature::block_recdepth || f == Feature::multi_sequence ||
+             f == Feature::block_schedule;
   }
   return false;
 }
@@ -53,6 +55,9 @@ Feature block_feature(BlockType t) noexcept {
     case BlockType::moe: return Feature::block_moe;
     case BlockType::latent_moe: return Feature::block_latent_moe;
     case BlockType::mlstm_hybrid: return Feature::block_mlstm_hybrid;
+    case BlockType::recdepth_prelude:
+    case BlockType::recdepth_core:
+    case BlockType::recdepth_coda: return Feature::block_recdepth;
   }
   return Feature::block_llama;
 }

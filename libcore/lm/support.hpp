@@ -20,6 +20,7 @@ enum class Feature {
   block_moe,          ///< a block of type moe (issue 31)
   block_latent_moe,   ///< a block of type latent-moe (issue 31)
   block_mlstm_hybrid, ///< a block of type mlstm-hybrid (issue 35)
+  block_recdepth,     ///< the recdepth-prelude / core / coda blocks of a recurrent-depth model (issue 36)
   stop_after,         ///< ForwardOptions::stop_after (early exit)
   block_schedule,     ///< ForwardOptions::schedule (repeated or omitted blocks)
   adapters,           ///< ForwardOptions::adapters (unmerged LoRA)

@@ -7,9 +7,11 @@
 #include <cmath>
 
 #include "lm/moe.hpp"
+#include "lm/recdepth.hpp"
 #include "lm/support.hpp"
 #include "nn/layers.hpp"
 #include "nn/mlstm.hpp"
+#include "util/rng.hpp"
 #include "util/threads.hpp"
 #include "util/error.hpp"
 
@@ -39,6 +41,14 @@ std::vector<std::tuple<int, std::string, std::vector<int>>> layer_param_shapes(c
       t.emplace_back(LP::mlstm_ow, p + "mlstm_ogate.weight", std::vector<int>{nh, dq + 2 * dkv});
       t.emplace_back(LP::mlstm_ob, p + "mlstm_ogate.bias", std::vector<int>{nh});
     }
+    if (lm::is_recdepth_block(type)) {  // lm::tensor_slots order
+      t.emplace_back(LP::post_attn_norm, p + "post_attn_norm.weight", std::vector<int>{d});
+      t.emplace_back(LP::post_ffn_norm, p + "post_ffn_norm.weight", std::vector<int>{d});
+      if (c.recdepth.qk_bias) {
+        t.emplace_back(LP::q_bias, p + "attn_q.bias", std::vector<int>{dq});
+        t.emplace_back(LP::k_bias, p + "attn_k.bias", std::vector<int>{dkv});
+      }
+    }
     return t;
   }
   // the routed FFN, in lm::tensor_slots order
@@ -67,6 +77,7 @@ std::vector<std::pair<std::string, std::vector<int>>> llama_param_shapes(const l
   t.emplace_back("token_embd.weight", std::vector<int>{c.vocab_size, c.d_model});
   for (int l = 0; l < c.n_layers; ++l)
     for (auto& [kind, name, shape] : layer_param_shapes(c, l)) t.emplace_back(std::move(name), std::move(shape));
+  if (c.is_recdepth()) t.emplace_back("recdepth_adapter.weight", std::vector<int>{c.d_model, 2 * c.d_model});
   t.emplace_back("output_norm.weight", std::vector<int>{c.d_model});
   if (!c.tied) t.emplace_back("output.weight", std::vector<int>{c.vocab_size, c.d_model});
   return t;
@@ -84,6 +95,7 @@ LlamaParams<T>::LlamaParams(const lm::ModelConfig& c, bool frozen) : config(c) {
       if (kind == router_bias) store.freeze(i);  // selection only: moved by the load-balancing update, not by gradient
     }
   }
+  if (c.is_recdepth()) adapter_index = store.add("recdepth_adapter.weight", {c.d_model, 2 * c.d_model}, true, frozen);
   out_norm_index = store.add("output_norm.weight", {c.d_model}, false, frozen);
   if (!c.tied) store.add("output.weight", {c.vocab_size, c.d_model}, true, frozen);
 }
@@ -121,6 +133,10 @@ auto& model_tensor(L& layer, int t) {
     case LP::mlstm_fb: return layer.mlstm_fgate_b;
     case LP::mlstm_ow: return layer.mlstm_ogate.data;
     case LP::mlstm_ob: return layer.mlstm_ogate_b;
+    case LP::post_attn_norm: return layer.post_attn_norm;
+    case LP::post_ffn_norm: return layer.post_ffn_norm;
+    case LP::q_bias: return layer.q_bias;
+    case LP::k_bias: return layer.k_bias;
     default: return layer.latent_up.data;
   }
 }
@@ -132,6 +148,7 @@ void zip_model(LlamaParams<T>& P, M& m, F&& f) {
   for (int l = 0; l < P.config.n_layers; ++l)
     for (int t = 0; t < LlamaParams<T>::kLayerTensors; ++t)
       if (P.has(l, typename LlamaParams<T>::LayerTensor(t))) f(P.layer(l, typename LlamaParams<T>::LayerTensor(t)), model_tensor(m.layers[l], t));
+  if (P.config.is_recdepth()) f(P.adapter(), m.adapter.data);
   f(P.out_norm(), m.output_norm);
   if (!P.config.tied) f(P.head(), m.output.data);
 }
@@ -273,6 +290,21 @@ void poet_merge(LlamaParams<T>& P, std::uint64_t seed, std::int64_t merges) {
   }
 }
 
+std::pair<int, int> sample_recurrence(int mean, int backprop, std::uint64_t seed) {
+  const int s = std::max(backprop, 1), t = std::max(mean - s, 0);
+  Rng rng(seed);
+  const double sigma = 0.5, mu = std::log(double(t + s)) - sigma * sigma / 2;
+  const double rate = std::exp(mu + sigma * rng.normal());
+  // Poisson(rate) by Knuth's product of uniforms, in log space (rate may reach a few hundred)
+  int p = 0;
+  for (double acc = 0.0;; ++p) {
+    acc += -std::log(1.0 - rng.uniform());
+    if (acc > rate) break;
+  }
+  p += 1;
+  return {std::max(p - s, 0), std::min(s, p)};
+}
+
 double training_flop_per_token(const lm::ModelConfig& c, int S) noexcept {
   const double embd = double(c.vocab_size) * c.d_model;  // the lookup table (the head when tied)
   const double norms = double(c.d_model) * (2 * c.n_layers + 1);
@@ -360,6 +392,13 @@ void qkv_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
   mat_forward(P, l, LP::wq, A.xn1.data(), N, d, dq, A.q.data(), A, C);
   mat_forward(P, l, LP::wk, A.xn1.data(), N, d, dkv, A.k.data(), A, C);
   mat_forward(P, l, LP::wv, A.xn1.data(), N, d, dkv, A.v.data(), A, C);
+  if (P.has(l, LP::q_bias))  // recdepth blocks' q / k biases (Huginn's qk_bias), before RoPE
+    for (int n = 0; n < N; ++n) {
+      const T* bq = P.layer(l, LP::q_bias).value.data();
+      const T* bk = P.layer(l, LP::k_bias).value.data();
+      for (int i = 0; i < dq; ++i) A.q[std::size_t(n) * dq + i] += bq[i];
+      for (int i = 0; i < dkv; ++i) A.k[std::size_t(n) * dkv + i] += bk[i];
+    }
 }
 
 /// The attention output: x [N, d] += Wo A.att; A.x_mid = x.
@@ -615,18 +654,17 @@ void mlstm_mixer_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCac
   });
 }
 
-/// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.
+/// The SwiGLU MLP sublayer's training forward (llama, mlstm-hybrid and sandwich blocks): x [N, d]
+/// += Wdown (silu(Wgate n(x)) ⊙ Wup n(x)), n = ffn_norm; A.x_mid must hold x (the norm's input).
 template <class T>
-void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
-                               typename TrainCache<T>::LayerActs& A, T* x) {
+void mlp_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A, T* x) {
   using LP = LlamaParams<T>;
   const lm::ModelConfig& c = P.config;
   const Dims z(c, B, S);
   const int N = z.N, d = z.d, ff = z.ff;
   const std::size_t nx = std::size_t(N) * d;
-  if (c.block_type(l) == lm::BlockType::mlstm_hybrid) mlstm_mixer_train_forward(P, l, B, S, C, A, x);
-  else attention_train_forward(P, l, B, S, C, A, x);
   std::vector<T>& tmp = C.tmp;
+  tmp.resize(nx);
   A.xn2.resize(nx); A.rstd2.resize(N);
   A.gate.resize(std::size_t(N) * ff); A.up.resize(A.gate.size()); A.h.resize(A.gate.size());
   rmsnorm_forward(x, N, d, P.layer(l, LP::ffn_norm).value.data(), c.rms_eps, A.xn2.data(), A.rstd2.data());
@@ -635,6 +673,48 @@ void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCach
   swiglu_forward(A.gate.data(), A.up.data(), std::int64_t(N) * ff, A.h.data());
   mat_forward(P, l, LP::w_down, A.h.data(), N, ff, d, tmp.data(), A, C);
   for (std::size_t i = 0; i < nx; ++i) x[i] += tmp[i];
+}
+
+/// The llama block's training forward: x [N, d] += attention, then += MLP, activations kept in A.
+template <class T>
+void llama_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                               typename TrainCache<T>::LayerActs& A, T* x) {
+  if (P.config.block_type(l) == lm::BlockType::mlstm_hybrid) mlstm_mixer_train_forward(P, l, B, S, C, A, x);
+  else attention_train_forward(P, l, B, S, C, A, x);
+  mlp_train_forward(P, l, B, S, C, A, x);
+}
+
+/// A sandwich block's post-norm in place: A's y = x, then x = n(y) (rstd kept).
+template <class T>
+void post_norm_forward(const T* w, double eps, int N, int d, std::vector<T>& y, std::vector<T>& rstd, T* x) {
+  y.assign(x, x + std::size_t(N) * d);
+  rstd.resize(std::size_t(N));
+  rmsnorm_forward(y.data(), N, d, w, eps, x, rstd.data());
+}
+
+/// Its backward: dx [N, d], the gradient at n(y), becomes the gradient at y; the weight's gradient is accumulated.
+template <class T>
+void post_norm_backward(Param<T>& w, double eps, int N, int d, const std::vector<T>& y, const std::vector<T>& rstd, T* dx,
+                        TrainCache<T>& C) {
+  std::vector<T>& g = C.tmp;
+  g.assign(std::size_t(N) * d, T(0));
+  rmsnorm_backward(dx, y.data(), N, d, w.value.data(), rstd.data(), g.data(), norm_grad(w, C));
+  std::copy(g.begin(), g.end(), dx);
+}
+
+/// The recdepth-* (sandwich) block's training forward (lm::sandwich_block_forward's arithmetic):
+/// x = n2(x + attention); x = n4(x + MLP(n3 x)), q / k biases before RoPE; activations kept in A.
+template <class T>
+void sandwich_block_train_forward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                                  typename TrainCache<T>::LayerActs& A, T* x) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const Dims z(c, B, S);
+  attention_train_forward(P, l, B, S, C, A, x);
+  post_norm_forward(P.layer(l, LP::post_attn_norm).value.data(), c.rms_eps, z.N, z.d, A.sw_y1, A.sw_r1, x);
+  A.x_mid.assign(x, x + std::size_t(z.N) * z.d);  // n3's input
+  mlp_train_forward(P, l, B, S, C, A, x);
+  post_norm_forward(P.layer(l, LP::post_ffn_norm).value.data(), c.rms_eps, z.N, z.d, A.sw_y2, A.sw_r2, x);
 }
 
 /// The attention input's backward: from C.dqv, C.dk, C.dv (the gradients at q, k, v before RoPE)
@@ -648,6 +728,12 @@ void qkv_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C
   const int N = z.N, d = z.d;
   std::vector<T>& dxn = C.dxn;
   dxn.resize(std::size_t(N) * d);
+  for (auto [t, g, w] : {std::tuple{LP::q_bias, C.dqv.data(), z.dq}, std::tuple{LP::k_bias, C.dk.data(), z.dkv}}) {
+    if (!P.has(l, t) || P.layer(l, t).grad.empty()) continue;
+    T* gb = P.layer(l, t).grad.data();
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < w; ++i) gb[i] += g[std::size_t(n) * w + i];
+  }
   mat_backward(P, l, LP::wq, C.dqv.data(), A.xn1.data(), N, d, z.dq, dxn.data(), false, A, C);
   mat_backward(P, l, LP::wk, C.dk.data(), A.xn1.data(), N, d, z.dkv, dxn.data(), true, A, C);
   mat_backward(P, l, LP::wv, C.dv.data(), A.xn1.data(), N, d, z.dkv, dxn.data(), true, A, C);
@@ -680,11 +766,10 @@ void attention_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache
   qkv_train_backward(P, l, B, S, C, A, dx, [](std::vector<T>&) {});
 }
 
-/// The llama block's backward: dx [N, d] (the gradient at the block's output) becomes the
-/// gradient at its input; the block's parameter gradients are accumulated.
+/// The MLP sublayer's backward: dx [N, d], the gradient at x_mid + MLP, becomes the gradient at
+/// x_mid (the residual passes; the norm's part is added); the MLP's parameter gradients are accumulated.
 template <class T>
-void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
-                                typename TrainCache<T>::LayerActs& A, T* dx) {
+void mlp_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C, typename TrainCache<T>::LayerActs& A, T* dx) {
   using LP = LlamaParams<T>;
   const lm::ModelConfig& c = P.config;
   const Dims z(c, B, S);
@@ -701,8 +786,30 @@ void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCac
   mat_backward(P, l, LP::w_up, du.data(), A.xn2.data(), N, d, ff, dxn.data(), true, A, C);
   rmsnorm_backward(dxn.data(), A.x_mid.data(), N, d, P.layer(l, LP::ffn_norm).value.data(), A.rstd2.data(), dx,
                    norm_grad(P.layer(l, LP::ffn_norm), C));
-  if (c.block_type(l) == lm::BlockType::mlstm_hybrid) mlstm_mixer_train_backward(P, l, B, S, C, A, dx);
+}
+
+/// The llama block's backward: dx [N, d] (the gradient at the block's output) becomes the
+/// gradient at its input; the block's parameter gradients are accumulated.
+template <class T>
+void llama_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                                typename TrainCache<T>::LayerActs& A, T* dx) {
+  mlp_train_backward(P, l, B, S, C, A, dx);
+  if (P.config.block_type(l) == lm::BlockType::mlstm_hybrid) mlstm_mixer_train_backward(P, l, B, S, C, A, dx);
   else attention_train_backward(P, l, B, S, C, A, dx);
+}
+
+/// The sandwich block's backward: dx [N, d] (the gradient at its output) becomes the gradient at
+/// its input; the block's parameter gradients (norms, biases included) are accumulated.
+template <class T>
+void sandwich_block_train_backward(LlamaParams<T>& P, int l, int B, int S, TrainCache<T>& C,
+                                   typename TrainCache<T>::LayerActs& A, T* dx) {
+  using LP = LlamaParams<T>;
+  const lm::ModelConfig& c = P.config;
+  const Dims z(c, B, S);
+  post_norm_backward(P.layer(l, LP::post_ffn_norm), c.rms_eps, z.N, z.d, A.sw_y2, A.sw_r2, dx, C);
+  mlp_train_backward(P, l, B, S, C, A, dx);
+  post_norm_backward(P.layer(l, LP::post_attn_norm), c.rms_eps, z.N, z.d, A.sw_y1, A.sw_r1, dx, C);
+  attention_train_backward(P, l, B, S, C, A, dx);
 }
 
 /// An expert's (or the shared expert's) hidden state h [n, m] from its pre-activations: swiglu
@@ -997,6 +1104,9 @@ void block_train_forward(LlamaParams<T>& P, int block, int B, int S, TrainCache<
   switch (P.config.block_type(block)) {
     case lm::BlockType::llama:
     case lm::BlockType::mlstm_hybrid: return llama_block_train_forward(P, block, B, S, C, acts, x);
+    case lm::BlockType::recdepth_prelude:
+    case lm::BlockType::recdepth_core:
+    case lm::BlockType::recdepth_coda: return sandwich_block_train_forward(P, block, B, S, C, acts, x);
     case lm::BlockType::moe:
     case lm::BlockType::latent_moe: return moe_block_train_forward(P, block, B, S, C, acts, x);
   }
@@ -1008,10 +1118,133 @@ void block_train_backward(LlamaParams<T>& P, int block, int B, int S, TrainCache
   switch (P.config.block_type(block)) {
     case lm::BlockType::llama:
     case lm::BlockType::mlstm_hybrid: return llama_block_train_backward(P, block, B, S, C, acts, dx);
+    case lm::BlockType::recdepth_prelude:
+    case lm::BlockType::recdepth_core:
+    case lm::BlockType::recdepth_coda: return sandwich_block_train_backward(P, block, B, S, C, acts, dx);
     case lm::BlockType::moe:
     case lm::BlockType::latent_moe: return moe_block_train_backward(P, block, B, S, C, acts, dx);
   }
 }
+
+namespace {
+
+/// llama_loss for a recurrent-depth model (Huginn's forward with truncated backpropagation,
+/// raven_modeling_minimal.py iterate_forward): e = prelude(embed_scale E[tokens]); s_0 drawn per
+/// row from (C.rd_seed, row); n iterations s = core(A [s; e]) without gradient, then k with;
+/// coda on n_f(s); n_f and the head; cross-entropy.  The backward runs through the coda, n_f, the
+/// k gradient iterations (the adapter's gradient reaching both s and e) and the prelude; the
+/// state entering the first gradient iteration gets none (truncation).
+template <class T>
+double recdepth_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int S,
+                     double grad_scale, TrainCache<T>& C, std::vector<T>* logits_out) {
+  const lm::ModelConfig& c = P.config;
+  const int N = B * S, d = c.d_model, hd = c.head_dim(), V = c.vocab_size;
+  const int Pn = c.recdepth_prelude(), Cn = c.recdepth_core(), Dn = c.recdepth_coda();
+  const bool grad = grad_scale > 0;
+  const int rbar = c.recdepth.mean_recurrence, kbar = c.recdepth.backprop_depth;
+  int n_free = C.rd_no_grad, n_grad = C.rd_grad;
+  if (n_free < 0 || n_grad < 0) {
+    n_free = grad ? std::max(rbar - kbar, 0) : rbar;
+    n_grad = grad ? std::min(kbar, rbar) : 0;
+    if (grad && n_grad == 0) n_grad = 1, n_free = std::max(rbar - 1, 0);
+  }
+  if (n_free + n_grad < 1) throw InputError("a recurrent-depth forward needs at least one core iteration");
+  if (grad && n_grad < 1) throw InputError("training a recurrent-depth model needs at least one iteration with gradient");
+  for (auto& pl : P.poet) pl.prepare(P.store, C.poet);
+  C.aux_objective = C.aux_loss = 0;
+  C.aux_grad = 0;
+  C.pos.resize(N);
+  for (int n = 0; n < N; ++n) C.pos[n] = n % S;
+  rope_tables(C.pos.data(), N, hd, c.rope_theta, C.cs, C.sn);
+  const std::size_t nx = std::size_t(N) * d;
+  std::vector<T>& x = C.x;
+  x.resize(nx);
+  embedding_forward(P.embd().value.data(), d, tokens.data(), N, x.data());
+  const T scale = T(c.recdepth.embed_scale);
+  if (scale != T(1))
+    for (T& v : x) v *= scale;
+  const int n_steps = Pn + Cn * n_grad + Dn;  // steps with kept activations
+  C.layers.resize(std::size_t(n_steps));
+  C.rd_scratch.resize(std::size_t(Cn));
+  for (int l = 0; l < Pn; ++l) block_train_forward(P, l, B, S, C, C.layers[std::size_t(l)], x.data());
+  C.rd_e = x;
+  std::vector<T>& s = C.rd_s;
+  s.resize(nx);
+  {
+    std::vector<float> row(static_cast<std::size_t>(d));
+    for (int n = 0; n < N; ++n) {
+      lm::draw_state(C.rd_seed, n, d, c.recdepth.state_std, row.data());
+      std::copy(row.begin(), row.end(), s.begin() + std::ptrdiff_t(n) * d);
+    }
+  }
+  C.rd_cat.resize(std::size_t(n_grad));
+  std::vector<T> cat(std::size_t(N) * 2 * d);
+  for (int it = 0; it < n_free + n_grad; ++it) {
+    const bool keep = it >= n_free;
+    std::vector<T>& in = keep ? C.rd_cat[std::size_t(it - n_free)] : cat;
+    in.resize(std::size_t(N) * 2 * d);
+    for (int n = 0; n < N; ++n) {
+      std::copy_n(s.data() + std::size_t(n) * d, d, in.data() + std::size_t(n) * 2 * d);
+      std::copy_n(C.rd_e.data() + std::size_t(n) * d, d, in.data() + std::size_t(n) * 2 * d + d);
+    }
+    linear_forward(in.data(), N, 2 * d, P.adapter().value.data(), d, x.data());
+    for (int j = 0; j < Cn; ++j) {
+      auto& acts = keep ? C.layers[std::size_t(Pn + (it - n_free) * Cn + j)] : C.rd_scratch[std::size_t(j)];
+      block_train_forward(P, Pn + j, B, S, C, acts, x.data());
+    }
+    s = x;
+  }
+  C.rd_rstd.resize(std::size_t(N));
+  rmsnorm_forward(s.data(), N, d, P.out_norm().value.data(), c.rms_eps, x.data(), C.rd_rstd.data());  // Huginn's ln_f, first use
+  for (int k = 0; k < Dn; ++k) block_train_forward(P, Pn + Cn + k, B, S, C, C.layers[std::size_t(Pn + Cn * n_grad + k)], x.data());
+  C.x_out.assign(x.begin(), x.end());
+  C.xnf.resize(nx);
+  C.rstdf.resize(N);
+  C.logits.resize(std::size_t(N) * V);
+  rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
+  linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
+  if (logits_out) *logits_out = C.logits;
+  std::vector<T>& dlogits = C.dlogits;
+  dlogits.resize(grad ? C.logits.size() : 0);
+  const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, grad_scale);
+  C.hook_sum = C.logits_hook ? C.logits_hook(tokens, C.logits.data(), N, V, grad ? dlogits.data() : nullptr, grad_scale) : 0.0;
+  if (!grad) return loss;
+  std::vector<T>&dx = C.dx, &dxn = C.dxn;
+  dx.assign(nx, T(0));
+  dxn.resize(nx);
+  linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(),
+                  P.head().grad.empty() ? nullptr : P.head().grad.data());
+  rmsnorm_backward(dxn.data(), C.x_out.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), dx.data(), norm_grad(P.out_norm(), C));
+  for (int k = Dn - 1; k >= 0; --k) block_train_backward(P, Pn + Cn + k, B, S, C, C.layers[std::size_t(Pn + Cn * n_grad + k)], dx.data());
+  {  // through the first n_f: the gradient at s
+    std::vector<T> ds(nx, T(0));
+    rmsnorm_backward(dx.data(), s.data(), N, d, P.out_norm().value.data(), C.rd_rstd.data(), ds.data(), norm_grad(P.out_norm(), C));
+    dx.swap(ds);
+  }
+  std::vector<T>& de = C.rd_de;
+  de.assign(nx, T(0));
+  std::vector<T> dcat(std::size_t(N) * 2 * d);
+  for (int it = n_grad - 1; it >= 0; --it) {
+    for (int j = Cn - 1; j >= 0; --j) block_train_backward(P, Pn + j, B, S, C, C.layers[std::size_t(Pn + it * Cn + j)], dx.data());
+    linear_backward(dx.data(), C.rd_cat[std::size_t(it)].data(), N, 2 * d, P.adapter().value.data(), d, dcat.data(),
+                    P.adapter().grad.empty() ? nullptr : P.adapter().grad.data());
+    for (int n = 0; n < N; ++n) {
+      std::copy_n(dcat.data() + std::size_t(n) * 2 * d, d, dx.data() + std::size_t(n) * d);  // to the previous state
+      const T* g = dcat.data() + std::size_t(n) * 2 * d + d;
+      T* o = de.data() + std::size_t(n) * d;
+      for (int i = 0; i < d; ++i) o[i] += g[i];
+    }
+  }
+  dx.swap(de);  // the state before the gradient iterations gets none (truncated); e's gradient goes on
+  for (int l = Pn - 1; l >= 0; --l) block_train_backward(P, l, B, S, C, C.layers[std::size_t(l)], dx.data());
+  if (scale != T(1))
+    for (T& v : dx) v *= scale;
+  if (!P.embd().grad.empty()) embedding_backward(dx.data(), d, tokens.data(), N, P.embd().grad.data());
+  for (const auto& pl : P.poet) pl.finish(P.store, C.poet);
+  return loss;
+}
+
+}  // namespace
 
 template <class T>
 double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::vector<int>& targets, int B,
@@ -1030,6 +1263,12 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   for (int l : schedule)
     if (l < 0 || l >= c.n_layers) throw InputError(fmt::format("block schedule names block {} of {}", l, c.n_layers));
   lm::require_blocks(lm::Runner::trainer, c);
+  if (c.is_recdepth()) {
+    if (!schedule.empty() || exits) throw UsageError("a recurrent-depth model trains without a block schedule or early exits");
+    if (!C.row_scale.empty() || !C.dlogits_in.empty())
+      throw UsageError("a recurrent-depth model trains without per-row scales or a given logits gradient");
+    return recdepth_loss(P, tokens, targets, B, S, grad_scale, C, logits_out);
+  }
   const int n_steps = schedule.empty() ? c.n_layers : static_cast<int>(schedule.size());
   auto block_of = [&](int step) { return schedule.empty() ? step : schedule[step]; };
   const bool grad = grad_scale > 0;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <utility>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -40,6 +41,7 @@ struct LlamaParams {
     attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down,  // llama (attention and norms: every block)
     router, router_bias, gate_exps, up_exps, down_exps, gate_shexp, up_shexp, down_shexp, latent_down, latent_up,  // moe
     mlstm_fq, mlstm_fk, mlstm_iw, mlstm_ib, mlstm_fw, mlstm_fb, mlstm_ow, mlstm_ob,  // mlstm-hybrid (after llama's)
+    post_attn_norm, post_ffn_norm, q_bias, k_bias,  // recdepth-* sandwich blocks (after llama's)
     kLayerTensors
   };
   /// Per block and LayerTensor: the store index, or -1 where the block has no such tensor.
@@ -54,6 +56,9 @@ struct LlamaParams {
   /// The LM head [vocab, d] (token_embd when tied).
   Param<T>& head() { return config.tied ? embd() : store.params[std::size_t(out_norm_index) + 1]; }
   int out_norm_index = 0;  ///< store index of output_norm
+  int adapter_index = -1;  ///< store index of a recurrent-depth model's recdepth_adapter (-1: none)
+  /// The recurrent-depth adapter [d, 2d] (the model must be recurrent-depth).
+  Param<T>& adapter() { return store.params[std::size_t(adapter_index)]; }
 
   /// moe blocks' load-balancing loss coefficient alpha (Switch / Mixtral: alpha E sum_e f_e P_e per
   /// block, f_e the fraction of routed entries sent to expert e, P_e the mean normalised router
@@ -153,6 +158,8 @@ struct TrainCache {
     /// (i~, f~, o) [N, 3 n_heads], the output gate's input [q; k; v] [N, dq + 2 dkv], and the
     /// mLSTM and windowed-attention branches [N, dq] (att holds their mix).
     std::vector<T> h_q0, h_k0, h_fq, h_fk, h_gates, h_cat, h_m, h_sa;
+    /// recdepth-* sandwich blocks: the post-norms' inputs (x + attention, x_mid + MLP) and rstd.
+    std::vector<T> sw_y1, sw_r1, sw_y2, sw_r2;
     /// POET-X: per layer tensor, the product before the output rotation (PoetLinear::forward's y0).
     std::array<std::vector<T>, LlamaParams<T>::kLayerTensors> poet_y0;
     /// LoRA: per adapted projection, every job's u = xd A^T and (with dropout) dropped input xd.
@@ -168,6 +175,19 @@ struct TrainCache {
   std::vector<std::vector<T>> dexit;  ///< per early exit: the loss gradient at its block's output [N, d]
   std::vector<T> x, tmp, dlogits, dx, dxn, dh, dg, du, datt, dqv, dk, dv;  // work buffers
   std::vector<int> tokens, pos;
+  /// Recurrent-depth models (lm/recdepth.hpp): the next call's iterations without gradient
+  /// (run first) and with gradient (truncated backpropagation through the last ones), and the
+  /// seed of the initial state (row n of the B·S rows drawn from (rd_seed, n): for B = 1, the
+  /// engine's draw at position n).  rd_no_grad < 0 = the defaults: mean_recurrence − k̄ and k̄
+  /// when training, mean_recurrence and 0 without gradient.
+  int rd_no_grad = -1, rd_grad = -1;
+  std::uint64_t rd_seed = 0;
+  /// Recurrent-depth activations: the prelude's output e [N, d], the adapter's inputs [s; e] of
+  /// the gradient iterations [k][N, 2d], the final state and its n_f rstd; the no-gradient
+  /// iterations' scratch activations.
+  std::vector<T> rd_e, rd_s, rd_rstd, rd_de;
+  std::vector<std::vector<T>> rd_cat;
+  std::vector<LayerActs> rd_scratch;
   PoetWork<T> poet;  ///< POET-X scratch
   std::vector<T> dw;  ///< a sparse matrix's dense gradient before the gather
   std::vector<T> lora_tmp;    ///< LoRA scratch
@@ -186,6 +206,13 @@ struct TrainCache {
   std::function<double(const std::vector<int>& tokens, const T* logits, int N, int V, T* dlogits, double grad_scale)> logits_hook;
   double hook_sum = 0;  ///< the last call's logits_hook return (0 without a hook)
 };
+
+/// Huginn's per-step recurrence (raven_modeling_minimal.py randomized_iteration_sampler, the
+/// "poisson-lognormal-filling" scheme): with t = max(r̄ − k̄, 0) and s = k̄, τ ~ LogNormal(log(t + s)
+/// − σ²/2, σ = 0.5), p = Poisson(τ) + 1; returns (n, k) = (max(p − s, 0) iterations without
+/// gradient, min(s, p) with), drawn from `seed` alone (portable: Knuth's Poisson on our Rng).
+/// E[p] = r̄ + 1 − ... ≈ r̄ + 1; k >= 1.  mean >= 1, backprop >= 1 (a backprop of 0 is taken as 1).
+std::pair<int, int> sample_recurrence(int mean, int backprop, std::uint64_t seed);
 
 /// Model FLOP of one training token (forward + backward = 3 x forward) at sequence length S,
 /// the count model-FLOP utilisation is quoted with (PaLM, Chowdhery et al. 2022, App. B):

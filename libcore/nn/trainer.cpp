@@ -403,7 +403,7 @@ StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
     for (const auto& [i, mask] : masks_) params_.dense_grad[std::size_t(i)].assign(mask.numel, 0.0f);
   }
   std::vector<int> in, tg;
-  double loss = 0, aux = 0, hook = 0;
+  double loss = 0, aux = 0, hook = 0, recurrence = 0;
   for (auto& load : params_.moe_load) std::fill(load.begin(), load.end(), 0.0);
   std::fill(params_.moe_dropped.begin(), params_.moe_dropped.end(), 0.0);
   ExitPlan plan = exit_loss_plan(opt_.exit, base_.config.n_layers, optimizer_->steps(), opt_.steps);
@@ -412,14 +412,24 @@ StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
     in.clear();
     tg.clear();
     for (int b = 0; b < B; ++b) windows_.get(windows[std::size_t(a) * B + b], in, tg);
+    if (base_.config.is_recdepth()) {  // Huginn: this micro-batch's recurrence and initial state, from (seed, step, a)
+      const std::uint64_t rs = derive_seed(derive_seed(opt_.seed, 0x7ecde9u), std::uint64_t(next) * opt_.accum + a);
+      const auto [n_free, n_grad] = sample_recurrence(base_.config.recdepth.mean_recurrence, base_.config.recdepth.backprop_depth, rs);
+      cache_.rd_no_grad = n_free;
+      cache_.rd_grad = n_grad;
+      cache_.rd_seed = derive_seed(rs, 1);
+      recurrence += n_free + n_grad;
+    }
     loss += llama_loss(params_, in, tg, B, S, 1.0 / double(step_tokens), cache_, static_cast<std::vector<float>*>(nullptr), {},
                        opt_.exit.enabled() ? &plan : nullptr);
     for (std::size_t i = 0; i < plan.losses.size(); ++i) exit_sum[i] += plan.losses[i];
     aux += cache_.aux_loss;
     hook += cache_.hook_sum;
   }
+  cache_.rd_no_grad = cache_.rd_grad = -1;
   StepStats st;
   st.windows = windows;
+  if (base_.config.is_recdepth()) st.recurrence = recurrence / opt_.accum;
   if (opt_.moe_model) {
     int moe_steps = 0;
     for (int l = 0; l < base_.config.n_layers; ++l) moe_steps += lm::is_moe_block(base_.config.block_type(l));

@@ -130,6 +130,8 @@ struct StepStats {
   /// With a logits hook (Trainer::set_logits_hook): the mean per target of the objective it added
   /// (a distillation KL); NaN without one.
   double hook_loss = std::numeric_limits<double>::quiet_NaN();
+  /// Recurrent-depth models: the step's core iterations (n + k, mean over micro-batches); NaN otherwise.
+  double recurrence = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// Mean loss of a token stream.

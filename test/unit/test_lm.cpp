@@ -794,7 +794,7 @@ TEST_CASE("lm: bad checkpoints are refused with the tensor named") {
     io::h5::write_attr(root, "block_types", "llama,mamba");
     root.release();
   });
-  CHECK(message().find("block 1: unknown block type 'mamba' (this build reads: llama, moe, latent-moe, mlstm-hybrid)") != std::string::npos);
+  CHECK(message().find("block 1: unknown block type 'mamba' (this build reads: llama, moe, latent-moe, mlstm-hybrid, recdepth-prelude, recdepth-core, recdepth-coda)") != std::string::npos);
   // a moe block needs the routed FFN's settings
   edit([&](hid_t f) {
     io::h5::Handle root(H5Gopen2(f, "/", H5P_DEFAULT));
