@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   copt.val_every = 0;
   int seq_len = 0, batch = 4;
   std::int64_t max_tokens = 0;
+  int recurrence = 0;  // recurrent-depth models: core iterations (0 = the model's mean)
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "lm-eval",
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
                              "weight is exact in it, else f32), f32, f16 or bf16 (rounded); the CPU computes in f32 "
                              "(auto or f32 only)");
         lm::add_lora_flag(app, lora_dir);
+        app.add_option("--recurrence", recurrence, "Recurrent-depth models: core iterations r (default the model's mean recurrence)")->check(cli::int_range(1, 1 << 16));
         app.add_option("--max-tokens", max_tokens, "Score only the first N predicted tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
       },
       [&](cli::Context& ctx) {
@@ -81,6 +83,11 @@ int main(int argc, char** argv) {
           throw UsageError("lm-eval computes in f32 on the CPU (f16 and bf16 are for --device cuda)", "--weights " + weights);
         lm::Model model = lm::load_any(model_path);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
+        if (recurrence > 0) {  // the forward's default iterations (engine and trainer forward alike)
+          if (!model.config.is_recdepth())
+            throw UsageError("--recurrence needs a recurrent-depth model (" + model_path + " has none)", "--recurrence");
+          model.config.recdepth.mean_recurrence = recurrence;
+        }
         if (!lora_dir.empty()) lm::apply_lora(model, lora_dir, ctx.prov);
         std::unique_ptr<lm::Engine> engine;
         // a model the trainer's batched forward cannot run (moe blocks) is scored by the CPU engine
@@ -145,6 +152,7 @@ int main(int argc, char** argv) {
                            {"threads", threads()},
                            {"omp_spin_count", openmp_spin_count()},
                            {"meta", ctx.prov.to_json()}};
+        if (c.is_recdepth()) out["recurrence"] = c.recdepth.mean_recurrence;
         out["engine_settings"] = engine ? engine->settings() : nlohmann::json{{"weights", "f32"}};
         io::write_json(output, out);
         log::info("loss {:.4f} nats/token, perplexity {:.3f} over {} tokens", r.loss, r.perplexity(), r.tokens);

@@ -316,6 +316,16 @@ double training_flop_per_token(const lm::ModelConfig& c, int S) noexcept {
     if (lm::is_moe_block(c.block_type(l)) && c.moe.router == lm::RouterKind::sigmoid) active -= c.moe.n_experts;
   }
   const double matrix = active - norms - (c.tied ? 0.0 : embd);
+  if (c.is_recdepth()) {  // forward (2 FLOP per weight) at r̄ iterations, backward (4) through k̄ of them
+    const double r = c.recdepth.mean_recurrence, k = std::min(c.recdepth.backprop_depth, c.recdepth.mean_recurrence);
+    double core = 2.0 * c.d_model * c.d_model;  // the adapter
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.block_type(l) == lm::BlockType::recdepth_core) core += double(c.block_active_params(l)) - 2.0 * c.d_model;
+    const double rest = matrix - core, attn = 2.0 * double(S) * c.d_model;  // per block pass, forward
+    const double blocks_fwd = c.n_layers - c.recdepth_core() + r * c.recdepth_core();
+    const double blocks_bwd = c.n_layers - c.recdepth_core() + k * c.recdepth_core();
+    return 6.0 * rest + (2.0 * r + 4.0 * k) * core + attn * (blocks_fwd + 2.0 * blocks_bwd);
+  }
   return 6.0 * matrix + 6.0 * c.n_layers * double(S) * c.d_model;
 }
 

@@ -218,7 +218,8 @@ std::pair<int, int> sample_recurrence(int mean, int backprop, std::uint64_t seed
 /// the count model-FLOP utilisation is quoted with (PaLM, Chowdhery et al. 2022, App. B):
 /// 6 x the matrix weights (every projection and the LM head; the input embedding lookup and the
 /// norm weights do not multiply) + 6 x n_layers x S x d_model for causal attention (QK^T and PV
-/// over half the S x S square: 2 x 2 x S/2 x d per layer forward, x 3).
+/// over half the S x S square: 2 x 2 x S/2 x d per layer forward, x 3).  A recurrent-depth model:
+/// the core blocks and the adapter forward r̄ times (2 FLOP per weight) and backward k̄ times (4).
 double training_flop_per_token(const lm::ModelConfig& config, int S) noexcept;
 
 /// Forward (and with `grad_scale` > 0, backward) of B sequences of S tokens: inputs

@@ -28,6 +28,7 @@ set(CLI_NODIR_RUNS
   "plora-train missing.json --model missing.h5 -o nodir/out"
   "lmcleaner-unlearn missing.traj missing.tsv --steps 0 -o nodir/out.h5"
   "pseudomallows-fit missing.csv -o nodir/o.json"
+  "recdepth-sample missing.h5 --prompt x -o nodir/o.json"
   "smc-optimize --problem toy -o nodir/o.json"
   "tokenizer-train missing.txt -o nodir/o.model"
   "wave-calibrate missing.h5 missing.txt -o nodir/o.json"

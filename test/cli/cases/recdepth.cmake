@@ -1,0 +1,46 @@
+# ---- recdepth-sample (issue 36): ar, ar-adaptive and the diffusion-forcing sampler ----------------
+set(RDS $<TARGET_FILE:recdepth-sample>)
+# A tiny random recurrent-depth model (1 prelude, 2 core, 1 coda blocks, mean recurrence 8, n_ctx 128)
+# with a tokenizer trained on the shipped Genesis excerpt.
+set(RDS_MODEL "$<TARGET_FILE:tokenizer-train> ${FX}/genesis.txt --chunk-lines 3 --vocab-size 400 -o t.model -q && $<TARGET_FILE:lm-init> --tokenizer t.model --preset tiny --arch recurrent-depth --mean-recurrence 8 --n-ctx 128 -o rd.h5 -q")
+
+# The sampler's degenerate case: inner recurrence r, a wavefront of one, no EMA, no noise is ar.
+cli_case(recdepth-sample/degenerate-diffusion-is-ar --rc 0
+  --file-jq out.json ".agreement_with_ar == 1 and .ids == .ar.ids and .generated_tokens == 24 and .forwards == 23"
+  --file-jq out.json "([.recurrence_per_token[] == 8] | all) and .core_iterations_per_token == 8 and .settings.recurrence == 8"
+  --file-jq out.json ".method == \"diffusion-forcing\" and .meta.tool == \"recdepth-sample\" and (.text | type) == \"string\""
+  -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt 'In the beginning' -n 24 --ignore-eos --inner-recurrence 8 --max-wavefront 1 --ema 0 --state-noise 0 --compare-ar -o out.json -q")
+# Defaults with a wider headway: the summary, the score and the step log agree with each other.
+cli_case(recdepth-sample/summary-score-steps-log --rc 0
+  --file-jq out.json ".generated_tokens == 20 and .decode_tokens == 19 and .score.tokens == 20 and .score.perplexity > 1 and .stop_reason == \"max_new_tokens\""
+  --file-jq out.json ".settings.headway == 2 and .settings.inner_recurrence == 4 and .settings.freeze == \"latent-diff\" and .forwards_per_token < 1"
+  --file-jq steps.json ".[0].meta.tool == \"recdepth-sample\" and ([.[1:][] | .committed] | add) == 19 and ([.[1:][] | .wavefront <= 128] | all)"
+  --file-jq both.json ".[0].forwards == (.[1] | length) - 1 and .[0].core_iterations == ([.[1][1:][] | .core_iterations] | add)"
+  -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt 'And God said' -n 20 --ignore-eos --headway 2 --score --steps-log s.jsonl -o out.json -q && jq -s . s.jsonl > steps.json && jq -s . out.json steps.json > both.json")
+# --prompts: one record per prompt and totals; ar-adaptive at threshold 0 never exits and is ar.
+cli_case(recdepth-sample/prompts-file-adaptive-threshold-zero --rc 0
+  --jq ".totals.prompts == 2 and (.prompts | length) == 2 and .totals.agreement_with_ar == 1 and .totals.generated_tokens == 24"
+  --jq "(.prompts[1].where | test(\"line 3$\")) and .totals.core_iterations_per_token == 8 and .settings.kl_threshold == 0"
+  -- bash -c "${RDS_MODEL} && printf 'In the beginning\\n\\nAnd God said\\n' > p.txt && ${RDS} rd.h5 --prompts p.txt -n 12 --ignore-eos --method ar-adaptive --kl-threshold 0 --compare-ar -q")
+# Seeded sampling: the same seed gives the same ids on 1 and 2 threads, another seed others.
+cli_case(recdepth-sample/sampling-seeded-across-threads --rc 0
+  -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 3 --threads 1 -q | jq -c .ids > a.txt && ${RDS} rd.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 3 --threads 2 -q | jq -c .ids > b.txt && ${RDS} rd.h5 --prompt x -n 30 --ignore-eos --temperature 1 --seed 4 -q | jq -c .ids > c.txt && cmp a.txt b.txt && ! cmp -s a.txt c.txt && test -s a.txt")
+
+# ---- bad input: one line, nothing written --------------------------------------------------------
+cli_case(recdepth-sample/recurrence-zero --rc 2 --stderr "^recdepth-sample: error: must be an integer in 1\\.\\.65536, got 0 \\(--recurrence\\)$" --no-file o.json
+  -- ${RDS} missing.h5 --prompt x --recurrence 0 -o o.json)
+cli_case(recdepth-sample/inner-recurrence-zero --rc 2 --stderr "^recdepth-sample: error: must be an integer in 1\\.\\.65536, got 0 \\(--inner-recurrence\\)$" --no-file o.json
+  -- ${RDS} missing.h5 --prompt x --inner-recurrence 0 -o o.json)
+cli_case(recdepth-sample/wavefront-smaller-than-headway --rc 2 --stderr "^recdepth-sample: error: --max-wavefront 2 is smaller than --headway 3: a step's new positions must fit the wavefront \\(--max-wavefront\\)$" --no-file o.json
+  -- ${RDS} missing.h5 --prompt x --headway 3 --max-wavefront 2 -o o.json)
+cli_case(recdepth-sample/flag-of-another-method --rc 2 --stderr "^recdepth-sample: error: --inner-recurrence is used by --method diffusion-forcing only \\(this run: ar\\) \\(--inner-recurrence\\)$" --no-file o.json
+  -- ${RDS} missing.h5 --prompt x --method ar --inner-recurrence 4 -o o.json)
+cli_case(recdepth-sample/steps-log-not-jsonl --rc 2 --stderr "give a path ending in \\.jsonl" --no-file s.json
+  -- ${RDS} missing.h5 --prompt x --steps-log s.json)
+cli_case(recdepth-sample/missing-model --rc 1 --stderr "^recdepth-sample: error: cannot read file" --no-file o.json
+  -- ${RDS} missing.h5 --prompt x -o o.json)
+cli_case(recdepth-sample/llama-checkpoint --rc 1 --no-file o.json
+  --stderr "^recdepth-sample: error: not a recurrent-depth model: its blocks are 6 llama, not recdepth-prelude / core / coda \\(make one with lm-init or lm-train --arch recurrent-depth\\) \\(.*kjv7m\\.h5\\)$"
+  -- ${RDS} ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --prompt x -o o.json)
+cli_case(recdepth-sample/prompt-fills-context --rc 1 --tool recdepth-sample --stderr "no room to generate in the context of n_ctx = 128" --no-file o.json
+  -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt-file ${FX}/genesis.txt -o o.json")
