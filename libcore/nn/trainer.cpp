@@ -228,6 +228,7 @@ lm::Model without_matrices(const lm::Model& init) {
   };
   shape(init.token_embd, m.token_embd);
   shape(init.output, m.output);
+  shape(init.adapter, m.adapter);  // a recurrent-depth model's root matrix
   for (std::size_t l = 0; l < init.layers.size(); ++l) {
     const auto& a = init.layers[l];
     auto& b = m.layers[l];

@@ -44,3 +44,22 @@ cli_case(recdepth-sample/llama-checkpoint --rc 1 --no-file o.json
   -- ${RDS} ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --prompt x -o o.json)
 cli_case(recdepth-sample/prompt-fills-context --rc 1 --tool recdepth-sample --stderr "no room to generate in the context of n_ctx = 128" --no-file o.json
   -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt-file ${FX}/genesis.txt -o o.json")
+
+# ---- lm-init / lm-train --arch recurrent-depth ------------------------------------------------------
+# lm-train on a recurrent-depth model: the log records each step's sampled recurrence, the checkpoint
+# keeps the adapter and Huginn's settings, lm-eval scores it at chosen recurrences.
+cli_case(lm-train/recurrent-depth-trains --rc 0
+  --file-jq log.json "[.[] | select(.step) | .recurrence] | length == 4 and (map(. >= 1) | all)"
+  --file-jq log.json "[.[] | select(.summary)][0].summary.finished == true"
+  --file-jq e.json ".[0].recurrence == 1 and .[1].recurrence == 8 and .[0].loss > 0 and .[0].loss != .[1].loss"
+  -- bash -c "$<TARGET_FILE:lm-train> ${FX}/genesis.txt --vocab-size 400 --arch recurrent-depth --prelude 1 --core 1 --coda 1 --d-model 32 --n-heads 2 --n-kv-heads 2 --d-ff 64 --n-ctx 64 --mean-recurrence 4 --backprop-depth 2 --seq-len 32 --batch 2 --steps 4 --log-every 1 --val-every 4 -o rd.h5 --log log.jsonl -q && jq -s . log.jsonl > log.json && $<TARGET_FILE:lm-eval> rd.h5 ${FX}/genesis.txt --recurrence 1 --max-tokens 64 -o e1.json -q && $<TARGET_FILE:lm-eval> rd.h5 ${FX}/genesis.txt --recurrence 8 --max-tokens 64 -o e8.json -q && jq -s . e1.json e8.json > e.json")
+cli_case(lm-init/recurrent-depth-flag-without-arch --rc 2 --stderr "^lm-init: error: --mean-recurrence needs --arch recurrent-depth \\(--mean-recurrence\\)$" --no-file m.h5
+  -- $<TARGET_FILE:lm-init> --preset tiny --mean-recurrence 8 -o m.h5)
+cli_case(lm-init/recurrent-depth-with-n-layers --rc 2 --stderr "sets the blocks with --prelude, --core and --coda \\(--n-layers\\)$" --no-file m.h5
+  -- $<TARGET_FILE:lm-init> --preset tiny --arch recurrent-depth --n-layers 4 -o m.h5)
+cli_case(lm-init/recurrent-depth-backprop-above-mean --rc 2 --stderr "--backprop-depth 9 exceeds --mean-recurrence 4" --no-file m.h5
+  -- $<TARGET_FILE:lm-init> --preset tiny --arch recurrent-depth --mean-recurrence 4 --backprop-depth 9 -o m.h5)
+cli_case(lm-eval/recurrence-on-a-llama-model --rc 2 --stderr "--recurrence needs a recurrent-depth model" --no-file o.json
+  -- $<TARGET_FILE:lm-eval> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 ${FX}/genesis.txt --recurrence 4 -o o.json)
+cli_case(lm-convert/recurrent-depth-to-gguf --rc 2 --tool lm-convert --stderr "recurrent-depth models exist in the native HDF5 format only" --no-file m.gguf
+  -- bash -c "$<TARGET_FILE:lm-init> --preset tiny --arch recurrent-depth -o rd.h5 -q && $<TARGET_FILE:lm-convert> rd.h5 -o m.gguf")
