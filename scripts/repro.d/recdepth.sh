@@ -17,7 +17,7 @@
 #   generated text at full recurrence);
 #   5. the best setting with agreement >= 0.9 again with sampler seeds 2 and 3.
 # Results: $RD_RESULTS (default data/repro/recdepth): loss_vs_r.csv, sweep.csv, seeds.csv, a
-# gnuplot speed/quality picture recdepth.png.  Cost: about 15 CPU-minutes; REPRO_QUICK=1 is a
+# gnuplot speed/quality picture recdepth.png and the loss curve loss_vs_r.png.  Cost: about 15 CPU-minutes; REPRO_QUICK=1 is a
 # rehearsal (2 prompts, 12 tokens, a small grid).  $1 = bin directory.
 set -euo pipefail
 bin=${1:-build/bin}
@@ -39,7 +39,7 @@ echo "recurrence,val_loss,val_perplexity,tokens" >"$res/loss_vs_r.csv"
 for rr in $rs; do
   "$bin/lm-eval" "$model" "$corpus" --column 2 --doc-column 1 --val-every 20 --split val --seq-len 128 \
     --max-tokens "$evaltok" --recurrence "$rr" -o "$out/eval-r$rr.json" -q
-  jq -r --arg r "$rr" '[$r, .loss, .perplexity, .tokens] | @csv' "$out/eval-r$rr.json" >>"$res/loss_vs_r.csv"
+  jq -r --arg r "$rr" '[($r | tonumber), .loss, .perplexity, .tokens] | @csv' "$out/eval-r$rr.json" >>"$res/loss_vs_r.csv"
 done
 echo "held-out loss against test-time recurrence r ($evaltok tokens):"
 column -s, -t "$res/loss_vs_r.csv"
@@ -108,6 +108,12 @@ set grid
 plot "< grep '^diffusion-forcing' $out/points.dat" using 2:3 with points pt 7 title "diffusion forcing", \
      "< grep '^ar-adaptive' $out/points.dat" using 2:3 with points pt 5 title "ar-adaptive (KL exit)", \
      "< grep '^ar ' $out/points.dat" using 2:3 with points pt 9 ps 2 title "ar"
+set output "$res/loss_vs_r.png"
+set xlabel "test-time recurrence r"
+set ylabel "held-out loss (nats/token)"
+set logscale x 2
+set datafile separator ","
+plot "$res/loss_vs_r.csv" every ::1 using 1:2 with linespoints pt 7 title "kjv-recdepth (trained at mean r = 16)"
 EOF
 fi
 echo "command (one run): $bin/recdepth-sample $model --prompts prompts.txt -n $ntok --ignore-eos --recurrence $r --compare-ar --score --method diffusion-forcing --inner-recurrence 4 --exit-threshold 0.03 --headway 1 -o run.json"
