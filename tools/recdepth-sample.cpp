@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   std::string method = "diffusion-forcing", freeze = "latent-diff";
   int prompt_tokens = 0, recurrence = 0;
   bool ignore_eos = false, compare_ar = false, score = false;
+  int ar_recurrence = 0;  // --compare-ar's baseline recurrence (0 = r)
   decode::RecdepthSampleConfig cfg;
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
@@ -112,7 +113,8 @@ int main(int argc, char** argv) {
         lm::add_sampler_flags(app, cfg.sampler);
         app.add_flag("--ignore-eos", ignore_eos, "Do not stop at the end-of-sequence token");
         app.add_flag("--compare-ar", compare_ar, "Also run ar at r on each prompt: agreement_with_ar and speedup_over_ar");
-        app.add_flag("--score", score, "Score each continuation by one forward at recurrence r: mean NLL and perplexity");
+        app.add_option("--ar-recurrence", ar_recurrence, "--compare-ar: the baseline ar's recurrence (default --recurrence's r)")->check(cli::int_range(1, 65536));
+        app.add_flag("--score", score, "Score each continuation by one forward at recurrence r (--ar-recurrence when given): mean NLL and perplexity");
         app.add_option("--steps-log", steps_log, "One record per forward (.jsonl)");
         app.add_option("-o,--output", output, "Summary (.json; default stdout)");
       },
@@ -208,6 +210,12 @@ int main(int argc, char** argv) {
         nlohmann::json records = nlohmann::json::array();
         decode::RecdepthSampleConfig ar_cfg = cfg;
         ar_cfg.method = decode::RecdepthMethod::ar;
+        if (ar_recurrence > 0) {
+          if (!compare_ar) throw UsageError("--ar-recurrence sets the --compare-ar baseline: give --compare-ar", "--ar-recurrence");
+          ar_cfg.recurrence = ar_recurrence;
+          settings["ar_recurrence"] = ar_recurrence;
+          ctx.prov.extra["recdepth"]["settings"] = settings;
+        }
         for (std::size_t pi = 0; pi < prompts.size(); ++pi) {
           const std::vector<int>& ids = prompts[pi];
           const decode::RecdepthResult res = decode::recdepth_generate(model, ids, cfg);
@@ -261,7 +269,7 @@ int main(int argc, char** argv) {
             if (res.tokens.empty()) {
               rec["score"] = nullptr;
             } else {
-              const decode::ContinuationScore s = decode::score_continuation(model, ids, res.tokens, r, cfg.state_seed);
+              const decode::ContinuationScore s = decode::score_continuation(model, ids, res.tokens, ar_recurrence > 0 ? ar_recurrence : r, cfg.state_seed);
               rec["score"] = {{"tokens", s.tokens}, {"mean_nll", s.mean_nll}, {"perplexity", s.perplexity}};
               tot.nll += s.mean_nll * s.tokens;
               tot.scored += s.tokens;

@@ -344,8 +344,11 @@ void run_diffusion(Run& run, const std::vector<int>& prompt) {
     sampled.resize(std::size_t(W));
     for (int i = 0; i < W; ++i) sampled[std::size_t(i)] = run.sampler.sample(logits.row(i), run.V);
     if (stable.size() < seq.size() + 1) stable.resize(seq.size() + 1, 0);
-    for (int i = 1; i < W; ++i)
+    int first_change = W;  // the first row whose input token this resampling changed (W: none)
+    for (int i = 1; i < W; ++i) {
       if (sampled[std::size_t(i - 1)] == seq[std::size_t(c + i)]) ++stable[std::size_t(c + i)];
+      else if (first_change == W) first_change = i;
+    }
     for (int i = 1; i < W; ++i) seq[std::size_t(c + i)] = sampled[std::size_t(i - 1)];
     if (c + W <= run.last_pos) seq.push_back(sampled[std::size_t(W - 1)]);  // position c+W: the first new one
 
@@ -363,8 +366,11 @@ void run_diffusion(Run& run, const std::vector<int>& prompt) {
       stable_w[std::size_t(i)] = stable[std::size_t(c + i)];
     }
     int Q = df_freeze_position(cfg, run.r, c, step, delta, stable_w);
-    for (int i = W - 1; i >= 0; --i)
-      if (n[std::size_t(i)] >= run.r) {  // the cap at r: row i is done, so is the token it predicts
+    // The cap at r: row i is done, so is the token it predicts -- provided the rows up to i saw
+    // the tokens that are being frozen (none of positions c+1..c+i was just resampled to another
+    // token), else the frozen tokens would not be the ones the predictions were made from.
+    for (int i = std::min(W, first_change) - 1; i >= 0; --i)
+      if (n[std::size_t(i)] >= run.r) {
         Q = std::max(Q, c + i + 1);
         break;
       }

@@ -6,16 +6,18 @@
 # d 128, trained at mean recurrence 16; data/models/README.md).
 #   1. held-out loss against the test-time recurrence r (lm-eval --recurrence r on the held-out
 #      chapters): what makes the sampler's trade-off real;
-#   2. prompts: the first $RD_WORDS words of the first verse of $RD_PROMPTS held-out chapters
-#      (every 20th chapter, lm-train's split), $RD_TOKENS new tokens each, greedy;
-#   3. baselines: ar at r = 16 (the training mean) and ar-adaptive (Huginn's per-token KL exit)
-#      at KL thresholds 1e-2, 1e-3, 1e-4;
-#   4. diffusion forcing over inner recurrence {1, 2, 4, 8} x exit threshold {0.01, 0.03, 0.1} x
+#   2. prompts: the first $RD_WORDS (12) words of the first verse of $RD_PROMPTS (16) held-out chapters
+#      (every 20th chapter, lm-train's split), $RD_TOKENS (64) new tokens each, greedy;
+#   3. baselines: ar at r = 16 (the training mean), ar at r = 4 and 8 (against ar at 16: what a
+#      lower fixed recurrence buys), and ar-adaptive (Huginn's per-token KL exit) at KL thresholds
+#      1e-1, 1e-2, 1e-3, 1e-4;
+#   4. diffusion forcing over inner recurrence {1, 2, 4, 8} x exit threshold {0.01, 0.03, 0.1, 0.2} x
 #      headway {1, 2}, noise 0.5 and EMA 0.1 (the reference's defaults), capped at r = 16 per token;
 #   every run with --compare-ar (speedup over ar and token agreement with ar, each run timing its
 #   own ar so both see the same machine load) and --score (the model's perplexity of the
 #   generated text at full recurrence);
-#   5. the best setting with agreement >= 0.9 again with sampler seeds 2 and 3.
+#   5. the fastest diffusion-forcing and ar-adaptive settings with agreement >= 0.9 again with
+#      sampler seeds 2 and 3.
 # Results: $RD_RESULTS (default data/repro/recdepth): loss_vs_r.csv, sweep.csv, seeds.csv, a
 # gnuplot speed/quality picture recdepth.png and the loss curve loss_vs_r.png.  Cost: about 15 CPU-minutes; REPRO_QUICK=1 is a
 # rehearsal (2 prompts, 12 tokens, a small grid).  $1 = bin directory.
@@ -25,8 +27,8 @@ model=${RD_MODEL:-data/models/kjv-recdepth.h5}
 corpus=data/corpus/kjv.tsv.gz
 out=${RD_OUT:-build/repro-recdepth}
 res=${RD_RESULTS:-data/repro/recdepth}
-nprompts=${RD_PROMPTS:-8} ntok=${RD_TOKENS:-48} words=${RD_WORDS:-12}
-inners="1 2 4 8" exits="0.01 0.03 0.1" headways="1 2" kls="1e-2 1e-3 1e-4" rs="1 2 4 8 12 16 24 32" evaltok=16384
+nprompts=${RD_PROMPTS:-16} ntok=${RD_TOKENS:-64} words=${RD_WORDS:-12}
+inners="1 2 4 8" exits="0.01 0.03 0.1 0.2" headways="1 2" kls="1e-1 1e-2 1e-3 1e-4" rs="1 2 4 8 12 16 24 32" evaltok=16384
 if [ "${REPRO_QUICK:-0}" = 1 ]; then
   nprompts=2 ntok=12 inners="2 4" exits="0.03" headways="1" kls="1e-3" rs="1 4 16" evaltok=1024 res=$out/results
 fi
@@ -53,51 +55,56 @@ zcat "$corpus" | awk -F'\t' -v n="$nprompts" -v w="$words" '
 run() {
   local name=$1; shift
   [ -f "$out/$name.json" ] || "$bin/recdepth-sample" "$model" --prompts "$out/prompts.txt" -n "$ntok" --ignore-eos \
-    --recurrence "$r" --compare-ar --score -q -o "$out/$name.json" "$@"
+    --recurrence "${RUN_R:-$r}" --compare-ar --score -q -o "$out/$name.json" "$@"
 }
-row() {  # name, method, inner, exit, headway, kl, seed
-  jq -r --arg n "$1" --arg m "$2" --arg i "$3" --arg e "$4" --arg h "$5" --arg k "$6" --arg s "$7" '
-    .totals as $t | [$n, $m, $i, $e, $h, $k, $s, $t.speedup_over_ar, $t.agreement_with_ar, $t.tokens_per_s,
-      ($t.decode_tokens / $t.ar_generation_seconds), $t.forwards_per_token, $t.core_iterations_per_token,
-      $t.mean_recurrence_per_token, $t.score.perplexity] | @csv' "$out/$1.json"
+row() {  # name, seed: one CSV row of a run's totals (its settings from its own summary)
+  jq -r --arg n "$1" --arg s "$2" '
+    .totals as $t | .settings as $c | [$n, .method, $c.recurrence, $c.inner_recurrence, $c.exit_threshold, $c.headway, $c.kl_threshold, ($s | tonumber),
+      $t.speedup_over_ar, $t.agreement_with_ar, $t.tokens_per_s, ($t.decode_tokens / $t.ar_generation_seconds),
+      $t.forwards_per_token, $t.core_iterations_per_token, $t.mean_recurrence_per_token, $t.score.perplexity] | @csv' "$out/$1.json"
 }
-header="name,method,inner_recurrence,exit_threshold,headway,kl_threshold,seed,speedup_over_ar,agreement_with_ar,tokens_per_s,ar_tokens_per_s,forwards_per_token,core_iterations_per_token,recurrence_per_token,perplexity_at_r16"
+header="name,method,recurrence,inner_recurrence,exit_threshold,headway,kl_threshold,seed,speedup_over_ar,agreement_with_ar,tokens_per_s,ar_tokens_per_s,forwards_per_token,core_iterations_per_token,recurrence_per_token,perplexity_at_r16"
 echo "$header" >"$res/sweep.csv"
 run ar --method ar
-row ar ar "" "" "" "" 1 >>"$res/sweep.csv"
+row ar 1 >>"$res/sweep.csv"
+for rr in 4 8; do  # ar at a lower recurrence against ar at r: what lowering r alone buys
+  RUN_R=$rr run "ar-r$rr" --method ar --ar-recurrence "$r"
+  row "ar-r$rr" 1 >>"$res/sweep.csv"
+done
 for k in $kls; do
   run "adaptive-kl$k" --method ar-adaptive --kl-threshold "$k"
-  row "adaptive-kl$k" ar-adaptive "" "" "" "$k" 1 >>"$res/sweep.csv"
+  row "adaptive-kl$k" 1 >>"$res/sweep.csv"
 done
 for i in $inners; do for e in $exits; do for h in $headways; do
   n="df-i$i-e$e-h$h"
   run "$n" --method diffusion-forcing --inner-recurrence "$i" --exit-threshold "$e" --headway "$h"
-  row "$n" diffusion-forcing "$i" "$e" "$h" "" 1 >>"$res/sweep.csv"
+  row "$n" 1 >>"$res/sweep.csv"
 done; done; done
 echo
 echo "sweep (speedup and agreement against ar at r = $r on the same prompts; perplexity scored at r = $r):"
 column -s, -t "$res/sweep.csv"
 
-# 5. the fastest diffusion-forcing setting with agreement >= 0.9, and the fastest overall, with more seeds
-best=$(awk -F, 'NR > 1 && $2 == "\"diffusion-forcing\"" && $9 >= 0.9 && $8 > b { b = $8; n = $1 } END { gsub(/"/, "", n); print n }' "$res/sweep.csv")
+# 5. the fastest diffusion-forcing and the fastest ar-adaptive setting with agreement >= 0.9, again
+#    with sampler seeds 2 and 3 (other initial states and state noise): the comparison's spread
 echo "$header" >"$res/seeds.csv"
-if [ -n "$best" ]; then
-  flags=$(jq -r '.settings | "--inner-recurrence \(.inner_recurrence) --exit-threshold \(.exit_threshold) --headway \(.headway)"' "$out/$best.json")
+for m in diffusion-forcing ar-adaptive; do
+  best=$(awk -F, -v m="\"$m\"" 'NR > 1 && $2 == m && $10 >= 0.9 && $9 > b { b = $9; n = $1 } END { gsub(/"/, "", n); print n }' "$res/sweep.csv")
+  if [ -z "$best" ]; then echo "no $m setting reached agreement 0.9"; continue; fi
+  flags=$(jq -r '.settings | if .inner_recurrence then "--inner-recurrence \(.inner_recurrence) --exit-threshold \(.exit_threshold) --headway \(.headway)" else "--kl-threshold \(.kl_threshold)" end' "$out/$best.json")
+  grep "^\"$best\"," "$res/sweep.csv" >>"$res/seeds.csv"
   for s in 2 3; do
     # shellcheck disable=SC2086
-    run "$best-s$s" --method diffusion-forcing $flags --seed "$s"
-    row "$best-s$s" diffusion-forcing "" "" "" "" "$s" >>"$res/seeds.csv"
+    run "$best-s$s" --method "$m" $flags --seed "$s"
+    row "$best-s$s" "$s" >>"$res/seeds.csv"
   done
-  echo
-  echo "best diffusion-forcing setting with agreement >= 0.9: $best; sampler seeds 2 and 3:"
-  column -s, -t "$res/seeds.csv"
-else
-  echo "no diffusion-forcing setting reached agreement 0.9"
-fi
+done
+echo
+echo "the fastest settings with agreement >= 0.9, seeds 1 (the sweep), 2 and 3:"
+column -s, -t "$res/seeds.csv"
 
 # the speed/quality picture
 if command -v gnuplot >/dev/null 2>&1; then
-  awk -F, 'NR > 1 { gsub(/"/, ""); print $2, $8, $9, $1 }' "$res/sweep.csv" >"$out/points.dat"
+  awk -F, 'NR > 1 { gsub(/"/, ""); print $2, $9, $10, $1 }' "$res/sweep.csv" >"$out/points.dat"
   gnuplot <<EOF 2>/dev/null && echo "picture: $res/recdepth.png"
 set terminal pngcairo size 900,600
 set output "$res/recdepth.png"

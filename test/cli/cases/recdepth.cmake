@@ -63,3 +63,10 @@ cli_case(lm-eval/recurrence-on-a-llama-model --rc 2 --stderr "--recurrence needs
   -- $<TARGET_FILE:lm-eval> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 ${FX}/genesis.txt --recurrence 4 -o o.json)
 cli_case(lm-convert/recurrent-depth-to-gguf --rc 2 --tool lm-convert --stderr "recurrent-depth models exist in the native HDF5 format only" --no-file m.gguf
   -- bash -c "$<TARGET_FILE:lm-init> --preset tiny --arch recurrent-depth -o rd.h5 -q && $<TARGET_FILE:lm-convert> rd.h5 -o m.gguf")
+# --ar-recurrence: the baseline of --compare-ar at another recurrence (ar at r = 2 against ar at 8);
+# it needs --compare-ar.
+cli_case(recdepth-sample/ar-recurrence-baseline --rc 0
+  --file-jq out.json ".settings.recurrence == 2 and .settings.ar_recurrence == 8 and .core_iterations_per_token == 2 and .agreement_with_ar <= 1 and .speedup_over_ar > 0"
+  -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt 'In the beginning' -n 12 --ignore-eos --recurrence 2 --ar-recurrence 8 --compare-ar -o out.json -q")
+cli_case(recdepth-sample/ar-recurrence-without-compare --rc 2 --tool recdepth-sample --stderr "give --compare-ar" --no-file o.json
+  -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt x --ar-recurrence 8 -o o.json")
