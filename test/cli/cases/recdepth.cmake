@@ -13,7 +13,7 @@ cli_case(recdepth-sample/degenerate-diffusion-is-ar --rc 0
 # Defaults with a wider headway: the summary, the score and the step log agree with each other.
 cli_case(recdepth-sample/summary-score-steps-log --rc 0
   --file-jq out.json ".generated_tokens == 20 and .decode_tokens == 19 and .score.tokens == 20 and .score.perplexity > 1 and .stop_reason == \"max_new_tokens\""
-  --file-jq out.json ".settings.headway == 2 and .settings.inner_recurrence == 4 and .settings.freeze == \"latent-diff\" and .forwards_per_token < 1"
+  --file-jq out.json ".settings.headway == 2 and .settings.inner_recurrence == 4 and .settings.freeze == \"latent-diff\" and .forwards >= 10"
   --file-jq steps.json ".[0].meta.tool == \"recdepth-sample\" and ([.[1:][] | .committed] | add) == 19 and ([.[1:][] | .wavefront <= 128] | all)"
   --file-jq both.json ".[0].forwards == (.[1] | length) - 1 and .[0].core_iterations == ([.[1][1:][] | .core_iterations] | add)"
   -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt 'And God said' -n 20 --ignore-eos --headway 2 --score --steps-log s.jsonl -o out.json -q && jq -s . s.jsonl > steps.json && jq -s . out.json steps.json > both.json")
@@ -67,6 +67,6 @@ cli_case(lm-convert/recurrent-depth-to-gguf --rc 2 --tool lm-convert --stderr "r
 # it needs --compare-ar.
 cli_case(recdepth-sample/ar-recurrence-baseline --rc 0
   --file-jq out.json ".settings.recurrence == 2 and .settings.ar_recurrence == 8 and .core_iterations_per_token == 2 and .agreement_with_ar <= 1 and .speedup_over_ar > 0"
-  -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt 'In the beginning' -n 12 --ignore-eos --recurrence 2 --ar-recurrence 8 --compare-ar -o out.json -q")
+  -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt 'In the beginning' -n 12 --ignore-eos --method ar --recurrence 2 --ar-recurrence 8 --compare-ar -o out.json -q")
 cli_case(recdepth-sample/ar-recurrence-without-compare --rc 2 --tool recdepth-sample --stderr "give --compare-ar" --no-file o.json
   -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt x --ar-recurrence 8 -o o.json")
