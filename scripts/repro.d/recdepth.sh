@@ -12,12 +12,13 @@
 #      lower fixed recurrence buys), and ar-adaptive (Huginn's per-token KL exit) at KL thresholds
 #      1e-1, 1e-2, 1e-3, 1e-4;
 #   4. diffusion forcing over inner recurrence {1, 2, 4, 8} x exit threshold {0.01, 0.03, 0.1, 0.2} x
-#      headway {1, 2}, noise 0.5 and EMA 0.1 (the reference's defaults), capped at r = 16 per token;
+#      headway {1, 2}, noise 0.5 and EMA 0.1 (the reference's defaults), capped at r = 16 per token,
+#      and inner 4, headway 1 without noise and EMA (-plain) at each exit threshold;
 #   every run with --compare-ar (speedup over ar and token agreement with ar, each run timing its
 #   own ar so both see the same machine load) and --score (the model's perplexity of the
 #   generated text at full recurrence);
-#   5. the fastest diffusion-forcing and ar-adaptive settings with agreement >= 0.9 again with
-#      sampler seeds 2 and 3.
+#   5. the fastest diffusion-forcing setting (any, and with the reference's noise and EMA) and
+#      the fastest ar-adaptive setting with agreement >= 0.9, again with sampler seeds 2 and 3.
 # Results: $RD_RESULTS (default data/repro/recdepth): loss_vs_r.csv, sweep.csv, seeds.csv, a
 # gnuplot speed/quality picture recdepth.png and the loss curve loss_vs_r.png.  Cost: about 15 CPU-minutes; REPRO_QUICK=1 is a
 # rehearsal (2 prompts, 12 tokens, a small grid).  $1 = bin directory.
@@ -80,6 +81,11 @@ for i in $inners; do for e in $exits; do for h in $headways; do
   run "$n" --method diffusion-forcing --inner-recurrence "$i" --exit-threshold "$e" --headway "$h"
   row "$n" 1 >>"$res/sweep.csv"
 done; done; done
+for e in $exits; do  # without the state noise and the embedding EMA (the reference's two stabilisers)
+  n="df-i4-e$e-h1-plain"
+  run "$n" --method diffusion-forcing --inner-recurrence 4 --exit-threshold "$e" --headway 1 --state-noise 0 --ema 0
+  row "$n" 1 >>"$res/sweep.csv"
+done
 echo
 echo "sweep (speedup and agreement against ar at r = $r on the same prompts; perplexity scored at r = $r):"
 column -s, -t "$res/sweep.csv"
@@ -87,10 +93,14 @@ column -s, -t "$res/sweep.csv"
 # 5. the fastest diffusion-forcing and the fastest ar-adaptive setting with agreement >= 0.9, again
 #    with sampler seeds 2 and 3 (other initial states and state noise): the comparison's spread
 echo "$header" >"$res/seeds.csv"
-for m in diffusion-forcing ar-adaptive; do
-  best=$(awk -F, -v m="\"$m\"" 'NR > 1 && $2 == m && $10 >= 0.9 && $9 > b { b = $9; n = $1 } END { gsub(/"/, "", n); print n }' "$res/sweep.csv")
-  if [ -z "$best" ]; then echo "no $m setting reached agreement 0.9"; continue; fi
-  flags=$(jq -r '.settings | if .inner_recurrence then "--inner-recurrence \(.inner_recurrence) --exit-threshold \(.exit_threshold) --headway \(.headway)" else "--kl-threshold \(.kl_threshold)" end' "$out/$best.json")
+# groups: any diffusion-forcing setting, those with the reference's noise and EMA, ar-adaptive
+for g in diffusion-forcing diffusion-forcing-reference ar-adaptive; do
+  m=${g%-reference}
+  best=$(awk -F, -v m="\"$m\"" -v ref="$([ "$g" != "$m" ] && echo 1 || echo 0)" \
+    'NR > 1 && $2 == m && !(ref && $1 ~ /plain/) && $10 >= 0.9 && $9 > b { b = $9; n = $1 } END { gsub(/"/, "", n); print n }' "$res/sweep.csv")
+  if [ -z "$best" ]; then echo "no $g setting reached agreement 0.9"; continue; fi
+  grep -q "^\"$best-s2\"," "$res/seeds.csv" && continue  # the same setting as a group before
+  flags=$(jq -r '.settings | if .inner_recurrence then "--inner-recurrence \(.inner_recurrence) --exit-threshold \(.exit_threshold) --headway \(.headway) --state-noise \(.state_noise) --ema \(.ema)" else "--kl-threshold \(.kl_threshold)" end' "$out/$best.json")
   grep "^\"$best\"," "$res/sweep.csv" >>"$res/seeds.csv"
   for s in 2 3; do
     # shellcheck disable=SC2086
@@ -110,11 +120,11 @@ set terminal pngcairo size 900,600
 set output "$res/recdepth.png"
 set xlabel "speedup over ar (r = $r)"
 set ylabel "token agreement with ar"
-set key bottom left
+set key bottom right
 set grid
 plot "< grep '^diffusion-forcing' $out/points.dat" using 2:3 with points pt 7 title "diffusion forcing", \
      "< grep '^ar-adaptive' $out/points.dat" using 2:3 with points pt 5 title "ar-adaptive (KL exit)", \
-     "< grep '^ar ' $out/points.dat" using 2:3 with points pt 9 ps 2 title "ar"
+     "< grep '^ar ' $out/points.dat" using 2:3 with points pt 9 ps 2 title "ar at r = 16, 8, 4"
 set output "$res/loss_vs_r.png"
 set xlabel "test-time recurrence r"
 set ylabel "held-out loss (nats/token)"
