@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "lm-train",
-      "Train a Llama-style decoder (model contract v2: llama, moe or latent-moe blocks) on a text corpus on the CPU: AdamW with decoupled weight\n"
+      "Train a Llama-style decoder (model contract v2: llama, moe, latent-moe or recurrent-depth blocks) on a text corpus on the CPU: AdamW with decoupled weight\n"
       "decay, global-norm clipping, linear warmup + cosine decay, gradient accumulation, seeded data order.\n"
       "Documents (blank-line separated paragraphs, TSV rows grouped by --doc-column, JSONL records) are\n"
       "tokenized with BOS before each, joined in order and packed into windows of --seq-len tokens; every\n"
@@ -344,6 +344,11 @@ int main(int argc, char** argv) {
       "noise cancelled (it costs --probe-steps extra steps per update).  Meta and summary give sparse {density,\n"
       "active_weights, grad_bytes, mask_bytes}.  With --density 1 every matrix stays dense (plain dense training).\n"
       "A --init checkpoint's mask is not kept (a new one is drawn).\n"
+      "Recurrent-depth models (issue 36; Huginn, arXiv 2502.05171): --arch recurrent-depth --prelude P --core C --coda D\n"
+      "builds prelude, core and coda sandwich blocks; each micro-batch runs the core n + k times, (n, k) drawn from\n"
+      "Huginn's log-normal Poisson with mean --mean-recurrence r (default 16), gradient through the last k <=\n"
+      "--backprop-depth iterations only (truncated backpropagation), the initial state drawn from (--seed, step);\n"
+      "each log line adds the step's recurrence n + k.  Validation runs at r.  Not with --exit-loss, LoRA or a schedule.\n"
       "Mixtures of experts (issue 31): --moe standard|latent makes every block's FFN routed (the flags of lm-init:\n"
       "--experts, --top-k, --d-expert, --d-shared, --latent, --expert-act, --router, --routed-scaling, --no-norm-topk),\n"
       "or --init brings such a model.  The objective adds alpha x L_aux per moe block (--moe-aux-loss alpha, default\n"
@@ -508,6 +513,8 @@ int main(int argc, char** argv) {
         if (t.steps > 0 && tokens_budget > 0) throw UsageError("give --steps or --tokens, not both", "--tokens");
         if (t.steps == 0 && tokens_budget == 0) throw UsageError("give --steps or --tokens", "--steps");
         if (resume && overwrite) throw UsageError("give --resume or --overwrite, not both");
+        if (recdepth_flags.arch == "recurrent-depth" && t.exit.enabled())
+          throw UsageError("--exit-loss has no blocks to exit from in a recurrent-depth model (its depth is the recurrence)", "--exit-loss");
 
         for (const char* f : {"--exit-every", "--exit-curriculum", "--exit-weights"})
           if (app->count(f) && !(t.exit.scale > 0)) throw UsageError(fmt::format("{} needs --exit-loss > 0", f), f);
@@ -617,6 +624,15 @@ int main(int argc, char** argv) {
             throw UsageError(fmt::format("--expert-act {} differs from the checkpoint's {}", moe_flags.act, lm::expert_act_name(k.moe.act)), "--expert-act");
           if (app->count("--router") && moe_flags.router != lm::router_kind_name(k.moe.router))
             throw UsageError(fmt::format("--router {} differs from the checkpoint's {}", moe_flags.router, lm::router_kind_name(k.moe.router)), "--router");
+          if (app->count("--arch") && (recdepth_flags.arch == "recurrent-depth") != k.is_recdepth())
+            throw UsageError(fmt::format("--arch {} differs from the checkpoint's ({})", recdepth_flags.arch,
+                                         k.is_recdepth() ? "recurrent-depth" : "llama"), "--arch");
+          same("--prelude", recdepth_flags.prelude, k.recdepth_prelude());
+          same("--core", recdepth_flags.core, k.recdepth_core());
+          same("--coda", recdepth_flags.coda, k.recdepth_coda());
+          same("--mean-recurrence", c.recdepth.mean_recurrence, k.recdepth.mean_recurrence);
+          same("--backprop-depth", c.recdepth.backprop_depth, k.recdepth.backprop_depth);
+          same("--no-qk-bias", recdepth_flags.no_qk_bias, k.is_recdepth() && !k.recdepth.qk_bias);
         } else if (!init_path.empty()) {
           init = lm::load_any(init_path);
           ctx.prov.add_input(init_path, lm::model_sha256(init_path));
@@ -672,6 +688,8 @@ int main(int argc, char** argv) {
         for (const char* f : {"--moe-aux-loss", "--router-bias-update", "--moe-capacity-factor"})
           if (app->count(f) && !mc.has_moe())
             throw UsageError(fmt::format("{} needs a model with moe blocks (--moe standard or latent, or an --init model that has them)", f), f);
+        if (mc.is_recdepth() && t.exit.enabled())
+          throw UsageError("--exit-loss has no blocks to exit from in a recurrent-depth model (its depth is the recurrence)", "--exit-loss");
         // Combinations the trainer cannot run are refused now, before the corpus is tokenized.
         if (kernels == "reference" && t.optimizer == "poet-x")
           throw UsageError("--kernels reference runs the v1 trainer's arithmetic, which has no POET-X path (its input-centric products run on the fast kernels only)", "--kernels");

@@ -85,9 +85,9 @@ int main(int argc, char** argv) {
       argc, argv, info,
       [&](CLI::App& app) {
         app_ptr = &app;
-        app.add_option("model,-m,--model", model_path, "Recurrent-depth model (.h5, .gguf, or a Hugging Face directory)")->required();
+        app.add_option("model,-m,--model", model_path, "Recurrent-depth model (native .h5: no other format has the architecture)")->required();
         lm::add_prompt_flags(app, prompt, prompt_file, prompt_ids, prompt_tokens);
-        app.add_option("--prompts", prompts_file, "Prompts, one per line (blank lines skipped); --prompt-tokens cuts each");
+        app.add_option("--prompts", prompts_file, "Prompts, one per line (blank lines skipped); --prompt-tokens N cuts each longer one to its first N tokens");
         app.add_option("--method", method, "ar | ar-adaptive | diffusion-forcing")->capture_default_str()
             ->check(CLI::IsMember({"ar", "ar-adaptive", "diffusion-forcing"}));
         app.add_option("-n,--max-new-tokens", cfg.max_new_tokens, "Tokens to generate at most (per prompt)")->capture_default_str()
@@ -167,9 +167,7 @@ int main(int argc, char** argv) {
             if (line.find_first_not_of(" \t") == std::string::npos) continue;
             const std::string at = fmt::format("{}, line {}", prompts_file, ln);
             std::vector<int> ids = lm::encode_prompt(tok.get(), c, line, at, model_path);
-            if (prompt_tokens > 0 && static_cast<int>(ids.size()) < prompt_tokens)
-              throw InputError(fmt::format("prompt has {} tokens, fewer than --prompt-tokens {}", ids.size(), prompt_tokens), at);
-            if (prompt_tokens > 0) ids.resize(std::size_t(prompt_tokens));
+            if (prompt_tokens > 0 && static_cast<int>(ids.size()) > prompt_tokens) ids.resize(std::size_t(prompt_tokens));  // shorter lines pass whole
             prompts.push_back(std::move(ids));
             where.push_back(at);
           }

@@ -365,7 +365,10 @@ void run_diffusion(Run& run, const std::vector<int>& prompt) {
       delta[std::size_t(i)] = norm > 0 ? std::sqrt(diff / norm) : (diff > 0 ? std::numeric_limits<double>::infinity() : 0.0);
       stable_w[std::size_t(i)] = stable[std::size_t(c + i)];
     }
-    int Q = df_freeze_position(cfg, run.r, c, step, delta, stable_w);
+    // Every rule freezes only tokens whose predicting rows read the tokens being frozen: the token
+    // at c+j comes from row j-1, whose input at c+j-1 must not have just been resampled to another
+    // (else fixed and token-stability at headway > 1 freeze predictions made from placeholders).
+    int Q = std::min(df_freeze_position(cfg, run.r, c, step, delta, stable_w), c + first_change);
     // The cap at r: row i is done, so is the token it predicts -- provided the rows up to i saw
     // the tokens that are being frozen (none of positions c+1..c+i was just resampled to another
     // token), else the frozen tokens would not be the ones the predictions were made from.

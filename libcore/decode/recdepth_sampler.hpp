@@ -148,6 +148,9 @@ using FrozenSink = std::function<void(const std::vector<int>&)>;
 /// positions first, and with max_wavefront 1 never advances); (c) delta_i compares position i
 /// with its own state at the start of the step (the reference indexes its previous states from
 /// the previous step's first position, which after a freeze is off by the positions frozen);
+/// (c') every rule (and the cap) freezes only tokens predicted by rows whose input tokens this
+/// step's resampling left unchanged, Q <= c + the first changed position (the reference freezes
+/// predictions made from since-replaced placeholders: repeated words with headway > 1);
 /// (d) n_i counts the iterations run (the reference credits the first generated position with the
 /// prefill's r); (e) no position beyond the last token to generate enters the wavefront.
 /// Greedy by default; with a temperature every row is sampled with cfg.sampler's generator, in

@@ -59,7 +59,8 @@ void sandwich_block_forward(const BlockStep& st, BlockWork& w, float* x, Forward
 }
 
 namespace {
-void check_options(const ModelConfig& c, const Batch& b, const ForwardOptions& o) {
+/// Returns `o` after refusing what a recurrent-depth forward does not take (UsageError).
+const ForwardOptions& checked_options(const ModelConfig& c, const Batch& b, const ForwardOptions& o) {
   if (!c.is_recdepth()) throw UsageError("not a recurrent-depth model (its blocks are not recdepth-prelude / core / coda)");
   auto refuse = [](bool bad, const char* what) {
     if (bad) throw UsageError(fmt::format("a recurrent-depth forward does not take {}", what));
@@ -71,11 +72,12 @@ void check_options(const ModelConfig& c, const Batch& b, const ForwardOptions& o
   refuse(o.adapters && !o.adapters->empty(), "unmerged adapters");
   refuse(o.recurrence < 0, "a negative recurrence");
   for (const View& v : b.views) refuse(v.is_per_head(), "per-head views");
+  return o;
 }
 }  // namespace
 
 RecurrentDepthForward::RecurrentDepthForward(const Model& model, KvCache& cache, const Batch& batch, const ForwardOptions& options)
-    : model_(model), batch_(batch), opt_((check_options(model.config, batch, options), options)), pass_(model, cache, batch, options) {}
+    : model_(model), batch_(batch), opt_(checked_options(model.config, batch, options)), pass_(model, cache, batch, options) {}
 
 void RecurrentDepthForward::prelude() {
   const ModelConfig& c = model_.config;

@@ -36,6 +36,9 @@ fi
 r=16
 mkdir -p "$out" "$res"
 [ -f "$model" ] || { echo "recdepth.sh: $model missing (see data/models/README.md)" >&2; exit 1; }
+# Runs already in $out are reused only when made with these settings and this model and binary.
+stamp="$(sha256sum "$model" "$bin/recdepth-sample" | cut -c1-16 | tr '\n' ' ') $nprompts $ntok $words"
+if [ "$(cat "$out/settings.stamp" 2>/dev/null)" != "$stamp" ]; then rm -f "$out"/*.json; echo "$stamp" >"$out/settings.stamp"; fi
 
 # 1. held-out loss against the test-time recurrence
 echo "recurrence,val_loss,val_perplexity,tokens" >"$res/loss_vs_r.csv"

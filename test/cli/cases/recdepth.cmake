@@ -70,3 +70,9 @@ cli_case(recdepth-sample/ar-recurrence-baseline --rc 0
   -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt 'In the beginning' -n 12 --ignore-eos --method ar --recurrence 2 --ar-recurrence 8 --compare-ar -o out.json -q")
 cli_case(recdepth-sample/ar-recurrence-without-compare --rc 2 --tool recdepth-sample --stderr "give --compare-ar" --no-file o.json
   -- bash -c "${RDS_MODEL} && ${RDS} rd.h5 --prompt x --ar-recurrence 8 -o o.json")
+# A resumed recurrent-depth run keeps the checkpoint's recurrence settings: a different one is refused.
+cli_case(lm-train/recurrent-depth-resume-refuses-other-recurrence --rc 2 --tool lm-train
+  --stderr "^lm-train: error: --mean-recurrence 6 differs from the checkpoint's 4"
+  -- bash -c "$<TARGET_FILE:lm-train> ${FX}/genesis.txt --vocab-size 400 --arch recurrent-depth --prelude 1 --core 1 --coda 1 --d-model 32 --n-heads 2 --n-kv-heads 2 --d-ff 64 --n-ctx 64 --mean-recurrence 4 --backprop-depth 2 --seq-len 32 --batch 2 --steps 4 --stop-at 2 -o rd.h5 --log log.jsonl -q && $<TARGET_FILE:lm-train> ${FX}/genesis.txt --resume --arch recurrent-depth --mean-recurrence 6 --steps 4 -o rd.h5 --log log.jsonl -q")
+cli_case(lm-train/recurrent-depth-exit-loss --rc 2 --stderr "^lm-train: error: --exit-loss has no blocks to exit from in a recurrent-depth model" --no-file log.jsonl
+  -- $<TARGET_FILE:lm-train> ${FX}/genesis.txt --vocab-size 400 --arch recurrent-depth --exit-loss 1 --steps 2 -o rd.h5 --log log.jsonl)
