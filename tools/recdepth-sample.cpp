@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       "--method diffusion-forcing (Geiping, Yang & Su 2025): each forward runs the whole wavefront of\n"
       "undecided positions --inner-recurrence iterations, mixes their embeddings by an EMA (--ema), adds\n"
       "state noise beta0/(1+n_i) (--state-noise; n_i iterations so far), resamples every active token and\n"
-      "appends --headway new positions (further ones get seeded random placeholder ids), freezes by\n"
+      "appends --headway new positions (further ones get seeded random token ids, as the reference's extra_tokens), freezes by\n"
       "--freeze latent-diff (relative state change < --exit-threshold: all up to the last such position),\n"
       "token-stability or fixed, commits the frozen rows' K/V and drops the others'; at most\n"
       "--max-wavefront positions per forward.  A position whose row has had r iterations also freezes\n"

@@ -138,7 +138,7 @@ int df_freeze_position(const RecdepthSampleConfig& cfg, int recurrence, int firs
 namespace {
 
 constexpr std::uint64_t kNoiseStream = 0x6e6f697365ULL;        // "noise"
-constexpr std::uint64_t kPlaceholderStream = 0x706c616365ULL;  // "place"
+constexpr std::uint64_t kExtraTokenStream = 0x706c616365ULL;  // the random extra tokens of headway > 1
 
 void check_prompt(const lm::Model& model, const std::vector<int>& prompt) {
   const lm::ModelConfig& c = model.config;
@@ -285,7 +285,7 @@ void run_diffusion(Run& run, const std::vector<int>& prompt) {
   const int d = mc.d_model;
   const double std_state = mc.recdepth.state_std;
   const std::uint64_t noise_seed = derive_seed(cfg.state_seed, kNoiseStream);
-  Rng placeholder(derive_seed(cfg.state_seed, kPlaceholderStream));
+  Rng extra_tokens(derive_seed(cfg.state_seed, kExtraTokenStream));
 
   // Tokens by position: the prompt, the frozen tokens, then the wavefront's tentative ones.
   std::vector<int> seq = prompt;
@@ -367,7 +367,7 @@ void run_diffusion(Run& run, const std::vector<int>& prompt) {
     }
     // Every rule freezes only tokens whose predicting rows read the tokens being frozen: the token
     // at c+j comes from row j-1, whose input at c+j-1 must not have just been resampled to another
-    // (else fixed and token-stability at headway > 1 freeze predictions made from placeholders).
+    // (else fixed and token-stability at headway > 1 freeze predictions made from random extra tokens).
     int Q = std::min(df_freeze_position(cfg, run.r, c, step, delta, stable_w), c + first_change);
     // The cap at r: row i is done, so is the token it predicts -- provided the rows up to i saw
     // the tokens that are being frozen (none of positions c+1..c+i was just resampled to another
@@ -412,7 +412,7 @@ void run_diffusion(Run& run, const std::vector<int>& prompt) {
     c = Q;
     int w = W - drop, added = 0;
     for (int p = first_new; added < cfg.headway && w < cfg.max_wavefront && p <= run.last_pos; ++p, ++added, ++w) {
-      if (p > first_new) seq.push_back(static_cast<int>(placeholder.below(static_cast<std::uint64_t>(run.V))));
+      if (p > first_new) seq.push_back(static_cast<int>(extra_tokens.below(static_cast<std::uint64_t>(run.V))));
       S.resize(std::size_t(w + 1) * d);
       E.resize(std::size_t(w + 1) * d, 0.0f);
       lm::draw_state(cfg.state_seed, p, d, std_state, S.data() + std::size_t(w) * d);

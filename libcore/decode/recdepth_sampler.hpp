@@ -48,7 +48,7 @@ struct RecdepthSampleConfig {
   int max_new_tokens = 64;     ///< tokens to generate at most (the prefill's token included)
   bool stop_at_eos = true;     ///< stop after the model's eos token
   lm::SamplerConfig sampler;   ///< greedy by default; its seed seeds the token draws
-  std::uint64_t state_seed = 0;  ///< initial latent states (lm::draw_state from (seed, position)), state noise, placeholders
+  std::uint64_t state_seed = 0;  ///< initial latent states (lm::draw_state from (seed, position)), state noise, the random extra tokens of headway > 1
   double kl_threshold = 1e-3;  ///< ar-adaptive: exit when KL(p_prev || p_cur) < this (nats; KLExitEvaluator's "auto")
   int inner_recurrence = 4;    ///< diffusion-forcing: core iterations per forward
   double ema = 0.1;            ///< diffusion-forcing: embedding EMA weight of the previous step, in [0, 1)
@@ -138,7 +138,7 @@ using FrozenSink = std::function<void(const std::vector<int>&)>;
 ///      positions from c+W, at most headway of them and as many as keep the wavefront within
 ///      max_wavefront (and at most the last position to generate); position c+W takes the token
 ///      row c+W-1 just sampled, further new positions a seeded uniformly random id in
-///      [0, vocab) (the reference's torch.randint placeholders); a new position's state is
+///      [0, vocab) (the reference's torch.randint extra_tokens); a new position's state is
 ///      lm::draw_state(state_seed, position), as in ar.
 /// Deviations from the reference, all documented here: (a) the per-position cap at r (a position
 /// whose row has had at least r iterations freezes the next one, in step 4; with inner_recurrence
@@ -150,7 +150,7 @@ using FrozenSink = std::function<void(const std::vector<int>&)>;
 /// the previous step's first position, which after a freeze is off by the positions frozen);
 /// (c') every rule (and the cap) freezes only tokens predicted by rows whose input tokens this
 /// step's resampling left unchanged, Q <= c + the first changed position (the reference freezes
-/// predictions made from since-replaced placeholders: repeated words with headway > 1);
+/// predictions made from since-replaced random extra tokens: repeated words with headway > 1);
 /// (d) n_i counts the iterations run (the reference credits the first generated position with the
 /// prefill's r); (e) no position beyond the last token to generate enters the wavefront.
 /// Greedy by default; with a temperature every row is sampled with cfg.sampler's generator, in

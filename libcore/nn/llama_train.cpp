@@ -1138,6 +1138,30 @@ void block_train_backward(LlamaParams<T>& P, int block, int B, int S, TrainCache
 
 namespace {
 
+/// The final norm and head on x [N, d]: C.xnf = n_f(x), C.rstdf, and the logits C.logits [N, vocab].
+template <class T>
+void head_forward(LlamaParams<T>& P, TrainCache<T>& C, const T* x, int N) {
+  const lm::ModelConfig& c = P.config;
+  const int d = c.d_model, V = c.vocab_size;
+  C.xnf.resize(std::size_t(N) * d);
+  C.rstdf.resize(std::size_t(N));
+  C.logits.resize(std::size_t(N) * V);
+  rmsnorm_forward(x, N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
+  linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
+}
+
+/// Its backward from C.dlogits for the head's input x [N, d] (the last head_forward's): dx [N, d]
+/// += the gradient at x; the head's and the norm's gradients are accumulated.
+template <class T>
+void head_backward(LlamaParams<T>& P, TrainCache<T>& C, const T* x, int N, T* dx) {
+  const lm::ModelConfig& c = P.config;
+  const int d = c.d_model, V = c.vocab_size;
+  C.dxn.resize(std::size_t(N) * d);
+  linear_backward(C.dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, C.dxn.data(),
+                  P.head().grad.empty() ? nullptr : P.head().grad.data());
+  rmsnorm_backward(C.dxn.data(), x, N, d, P.out_norm().value.data(), C.rstdf.data(), dx, norm_grad(P.out_norm(), C));
+}
+
 /// llama_loss for a recurrent-depth model (Huginn's forward with truncated backpropagation,
 /// raven_modeling_minimal.py iterate_forward): e = prelude(embed_scale E[tokens]); s_0 drawn per
 /// row from (C.rd_seed, row); n iterations s = core(A [s; e]) without gradient, then k with;
@@ -1208,23 +1232,16 @@ double recdepth_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const st
   rmsnorm_forward(s.data(), N, d, P.out_norm().value.data(), c.rms_eps, x.data(), C.rd_rstd.data());  // Huginn's ln_f, first use
   for (int k = 0; k < Dn; ++k) block_train_forward(P, Pn + Cn + k, B, S, C, C.layers[std::size_t(Pn + Cn * n_grad + k)], x.data());
   C.x_out.assign(x.begin(), x.end());
-  C.xnf.resize(nx);
-  C.rstdf.resize(N);
-  C.logits.resize(std::size_t(N) * V);
-  rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
-  linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
+  head_forward(P, C, x.data(), N);
   if (logits_out) *logits_out = C.logits;
   std::vector<T>& dlogits = C.dlogits;
   dlogits.resize(grad ? C.logits.size() : 0);
   const double loss = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr, grad_scale);
   C.hook_sum = C.logits_hook ? C.logits_hook(tokens, C.logits.data(), N, V, grad ? dlogits.data() : nullptr, grad_scale) : 0.0;
   if (!grad) return loss;
-  std::vector<T>&dx = C.dx, &dxn = C.dxn;
+  std::vector<T>& dx = C.dx;
   dx.assign(nx, T(0));
-  dxn.resize(nx);
-  linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(),
-                  P.head().grad.empty() ? nullptr : P.head().grad.data());
-  rmsnorm_backward(dxn.data(), C.x_out.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), dx.data(), norm_grad(P.out_norm(), C));
+  head_backward(P, C, C.x_out.data(), N, dx.data());
   for (int k = Dn - 1; k >= 0; --k) block_train_backward(P, Pn + Cn + k, B, S, C, C.layers[std::size_t(Pn + Cn * n_grad + k)], dx.data());
   {  // through the first n_f: the gradient at s
     std::vector<T> ds(nx, T(0));
@@ -1315,25 +1332,19 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   // final norm right away (so its [N, V] logits need no storage): the gradient at the block's
   // output waits in C.dexit until the block backward reaches it.
   auto exit_loss = [&](int i) {
-    rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
-    linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
+    head_forward(P, C, x.data(), N);
     exits->losses[i] = cross_entropy(C.logits.data(), N, V, targets.data(), grad ? dlogits.data() : nullptr,
                                      grad_scale * exits->weights[i]);
     if (!grad) return;
-    std::vector<T>& dxn = C.dxn;
-    dxn.resize(x.size());
-    linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(), P.head().grad.data());
     C.dexit[i].assign(x.size(), T(0));
-    rmsnorm_backward(dxn.data(), x.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), C.dexit[i].data(),
-                     P.out_norm().grad.data());
+    head_backward(P, C, x.data(), N, C.dexit[i].data());
   };
   for (int step = 0, e = 0; step < n_steps; ++step) {
     block_train_forward(P, block_of(step), B, S, C, C.layers[step], x.data());
     if (e < n_exits && exits->steps[e] == step) exit_loss(e++);
   }
   C.x_out.assign(x.begin(), x.end());
-  rmsnorm_forward(x.data(), N, d, P.out_norm().value.data(), c.rms_eps, C.xnf.data(), C.rstdf.data());
-  linear_forward(C.xnf.data(), N, d, P.head().value.data(), V, C.logits.data());
+  head_forward(P, C, x.data(), N);
   if (logits_out) *logits_out = C.logits;
   const bool rows = !C.row_scale.empty();
   if (rows && C.row_scale.size() != std::size_t(N)) throw InputError("per-row gradient scales must hold B * S entries");
@@ -1348,13 +1359,9 @@ double llama_loss(LlamaParams<T>& P, const std::vector<int>& tokens, const std::
   }
 
   // ---- backward: steps in reverse; a repeated block accumulates every step's gradient ----
-  std::vector<T>&dx = C.dx, &dxn = C.dxn;
+  std::vector<T>& dx = C.dx;
   dx.assign(x.size(), T(0));
-  dxn.resize(x.size());
-  linear_backward(dlogits.data(), C.xnf.data(), N, d, P.head().value.data(), V, dxn.data(),
-                  P.head().grad.empty() ? nullptr : P.head().grad.data());
-  rmsnorm_backward(dxn.data(), C.x_out.data(), N, d, P.out_norm().value.data(), C.rstdf.data(), dx.data(),
-                   norm_grad(P.out_norm(), C));
+  head_backward(P, C, C.x_out.data(), N, dx.data());
   for (int step = n_steps - 1, e = n_exits - 1; step >= 0; --step) {
     if (e >= 0 && exits->steps[e] == step) {  // the early exit's gradient joins at its block's output
       const std::vector<T>& g = C.dexit[e--];
