@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 #include <type_traits>
 
 #include "num/half.hpp"
@@ -24,8 +27,15 @@ inline float reduce8(const float* l) noexcept {
 
 // ---- portable path: scalar code that performs exactly the AVX2 path's operations ------------
 
+/// bfloat16 bits, a distinct type from f16's std::uint16_t so that overloads pick the widening.
+struct Bf16 {
+  std::uint16_t bits;
+};
+static_assert(sizeof(Bf16) == 2);
+
 inline float widen(float w) noexcept { return w; }
 inline float widen(std::uint16_t h) noexcept { return num::f16_to_f32(h); }
+inline float widen(Bf16 h) noexcept { return num::bf16_to_f32(h.bits); }
 
 template <class WT>
 void tile_portable(const float* x, int R, int K, int ldx, const WT* W, int o0, int O1, float* y, int ldy) {
@@ -67,6 +77,10 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* p) { r
 __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const std::uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const Bf16* p) {
+  const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
 /// The last rem < 8 weights, zero-padded (as the masked x load).
 __attribute__((target("avx2,fma,f16c"))) inline __m256 load_tail(const float* p, int rem) {
   return _mm256_maskload_ps(p, tail_mask(rem));
@@ -76,6 +90,11 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load_tail(const std::uint
   std::memcpy(b, p, sizeof(std::uint16_t) * rem);
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
 }
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load_tail(const Bf16* p, int rem) {
+  alignas(16) Bf16 b[8] = {};
+  std::memcpy(b, p, sizeof(Bf16) * rem);
+  return load8(b);
+}
 
 /// Software prefetch of the weight rows two column tiles ahead, into L2 (hint T1), for f16
 /// weights only.  Measured on the 2-core EPYC (Zen 4) with 32000 x 768 weights in DRAM, one
@@ -83,7 +102,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load_tail(const std::uint
 /// few lines in flight for 8 rows each read 16 bytes per step); f32 weights did not gain
 /// (and lost ~10% when L3-resident), so they keep the hardware prefetcher alone.  T0 thrashed
 /// L1 at K = 2048.  Prefetching moves no data into registers: the arithmetic is unchanged.
-template <class WT> constexpr bool kPrefetch = std::is_same_v<WT, std::uint16_t>;
+template <class WT> constexpr bool kPrefetch = sizeof(WT) == 2;
 constexpr int kPrefetchTiles = 2;
 
 /// RT rows x CT columns register tile; every (r, o) has its own 8-lane accumulator.  When
@@ -176,8 +195,143 @@ __attribute__((target("avx2,fma,f16c"))) void block_avx2(const float* x, int R, 
   for (; o < O1; ++o) rows_avx2<1>(x, R, ldx, K, W, o, O, y, ldy);
 }
 
+// ---- AVX-512 path (two or more rows) -------------------------------------------------------
+
+// GCC 12's AVX-512 headers start some intrinsics (broadcast, extract) from an "undefined" register,
+// which -Wmaybe-uninitialized reports at every use; the values are fully written.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define ICMLKIT_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,f16c")))
+
+/// x rows packed in pairs: pair p, chunk c holds x[2p, 8c..8c+8) then x[2p+1, 8c..8c+8), the last
+/// partial chunk and a missing odd row zero (the zero padding of the 8-lane order).  `xp` has
+/// ceil(R/2) * nch * 16 floats.
+void pack_pairs(const float* x, int R, int K, int ldx, int nch, float* xp) {
+  const int npairs = (R + 1) / 2;
+  for (int p = 0; p < npairs; ++p)
+    for (int h = 0; h < 2; ++h) {
+      const int r = 2 * p + h;
+      float* dst = xp + std::size_t(p) * nch * 16 + 8 * h;
+      for (int c = 0; c < nch; ++c, dst += 16) {
+        const int n = r < R ? std::min(8, K - 8 * c) : 0;
+        if (n > 0) std::memcpy(dst, x + std::size_t(r) * ldx + 8 * c, sizeof(float) * n);
+        std::fill(dst + std::max(n, 0), dst + 8, 0.0f);
+      }
+    }
+}
+
+/// Two packed rows' halves of acc (columns c..c+3 of pair registers a..d) reduced with the
+/// fixed 8-lane tree: within each 128-bit lane, two horizontal-add levels give
+/// (l0+l1)+(l2+l3) and (l4+l5)+(l6+l7) of each column; the lane pairs are then added.
+ICMLKIT_AVX512 inline __m512 hadd512(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/// Eight weights at p widened to float32 in both 256-bit halves (the broadcast of a weight
+/// chunk to the two rows of a pair).
+ICMLKIT_AVX512 inline __m512 wchunk512(const float* p) { return _mm512_broadcast_f32x8(_mm256_loadu_ps(p)); }
+ICMLKIT_AVX512 inline __m512 wchunk512(const std::uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+ICMLKIT_AVX512 inline __m512 wchunk512(const Bf16* p) {
+  const __m512i u = _mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+/// The first rem < 8 weights at p, the rest zero, as wchunk512 (nothing past p + rem is read).
+ICMLKIT_AVX512 inline __m512 wtail512(const float* p, int rem) {
+  return _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(__mmask8((1u << rem) - 1), p));
+}
+ICMLKIT_AVX512 inline __m512 wtail512(const std::uint16_t* p, int rem) {
+  return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_maskz_loadu_epi16(__mmask8((1u << rem) - 1), p)));
+}
+ICMLKIT_AVX512 inline __m512 wtail512(const Bf16* p, int rem) {
+  const __m128i h = _mm_maskz_loadu_epi16(__mmask8((1u << rem) - 1), p);
+  const __m512i u = _mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(h));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+
+/// P row pairs x C columns register tile: xp packed pairs (stride pstride floats, ceil(K/8)
+/// chunks), w C weight rows of type WT (stride ldw elements, K of them read), results to rows
+/// [0, rows) of y (rows <= 2P; a missing odd row is computed on zeros and not stored).
+template <int P, int C, class WT>
+ICMLKIT_AVX512 void tile512(const float* xp, std::size_t pstride, const WT* w, std::size_t ldw, int K,
+                            float* y, int ldy, int rows) {
+  static_assert(C % 4 == 0, "columns in groups of four");
+  __m512 acc[P][C];
+  for (int p = 0; p < P; ++p)
+    for (int c = 0; c < C; ++c) acc[p][c] = _mm512_setzero_ps();
+  const int nfull = K / 8, rem = K % 8;
+  for (int k = 0; k < nfull; ++k) {
+    __m512 wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = wchunk512(w + c * ldw + 8 * k);
+    for (int p = 0; p < P; ++p) {
+      const __m512 xv = _mm512_loadu_ps(xp + p * pstride + 16 * k);
+      for (int c = 0; c < C; ++c) acc[p][c] = _mm512_fmadd_ps(xv, wv[c], acc[p][c]);
+    }
+  }
+  if (rem) {
+    __m512 wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = wtail512(w + c * ldw + 8 * nfull, rem);
+    for (int p = 0; p < P; ++p) {
+      const __m512 xv = _mm512_loadu_ps(xp + p * pstride + 16 * nfull);
+      for (int c = 0; c < C; ++c) acc[p][c] = _mm512_fmadd_ps(xv, wv[c], acc[p][c]);
+    }
+  }
+  for (int p = 0; p < P; ++p)
+    for (int c = 0; c < C; c += 4) {
+      const __m512 abcd = hadd512(hadd512(acc[p][c], acc[p][c + 1]), hadd512(acc[p][c + 2], acc[p][c + 3]));
+      // 128-bit lanes: row 2p lanes 0-3 then 4-7, row 2p+1 the same.
+      const __m128 r0 = _mm_add_ps(_mm512_extractf32x4_ps(abcd, 0), _mm512_extractf32x4_ps(abcd, 1));
+      const __m128 r1 = _mm_add_ps(_mm512_extractf32x4_ps(abcd, 2), _mm512_extractf32x4_ps(abcd, 3));
+      if (2 * p < rows) _mm_storeu_ps(y + std::size_t(2 * p) * ldy + c, r0);
+      if (2 * p + 1 < rows) _mm_storeu_ps(y + std::size_t(2 * p + 1) * ldy + c, r1);
+    }
+}
+
+/// Rows tile by tile (8 rows, then the last 2-6) against the columns [0, n4) (n4 a multiple of 4)
+/// of the weight rows w (stride ldw elements, K read per row).
+template <int C, class WT>
+ICMLKIT_AVX512 void rows512(const float* xp, int R, int K, const WT* w, std::size_t ldw, int n4, float* y, int ldy) {
+  const std::size_t pstride = std::size_t((K + 7) / 8) * 16;
+  for (int r = 0; r < R; r += 8) {
+    const int rows = std::min(8, R - r);
+    const float* xr = xp + std::size_t(r / 2) * pstride;
+    float* yr = y + std::size_t(r) * ldy;
+    for (int o = 0; o < n4; o += C) {
+      const WT* wo = w + std::size_t(o) * ldw;
+      switch ((rows + 1) / 2) {
+        case 4: tile512<4, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows); break;
+        case 3: tile512<3, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows); break;
+        case 2: tile512<2, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows); break;
+        default: tile512<1, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows); break;
+      }
+    }
+  }
+}
+
+/// The caller's packed rows (read by every thread of the parallel region).
+thread_local std::vector<float> tl_packed;
+
+/// Columns [o0, o1) of W against the packed rows on AVX-512 (16-bit weights widened in the
+/// register tile, once per 8 rows); columns past the last multiple of four go to the AVX2 tile
+/// (the same arithmetic).
 template <class WT>
-void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, int ldy, bool avx2,
+ICMLKIT_AVX512 void block_avx512(const float* x, const float* xp, int R, int K, int ldx, const WT* W, int o0,
+                                 int o1, int O, float* y, int ldy) {
+  const int n4 = (o1 - o0) / 4 * 4;
+  if (n4 > 0) rows512<4>(xp, R, K, W + std::size_t(o0) * K, std::size_t(K), n4, y + o0, ldy);
+  for (int o = o0 + n4; o < o1; ++o) rows_avx2<1>(x, R, ldx, K, W, o, O, y, ldy);
+}
+
+/// Rows from which the AVX-512 tile runs: below, a pass is bound by the weight stream and the
+/// AVX2 tiles (2-3 rows, eight accumulators) keep more FMAs in flight.
+constexpr int kWideRows = 4;
+
+#pragma GCC diagnostic pop
+
+template <class WT>
+void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, int ldy, Isa isa,
          int nthreads) {
   if (R <= 0 || O <= 0) return;
   // Column blocks small enough that a block's weights stay in L2 while all rows pass over it.
@@ -185,41 +339,98 @@ void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, in
   const int nblocks = (O + block - 1) / block;
   // A parallel region costs a few microseconds (more on a loaded machine): only for >= 256k MACs.
   const bool par = nthreads > 1 && nblocks > 1 && std::int64_t(O) * K * R >= (1 << 18);
+  const bool wide = isa == Isa::avx512 && R >= kWideRows;
+  const float* xp = nullptr;
+  if (wide) {
+    const int nch = (K + 7) / 8;
+    tl_packed.resize(std::size_t((R + 1) / 2) * nch * 16);
+    pack_pairs(x, R, K, ldx, nch, tl_packed.data());
+    xp = tl_packed.data();
+  }
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
   for (int b = 0; b < nblocks; ++b) {
     const int o0 = b * block, o1 = std::min(O, o0 + block);
-    if (avx2) block_avx2(x, R, K, ldx, W, o0, o1, O, y, ldy);
+    if (wide) block_avx512(x, xp, R, K, ldx, W, o0, o1, O, y, ldy);
+    else if (isa != Isa::portable) block_avx2(x, R, K, ldx, W, o0, o1, O, y, ldy);
     else tile_portable(x, R, K, ldx, W, o0, o1, y, ldy);
   }
 }
 
 }  // namespace
 
-bool have_avx2() noexcept {
-  static const bool ok = [] {
+bool isa_available(Isa isa) noexcept {
+  static const bool avx2 = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
     const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
-  return ok;
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+  switch (isa) {
+    case Isa::portable: return true;
+    case Isa::avx2: return avx2;
+    case Isa::avx512: return avx512;
+  }
+  return false;
 }
+
+Isa best_isa() noexcept {
+  static const Isa best = [] {
+    Isa cap = Isa::avx512;
+    if (const char* e = std::getenv("ICMLKIT_ISA")) {
+      const std::string v = e;
+      if (v == "portable") cap = Isa::portable;
+      else if (v == "avx2") cap = Isa::avx2;
+    }
+    for (Isa i : {Isa::avx512, Isa::avx2})
+      if (int(i) <= int(cap) && isa_available(i)) return i;
+    return Isa::portable;
+  }();
+  return best;
+}
+
+const char* isa_name(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::portable: return "portable";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+bool have_avx2() noexcept { return isa_available(Isa::avx2); }
 
 void matmul_xwt(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy) {
-  run(x, R, K, ldx, W, O, y, ldy, have_avx2(), threads());
-}
-
-void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy,
-                     bool avx2, int nthreads) {
-  run(x, R, K, ldx, W, O, y, ldy, avx2 && have_avx2(), std::max(1, nthreads));
+  run(x, R, K, ldx, W, O, y, ldy, best_isa(), threads());
 }
 
 void matmul_xwt_f16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy) {
-  run(x, R, K, ldx, W, O, y, ldy, have_avx2(), threads());
+  run(x, R, K, ldx, W, O, y, ldy, best_isa(), threads());
 }
 
-void matmul_xwt_f16_path(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y,
-                         int ldy, bool avx2, int nthreads) {
-  run(x, R, K, ldx, W, O, y, ldy, avx2 && have_avx2(), std::max(1, nthreads));
+void matmul_xwt_bf16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy) {
+  run(x, R, K, ldx, reinterpret_cast<const Bf16*>(W), O, y, ldy, best_isa(), threads());
+}
+
+void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y, int ldy,
+                   Isa isa, int nthreads) {
+  if (!isa_available(isa)) isa = Isa::portable;
+  nthreads = std::max(1, nthreads);
+  switch (wt) {
+    case WeightType::f32: run(x, R, K, ldx, static_cast<const float*>(W), O, y, ldy, isa, nthreads); break;
+    case WeightType::f16: run(x, R, K, ldx, static_cast<const std::uint16_t*>(W), O, y, ldy, isa, nthreads); break;
+    case WeightType::bf16: run(x, R, K, ldx, static_cast<const Bf16*>(W), O, y, ldy, isa, nthreads); break;
+  }
+}
+
+void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy, bool fast,
+                     int nthreads) {
+  matmul_xwt_on(x, R, K, ldx, W, WeightType::f32, O, y, ldy, fast ? best_isa() : Isa::portable, nthreads);
+}
+
+void matmul_xwt_f16_path(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy,
+                         bool fast, int nthreads) {
+  matmul_xwt_on(x, R, K, ldx, W, WeightType::f16, O, y, ldy, fast ? best_isa() : Isa::portable, nthreads);
 }
 
 float dot8(const float* a, const float* b, int K) noexcept {

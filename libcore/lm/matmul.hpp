@@ -6,27 +6,56 @@
 // pass, how the work is tiled, how many threads run it, and whether the AVX2 or the portable
 // path runs never change a single bit of y (tests prove it), so a row's logits do not depend
 // on the rest of the batch — the property lossless speculative decoding needs.
+//
+// Four or more rows on AVX-512 (issue 37): x rows are packed in pairs, each 512-bit register
+// holding one 8-lane accumulator of each row of a pair; a register tile of 4 pairs (8 rows) x
+// 4 output columns loads each weight chunk once (broadcast to both halves) for all 8 rows, and
+// widens 16-bit weights there (one conversion per weight per 8 rows).  The per-(r, o) order is the one above.
 #pragma once
 
 #include <cstdint>
 
 namespace icmlkit::lm {
 
+/// The instruction-set path of the kernel.  All give the same bits (tests prove it); they
+/// differ only in speed.  avx512: rows packed in pairs into 512-bit registers (each half an
+/// 8-lane accumulator, so the arithmetic is the AVX2 path's), for four or more rows.
+enum class Isa { portable, avx2, avx512 };
+
+/// Whether this CPU (and OS) runs `isa`: avx2 needs AVX2+FMA+F16C, avx512 also AVX-512 F/VL/DQ/BW.
+bool isa_available(Isa isa) noexcept;
+/// The fastest available path (ICMLKIT_ISA=portable|avx2|avx512 in the environment caps it,
+/// for measuring; an unavailable or unknown value is ignored).
+Isa best_isa() noexcept;
+/// "portable", "avx2" or "avx512".
+const char* isa_name(Isa isa) noexcept;
+
+/// How a weight matrix is held: float32, IEEE binary16 bits or bfloat16 bits.  Both 16-bit
+/// kinds are widened to float32 exactly, so a product on them is bitwise the float32 product on
+/// the widened weights (half the bytes read).
+enum class WeightType { f32, f16, bf16 };
+
 /// y [R, O] (row stride ldy) = x [R, K] (row stride ldx) * W^T, W [O, K] row-major.
 /// Parallel over output columns with OpenMP (icmlkit::threads()).
 void matmul_xwt(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy);
 
-/// The same on the portable (non-AVX2) path or the AVX2 path, for tests: both must agree
-/// bitwise with matmul_xwt.  `avx2` is ignored (portable used) when the CPU lacks AVX2/FMA.
-void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int O, float* y,
-                     int ldy, bool avx2, int threads);
-
-/// The same with W held as IEEE binary16 bits [O, K]: every weight is widened exactly, so the
-/// result is bitwise that of matmul_xwt on the widened float32 weights (half the bytes read).
+/// The same with W held as IEEE binary16 bits [O, K].
 void matmul_xwt_f16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy);
-/// The f16 product on a chosen code path (tests).
+
+/// The same with W held as bfloat16 bits [O, K].
+void matmul_xwt_bf16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy);
+
+/// The product with W of type `wt` (float* for f32, std::uint16_t* otherwise) on the path `isa`
+/// (the portable one when `isa` is unavailable) and `threads` threads (tests and benches).
+void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y,
+                   int ldy, Isa isa, int threads);
+
+/// matmul_xwt on the fastest path (`fast`) or the portable one, with `threads` threads.
+void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int O, float* y,
+                     int ldy, bool fast, int threads);
+/// matmul_xwt_f16 on the fastest path (`fast`) or the portable one, with `threads` threads.
 void matmul_xwt_f16_path(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y,
-                         int ldy, bool avx2, int threads);
+                         int ldy, bool fast, int threads);
 
 /// The 8-lane dot product of a and b (length K) with the same arithmetic as one entry of
 /// matmul_xwt (used for attention scores).

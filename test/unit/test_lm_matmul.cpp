@@ -91,3 +91,50 @@ TEST_CASE("lm: f16 matmul fast path is bitwise the portable path, the f32 kernel
     }
   }
 }
+
+TEST_CASE("lm: every kernel path (portable, AVX2, AVX-512) and weight type (f32, f16, bf16) gives the spec's bits for any batch") {
+  // Issue 37: the AVX-512 tile packs rows in pairs (odd batches pad a zero row), tiles 8 rows x 4
+  // columns and widens 16-bit weights in registers; none of it may change a bit.  Batches cover
+  // full 8-row tiles, every partial tile (1-7 pairs and odd rows) and several column blocks.
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
+    if (!isa_available(isa)) MESSAGE("this CPU lacks " << isa_name(isa) << ": that path falls back to the portable one");
+  Rng rng(37);
+  struct Shape { int K, O; };
+  for (const Shape s : {Shape{5, 9}, Shape{16, 8}, Shape{45, 67}, Shape{259, 133}}) {
+    const int K = s.K, O = s.O, ldx = K + 1, ldy = O + 3;
+    std::vector<std::uint16_t> wh(std::size_t(O) * K), wb(wh.size());
+    std::vector<float> wfh(wh.size()), wfb(wh.size());
+    for (std::size_t i = 0; i < wh.size(); ++i) {
+      wh[i] = random_half(rng);
+      wfh[i] = num::f16_to_f32(wh[i]);
+      wb[i] = num::f32_to_bf16(static_cast<float>(rng.normal()));
+      wfb[i] = num::bf16_to_f32(wb[i]);
+    }
+    for (const int R : {1, 4, 5, 8, 9, 14, 17, 64}) {
+      CAPTURE(K); CAPTURE(O); CAPTURE(R);
+      std::vector<float> x(std::size_t(R) * ldx);
+      for (auto& v : x) v = static_cast<float>(rng.normal());
+      // The spec on the widened weights (f16 ones; bf16 through the f32 kernel's spec below).
+      const std::size_t ny = std::size_t(R) * ldy;
+      std::vector<float> spec(ny, -1.0f);
+      for (int r = 0; r < R; ++r)
+        for (int o = 0; o < O; ++o) spec[std::size_t(r) * ldy + o] = spec_dot(x.data() + std::size_t(r) * ldx, wh.data() + std::size_t(o) * K, K);
+      std::vector<float> ref_b(ny, -1.0f);
+      matmul_xwt_on(x.data(), R, K, ldx, wfb.data(), WeightType::f32, O, ref_b.data(), ldy, Isa::portable, 1);
+      for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
+        for (int th : {1, 2}) {
+          CAPTURE(isa_name(isa)); CAPTURE(th);
+          std::vector<float> yh(ny, -1.0f), yf(ny, -1.0f), yb(ny, -1.0f);
+          matmul_xwt_on(x.data(), R, K, ldx, wh.data(), WeightType::f16, O, yh.data(), ldy, isa, th);
+          matmul_xwt_on(x.data(), R, K, ldx, wfh.data(), WeightType::f32, O, yf.data(), ldy, isa, th);
+          matmul_xwt_on(x.data(), R, K, ldx, wb.data(), WeightType::bf16, O, yb.data(), ldy, isa, th);
+          CHECK(same_bits(yh.data(), spec.data(), ny));
+          CHECK(same_bits(yf.data(), spec.data(), ny));
+          CHECK(same_bits(yb.data(), ref_b.data(), ny));
+        }
+      std::vector<float> yb(ny, -1.0f);
+      matmul_xwt_bf16(x.data(), R, K, ldx, wb.data(), O, yb.data(), ldy);
+      CHECK(same_bits(yb.data(), ref_b.data(), ny));
+    }
+  }
+}
