@@ -4,7 +4,14 @@
 // With --dtype f16 the weights are rounded to f16 and held as f16 bits (half the bytes per
 // decode step; the kernel widens them exactly).
 // Prints one JSON object per model.  Usage: bench-lm-engine [--threads N] [--quick] [--dtype f32|f16]
+//
+// With --model FILE (any format lm-generate reads; weights held as lm-generate's --weights auto
+// holds them) it times that file instead: a k-row pass (k new tokens after a 64-token context,
+// logits of every row) for k in 1, 8, 16, 64 and a 256-token prefill, medians of --reps runs —
+// what bench/lm_engine_vs_llamacpp.py compares with llama.cpp on the same file.  --roofline
+// prints the machine's read bandwidth (a 1 GiB buffer) and FMA peak on --threads threads.
 #include <Eigen/Core>
+#include <immintrin.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -17,6 +24,7 @@
 #include "lm/forward.hpp"
 #include "lm/matmul.hpp"
 #include "lm/model.hpp"
+#include "lm/model_io.hpp"
 #include "util/threads.hpp"
 #include "util/timer.hpp"
 
@@ -48,6 +56,39 @@ double copy_bandwidth(int nthreads) {
   return 2.0 * n * 4 / s;
 }
 
+/// Seconds of one k-row pass over a copy of `base` (a 64-token context at positions 0..63):
+/// tokens (i * 31 + 5) mod vocab at position `ctx`, logits of every row (into `logits` if given).
+double k_row_pass(const Model& m, const KvCache& base, int ctx, int k, Matrix* logits) {
+  KvCache c = base;
+  Batch b;
+  for (int i = 0; i < k; ++i) b.add((i * 31 + 5) % m.config.vocab_size, ctx);
+  Stopwatch s;
+  ForwardResult r = forward(m, c, b);
+  const double t = s.seconds();
+  if (logits) *logits = std::move(r.logits);
+  return t;
+}
+
+/// The 64-token context every pass extends (tokens (i * 7 + 3) mod vocab).
+KvCache context_cache(const Model& m, int ctx) {
+  std::vector<int> prompt(ctx);
+  for (int i = 0; i < ctx; ++i) prompt[i] = (i * 7 + 3) % m.config.vocab_size;
+  KvCache base(m.config);
+  forward(m, base, Batch::causal(prompt, 0));
+  base.commit_all();
+  return base;
+}
+
+/// Seconds of a 256-token prefill (tokens (i * 13 + 1) mod vocab) into an empty cache.
+double prefill_pass(const Model& m) {
+  std::vector<int> long_prompt(256);
+  for (int i = 0; i < 256; ++i) long_prompt[i] = (i * 13 + 1) % m.config.vocab_size;
+  KvCache c(m.config);
+  Stopwatch s;
+  forward(m, c, Batch::causal(long_prompt, 0));
+  return s.seconds();
+}
+
 nlohmann::json bench_model(const std::string& name, const ModelConfig& cfg, int nthreads, bool quick, double bw, bool f16) {
   Model m = random_model(cfg, 1);
   Matrix w_gate = m.layers[0].w_gate;  // float32 (after rounding, for f16) for the Eigen peer
@@ -57,31 +98,9 @@ nlohmann::json bench_model(const std::string& name, const ModelConfig& cfg, int 
     if (!hold_half(m)) throw std::runtime_error("rounded weights are not f16-representable");
   }
   const int ctx = 64;
-  std::vector<int> prompt(ctx);
-  for (int i = 0; i < ctx; ++i) prompt[i] = (i * 7 + 3) % cfg.vocab_size;
-  KvCache base(cfg);
-  forward(m, base, Batch::causal(prompt, 0));
-  base.commit_all();
-
-  // Prefill: 256 tokens in one causal batch.
-  std::vector<int> long_prompt(256);
-  for (int i = 0; i < 256; ++i) long_prompt[i] = (i * 13 + 1) % cfg.vocab_size;
-  const double prefill_s = median_seconds(quick ? 1 : 3, [&] {
-    KvCache c(cfg);
-    forward(m, c, Batch::causal(long_prompt, 0));
-  });
-
-  // Decode: one row, full view over a 64-token cache; logits of the row only.
-  auto pass = [&](int k, Matrix* logits) {
-    KvCache c = base;
-    Batch b;
-    for (int i = 0; i < k; ++i) b.add((i * 31 + 5) % cfg.vocab_size, ctx);
-    Stopwatch s;
-    ForwardResult r = forward(m, c, b);
-    const double t = s.seconds();
-    if (logits) *logits = std::move(r.logits);
-    return t;
-  };
+  const KvCache base = context_cache(m, ctx);
+  const double prefill_s = median_seconds(quick ? 1 : 3, [&] { prefill_pass(m); });
+  auto pass = [&](int k, Matrix* logits) { return k_row_pass(m, base, ctx, k, logits); };
   const int reps = quick ? 7 : 15;
   for (int k : {1, 16}) pass(k, nullptr);  // warm caches and the thread pool before timing
   auto med = [&](int k) {
@@ -128,20 +147,134 @@ nlohmann::json bench_model(const std::string& name, const ModelConfig& cfg, int 
           {"targets", {{"c16_7m", "<= 2.0"}, {"decode_vs_bandwidth_limit_100m", "<= 1.5"}}}};
 }
 
+/// k-row pass times and a 256-token prefill of a model file, held as lm-generate holds it.
+nlohmann::json bench_file(const std::string& path, int nthreads, int reps) {
+  Model m = load_any(path);
+  const bool half = m.stored != io::h5::FloatStorage::f32 && hold_half(m, m.stored == io::h5::FloatStorage::bf16);
+  const int ctx = 64;
+  const KvCache base = context_cache(m, ctx);
+  for (int k : {1, 16, 64}) k_row_pass(m, base, ctx, k, nullptr);  // warm-up
+  nlohmann::json pass_s = nlohmann::json::object();
+  for (int k : {1, 8, 16, 64})
+    pass_s[std::to_string(k)] = median_seconds(reps, [&] { k_row_pass(m, base, ctx, k, nullptr); });
+  const double prefill_s = median_seconds(std::max(1, reps / 2), [&] { prefill_pass(m); });
+  // The weights a pass multiplies: every block matrix and the head (not the embedding lookup).
+  double mw = 0, mbytes = 0;
+  auto add = [&](const Matrix& w) {
+    mw += double(w.rows) * w.cols;
+    mbytes += double(w.rows) * w.cols * (w.is_half() ? 2 : 4);
+  };
+  for (const Layer& l : m.layers)
+    for (const Matrix* w : l.matrices()) add(*w);
+  add(m.head());
+  return {{"engine", "icmlkit"}, {"file", path}, {"matmul_weights", mw}, {"matmul_weight_bytes", mbytes}, {"threads", nthreads}, {"isa", isa_name(best_isa())},
+          {"weights", !half ? "f32" : m.token_embd.bf16 ? "bf16" : "f16"}, {"n_weights", m.config.n_params()},
+          {"weight_bytes", double(m.weight_bytes())}, {"context", ctx}, {"pass_s", pass_s},
+          {"prefill_tokens", 256}, {"prefill_s", prefill_s}, {"reps", reps}};
+}
+
+/// Read bandwidth in bytes/s: nthreads threads summing disjoint parts of a 1 GiB buffer.
+double read_bandwidth(int nthreads) {
+  const std::size_t n = std::size_t(1) << 28;  // 1 GiB of floats
+  std::vector<float> a(n, 1.0f);
+  float sink = 0;
+  const double s = median_seconds(5, [&] {
+    float total = 0;
+#pragma omp parallel for num_threads(nthreads) schedule(static) reduction(+ : total)
+    for (long c = 0; c < 64; ++c) {
+      const float* p = a.data() + c * (n / 64);
+      float acc[16] = {};
+      for (std::size_t i = 0; i < n / 64; i += 16)
+#pragma omp simd
+        for (int j = 0; j < 16; ++j) acc[j] += p[i + j];
+      for (float v : acc) total += v;
+    }
+    sink += total;
+  });
+  if (sink == 42.0f) std::cerr << "";
+  return double(n) * 4 / s;
+}
+
+/// Sixteen independent fused multiply-add chains of 512-bit vectors, `iters` steps; their sum.
+__attribute__((target("avx512f"))) float fma_chains512(long iters) {
+  __m512 a[16];
+  for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(1.0f + j * 1e-3f);
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+  float total = 0;
+  for (int j = 0; j < 16; ++j) total += _mm512_reduce_add_ps(a[j]);
+  return total;
+}
+
+/// The same with 256-bit vectors (AVX2 + FMA).
+__attribute__((target("avx2,fma"))) float fma_chains256(long iters) {
+  __m256 a[16];
+  for (int j = 0; j < 16; ++j) a[j] = _mm256_set1_ps(1.0f + j * 1e-3f);
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-6f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < 16; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  alignas(32) float l[8];
+  float total = 0;
+  for (int j = 0; j < 16; ++j) {
+    _mm256_store_ps(l, a[j]);
+    for (float v : l) total += v;
+  }
+  return total;
+}
+
+/// Measured peak of fused multiply-adds in FLOP/s (2 per lane) on nthreads threads, with the
+/// widest vectors the kernel uses.
+double fma_peak(int nthreads) {
+  const long iters = 20'000'000;
+  const bool wide = isa_available(Isa::avx512);
+  float sink = 0;
+  const double s = median_seconds(3, [&] {
+    float total = 0;
+#pragma omp parallel num_threads(nthreads) reduction(+ : total)
+    total += wide ? fma_chains512(iters) : fma_chains256(iters);
+    sink += total;
+  });
+  if (sink == 42.0f) std::cerr << "";
+  return double(nthreads) * iters * 16 * (wide ? 16 : 8) * 2 / s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nthreads = 2;
-  bool quick = false, f16 = false;
+  int nthreads = 2, reps = 9;
+  bool quick = false, f16 = false, roofline = false;
+  std::string file;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) nthreads = std::max(1, std::atoi(argv[++i]));
     else if (a == "--quick") quick = true;
+    else if (a == "--model" && i + 1 < argc) file = argv[++i];
+    else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--roofline") roofline = true;
     else if (a == "--dtype" && i + 1 < argc && (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "f16"))
       f16 = std::string(argv[++i]) == "f16";
-    else { std::cerr << "usage: bench-lm-engine [--threads N] [--quick] [--dtype f32|f16]\n"; return 2; }
+    else {
+      std::cerr << "usage: bench-lm-engine [--threads N] [--quick] [--dtype f32|f16] | --model FILE [--reps N] | --roofline\n";
+      return 2;
+    }
   }
   set_threads(nthreads);
+  try {
+    if (roofline) {
+      std::cout << nlohmann::json{{"threads", nthreads}, {"isa", isa_name(best_isa())},
+                                  {"read_bandwidth_gb_s", read_bandwidth(nthreads) / 1e9},
+                                  {"fma_peak_gflop_s", fma_peak(nthreads) / 1e9}}.dump() << std::endl;
+      return 0;
+    }
+    if (!file.empty()) {
+      std::cout << bench_file(file, nthreads, reps).dump() << std::endl;
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "bench-lm-engine: error: " << e.what() << "\n";
+    return 1;
+  }
   const double bw = copy_bandwidth(nthreads);
   ModelConfig small;
   small.vocab_size = 4096; small.d_model = 256; small.n_layers = 6; small.n_heads = 8; small.n_kv_heads = 4;

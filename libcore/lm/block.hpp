@@ -118,9 +118,11 @@ void attention_core(const BlockStep& step, const float* q, float* att, ForwardRe
 /// block's ffn projections (it has none).
 void moe_block_forward(const BlockStep& step, BlockWork& work, float* x, ForwardResult& result);
 
-/// y [R, O] = x [R, K] W^T (row strides ldx, ldy) for a weight held as float32 or f16, bitwise
-/// the same either way (lm/matmul.hpp's batch-invariant kernel).
-void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy);
+/// y [R, O] = x [R, K] W[row0 .. row0 + O)^T (row strides ldx, ldy) for a weight held as
+/// float32, f16 or bf16, bitwise the same every way (lm/matmul.hpp's batch-invariant kernel), on
+/// `threads` threads (0: the engine's count; 1 inside a loop that is itself parallel).
+void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy, int row0 = 0,
+                   int threads = 0);
 
 /// y [R, O] += scale · (in A^T) B^T for every adapter of step.options on (step.block, p):
 /// in [R, K] is the projection's input, y its output (LoRA, Hu et al. 2022, eq. 3).

@@ -23,9 +23,10 @@ void rope_queries(const BlockStep& st, float* q) {
   }
 }
 
-void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy) {
-  if (W.is_half()) matmul_xwt_f16(x, R, K, ldx, W.half.data(), O, y, ldy);
-  else matmul_xwt(x, R, K, ldx, W.data.data(), O, y, ldy);
+void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy, int row0,
+                   int nthreads) {
+  matmul_xwt_on(x, R, K, ldx, W.values_from(row0), W.weight_type(), O, y, ldy, best_isa(),
+                nthreads > 0 ? nthreads : threads());
 }
 
 void apply_adapters(const BlockStep& st, Projection p, const float* in, int K, float* y, int O, BlockWork& w) {

@@ -16,18 +16,8 @@ namespace icmlkit::lm {
 namespace {
 
 /// y [R, O] = x [R, K] · W[row0 .. row0 + O)^T: a row block of a stacked matrix (one expert).
-/// `threads` = 0: the engine's thread count; 1 inside a loop that is itself parallel (the kernel
-/// gives the same bits either way).
 void matmul_rows(const float* x, int R, int K, int ldx, const Matrix& W, int row0, int O, float* y, int ldy, int threads = 0) {
-  const std::size_t off = std::size_t(row0) * std::size_t(W.cols);
-  if (threads == 1) {
-    if (W.is_half()) matmul_xwt_f16_path(x, R, K, ldx, W.half.data() + off, O, y, ldy, have_avx2(), 1);
-    else matmul_xwt_path(x, R, K, ldx, W.data.data() + off, O, y, ldy, have_avx2(), 1);
-  } else if (W.is_half()) {
-    matmul_xwt_f16(x, R, K, ldx, W.half.data() + off, O, y, ldy);
-  } else {
-    matmul_xwt(x, R, K, ldx, W.data.data() + off, O, y, ldy);
-  }
+  matmul_weight(x, R, K, ldx, W, O, y, ldy, row0, threads);
 }
 
 /// h [R, m] = act(gate u, up u) for the rows u [R, w] of one expert's (or the shared expert's)

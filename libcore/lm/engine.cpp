@@ -18,7 +18,7 @@ const char* device_name(Device d) noexcept { return d == Device::cuda ? "cuda" :
 
 nlohmann::json Engine::settings() const { return nlohmann::json::object(); }
 
-nlohmann::json CpuEngine::settings() const { return {{"weights", model_.token_embd.is_half() ? "f16" : "f32"}}; }
+nlohmann::json CpuEngine::settings() const { return {{"weights", !model_.token_embd.is_half() ? "f32" : model_.token_embd.bf16 ? "bf16" : "f16"}}; }
 
 nlohmann::json EngineWrapper::settings() const { return inner_.settings(); }
 

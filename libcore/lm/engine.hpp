@@ -147,17 +147,17 @@ inline std::unique_ptr<Engine> open_engine(const Model& model, Device device, co
 }
 
 /// open_engine for a tool's --weights (lm::add_weights_flag): on the CPU, "auto" holds the
-/// weights as f16 when the file stores f16 and every weight is exact in it (lm::hold_half, half
-/// the bytes per decode step, the same logits), "f16" requires exactness (InputError naming
-/// `where` otherwise), "f32" keeps f32 and "bf16" is refused (UsageError: the CPU engine computes
-/// in f32 or f16); on CUDA the host copy stays as loaded and `weights` is the device precision
-/// (open_engine).  Throws what open_engine throws.
+/// weights as f16 (bf16) when the file stores f16 (bf16) and every weight is exact in it
+/// (lm::hold_half, half the bytes per decode step, the same logits), "f16" and "bf16" require
+/// exactness (InputError naming `where` otherwise), "f32" keeps f32; on CUDA the host copy stays
+/// as loaded and `weights` is the device precision (open_engine).  Throws what open_engine throws.
 inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, const std::string& weights, const std::string& where) {
   if (device == Device::cpu) {
-    if (weights == "bf16") throw UsageError("the CPU engine computes in f32 or f16 (bf16 is for --device cuda)", "--weights bf16");
-    if (weights == "f16" || (weights == "auto" && model.stored == io::h5::FloatStorage::f16))
-      if (!hold_half(model) && weights == "f16")
-        throw InputError("--weights f16 needs f16-representable weights (convert with lm-convert --dtype f16)", where);
+    const bool bf16 = weights == "bf16" || (weights == "auto" && model.stored == io::h5::FloatStorage::bf16);
+    const bool f16 = weights == "f16" || (weights == "auto" && model.stored == io::h5::FloatStorage::f16);
+    if ((f16 || bf16) && !hold_half(model, bf16) && weights != "auto")
+      throw InputError("--weights " + weights + " needs " + weights + "-representable weights (convert with lm-convert --dtype " +
+                           weights + ")", where);
   }
   return open_engine(model, device, weights);
 }

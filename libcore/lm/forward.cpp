@@ -264,6 +264,7 @@ Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<in
   if (W.is_half()) {
     sub.data.clear();
     sub.half.resize(vocab_ids.size() * std::size_t(c.d_model));
+    sub.bf16 = W.bf16;
   }
   for (std::size_t i = 0; i < vocab_ids.size(); ++i) {
     const int id = vocab_ids[i];

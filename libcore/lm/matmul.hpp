@@ -8,9 +8,9 @@
 // on the rest of the batch — the property lossless speculative decoding needs.
 //
 // Four or more rows on AVX-512 (issue 37): x rows are packed in pairs, each 512-bit register
-// holding one 8-lane accumulator of each row of a pair; a register tile of 4 pairs (8 rows) x
-// 4 output columns loads each weight chunk once (broadcast to both halves) for all 8 rows, and
-// widens 16-bit weights there (one conversion per weight per 8 rows).  The per-(r, o) order is the one above.
+// holding one 8-lane accumulator of each row of a pair; a register tile of 6 pairs (12 rows) x
+// 4 output columns loads each weight chunk once (broadcast to both halves) for all its rows, and
+// widens 16-bit weights there (one conversion per weight per 12 rows).  The per-(r, o) order is the one above.
 #pragma once
 
 #include <cstdint>

@@ -24,7 +24,10 @@ void Matrix::row_f32(int r, float* out) const noexcept {
     return;
   }
   const std::uint16_t* h = half.data() + std::size_t(r) * cols;
-  for (int i = 0; i < cols; ++i) out[i] = num::f16_to_f32(h[i]);
+  if (bf16)
+    for (int i = 0; i < cols; ++i) out[i] = num::bf16_to_f32(h[i]);
+  else
+    for (int i = 0; i < cols; ++i) out[i] = num::f16_to_f32(h[i]);
 }
 
 std::vector<Matrix*> Layer::matrices_all() {
@@ -64,17 +67,18 @@ std::int64_t Model::weight_bytes() const noexcept {
   return n;
 }
 
-bool hold_half(Model& m) {
+bool hold_half(Model& m, bool bf16) {
   std::vector<Matrix*> mats = {&m.token_embd, &m.output, &m.adapter};
   for (auto& l : m.layers)
     for (Matrix* w : l.matrices()) mats.push_back(w);
   for (const Matrix* w : mats)
     for (float x : w->data)
-      if (num::f16_to_f32(num::f32_to_f16(x)) != x) return false;
+      if ((bf16 ? num::bf16_to_f32(num::f32_to_bf16(x)) : num::f16_to_f32(num::f32_to_f16(x))) != x) return false;
   for (Matrix* w : mats) {
     if (w->data.empty()) continue;
     w->half.resize(w->data.size());
-    for (std::size_t i = 0; i < w->data.size(); ++i) w->half[i] = num::f32_to_f16(w->data[i]);
+    for (std::size_t i = 0; i < w->data.size(); ++i) w->half[i] = bf16 ? num::f32_to_bf16(w->data[i]) : num::f32_to_f16(w->data[i]);
+    w->bf16 = bf16;
     std::vector<float>().swap(w->data);
   }
   return true;
@@ -86,7 +90,7 @@ template <class S, class M>
 std::vector<S> slots_of(M& m) {
   const auto& c = m.config;
   if (m.token_embd.is_half())
-    throw RuntimeError("the model holds f16 compute weights (hold_half); its tensors cannot be saved or trained");
+    throw RuntimeError("the model holds 16-bit compute weights (hold_half); its tensors cannot be saved or trained");
   std::vector<S> out;
   auto mat = [&](std::string g, std::string h, auto& w, int heads, int experts = 0) {
     out.push_back(S{std::move(g), std::move(h), w.data.data(), w.rows, w.cols, heads, experts});

@@ -8,20 +8,29 @@
 #include "io/h5array.hpp"
 #include "io/provenance.hpp"
 #include "lm/config.hpp"
+#include "lm/matmul.hpp"
 
 namespace icmlkit::lm {
 
 /// A row-major matrix [rows, cols] (weights are [out, in], as in GGUF), float32 in `data`, or —
-/// for inference weights after hold_half() — IEEE binary16 bits in `half` (then `data` is empty).
+/// for inference weights after hold_half() — IEEE binary16 or bfloat16 bits in `half` (then
+/// `data` is empty; `bf16` says which).
 struct Matrix {
   int rows = 0, cols = 0;
   std::vector<float> data;
   std::vector<std::uint16_t> half;
+  bool bf16 = false;  ///< `half` holds bfloat16 bits (else IEEE binary16)
   Matrix() = default;
   Matrix(int r, int c) : rows(r), cols(c), data(std::size_t(r) * c, 0.0f) {}
   /// Whether the values are held as f16 bits.
   bool is_half() const noexcept { return !half.empty(); }
-  /// Row r as float32 (widened when held as f16).
+  /// How the values are held (the kernel's weight type).
+  WeightType weight_type() const noexcept { return !is_half() ? WeightType::f32 : bf16 ? WeightType::bf16 : WeightType::f16; }
+  /// The values' storage (data or half) from row r on.
+  const void* values_from(int r) const noexcept {
+    return is_half() ? static_cast<const void*>(half.data() + std::size_t(r) * cols) : data.data() + std::size_t(r) * cols;
+  }
+  /// Row r as float32 (widened when held as 16-bit).
   void row_f32(int r, float* out) const noexcept;
   /// Pointer to row r.
   const float* row(int r) const noexcept { return data.data() + std::size_t(r) * cols; }
@@ -140,12 +149,12 @@ Model allocate_model(const ModelConfig& config, const std::string& where = "mode
 /// depend on threads).  Validates the config (InputError).
 Model random_model(const ModelConfig& config, std::uint64_t seed, double std = 0.02);
 
-/// Holds every matrix as f16 bits (half the memory and bandwidth of decoding).  Exact when the
-/// weights are f16-representable (a model stored as f16): then logits are bitwise those of the
-/// float32 model.  Such a model computes (forward, apply_head) but cannot be saved or trained:
-/// tensor_slots() throws RuntimeError.  Returns false (and changes nothing) when a weight is
-/// not exactly representable in f16.
-bool hold_half(Model& model);
+/// Holds every matrix as f16 bits, or bf16 bits with `bf16` (half the memory and bandwidth of
+/// decoding).  Exact when the weights are representable (a model stored so): then logits are
+/// bitwise those of the float32 model.  Such a model computes (forward, apply_head) but cannot be
+/// saved or trained: tensor_slots() throws RuntimeError.  Returns false (and changes nothing)
+/// when a weight is not exactly representable.
+bool hold_half(Model& model, bool bf16 = false);
 
 /// Rounds every matrix to `storage` precision and back, so in-memory weights equal what a
 /// checkpoint saved at that precision loads as.

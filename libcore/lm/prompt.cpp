@@ -42,9 +42,9 @@ void add_device_flag(CLI::App& app, std::string& device) {
 void add_weights_flag(CLI::App& app, std::string& weights, const std::string& help) {
   app.add_option("--weights", weights,
                  !help.empty() ? help
-                               : "Compute weights: auto (CPU: f16 when the file stores f16 and every weight is exact in it, "
-                                 "else f32; CUDA: the file's 16-bit format (f16 or bf16) when exact, else f32), f32, "
-                                 "f16 (CPU: exact f16 only; CUDA: rounded), bf16 (CUDA only, rounded)")
+                               : "Compute weights: auto (the file's 16-bit format (f16 or bf16) when every weight is "
+                                 "exact in it, else f32), f32, f16 or bf16 (CPU: held 16-bit with the same logits, only "
+                                 "when exact; CUDA: rounded)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
 }

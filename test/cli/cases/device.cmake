@@ -34,8 +34,13 @@ cli_case(device/weights-auto-f16-and-f32-same-text --rc 0
   --file-jq b.json ".summary.engine_settings == {\"weights\": \"f32\"} and .summary.compute_weights == \"f32\""
   --file-jq e.json ".engine_settings == {\"weights\": \"f32\"}"
   -- bash -c "${DEV_F16} && $<TARGET_FILE:fafo-generate> h.h5 --prompt-ids 1,2,3 -n 12 --ignore-eos -o a.jsonl > a.txt && tail -n 1 a.jsonl > a.json && $<TARGET_FILE:lm-generate> h.h5 --prompt-ids 1,2,3 -n 12 --ignore-eos --weights f32 --no-stream -o b.jsonl > b.txt && tail -n 1 b.jsonl > b.json && cmp a.txt b.txt && test -s a.txt && $<TARGET_FILE:lm-eval> ${DEV_KJV} ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --max-tokens 20 -o e.json -q")
-cli_case(device/weights-bf16-on-cpu-refused --rc 2 --stderr "^fafo-generate: error: the CPU engine computes in f32 or f16 \\(bf16 is for --device cuda\\) \\(--weights bf16\\)$"
-  --tool fafo-generate --no-file r.jsonl -- $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --weights bf16 -o r.jsonl)
+# Issue 37: bf16-stored weights are held as bf16 on the CPU too (same kernel, same logits as f32).
+cli_case(device/weights-auto-bf16-and-f32-same-text --rc 0
+  --file-jq a.json ".summary.engine_settings == {\"weights\": \"bf16\"}"
+  --file-jq b.json ".summary.engine_settings == {\"weights\": \"f32\"}"
+  -- bash -c "$<TARGET_FILE:lm-init> --preset tiny --dtype bf16 -o b.h5 -q && $<TARGET_FILE:fafo-generate> b.h5 --prompt-ids 1,2,3 -n 12 --ignore-eos -o a.jsonl > a.txt && tail -n 1 a.jsonl > a.json && $<TARGET_FILE:fafo-generate> b.h5 --prompt-ids 1,2,3 -n 12 --ignore-eos --weights f32 -o b.jsonl > b.txt && tail -n 1 b.jsonl > b.json && cmp a.txt b.txt && test -s a.txt")
+cli_case(device/weights-bf16-needs-exact-weights --rc 1 --stderr "^fafo-generate: error: --weights bf16 needs bf16-representable weights"
+  --tool fafo-generate --no-file r.jsonl -- bash -c "$<TARGET_FILE:lm-init> --preset tiny -o f.h5 -q && $<TARGET_FILE:fafo-generate> f.h5 --prompt-ids 1,2 -n 2 --weights bf16 -o r.jsonl")
 cli_case(device/weights-f16-needs-exact-weights --rc 1 --stderr "^lm-generate: error: --weights f16 needs f16-representable weights"
   --tool lm-generate --no-file r.jsonl -- $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --weights f16 -o r.jsonl)
 cli_case(device/lm-eval-weights-f16-on-cpu-refused --rc 2 --stderr "^lm-eval: error: lm-eval computes in f32 on the CPU"
