@@ -10,6 +10,7 @@
 // trainer's counterpart is nn/llama_train.hpp's per-block forward/backward.
 #pragma once
 
+#include <initializer_list>
 #include <vector>
 
 #include "lm/forward.hpp"
@@ -123,6 +124,18 @@ void moe_block_forward(const BlockStep& step, BlockWork& work, float* x, Forward
 /// `threads` threads (0: the engine's count; 1 inside a loop that is itself parallel).
 void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O, float* y, int ldy, int row0 = 0,
                    int threads = 0);
+
+/// One product of matmul_weights: y [R, O] (row stride ldy) = x W^T.
+struct WeightProduct {
+  const Matrix* W;
+  int O;
+  float* y;
+  int ldy;
+};
+
+/// Up to 8 products of the same x [R, K] in one parallel region, each bitwise matmul_weight's
+/// (q, k and v; gate and up).
+void matmul_weights(const float* x, int R, int K, int ldx, std::initializer_list<WeightProduct> products);
 
 /// y [R, O] += scale · (in A^T) B^T for every adapter of step.options on (step.block, p):
 /// in [R, K] is the projection's input, y its output (LoRA, Hu et al. 2022, eq. 3).

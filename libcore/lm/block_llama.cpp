@@ -29,6 +29,13 @@ void matmul_weight(const float* x, int R, int K, int ldx, const Matrix& W, int O
                 nthreads > 0 ? nthreads : threads());
 }
 
+void matmul_weights(const float* x, int R, int K, int ldx, std::initializer_list<WeightProduct> products) {
+  MatmulJob jobs[8];
+  int n = 0;
+  for (const WeightProduct& p : products) jobs[n++] = MatmulJob{p.W->values_from(0), p.W->weight_type(), p.O, p.y, p.ldy};
+  matmul_xwt_jobs(x, R, K, ldx, jobs, n);
+}
+
 void apply_adapters(const BlockStep& st, Projection p, const float* in, int K, float* y, int O, BlockWork& w) {
   if (!st.options.adapters) return;
   const int R = st.batch.size();
@@ -125,6 +132,7 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
   {
     std::vector<float> sc;
     std::vector<std::int32_t> keys;
+    std::vector<const float*> kptr;
     std::vector<AttentionRecord> mine;
     std::vector<double> busy(opt.time_attention ? nviews : 0, 0.0);
 #pragma omp for schedule(dynamic, 1)
@@ -147,8 +155,11 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
       const int nkeys = static_cast<int>(keys.size());
       sc.resize(nkeys);
       const float* qr = q + std::size_t(r) * dq + h * hd;
-      for (int j = 0; j < nslots; ++j) sc[j] = dot8(qr, cache.key(cl, g, keys[j]), hd) * scale;
-      for (int j = nslots; j < nkeys; ++j) sc[j] = dot8(qr, cache.pending_key(cl, g, st.local[-keys[j] - 1]), hd) * scale;
+      kptr.resize(nkeys);
+      for (int j = 0; j < nslots; ++j) kptr[j] = cache.key(cl, g, keys[j]);
+      for (int j = nslots; j < nkeys; ++j) kptr[j] = cache.pending_key(cl, g, st.local[-keys[j] - 1]);
+      dot8_many(qr, kptr.data(), nkeys, hd, sc.data());
+      for (int j = 0; j < nkeys; ++j) sc[j] *= scale;
       AttentionRecord* rec = nullptr;
       const auto t_rec = opt.time_attention ? Clock::now() : Clock::time_point();
       if (record[r]) {
@@ -200,9 +211,13 @@ void attention_input(const BlockStep& st, BlockWork& w, const float* x) {
   w.q.resize(std::size_t(R) * dq);
   w.att.resize(w.q.size());
   rms_norm(x, R, d, L.attn_norm.data(), c.rms_eps, w.xn.data());
-  matmul_weight(w.xn.data(), R, d, d, L.wq, dq, w.q.data(), dq);
+  const int dkv = c.n_kv_heads * c.head_dim();
+  w.k.resize(std::size_t(R) * dkv);
+  w.v.resize(w.k.size());
+  matmul_weights(w.xn.data(), R, d, d, {{&L.wq, dq, w.q.data(), dq}, {&L.wk, dkv, w.k.data(), dkv}, {&L.wv, dkv, w.v.data(), dkv}});
   apply_adapters(st, Projection::attn_q, w.xn.data(), d, w.q.data(), dq, w);
-  project_kv(st, w, w.xn.data());
+  apply_adapters(st, Projection::attn_k, w.xn.data(), d, w.k.data(), dkv, w);
+  apply_adapters(st, Projection::attn_v, w.xn.data(), d, w.v.data(), dkv, w);
 }
 
 void attention_output(const BlockStep& st, BlockWork& w, float* x) {
@@ -232,8 +247,7 @@ void llama_mlp(const BlockStep& st, BlockWork& w, float* x) {
   w.up.resize(w.gate.size());
   float *xn = w.xn.data(), *gate = w.gate.data(), *up = w.up.data();
   rms_norm(x, R, d, L.ffn_norm.data(), c.rms_eps, xn);
-  matmul_weight(xn, R, d, d, L.w_gate, ff, gate, ff);
-  matmul_weight(xn, R, d, d, L.w_up, ff, up, ff);
+  matmul_weights(xn, R, d, d, {{&L.w_gate, ff, gate, ff}, {&L.w_up, ff, up, ff}});
   apply_adapters(st, Projection::ffn_gate, xn, d, gate, ff, w);
   apply_adapters(st, Projection::ffn_up, xn, d, up, ff, w);
   for (std::size_t i = 0; i < w.gate.size(); ++i) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 #include <type_traits>
@@ -184,6 +185,29 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(const float* x, int R, i
   if (rem == 1) tile_avx2<1, CT>(x + std::size_t(r) * ldx, ldx, K, W, o, y + std::size_t(r) * ldy, ldy, ahead);
 }
 
+/// out[j] = the 8-lane dot of q with keys[j] (length K) for eight keys at once (one accumulator
+/// each, reduced four at a time as tile_avx2 does), so each equals dot8(q, keys[j], K).
+__attribute__((target("avx2,fma,f16c"))) void dot8_keys8(const float* q, const float* const* keys, int K, float* out) {
+  __m256 acc[8];
+  for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
+  int k = 0;
+  for (; k + 8 <= K; k += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + k);
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys[c] + k), acc[c]);
+  }
+  if (k < K) {
+    const __m256i m = tail_mask(K - k);
+    const __m256 qv = _mm256_maskload_ps(q + k, m);
+    for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(keys[c] + k, m), acc[c]);
+  }
+  for (int c = 0; c < 8; c += 4) {
+    const __m256 ab = _mm256_hadd_ps(acc[c], acc[c + 1]);
+    const __m256 cd = _mm256_hadd_ps(acc[c + 2], acc[c + 3]);
+    const __m256 abcd = _mm256_hadd_ps(ab, cd);
+    _mm_storeu_ps(out + c, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+  }
+}
+
 /// Columns [o0, O1) of a matrix with O columns against all R rows.
 template <class WT>
 __attribute__((target("avx2,fma,f16c"))) void block_avx2(const float* x, int R, int K, int ldx, const WT* W,
@@ -348,15 +372,32 @@ constexpr int kWideRows = 4;
 
 #pragma GCC diagnostic pop
 
+/// Columns [o0, o1) of one product on the chosen path (xp: the packed rows when `wide`).
 template <class WT>
-void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, int ldy, Isa isa,
-         int nthreads) {
-  if (R <= 0 || O <= 0) return;
+void run_block(const float* x, const float* xp, bool wide, int R, int K, int ldx, const WT* W, int o0, int o1, int O,
+               float* y, int ldy, Isa isa) {
+  if (wide) block_avx512(x, xp, R, K, ldx, W, o0, o1, O, y, ldy);
+  else if (isa != Isa::portable) block_avx2(x, R, K, ldx, W, o0, o1, O, y, ldy);
+  else tile_portable(x, R, K, ldx, W, o0, o1, y, ldy);
+}
+
+/// The products `jobs` of the same x in one parallel region: their column blocks are one
+/// index space, split statically over the threads (a region costs a few microseconds; a 7m
+/// model's decode step has dozens).
+void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int njobs, Isa isa, int nthreads) {
+  if (R <= 0 || njobs <= 0) return;
   // Column blocks small enough that a block's weights stay in L2 while all rows pass over it.
   const int block = std::max(4, std::min(64, (1 << 16) / std::max(K, 1) / 4 * 4));
-  const int nblocks = (O + block - 1) / block;
-  // A parallel region costs a few microseconds (more on a loaded machine): only for >= 256k MACs.
-  const bool par = nthreads > 1 && nblocks > 1 && std::int64_t(O) * K * R >= (1 << 15);
+  int nblocks = 0;
+  std::int64_t cols = 0;
+  int first[8];
+  for (int j = 0; j < njobs; ++j) {
+    first[j] = nblocks;
+    nblocks += (jobs[j].O + block - 1) / block;
+    cols += jobs[j].O;
+  }
+  // Only for >= 32k multiply-adds (measured: a 256 x 256 one-row product gains from 2 threads).
+  const bool par = nthreads > 1 && nblocks > 1 && cols * K * R >= (1 << 15);
   const bool wide = isa == Isa::avx512 && R >= kWideRows;
   const float* xp = nullptr;
   if (wide) {
@@ -367,11 +408,24 @@ void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, in
   }
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
   for (int b = 0; b < nblocks; ++b) {
-    const int o0 = b * block, o1 = std::min(O, o0 + block);
-    if (wide) block_avx512(x, xp, R, K, ldx, W, o0, o1, O, y, ldy);
-    else if (isa != Isa::portable) block_avx2(x, R, K, ldx, W, o0, o1, O, y, ldy);
-    else tile_portable(x, R, K, ldx, W, o0, o1, y, ldy);
+    int j = njobs - 1;
+    while (first[j] > b) --j;
+    const MatmulJob& jb = jobs[j];
+    const int o0 = (b - first[j]) * block, o1 = std::min(jb.O, o0 + block);
+    switch (jb.wt) {
+      case WeightType::f32: run_block(x, xp, wide, R, K, ldx, static_cast<const float*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
+      case WeightType::f16: run_block(x, xp, wide, R, K, ldx, static_cast<const std::uint16_t*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
+      case WeightType::bf16: run_block(x, xp, wide, R, K, ldx, static_cast<const Bf16*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
+    }
   }
+}
+
+/// One product of weights of type WT.
+template <class WT>
+void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, int ldy, Isa isa, int nthreads) {
+  constexpr WeightType wt = std::is_same_v<WT, float> ? WeightType::f32 : std::is_same_v<WT, Bf16> ? WeightType::bf16 : WeightType::f16;
+  const MatmulJob job{W, wt, O, y, ldy};
+  run_jobs(x, R, K, ldx, &job, 1, isa, nthreads);
 }
 
 }  // namespace
@@ -449,6 +503,18 @@ void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int 
 void matmul_xwt_f16_path(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy,
                          bool fast, int nthreads) {
   matmul_xwt_on(x, R, K, ldx, W, WeightType::f16, O, y, ldy, fast ? best_isa() : Isa::portable, nthreads);
+}
+
+void matmul_xwt_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int njobs, int nthreads) {
+  if (njobs > 8) throw std::invalid_argument("matmul_xwt_jobs: at most 8 products");
+  run_jobs(x, R, K, ldx, jobs, njobs, best_isa(), nthreads > 0 ? nthreads : threads());
+}
+
+void dot8_many(const float* q, const float* const* keys, int n, int K, float* out) noexcept {
+  int j = 0;
+  if (have_avx2())
+    for (; j + 8 <= n; j += 8) dot8_keys8(q, keys + j, K, out + j);
+  for (; j < n; ++j) out[j] = dot8(q, keys[j], K);
 }
 
 float dot8(const float* a, const float* b, int K) noexcept {

@@ -45,6 +45,19 @@ void matmul_xwt_f16(const float* x, int R, int K, int ldx, const std::uint16_t* 
 /// The same with W held as bfloat16 bits [O, K].
 void matmul_xwt_bf16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy);
 
+/// One product y [R, O] (row stride ldy) = x W^T of matmul_xwt_jobs, W [O, K] of type `wt`.
+struct MatmulJob {
+  const void* W;
+  WeightType wt;
+  int O;
+  float* y;
+  int ldy;
+};
+
+/// Up to 8 products of the same x [R, K] in one parallel region (`threads` 0: the engine's
+/// count), each bitwise what matmul_xwt gives alone.  Throws std::invalid_argument for more than 8.
+void matmul_xwt_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int njobs, int threads = 0);
+
 /// The product with W of type `wt` (float* for f32, std::uint16_t* otherwise) on the path `isa`
 /// (the portable one when `isa` is unavailable) and `threads` threads (tests and benches).
 void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y,
@@ -60,6 +73,9 @@ void matmul_xwt_f16_path(const float* x, int R, int K, int ldx, const std::uint1
 /// The 8-lane dot product of a and b (length K) with the same arithmetic as one entry of
 /// matmul_xwt (used for attention scores).
 float dot8(const float* a, const float* b, int K) noexcept;
+
+/// out[j] = dot8(q, keys[j], K) for j < n, bitwise, several keys at a time (attention scores).
+void dot8_many(const float* q, const float* const* keys, int n, int K, float* out) noexcept;
 
 /// Whether this CPU runs the AVX2+FMA path.
 bool have_avx2() noexcept;

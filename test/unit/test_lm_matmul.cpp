@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "lm/matmul.hpp"
@@ -137,4 +138,47 @@ TEST_CASE("lm: every kernel path (portable, AVX2, AVX-512) and weight type (f32,
       CHECK(same_bits(yb.data(), ref_b.data(), ny));
     }
   }
+}
+
+TEST_CASE("lm: products sharing one parallel region, and attention's many-key dot, give the single calls' bits") {
+  Rng rng(371);
+  const int K = 45, R = 9;
+  std::vector<float> x(std::size_t(R) * K);
+  for (auto& v : x) v = static_cast<float>(rng.normal());
+  // Three products of mixed weight types and widths (one below a 4-column tile), as q / k / v.
+  const int O1 = 70, O2 = 3, O3 = 130;
+  std::vector<float> w1(std::size_t(O1) * K);
+  std::vector<std::uint16_t> w2(std::size_t(O2) * K), w3(std::size_t(O3) * K);
+  for (auto& v : w1) v = static_cast<float>(rng.normal());
+  for (auto& v : w2) v = random_half(rng);
+  for (auto& v : w3) v = num::f32_to_bf16(static_cast<float>(rng.normal()));
+  for (const int rows : {1, R}) {
+    CAPTURE(rows);
+    std::vector<float> y1(std::size_t(rows) * O1), y2(std::size_t(rows) * O2), y3(std::size_t(rows) * O3);
+    const MatmulJob jobs[3] = {{w1.data(), WeightType::f32, O1, y1.data(), O1},
+                               {w2.data(), WeightType::f16, O2, y2.data(), O2},
+                               {w3.data(), WeightType::bf16, O3, y3.data(), O3}};
+    matmul_xwt_jobs(x.data(), rows, K, K, jobs, 3, 2);
+    std::vector<float> e1(y1.size()), e2(y2.size()), e3(y3.size());
+    matmul_xwt_on(x.data(), rows, K, K, w1.data(), WeightType::f32, O1, e1.data(), O1, Isa::portable, 1);
+    matmul_xwt_on(x.data(), rows, K, K, w2.data(), WeightType::f16, O2, e2.data(), O2, Isa::portable, 1);
+    matmul_xwt_on(x.data(), rows, K, K, w3.data(), WeightType::bf16, O3, e3.data(), O3, Isa::portable, 1);
+    CHECK(same_bits(y1.data(), e1.data(), y1.size()));
+    CHECK(same_bits(y2.data(), e2.data(), y2.size()));
+    CHECK(same_bits(y3.data(), e3.data(), y3.size()));
+  }
+  // dot8_many over 19 keys (two groups of eight and a remainder) equals dot8 key by key.
+  std::vector<const float*> keys;
+  for (int j = 0; j < 19; ++j) keys.push_back(w1.data() + std::size_t(j * 3) * K);
+  std::vector<float> many(keys.size());
+  dot8_many(x.data(), keys.data(), static_cast<int>(keys.size()), K, many.data());
+  bool ok = true;
+  for (std::size_t j = 0; j < keys.size(); ++j) {
+    const float one = dot8(x.data(), keys[j], K);
+    ok = ok && std::memcmp(&one, &many[j], sizeof(float)) == 0;
+  }
+  CHECK(ok);
+  std::vector<float> y(O1);
+  const std::vector<MatmulJob> nine(9, MatmulJob{w1.data(), WeightType::f32, O1, y.data(), O1});
+  CHECK_THROWS_AS(matmul_xwt_jobs(x.data(), 1, K, K, nine.data(), 9), std::invalid_argument);
 }
