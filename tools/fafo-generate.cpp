@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/run_tool.hpp"
+#include "decode/adaptive.hpp"
 #include "decode/decoder.hpp"
 #include "io/atomic_file.hpp"
 #include "io/sha256.hpp"
@@ -34,8 +35,11 @@ namespace {
 nlohmann::json summarise(const decode::DecodeResult& r) {
   std::map<int, int> hist;
   double draft_attn = 0.0, verify_attn = 0.0, step_wall = 0.0, step_engine = 0.0;
-  int decode_tokens = 0, rows = 0;
+  int decode_tokens = 0, rows = 0, from_prompt = 0, from_lookahead = 0, from_both = 0;
   for (const auto& s : r.steps) {
+    from_prompt += s.from_prompt;
+    from_lookahead += s.from_lookahead;
+    from_both += s.from_both;
     ++hist[s.accepted];
     decode_tokens += s.accepted;
     draft_attn += s.draft_attn_cpu_s;
@@ -47,7 +51,12 @@ nlohmann::json summarise(const decode::DecodeResult& r) {
   nlohmann::json h = nlohmann::json::object();
   for (auto [k, v] : hist) h[std::to_string(k)] = v;
   const double n_steps = static_cast<double>(r.steps.size());
+  // Where the accepted drafts came from (the bonus token of each step is the model's own).
+  const double drafted = from_prompt + from_lookahead + from_both;
+  const nlohmann::json sources = {{"prompt_match", from_prompt}, {"lookahead", from_lookahead}, {"both", from_both},
+                                  {"lookahead_share", drafted > 0 ? (from_lookahead + from_both) / drafted : 0.0}};
   return {{"generated_tokens", r.tokens.size()},
+          {"accepted_draft_sources", sources},
           {"decode_steps", r.steps.size()},
           {"forward_passes", r.forward_passes},
           {"mean_accepted_per_step", n_steps > 0 ? decode_tokens / n_steps : 0.0},
@@ -85,6 +94,7 @@ int main(int argc, char** argv) {
   std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file, device = "cpu",
       weights = "auto", lora_dir;
   std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max", kv_gqa_reduce = "sum";
+  std::string schedule = "adaptive", pass_cost_cache = decode::default_pass_cost_cache();
   int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
   decode::DecodeConfig dc;
   bool ignore_eos = false, quiet_text = false, no_stream = false;
@@ -106,6 +116,14 @@ int main(int argc, char** argv) {
       "included), graph_replays (those run as a CUDA graph, the capturing one included; graphs captured\n"
       "earlier in the process are reused), graph_captures, graph_drops (graph cache flushes) and\n"
       "host_prep_ns (host time preparing forwards: metadata, uploads, graph lookup).\n"
+      "--method fafo adapts its step by default (--schedule adaptive): before each step it picks a shape\n"
+      "among AR, a prompt match of --draft tokens, pool n-grams and lookahead windows up to --window,\n"
+      "--ngram, --guesses, by the tokens/s each gave so far (accepted tokens over step wall time) and, for\n"
+      "shapes not yet run, by the most they could give at the engine's measured pass costs c(k) (timed\n"
+      "once per model shape, weights, threads and context size, cached in --pass-cost-cache).  The summary's\n"
+      "schedule lists each shape's steps and estimates; accepted_draft_sources says how many accepted\n"
+      "tokens came from prompt matches and how many from the lookahead rows' n-grams.  --schedule fixed\n"
+      "runs every step at (--window, --ngram, --guesses), as the paper does on GPUs.\n"
       "--compare ar also decodes with AR and adds the speedup and identical_to_ar (null when sampling).\n"
       "--device cuda takes --kv-policy streaming only (the others need attention records).\n"
       "--search-skip-set FILE searches a self-spec skip set on --calibration prompts and writes it\n"
@@ -131,7 +149,11 @@ int main(int argc, char** argv) {
         app.add_option("--guesses", dc.guesses, "Lookahead/FAFO: candidate n-grams G verified per step (also the pool's per-key size)")->capture_default_str()->check(cli::int_range(0, 256));
         app.add_option("--pld-max-ngram", dc.pld_max_ngram, "Prompt lookup: longest suffix matched")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--pld-min-ngram", dc.pld_min_ngram, "Prompt lookup: shortest suffix matched")->capture_default_str()->check(cli::int_range(1, 1 << 20));
-        app.add_option("--draft", dc.pld_draft, "Prompt lookup: tokens proposed; self-spec: most tokens drafted (default 8)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
+        app.add_option("--draft", dc.pld_draft, "Prompt lookup and adaptive FAFO: tokens a prompt match proposes; self-spec: most tokens drafted (default 8)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
+        app.add_option("--schedule", schedule, "FAFO: adaptive (each step's shape chosen from measured costs and acceptance) | fixed (W, N, G every step)")
+            ->capture_default_str()->check(CLI::IsMember({"adaptive", "fixed"}));
+        app.add_option("--pass-cost-cache", pass_cost_cache, "Adaptive FAFO: file caching the engine's measured pass costs (none = measure every run)")
+            ->capture_default_str();
         app.add_option("--skip-set", skip_file, "Self-spec: skip set (JSON written by --search-skip-set)");
         app.add_option("--draft-stop", dc.draft_stop, "Self-spec: stop drafting when the draft's top probability is below this")->capture_default_str()->check(CLI::Range(0.0, 1.0));
         app.add_option("--kv-policy", kv_policy,
@@ -181,8 +203,9 @@ int main(int argc, char** argv) {
         using M = decode::Method;
         const FlagUse uses[] = {
             {"--window", {M::lookahead, M::fafo}}, {"--ngram", {M::lookahead, M::fafo}}, {"--guesses", {M::lookahead, M::fafo}},
-            {"--pld-max-ngram", {M::prompt_lookup}}, {"--pld-min-ngram", {M::prompt_lookup}},
-            {"--draft", {M::prompt_lookup, M::self_spec}}, {"--skip-set", {M::self_spec}}, {"--draft-stop", {M::self_spec}},
+            {"--pld-max-ngram", {M::prompt_lookup, M::fafo}}, {"--pld-min-ngram", {M::prompt_lookup, M::fafo}},
+            {"--draft", {M::prompt_lookup, M::self_spec, M::fafo}}, {"--skip-set", {M::self_spec}}, {"--draft-stop", {M::self_spec}},
+            {"--schedule", {M::fafo}}, {"--pass-cost-cache", {M::fafo}},
             {"--kv-policy", {M::fafo}}, {"--kv-gqa-reduce", {M::fafo}}, {"--kv-budget", {M::fafo}}, {"--kv-sinks", {M::fafo}}, {"--kv-recent", {M::fafo}},
             {"--kv-window", {M::fafo}}, {"--kv-kernel", {M::fafo}}, {"--kv-pool", {M::fafo}}};
         if (!searching)
@@ -205,6 +228,12 @@ int main(int argc, char** argv) {
         if (dev != lm::Device::cpu && dc.method == decode::Method::fafo && dc.kv.policy != kv::Policy::streaming)
           throw UsageError("--kv-policy " + kv_policy + " needs attention records, which the CUDA engine does not provide (use streaming, or --device cpu)",
                            "--device cuda");
+        dc.adaptive = dc.method == decode::Method::fafo && schedule == "adaptive";
+        dc.pass_cost_cache = pass_cost_cache == "none" ? "" : pass_cost_cache;
+        if (!dc.adaptive)
+          for (const char* flag : {"--draft", "--pld-max-ngram", "--pld-min-ngram", "--pass-cost-cache"})
+            if (app->count(flag) > 0 && dc.method == decode::Method::fafo)
+              throw UsageError(fmt::format("{} is used by --method fafo only with --schedule adaptive", flag));
         if (dc.method == decode::Method::self_spec && skip_file.empty() && !searching)
           throw UsageError("self-spec needs --skip-set (make one with --search-skip-set)", "--method self-spec");
 
@@ -266,6 +295,7 @@ int main(int argc, char** argv) {
           ctx.prov.extra["decode"] = {{"method", method}, {"temperature", dc.sampler.temperature}, {"top_k", dc.sampler.top_k},
                                       {"top_p", dc.sampler.top_p}, {"window", dc.window}, {"ngram", dc.ngram},
                                       {"guesses", dc.guesses}, {"kv_policy", kv_policy}, {"kv_budget", dc.kv.budget},
+                                      {"schedule", dc.method == decode::Method::fafo ? nlohmann::json(schedule) : nlohmann::json(nullptr)},
                                       {"max_new_tokens", dc.max_new_tokens}};
           out << nlohmann::json{{"meta", ctx.prov.to_json()}}.dump() << "\n";
         }
@@ -306,6 +336,8 @@ int main(int argc, char** argv) {
         if (dc.method == decode::Method::fafo) {
           summary["kv_policy"] = kv_policy;
           summary["kv_budget"] = dc.kv.budget;
+          summary["schedule"] = schedule;
+          if (dc.adaptive) summary["adaptive"] = r.schedule;
         }
         if (!compare.empty()) {
           decode::DecodeConfig ar = dc;
@@ -336,6 +368,8 @@ int main(int argc, char** argv) {
           for (const auto& s : r.steps)
             out << nlohmann::json{{"step", s.step}, {"n_past", s.n_past}, {"rows", s.rows}, {"draft_rows", s.draft_rows},
                                   {"verify_rows", s.verify_rows}, {"candidates", s.candidates}, {"accepted", s.accepted},
+                                  {"arm", s.arm >= 0 ? nlohmann::json(r.schedule["arms"][std::size_t(s.arm)]["name"]) : nlohmann::json(nullptr)},
+                                  {"prompt_draft", s.prompt_draft}, {"from_prompt", s.from_prompt}, {"from_lookahead", s.from_lookahead}, {"from_both", s.from_both},
                                   {"wall_s", s.wall_s}, {"engine_s", s.engine_s},
                                   {"draft_attn_cpu_s", attn_timed ? nlohmann::json(s.draft_attn_cpu_s) : nlohmann::json(nullptr)},
                                   {"verify_attn_cpu_s", attn_timed ? nlohmann::json(s.verify_attn_cpu_s) : nlohmann::json(nullptr)}}.dump()

@@ -6,8 +6,10 @@
 #include <utility>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 
+#include "decode/adaptive.hpp"
 #include "decode/ngram.hpp"
 #include "lm/forward.hpp"
 #include "lm/sampler.hpp"
@@ -127,11 +129,9 @@ class Decoder {
     // Every generated token keeps a position inside the context (as lm-generate does).
     max_new_ = std::min(cfg_.max_new_tokens, mc_.n_ctx - static_cast<int>(prompt.size()));
     prefill(prompt);
-    if (cfg_.method == Method::lookahead || cfg_.method == Method::fafo) {
-      Rng rng(derive_seed(cfg_.sampler.seed, 0x6c6f6f6b));
-      window_ = std::make_unique<LookaheadWindow>(cfg_.window, cfg_.ngram, prompt, rng);
-    }
+    prompt_ = prompt;
     const auto t0 = Clock::now();
+    if (cfg_.method == Method::fafo && cfg_.adaptive && !done_) start_schedule();
     while (!done_) {
       if (n_past_ >= mc_.n_ctx) {
         res_.context_full = true;
@@ -140,10 +140,44 @@ class Decoder {
       step();
     }
     res_.decode_s = since(t0);
+    if (sched_) {
+      const nlohmann::json pass_cost = res_.schedule;
+      res_.schedule = sched_->to_json();
+      res_.schedule.update(pass_cost);
+    }
     return std::move(res_);
   }
 
  private:
+  /// Adaptive FAFO: the pass costs (from the cache, else measured on this context and cached)
+  /// and the schedule over the default arms.  Inside the timed decode: calibration is its cost.
+  void start_schedule() {
+    const auto t0 = Clock::now();
+    const std::string key = pass_cost_key(engine_, n_past_);
+    PassCost cost;
+    std::string source = "cache";
+    if (!load_pass_cost(cfg_.pass_cost_cache, key, cost)) {
+      source = "measured";
+      cost = measure_pass_cost(engine_, n_past_, cur_, 12);
+      if (!cfg_.pass_cost_cache.empty() && !save_pass_cost(cfg_.pass_cost_cache, key, key.substr(key.find(' ') + 1), cost))
+        log::warn("could not write the pass-cost cache {}", cfg_.pass_cost_cache);
+    }
+    sched_ = std::make_unique<AdaptiveSchedule>(cfg_.window, cfg_.ngram, cfg_.guesses, cfg_.pld_draft, cost);
+    res_.schedule = {{"pass_cost_source", source}, {"pass_cost_key", key.substr(0, key.find(' '))},
+                     {"calibration_s", since(t0)}};
+  }
+
+  /// The lookahead window of W columns and n-gram size N (made on first use, its initial guesses
+  /// drawn from the prompt with a seed of its own).
+  LookaheadWindow& window(int W, int N) {
+    auto& w = windows_[{W, N}];
+    if (!w) {
+      Rng rng(derive_seed(cfg_.sampler.seed, 0x6c6f6f6b + 1000003ull * static_cast<unsigned>(W) + static_cast<unsigned>(N)));
+      if (W == cfg_.window && N == cfg_.ngram) rng = Rng(derive_seed(cfg_.sampler.seed, 0x6c6f6f6b));
+      w = std::make_unique<LookaheadWindow>(W, N, prompt_, rng);
+    }
+    return *w;
+  }
   /// Appends a generated token; returns false once generation is over.
   bool emit(int token) {
     if (done_) return false;
@@ -264,7 +298,22 @@ class Decoder {
     rec.step = static_cast<int>(res_.steps.size());
     rec.n_past = n_past_;
 
-    // Candidate continuations of cur_.
+    // Adaptive FAFO: this step's shape, given the prompt match on offer (always computed: the
+    // schedule compares it with what is generated, drafted or not).
+    const Arm* arm = nullptr;
+    std::vector<int> match;
+    AdaptiveSchedule::Choice choice;
+    const std::size_t emitted_before = res_.tokens.size();
+    if (sched_) {
+      match = prompt_lookup(ctx_, cfg_.pld_max_ngram, cfg_.pld_min_ngram, cfg_.pld_draft);
+      choice = sched_->choose(static_cast<int>(match.size()));
+      rec.arm = choice.arm;
+      rec.prompt_draft = std::min<int>(choice.draft, static_cast<int>(match.size()));
+      arm = &sched_->arm(choice.arm);
+    }
+
+    // Candidate continuations of cur_ (bit 1: a prompt match, bit 2: the n-gram pool).
+    constexpr unsigned kFromPrompt = 1, kFromPool = 2;
     CandidateTrie trie;
     const int depth = max_depth();
     switch (cfg_.method) {
@@ -283,10 +332,14 @@ class Decoder {
       }
       case Method::lookahead:
       case Method::fafo: {
+        if (rec.prompt_draft > 0) {
+          ++rec.candidates;
+          trie.add(std::vector<int>(match.begin(), match.begin() + rec.prompt_draft), depth, kFromPrompt);
+        }
         auto grams = pool_.lookup(cur_);
-        const int g = std::min<int>(cfg_.guesses, static_cast<int>(grams.size()));
-        for (int i = 0; i < g; ++i) trie.add(std::vector<int>(grams[i].begin() + 1, grams[i].end()), depth);
-        rec.candidates = g;
+        const int g = std::min<int>(arm ? arm->guesses : cfg_.guesses, static_cast<int>(grams.size()));
+        for (int i = 0; i < g; ++i) trie.add(std::vector<int>(grams[i].begin() + 1, grams[i].end()), depth, kFromPool);
+        rec.candidates += g;
         break;
       }
     }
@@ -311,11 +364,16 @@ class Decoder {
 
     std::vector<int> last_level_rows;
     int draft_view = -1;
-    const bool use_window = window_ && n_past_ + (cfg_.ngram - 2) + (cfg_.window - 1) < mc_.n_ctx;
+    LookaheadWindow* win = nullptr;
+    if (cfg_.method == Method::lookahead || cfg_.method == Method::fafo) {
+      const int W = arm ? arm->window : cfg_.window, N = arm ? arm->ngram : cfg_.ngram;
+      if (W > 0 && n_past_ + (N - 2) + (W - 1) < mc_.n_ctx) win = &window(W, N);
+    }
+    const bool use_window = win != nullptr;
     if (use_window) {
-      window_->set_input(cur_);
+      win->set_input(cur_);
       draft_view = b.add_view(comp_ ? comp_->view() : lm::View::full());
-      const int W = window_->window(), NL = window_->levels();
+      const int W = win->window(), NL = win->levels();
       std::vector<std::vector<int>> row_of(NL, std::vector<int>(W, -1));
       row_of[0][0] = 0;
       for (int l = 0; l < NL; ++l)
@@ -323,7 +381,7 @@ class Decoder {
           std::vector<int> att;
           for (int j = 0; j <= (l == 0 ? i - 1 : i); ++j) att.push_back(row_of[0][j]);
           for (int m = 1; m < l; ++m) att.push_back(row_of[m][i]);
-          row_of[l][i] = b.add(window_->token(l, i), n_past_ + l + i, draft_view, std::move(att));
+          row_of[l][i] = b.add(win->token(l, i), n_past_ + l + i, draft_view, std::move(att));
         }
       rec.draft_rows = W * NL - 1;
       last_level_rows = row_of[NL - 1];
@@ -357,6 +415,10 @@ class Decoder {
       }
       commit_rows.push_back(next_node);
       node = next_node;
+      const unsigned src = trie.nodes[node].sources;
+      if (src == (kFromPrompt | kFromPool)) ++rec.from_both;
+      else if (src == kFromPrompt) ++rec.from_prompt;
+      else if (src == kFromPool) ++rec.from_lookahead;
       if (!emit(trie.nodes[node].token)) break;
     }
     rec.accepted = static_cast<int>(commit_rows.size());
@@ -378,9 +440,12 @@ class Decoder {
         const int li = logit_index[last_level_rows[i]];
         out[i] = greedy() ? fr.greedy[li] : lm::greedy_token(fr.logits.row(li), mc_.vocab_size);
       }
-      window_->advance(out, pool_);
+      win->advance(out, pool_);
     }
     rec.wall_s = since(t0);
+    if (sched_)
+      sched_->observe(choice, match, std::vector<int>(res_.tokens.begin() + static_cast<std::ptrdiff_t>(emitted_before), res_.tokens.end()),
+                      rec.rows, rec.wall_s);
     res_.steps.push_back(rec);
   }
 
@@ -391,7 +456,9 @@ class Decoder {
   lm::Sampler sampler_;
   lm::TokenDist dist_;  // accept_child's scratch distribution
   NgramPool pool_;
-  std::unique_ptr<LookaheadWindow> window_;
+  std::map<std::pair<int, int>, std::unique_ptr<LookaheadWindow>> windows_;  // by (W, N)
+  std::unique_ptr<AdaptiveSchedule> sched_;
+  std::vector<int> prompt_;
   std::unique_ptr<kv::Compressor> comp_;
   std::vector<int> ctx_;
   DecodeResult res_;

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kv/policy.hpp"
 #include "lm/engine.hpp"
 #include "lm/model.hpp"
@@ -62,6 +64,12 @@ struct DecodeConfig {
   double draft_stop = 0.8;
   // FAFO: the compressor of the drafting rows' view.
   kv::PolicyConfig kv;
+  /// FAFO: choose each step's shape (lookahead W, N, G and prompt-match draft pld_draft, at most
+  /// window / ngram / guesses; AR included) from the engine's calibrated pass costs and the running
+  /// acceptance (decode/adaptive.hpp); false: every step is the fixed (W, N, G) of the paper.
+  bool adaptive = false;
+  /// Adaptive FAFO: the pass-cost cache file ("" = measure every run, keep nothing).
+  std::string pass_cost_cache;
   bool time_attention = true;    ///< measure attention CPU time per row kind
   /// Throws UsageError for out-of-range settings (W, N, G, budget, draft lengths).
   void validate(const lm::ModelConfig& model) const;
@@ -76,6 +84,13 @@ struct StepRecord {
   int verify_rows = 0;      ///< candidate-trie rows
   int candidates = 0;       ///< candidate continuations offered
   int accepted = 0;         ///< tokens emitted this step (accepted drafts + 1)
+  /// Adaptive FAFO: the arm run (index into DecodeResult::schedule's arms; -1 otherwise) and
+  /// the prompt-match tokens it drafted.
+  int arm = -1;
+  int prompt_draft = 0;
+  /// Accepted draft tokens (accepted - 1) by who proposed them: a prompt match only, the n-gram
+  /// pool (filled by the lookahead rows) only, or both.
+  int from_prompt = 0, from_lookahead = 0, from_both = 0;
   double wall_s = 0.0;
   /// Seconds of wall_s spent inside the engine's calls (forward, commit, truncate): the rest,
   /// wall_s - engine_s, is the decoder's own host work (trie, window, n-gram pool, compressor),
@@ -97,6 +112,9 @@ struct DecodeResult {
   bool attention_timed = false;
   bool eos = false;               ///< stopped at the eos token
   bool context_full = false;      ///< stopped because the context was full
+  /// Adaptive FAFO: the arms with their steps and estimates, the pass costs and where they came
+  /// from ("measured" or "cache"); null otherwise.
+  nlohmann::json schedule;
 };
 
 /// Called with each generated token as soon as it is accepted (for streaming output).

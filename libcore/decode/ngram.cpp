@@ -48,16 +48,17 @@ void LookaheadWindow::advance(const std::vector<int>& out, NgramPool& pool) {
   lv_[n_lv - 1] = out;
 }
 
-void CandidateTrie::add(const std::vector<int>& cont, int max_depth) {
+void CandidateTrie::add(const std::vector<int>& cont, int max_depth, unsigned source) {
   int node = 0;
   const int n = std::min<int>(static_cast<int>(cont.size()), max_depth);
   for (int i = 0; i < n; ++i) {
     int c = child(node, cont[i]);
     if (c < 0) {
       c = size();
-      nodes.push_back(Node{cont[i], node, nodes[node].depth + 1, {}});
+      nodes.push_back(Node{cont[i], node, nodes[node].depth + 1, {}, 0});
       nodes[node].children.push_back(c);
     }
+    nodes[c].sources |= source;
     node = c;
   }
 }

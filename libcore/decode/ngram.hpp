@@ -58,10 +58,12 @@ struct CandidateTrie {
   struct Node {
     int token = -1, parent = -1, depth = 0;
     std::vector<int> children;  ///< node indices, in insertion order
+    unsigned sources = 0;       ///< OR of the `source` bits of the candidates through this node
   };
   std::vector<Node> nodes{Node{}};
-  /// Adds a candidate continuation (tokens after the input token), at most `max_depth` long.
-  void add(const std::vector<int>& continuation, int max_depth);
+  /// Adds a candidate continuation (tokens after the input token), at most `max_depth` long,
+  /// marking its nodes with `source` (a bit saying who proposed it).
+  void add(const std::vector<int>& continuation, int max_depth, unsigned source = 0);
   /// Child of `node` with `token`, or -1.
   int child(int node, int token) const;
   /// Node count including the root.

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <cmath>
 
 #include "lm/block.hpp"
 #include "lm/matmul.hpp"
 #include "lm/recdepth.hpp"
 #include "lm/support.hpp"
+#include "util/block_pool.hpp"
 #include "util/threads.hpp"
 
 namespace icmlkit::lm {
@@ -115,7 +117,6 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
   // window: those of them the row's position sees).
   std::vector<char> record(R, 0);
   for (int r : opt.attn_rows) record[r] = 1;
-  const int nviews = static_cast<int>(b.views.size());
   const int nthreads = threads();
   using Clock = std::chrono::steady_clock;
   std::vector<AttentionRecord> recs;
@@ -128,15 +129,14 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
         if (window_sees(b.rows[r].pos, b.rows[a].pos, window, sinks)) seen[std::size_t(r)].push_back(a);
   }
   const std::int64_t attn_work = std::int64_t(R) * nh * hd * (st.caches[0]->size(cl, 0) + R);
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18))
-  {
-    std::vector<float> sc;
-    std::vector<std::int32_t> keys;
-    std::vector<const float*> kptr;
-    std::vector<AttentionRecord> mine;
-    std::vector<double> busy(opt.time_attention ? nviews : 0, 0.0);
-#pragma omp for schedule(dynamic, 1)
-    for (int task = 0; task < R * nh; ++task) {
+  const bool par = nthreads > 1 && R * nh > 1 && attn_work >= (1 << 18);
+  std::mutex merge;  // records and attention times of the tasks, gathered in any order
+  parallel_blocks(R * nh, par ? nthreads : 1, [&](int task) {
+    {
+      thread_local std::vector<float> sc;
+      thread_local std::vector<std::int32_t> keys;
+      thread_local std::vector<const float*> kptr;
+      AttentionRecord mine_rec;
       const auto t0 = opt.time_attention ? Clock::now() : Clock::time_point();
       const int r = task / nh, h = task % nh, g = h / group;
       const BatchRow& row = b.rows[r];
@@ -163,8 +163,8 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
       AttentionRecord* rec = nullptr;
       const auto t_rec = opt.time_attention ? Clock::now() : Clock::time_point();
       if (record[r]) {
-        mine.push_back(AttentionRecord{r, cl, h, {}, sc, {}, {}});
-        rec = &mine.back();
+        mine_rec = AttentionRecord{r, cl, h, {}, sc, {}, {}};
+        rec = &mine_rec;
       }
       const auto t_rec_end = opt.time_attention ? Clock::now() : Clock::time_point();
       float mx = sc[0];
@@ -181,22 +181,20 @@ void attention_core(const BlockStep& st, const float* q, float* att, ForwardResu
         for (int e = 0; e < hd; ++e) out[e] += p * vv[e];
       }
       // Attention time excludes the copies made for attention records.
-      if (opt.time_attention)
-        busy[row.view] += std::chrono::duration<double>((Clock::now() - t0) - (t_rec_end - t_rec)).count();
+      const double busy =
+          opt.time_attention ? std::chrono::duration<double>((Clock::now() - t0) - (t_rec_end - t_rec)).count() : 0.0;
       if (rec) {
         rec->probs.assign(sc.begin(), sc.end());
         rec->output.assign(out, out + hd);
         rec->keys = keys;
       }
-    }
-    if (!mine.empty() || opt.time_attention) {
-#pragma omp critical
-      {
-        for (auto& m : mine) recs.push_back(std::move(m));
-        for (int vi = 0; vi < static_cast<int>(busy.size()); ++vi) res.attn_cpu_s[vi] += busy[vi];
+      if (rec || opt.time_attention) {
+        std::lock_guard<std::mutex> lock(merge);
+        if (rec) recs.push_back(std::move(mine_rec));
+        if (opt.time_attention) res.attn_cpu_s[row.view] += busy;
       }
     }
-  }
+  });
   std::sort(recs.begin(), recs.end(), [](const AttentionRecord& a, const AttentionRecord& b2) {
     return a.row != b2.row ? a.row < b2.row : a.head < b2.head;
   });

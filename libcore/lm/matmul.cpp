@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "num/half.hpp"
+#include "util/block_pool.hpp"
 #include "util/threads.hpp"
 
 namespace icmlkit::lm {
@@ -381,9 +382,9 @@ void run_block(const float* x, const float* xp, bool wide, int R, int K, int ldx
   else tile_portable(x, R, K, ldx, W, o0, o1, y, ldy);
 }
 
-/// The products `jobs` of the same x in one parallel region: their column blocks are one
-/// index space, split statically over the threads (a region costs a few microseconds; a 7m
-/// model's decode step has dozens).
+/// The products `jobs` of the same x in one parallel loop: their column blocks are one index
+/// space, claimed one at a time by the threads of util/block_pool (a loop costs a few
+/// microseconds; a 7m model's decode step has dozens).
 void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int njobs, Isa isa, int nthreads) {
   if (R <= 0 || njobs <= 0) return;
   // Column blocks small enough that a block's weights stay in L2 while all rows pass over it.
@@ -406,8 +407,7 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
     pack_pairs(x, R, K, ldx, nch, tl_packed.data());
     xp = tl_packed.data();
   }
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
-  for (int b = 0; b < nblocks; ++b) {
+  parallel_blocks(nblocks, par ? nthreads : 1, [&](int b) {
     int j = njobs - 1;
     while (first[j] > b) --j;
     const MatmulJob& jb = jobs[j];
@@ -417,7 +417,7 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
       case WeightType::f16: run_block(x, xp, wide, R, K, ldx, static_cast<const std::uint16_t*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
       case WeightType::bf16: run_block(x, xp, wide, R, K, ldx, static_cast<const Bf16*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
     }
-  }
+  });
 }
 
 /// One product of weights of type WT.

@@ -31,6 +31,8 @@ trap 'rm -rf "$work"' EXIT
 # Pre-existing "good" file that a failing run must not clobber.
 echo '{"good": true}' > "$work/existing.json"
 cd "$work" || exit 1
+# Per-case caches (fafo-generate's pass costs): nothing written to the user's home.
+export XDG_CACHE_HOME="$work/.xdg-cache"
 "$@" < "$stdin" > stdout.txt 2> stderr.txt
 rc=$?
 fail() { echo "FAIL: $*"; echo "--- command: $*"; echo "--- exit code: $rc"; echo "--- stderr:"; cat stderr.txt; echo "--- stdout (head):"; head -c 2000 stdout.txt; exit 1; }

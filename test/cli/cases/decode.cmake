@@ -8,7 +8,7 @@ cli_case(fafo/greedy-identical-to-ar-jsonl
   --rc 0 --file-jq all.json "(.[0].meta.tool == \"fafo-generate\") and (.[-1].summary.identical_to_ar == true) and (.[-1].summary.generated_tokens == 40)"
   --file-jq all.json "(.[-1].summary.decode_steps == (length - 2)) and ([.[1:-1][] | .accepted] | add) == 39 and (.[-1].summary.kv_policy == \"h2o\")"
   --file-jq all.json "(.[-1].summary.speedup > 0) and (.[-1].summary.compare.generated_tokens == 40) and ([.[1:-1][] | .draft_rows == 4 * 2 - 1] | all)"
-  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt-file ${FX}/genesis.txt --prompt-tokens 50 -n 40 --ignore-eos --method fafo --window 4 --ngram 3 --guesses 4 --kv-policy h2o --kv-budget 8 --compare ar -o run.jsonl -q > /dev/null && jq -s . run.jsonl > all.json")
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt-file ${FX}/genesis.txt --prompt-tokens 50 -n 40 --ignore-eos --method fafo --schedule fixed --window 4 --ngram 3 --guesses 4 --kv-policy h2o --kv-budget 8 --compare ar -o run.jsonl -q > /dev/null && jq -s . run.jsonl > all.json")
 cli_case(fafo/every-method-prints-lm-generate-text
   --rc 0
   -- bash -c "${FAFO_MODEL} && ${FAFO_LMGEN} m.h5 --prompt 'And God said' -n 60 --ignore-eos --no-stream > ar.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method prompt-lookup > a.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method lookahead > b.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --kv-policy tova --kv-budget 2 > c.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --kv-policy snapkv --kv-budget 3 --kv-window 1 > d.txt && ${FAFO} m.h5 --prompt 'And God said' -n 60 --ignore-eos --method fafo --no-stream > e.txt && cmp ar.txt e.txt && cmp ar.txt a.txt && cmp ar.txt b.txt && cmp ar.txt c.txt && cmp ar.txt d.txt && test -s ar.txt")
@@ -60,7 +60,7 @@ set(DEMO_W "--window 5 --ngram 4 --guesses 5")
 cli_case(fafo/demo-model-lossless --needs ${DEMO_MODEL}
   --rc 0 --file-jq all.json "([.[] | .identical_to_ar] | all) and (length == 6) and ([.[] | .generated_tokens == 32] | all)"
   --file-jq all.json "([.[] | select(.method != \"ar\") | .mean_accepted_per_step > 1.1] | all)"
-  -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method prompt-lookup -o a.jsonl && ${DEMO_RUN} --method lookahead ${DEMO_W} -o b.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy streaming --kv-budget 16 -o c.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy h2o --kv-budget 16 -o d.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy tova --kv-budget 16 -o e.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy snapkv --kv-budget 48 -o f.jsonl && cat *.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
+  -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method prompt-lookup -o a.jsonl && ${DEMO_RUN} --method lookahead ${DEMO_W} -o b.jsonl && ${DEMO_RUN} --method fafo --schedule fixed ${DEMO_W} --kv-policy streaming --kv-budget 16 -o c.jsonl && ${DEMO_RUN} --method fafo --schedule fixed ${DEMO_W} --kv-policy h2o --kv-budget 16 -o d.jsonl && ${DEMO_RUN} --method fafo --schedule fixed ${DEMO_W} --kv-policy tova --kv-budget 16 -o e.jsonl && ${DEMO_RUN} --method fafo --schedule fixed ${DEMO_W} --kv-policy snapkv --kv-budget 48 -o f.jsonl && cat *.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
 # An int flag given a value beyond int says the allowed range, like every other range error.
 cli_case(fafo/window-out-of-range --rc 2 --stderr "^fafo-generate: error: must be an integer in 1\\.\\.256, got 99999999999 \\(--window\\)$"
   -- ${FAFO} ${DEMO_MODEL} --prompt-ids 1,2 --window 99999999999)
@@ -68,7 +68,7 @@ cli_case(fafo/window-out-of-range --rc 2 --stderr "^fafo-generate: error: must b
 # says which preset ran.
 cli_case(fafo/demo-model-obcache-presets-lossless --needs ${DEMO_MODEL}
   --rc 0 --file-jq all.json "([.[] | .identical_to_ar] | all) and (length == 3) and ([.[] | .kv_policy] == [\"h2o+obcVK\", \"snapkv+obcK\", \"tova+obcV_p1\"])"
-  -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy h2o+obcVK --kv-budget 16 -o a.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy snapkv+obcK --kv-budget 48 --kv-gqa-reduce max -o b.jsonl && ${DEMO_RUN} --method fafo ${DEMO_W} --kv-policy tova+obcV_p1 --kv-budget 16 -o c.jsonl && cat a.jsonl b.jsonl c.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
+  -- bash -c "${DEMO_PROMPT} && ${DEMO_RUN} --method fafo --schedule fixed ${DEMO_W} --kv-policy h2o+obcVK --kv-budget 16 -o a.jsonl && ${DEMO_RUN} --method fafo --schedule fixed ${DEMO_W} --kv-policy snapkv+obcK --kv-budget 48 --kv-gqa-reduce max -o b.jsonl && ${DEMO_RUN} --method fafo --schedule fixed ${DEMO_W} --kv-policy tova+obcV_p1 --kv-budget 16 -o c.jsonl && cat a.jsonl b.jsonl c.jsonl | jq -s '[.[] | select(.summary) | .summary]' > all.json")
 cli_case(fafo/unknown-obcache-preset --rc 2 --stderr "kv-policy" -- ${FAFO} ${DEMO_MODEL} --prompt-ids 1,2 --method fafo --kv-policy h2o+obcX)
 # ---- obcache-score (issue 27) ------------------------------------------------------------------------
 set(OBC $<TARGET_FILE:obcache-score>)
@@ -204,3 +204,26 @@ cli_case(wave-generate/draft-needs-lossless --needs ${DEMO_MODEL} --rc 2 --tool 
 # A bad value inside the calibration is the file's fault (exit 1, naming it), not a flag's.
 cli_case(wave-generate/bad-calibration-value --needs ${DEMO_MODEL} --rc 1 --tool wave-generate --stderr "depth 40 outside .* \\(the calibration's value for --window-start\\) \\(cal.json\\)" --no-file o.jsonl
   -- bash -c "${WAVECAL} ${DEMO_MODEL} ${WAVE_CORPUS_LINE} --tokens 64 --window 64 -q -o cal0.json && jq '.wave.window_start = 40' cal0.json > cal.json && ${WAVEGEN} ${DEMO_MODEL} --calibration cal.json --method wave --prompt-ids 1,5,9 -o o.jsonl")
+
+# ---- adaptive FAFO (issue 37): the default schedule picks each step's shape; output is AR's ----
+# Truth: greedy output equals AR's (--compare ar); the accepted drafts' sources add up to the
+# accepted tokens less one per step; the pass costs are measured on the first run, read from the
+# cache (a per-case XDG_CACHE_HOME) on the second, which gives the same tokens.
+cli_case(fafo/adaptive-default-lossless-and-cached --needs ${DEMO_MODEL}
+  --rc 0 --file-jq a.json ".identical_to_ar == true and .schedule == \"adaptive\" and .adaptive.pass_cost_source == \"measured\" and .adaptive.arms[0].name == \"ar/prompt\""
+  --file-jq a.json "(.adaptive.arms | map(.steps) | add) == .decode_steps and (.adaptive.pass_cost.k[0] == 1)"
+  --file-jq steps.json "([.[] | .from_prompt + .from_lookahead + .from_both] | add) == ([.[] | .accepted - 1] | add) and ([.[] | .arm != null] | all)"
+  --file-jq b.json ".adaptive.pass_cost_source == \"cache\" and .identical_to_ar == true"
+  --file .xdg-cache/icmlkit/pass-cost.json
+  -- bash -c "${DEMO_PROMPT} && ${FAFO} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 160 -n 48 --ignore-eos --compare ar -o a.jsonl > a.txt && tail -n 1 a.jsonl | jq .summary > a.json && jq -s '[.[] | select(.step != null)]' a.jsonl > steps.json && ${FAFO} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 160 -n 48 --ignore-eos --compare ar -o b.jsonl > b.txt && tail -n 1 b.jsonl | jq .summary > b.json && cmp a.txt b.txt")
+# --pass-cost-cache none measures and keeps nothing; a corrupt cache file is measured over and rewritten.
+cli_case(fafo/adaptive-pass-cost-cache-none-and-corrupt --rc 0
+  --file-jq a.json ".adaptive.pass_cost_source == \"measured\""
+  --file-jq b.json ".adaptive.pass_cost_source == \"measured\""
+  --file-jq pc.json "(to_entries | length) == 1 and (to_entries[0].value.cost.k[0] == 1)"
+  --no-file .xdg-cache/icmlkit/pass-cost.json
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt 'And God said' -n 20 --ignore-eos --pass-cost-cache none -o a.jsonl -q > /dev/null && tail -n 1 a.jsonl | jq .summary > a.json && echo 'not json' > pc.json && ${FAFO} m.h5 --prompt 'And God said' -n 20 --ignore-eos --pass-cost-cache pc.json -o b.jsonl -q > /dev/null && tail -n 1 b.jsonl | jq .summary > b.json")
+cli_case(fafo/schedule-unused-by-method --rc 2 --stderr "--schedule is not used by --method lookahead" -- ${FAFO} x.h5 --prompt x --method lookahead --schedule fixed)
+cli_case(fafo/draft-needs-adaptive-schedule --rc 2 --tool fafo-generate --stderr "--draft is used by --method fafo only with --schedule adaptive"
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --schedule fixed --draft 4")
+cli_case(fafo/schedule-unknown --rc 2 --stderr "--schedule" --tool fafo-generate -- ${FAFO} x.h5 --prompt x --schedule greedy)
