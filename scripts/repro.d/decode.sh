@@ -2,7 +2,10 @@
 # Issue 6 (FAFO): method x KV policy x budget on the shipped KJV demo model, prompts of 64 / 256
 # / 512 tokens from held-out chapters, 128 new tokens, greedy; every run is compared with AR on
 # the same prompt (speedup, identical_to_ar).  Plus c(k) of the engine, which explains the CPU
-# figures.  Gets the bin directory as $1.  About 10 minutes on 2 cores.
+# figures.  Then (issue 37) FAFO's adaptive schedule, the default: KJV prompts and out-of-domain
+# prose (the GPL-3 text every Debian system ships), on the quiet machine and with one core busy,
+# three runs each (the first measures the pass costs into a fresh cache, the others read it).
+# Gets the bin directory as $1.  About 12 minutes on 2 cores.
 set -euo pipefail
 bin=${1:-build/bin}
 model=data/models/kjv7m.h5
@@ -25,12 +28,13 @@ configs=(
   "prompt-lookup|--method prompt-lookup"
   "self-spec|--method self-spec --skip-set $tmp/skip.json"
   "lookahead W5 N4 G5|--method lookahead ${W[*]}"
-  "fafo streaming 32|--method fafo ${W[*]} --kv-policy streaming --kv-budget 32"
-  "fafo streaming 128|--method fafo ${W[*]} --kv-policy streaming --kv-budget 128"
-  "fafo h2o 32|--method fafo ${W[*]} --kv-policy h2o --kv-budget 32"
-  "fafo h2o 128|--method fafo ${W[*]} --kv-policy h2o --kv-budget 128"
-  "fafo tova 32|--method fafo ${W[*]} --kv-policy tova --kv-budget 32"
-  "fafo snapkv 64|--method fafo ${W[*]} --kv-policy snapkv --kv-budget 64"
+  "fafo adaptive (default)|--method fafo --pass-cost-cache $tmp/pc.json"
+  "fafo streaming 32|--method fafo --schedule fixed ${W[*]} --kv-policy streaming --kv-budget 32"
+  "fafo streaming 128|--method fafo --schedule fixed ${W[*]} --kv-policy streaming --kv-budget 128"
+  "fafo h2o 32|--method fafo --schedule fixed ${W[*]} --kv-policy h2o --kv-budget 32"
+  "fafo h2o 128|--method fafo --schedule fixed ${W[*]} --kv-policy h2o --kv-budget 128"
+  "fafo tova 32|--method fafo --schedule fixed ${W[*]} --kv-policy tova --kv-budget 32"
+  "fafo snapkv 64|--method fafo --schedule fixed ${W[*]} --kv-policy snapkv --kv-budget 64"
 )
 printf '%-7s %-22s %9s %9s %9s %9s %8s %10s %6s\n' prompt method acc/step tok/s step_ms draft_ms speedup identical rep3
 for n in 64 256 512; do
@@ -54,4 +58,4 @@ if [ -x "$bin/bench-lm-engine" ]; then
   echo "c(k) of the engine (k-row forward pass time over a 1-row one; the demo model's shape, random weights):"
   "$bin/bench-lm-engine" --threads 2 --quick | jq -c 'select(.model | test("7m")) | .c_k' || true
 fi
-echo "command: $bin/fafo-generate $model --prompt-file prompt.txt --prompt-tokens N -n 128 --ignore-eos --method fafo ${W[*]} --kv-policy h2o --kv-budget 32 --compare ar -o r.jsonl"
+echo "command: $bin/fafo-generate $model --prompt-file prompt.txt --prompt-tokens N -n 128 --ignore-eos --method fafo --schedule fixed ${W[*]} --kv-policy h2o --kv-budget 32 --compare ar -o r.jsonl"
