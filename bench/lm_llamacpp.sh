@@ -41,3 +41,6 @@ done
 for f in m_f32 m_f16; do
   "$venv/bin/python" "$root/test/peer/llamacpp_peer.py" "$bin" "$work/$f.gguf" 32 2 2>/dev/null | sed "s/^{/{\"bench\": \"lm_llamacpp\", \"file\": \"$f\", /" || true
 done
+# Issue 37: k-row passes, prefill and decode of both engines on the same F32 / F16 files (7m and
+# 100m shapes), medians of 5 interleaved rounds, with the machine's roofline.
+"$venv/bin/python" "$root/bench/lm_engine_vs_llamacpp.py" "$bin" || true

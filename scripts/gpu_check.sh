@@ -171,7 +171,7 @@ keep
 echo "== gpu-check: FAFO vs AR on kjv7m (fafo-generate --device cuda)"
 model=$root/data/models/kjv7m.h5
 prompt="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."
-fafo_args=(--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n "$fafo_tokens" --ignore-eos --compare ar --no-text -q)
+fafo_args=(--method fafo --schedule fixed --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n "$fafo_tokens" --ignore-eos --compare ar --no-text -q)
 # One run per setting: fafo_run NAME DEVICE [VAR=VALUE ...]; its summary goes to $tmp/fafo_NAME.json,
 # or {"error": ...} when it fails (the other settings still run).
 fafo_run() {
@@ -208,7 +208,7 @@ jq -n --argjson n_tok "$fafo_tokens" --slurpfile g "$tmp/fafo_cuda.json" --slurp
     + (if .engine_counters then {engine_counters, ar_engine_counters: .compare.engine_counters,
          engine_host_prep_us_per_forward: prep(.engine_counters), ar_engine_host_prep_us_per_forward: prep(.compare.engine_counters)}
        else {} end) end;
-  {model: "data/models/kjv7m.h5", flags: "--method fafo --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
+  {model: "data/models/kjv7m.h5", flags: "--method fafo --schedule fixed --window 5 --ngram 4 --guesses 5 --kv-policy streaming --kv-budget 64 -n \($n_tok) --ignore-eos --compare ar",
    cuda: ($g[0] | run + (if .error then {} else {device} end)),
    cuda_no_graphs: ($n[0] | run), cuda_invariant_rows_16: ($r16[0] | run), cuda_invariant_rows_64: ($r64[0] | run),
    cpu: ($c[0] | run)}' > "$tmp/fafo_summary.json" || { echo '{"error": "could not summarise the FAFO runs"}' > "$tmp/fafo_summary.json"; status=1; }

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       "among AR, a prompt match of --draft tokens, pool n-grams and lookahead windows up to --window,\n"
       "--ngram, --guesses, by the tokens/s each gave so far (accepted tokens over step wall time) and, for\n"
       "shapes not yet run, by the most they could give at the engine's measured pass costs c(k) (timed\n"
-      "once per model shape, weights, threads and context size, cached in --pass-cost-cache).  The summary's\n"
+      "once per model shape, weights, threads and CPU, cached in --pass-cost-cache).  The summary's\n"
       "schedule lists each shape's steps and estimates; accepted_draft_sources says how many accepted\n"
       "tokens came from prompt matches and how many from the lookahead rows' n-grams.  --schedule fixed\n"
       "runs every step at (--window, --ngram, --guesses), as the paper does on GPUs.\n"

@@ -105,17 +105,15 @@ std::string cpu_model() {
 
 }  // namespace
 
-std::string pass_cost_key(const lm::Engine& engine, int n_past) {
+std::string pass_cost_key(const lm::Engine& engine) {
   const lm::ModelConfig& c = engine.config();
   std::string blocks;
   for (lm::BlockType t : c.all_block_types()) blocks += std::string(lm::block_type_name(t)) + ",";
-  int bucket = 64;
-  while (bucket < n_past) bucket *= 2;
   const std::string desc = fmt::format(
-      "vocab {} d {} layers {} heads {}/{} hd {} ff {} moe {}x{}/{} blocks {} | {} {} | threads {} | {} | {} | context <= {}",
+      "vocab {} d {} layers {} heads {}/{} hd {} ff {} moe {}x{}/{} blocks {} | {} {} | threads {} | {} | {}",
       c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim(), c.d_ff, c.moe.n_experts, c.moe.top_k,
       c.moe.d_expert, blocks, engine.device(), engine.settings().dump(), threads(), lm::isa_name(lm::best_isa()),
-      cpu_model(), bucket);
+      cpu_model());
   return io::sha256_hex(desc).substr(0, 16) + " " + desc;
 }
 

@@ -42,9 +42,10 @@ struct PassCost {
 PassCost measure_pass_cost(lm::Engine& engine, int n_past, int token, int kmax, int reps = 1);
 
 /// The key of a pass-cost measurement: what the cost depends on — the model's shapes and block
-/// types, the engine's device and settings (weight precision), the threads, the kernel path, the
-/// CPU model and the context length rounded up to a power of two (attention grows with it).
-std::string pass_cost_key(const lm::Engine& engine, int n_past);
+/// types, the engine's device and settings (weight precision), the threads, the kernel path and
+/// the CPU model ("<16 hex digits> <description>").  Not the context length: the level the
+/// context adds is learnt while decoding (the schedule's time correction).
+std::string pass_cost_key(const lm::Engine& engine);
 
 /// The default pass-cost cache file: $XDG_CACHE_HOME/icmlkit/pass-cost.json, else
 /// $HOME/.cache/icmlkit/pass-cost.json ("" when neither variable is set).

@@ -153,7 +153,7 @@ class Decoder {
   /// and the schedule over the default arms.  Inside the timed decode: calibration is its cost.
   void start_schedule() {
     const auto t0 = Clock::now();
-    const std::string key = pass_cost_key(engine_, n_past_);
+    const std::string key = pass_cost_key(engine_);
     PassCost cost;
     std::string source = "cache";
     if (!load_pass_cost(cfg_.pass_cost_cache, key, cost)) {

@@ -59,3 +59,36 @@ if [ -x "$bin/bench-lm-engine" ]; then
   "$bin/bench-lm-engine" --threads 2 --quick | jq -c 'select(.model | test("7m")) | .c_k' || true
 fi
 echo "command: $bin/fafo-generate $model --prompt-file prompt.txt --prompt-tokens N -n 128 --ignore-eos --method fafo --schedule fixed ${W[*]} --kv-policy h2o --kv-budget 32 --compare ar -o r.jsonl"
+
+# ---- adaptive FAFO (issue 37): never slower than AR? ----------------------------------------
+head -c 20000 /usr/share/common-licenses/GPL-3 2>/dev/null | tr -s ' \n' ' ' > "$tmp/prose.txt" || true
+[ -s "$tmp/prose.txt" ] || zcat "$kjv" | awk -F'\t' '$1 ~ /^Ps119:/ {print $2}' > "$tmp/prose.txt"
+echo
+echo "adaptive FAFO (the default) vs AR, 128 new tokens; runs 1-3 (run 1 measures the pass costs into a fresh cache)"
+printf '%-7s %-6s %-6s %9s %9s %9s %8s %10s %9s %6s %s\n' load prompt tokens acc/step tok/s ar_tok/s speedup identical la_share cal_ms shapes
+adaptive_rows() {  # $1 = load label
+  for p in kjv:64 kjv:256 kjv:512 prose:256; do
+    src=${p%%:*}; n=${p##*:}
+    f=$tmp/prompt.txt; [ "$src" = prose ] && f=$tmp/prose.txt
+    rm -f "$tmp/pca.json"
+    for run in 1 2 3; do
+      "$bin/fafo-generate" "$model" --prompt-file "$f" --prompt-tokens "$n" -n 128 --ignore-eos --method fafo \
+        --pass-cost-cache "$tmp/pca.json" --compare ar -o "$tmp/a.jsonl" --no-text -q
+      jq -r --arg l "$1" --arg s "$src" --arg n "$n" 'select(.summary) | .summary |
+        [$l, $s, $n, (.mean_accepted_per_step*100|round/100), (.decode_tokens_per_s|round), (.compare.decode_tokens_per_s|round),
+         (.speedup*100|round/100), .identical_to_ar, (.accepted_draft_sources.lookahead_share*100|round/100),
+         (.adaptive.calibration_s*1e4|round/10), ([.adaptive.arms[] | select(.steps > 0) | "\(.name):\(.steps)"] | join(","))] | @tsv' "$tmp/a.jsonl" |
+        awk -F'\t' '{printf "%-7s %-6s %-6s %9s %9s %9s %8s %10s %9s %6s %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}'
+    done
+  done
+}
+adaptive_rows quiet
+# One core busy with another process (a shell loop), as on a shared machine.
+( while :; do :; done ) &
+busy=$!
+trap 'kill $busy 2>/dev/null; rm -rf "$tmp"' EXIT
+adaptive_rows loaded
+kill $busy 2>/dev/null || true
+echo "(shapes: steps per shape, ar/prompt = AR steps and AR + prompt-match drafts; la_share: share of accepted"
+echo " drafts proposed by the lookahead rows' n-grams; cal_ms: the pass-cost measurement, 0.x when read from the cache)"
+echo "command: $bin/fafo-generate $model --prompt-file prompt.txt --prompt-tokens N -n 128 --ignore-eos --compare ar -o r.jsonl"
