@@ -26,8 +26,10 @@ void prefer_passive_openmp_wait(char** argv) noexcept;
 /// program, and does nothing when OMP_WAIT_POLICY or GOMP_SPINCOUNT is already set.  Why:
 /// with long spins a forward pass whose second thread was descheduled by another process
 /// waits time slices at every barrier; on the shared 2-core machine a 4-token prefill took
-/// 0.25-0.44 s at 2 threads against 0.007 s at 1, and short spins gave 0.009 s; on the quiet
-/// machine short spins cost 4-6% of decode speed (README, FAFO section).
+/// 0.25-0.44 s at 2 threads against 0.007 s at 1, and short spins gave 0.009 s.  Since issue 37
+/// the engine's products and attention run on util/block_pool instead (short spins had made a
+/// 7m decode step 2-3x slower on a quiet machine); the setting still governs the loops that use
+/// OpenMP (MoE experts, mLSTM, training).
 void prefer_short_openmp_spin(char** argv) noexcept;
 /// OMP_WAIT_POLICY as this process sees it ("" when unset), for provenance.
 const char* openmp_wait_policy() noexcept;
