@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
       "formats such as .safetensors or .bin are refused; /dev/null or a pipe takes the native file).  q/k rows are permuted\n"
       "between the rotate-half (Hugging Face) and interleaved (GGUF) RoPE layouts as needed, so the\n"
       "converted model computes the same function.  --dtype defaults to the input's storage (f32 for\n"
-      "Q8_0 input).  A weight beyond the chosen storage's range (f16: 65504) is refused with exit 2,\n"
+      "Q8_0 / Q4_0 input; --dtype q8_0 / q4_0 writes GGUF blocks as llama.cpp quantises them).  A weight beyond the chosen storage's range (f16: 65504) is refused with exit 2,\n"
       "naming the tensor; weights too small for it are counted in a warning.  Mixture-of-experts models\n"
       "(lm-init --moe): a Mixtral (standard blocks, softmax router, renormalised top-K, no shared expert,\n"
       "swiglu) becomes llama.cpp's llama architecture with 3-D expert tensors and transformers'\n"
@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
         app.add_option("input", input, "Model file or Hugging Face directory")->required();
         app.add_option("-o,--output", output, "Output: *.h5 (native), *.gguf, or a directory (Hugging Face); a stream such as /dev/null takes .h5")->required();
         app.add_option("--merge-lora", merge_lora, "LoRA adapter (a PEFT directory) merged into the weights before writing");
-        app.add_option("--dtype", dtype, "Storage of matrices: f32, f16 or bf16")->transform(CLI::IsMember({"f32", "f16", "bf16"}, CLI::ignore_case));
+        app.add_option("--dtype", dtype, "Storage of matrices: f32, f16, bf16, or (GGUF only) q8_0 / q4_0 blocks for the matrices whose rows are a multiple of 32 long (the others f32)")
+            ->transform(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}, CLI::ignore_case));
       },
       [&](cli::Context& ctx) {
         if (output == "-") throw UsageError("a model cannot go to stdout: give *.h5, *.gguf or a directory", "-o");
@@ -51,11 +52,12 @@ int main(int argc, char** argv) {
         const lm::ModelFormat in_fmt = lm::detect_format(input);
         lm::Model m = lm::load_any(input);
         if (!merge_lora.empty()) lm::apply_lora(m, merge_lora, ctx.prov);
-        io::h5::FloatStorage st = dtype.empty() ? m.stored : io::h5::parse_float_storage(dtype, "--dtype");
+        const bool quant = dtype == "q8_0" || dtype == "q4_0";
+        io::h5::FloatStorage st = dtype.empty() ? m.stored : quant ? io::h5::FloatStorage::f32 : io::h5::parse_float_storage(dtype, "--dtype");
         ctx.prov.extra["converted_from"] = lm::format_name(in_fmt);
-        lm::save_any(output, out_fmt, m, st, ctx.prov);
+        lm::save_any(output, out_fmt, m, st, ctx.prov, quant ? dtype : "");
         log::info("{} ({}, {} weights, {}) -> {} ({}, {})", input, lm::format_name(in_fmt), m.config.n_params(),
                   m.tokenizer_model.empty() ? "no tokenizer" : "with tokenizer", output, lm::format_name(out_fmt),
-                  io::h5::storage_name(st));
+                  quant ? dtype : io::h5::storage_name(st));
       });
 }

@@ -17,7 +17,7 @@ namespace {
 
 /// A matrix's values as float32 (widened into `buf` when held as f16).
 const float* float_values(const Matrix& M, std::vector<float>& buf) {
-  if (!M.is_half()) return M.data.data();
+  if (M.weight_type() == WeightType::f32) return M.data.data();
   buf.resize(std::size_t(M.rows) * M.cols);
   for (int r = 0; r < M.rows; ++r) M.row_f32(r, buf.data() + std::size_t(r) * M.cols);
   return buf.data();

@@ -18,7 +18,12 @@ const char* device_name(Device d) noexcept { return d == Device::cuda ? "cuda" :
 
 nlohmann::json Engine::settings() const { return nlohmann::json::object(); }
 
-nlohmann::json CpuEngine::settings() const { return {{"weights", !model_.token_embd.is_half() ? "f32" : model_.token_embd.bf16 ? "bf16" : "f16"}}; }
+nlohmann::json CpuEngine::settings() const {
+  // The block matrices' precision (the first block's query projection stands for them).
+  const Matrix& w = model_.layers.empty() ? model_.token_embd : model_.layers[0].wq;
+  static const char* const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+  return {{"weights", names[static_cast<int>(w.weight_type())]}};
+}
 
 nlohmann::json EngineWrapper::settings() const { return inner_.settings(); }
 

@@ -149,8 +149,10 @@ inline std::unique_ptr<Engine> open_engine(const Model& model, Device device, co
 /// open_engine for a tool's --weights (lm::add_weights_flag): on the CPU, "auto" holds the
 /// weights as f16 (bf16) when the file stores f16 (bf16) and every weight is exact in it
 /// (lm::hold_half, half the bytes per decode step, the same logits), "f16" and "bf16" require
-/// exactness (InputError naming `where` otherwise), "f32" keeps f32; on CUDA the host copy stays
-/// as loaded and `weights` is the device precision (open_engine).  Throws what open_engine throws.
+/// exactness (InputError naming `where` otherwise), "f32" keeps f32; matrices read from GGUF
+/// Q8_0 / Q4_0 stay quantised under "auto" (lm::hold_quant: the same logits, about a quarter or an
+/// eighth of the bytes) and are widened under "f32"; on CUDA the host copy stays as loaded and
+/// `weights` is the device precision (open_engine).  Throws what open_engine throws.
 inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, const std::string& weights, const std::string& where) {
   if (device == Device::cpu) {
     const bool bf16 = weights == "bf16" || (weights == "auto" && model.stored == io::h5::FloatStorage::bf16);
@@ -158,6 +160,8 @@ inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, cons
     if ((f16 || bf16) && !hold_half(model, bf16) && weights != "auto")
       throw InputError("--weights " + weights + " needs " + weights + "-representable weights (convert with lm-convert --dtype " +
                            weights + ")", where);
+    if (weights == "auto") hold_quant(model);
+    else drop_quant(model);
   }
   return open_engine(model, device, weights);
 }

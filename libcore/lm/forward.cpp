@@ -260,17 +260,12 @@ Matrix apply_head(const Model& model, const Matrix& hidden, const std::vector<in
     matmul_weight(hn.data.data(), hidden.rows, c.d_model, c.d_model, W, c.vocab_size, out.data.data(), c.vocab_size);
     return out;
   }
+  // The rows of the ids, widened to float32 (exact, so the product's bits are the full head's).
   Matrix sub(static_cast<int>(vocab_ids.size()), c.d_model);
-  if (W.is_half()) {
-    sub.data.clear();
-    sub.half.resize(vocab_ids.size() * std::size_t(c.d_model));
-    sub.bf16 = W.bf16;
-  }
   for (std::size_t i = 0; i < vocab_ids.size(); ++i) {
     const int id = vocab_ids[i];
     if (id < 0 || id >= c.vocab_size) throw InputError("vocabulary id " + std::to_string(id) + " out of range");
-    if (W.is_half()) std::copy_n(W.half.data() + std::size_t(id) * c.d_model, c.d_model, sub.half.data() + i * c.d_model);
-    else std::copy_n(W.row(id), c.d_model, sub.row(static_cast<int>(i)));
+    W.row_f32(id, sub.row(static_cast<int>(i)));
   }
   Matrix out(hidden.rows, sub.rows);
   matmul_weight(hn.data.data(), hidden.rows, c.d_model, c.d_model, sub, sub.rows, out.data.data(), sub.rows);

@@ -127,8 +127,10 @@ std::uint64_t type_bytes(TensorType t, std::uint64_t n, std::uint64_t ne0, Curso
     case TensorType::f32: return n * 4;
     case TensorType::f16: case TensorType::bf16: return n * 2;
     case TensorType::q8_0:
-      if (ne0 % 32 != 0) c.fail(fmt::format("Q8_0 tensor '{}' has ne[0] = {} not divisible by 32", name, ne0));
-      return n / 32 * 34;
+    case TensorType::q4_0:
+      if (ne0 % 32 != 0)
+        c.fail(fmt::format("{} tensor '{}' has ne[0] = {} not divisible by 32", t == TensorType::q8_0 ? "Q8_0" : "Q4_0", name, ne0));
+      return n / 32 * (t == TensorType::q8_0 ? 34 : 18);
   }
   return 0;
 }
@@ -180,8 +182,8 @@ File parse(const std::uint8_t* data, std::size_t size, const std::string& where)
       t.ne.push_back(d);
     }
     const auto ty = c.get<std::uint32_t>("tensor type");
-    if (ty != 0 && ty != 1 && ty != 8 && ty != 30)
-      c.fail(fmt::format("tensor '{}' has unsupported type {} (F32, F16, BF16 and Q8_0 are read)", t.name, ty));
+    if (ty != 0 && ty != 1 && ty != 2 && ty != 8 && ty != 30)
+      c.fail(fmt::format("tensor '{}' has unsupported type {} (F32, F16, BF16, Q8_0 and Q4_0 are read)", t.name, ty));
     t.type = static_cast<TensorType>(ty);
     t.nbytes = type_bytes(t.type, n, t.ne[0], c, t.name);
     t.offset = c.get<std::uint64_t>("tensor offset");
@@ -221,15 +223,13 @@ std::vector<float> dequantize(const std::uint8_t* data, const TensorInfo& t) {
       for (std::uint64_t i = 0; i < n; ++i) { std::uint16_t h; std::memcpy(&h, p + 2 * i, 2); out[i] = num::bf16_to_f32(h); }
       break;
     case TensorType::q8_0:
-      // Block of 32: f16 scale d, then 32 int8 q; x = d * q.
-      for (std::uint64_t b = 0; b < n / 32; ++b) {
-        const std::uint8_t* blk = p + b * 34;
-        std::uint16_t h;
-        std::memcpy(&h, blk, 2);
-        const float d = num::f16_to_f32(h);
-        for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + j]));
-      }
+    case TensorType::q4_0: {
+      // Blocks of 32 (lm/matmul.hpp's WeightType): Q8_0 x = d q, Q4_0 x = d (q - 8).
+      const WeightType wt = t.type == TensorType::q8_0 ? WeightType::q8_0 : WeightType::q4_0;
+      const std::size_t bb = weight_row_bytes(wt, 32);
+      for (std::uint64_t b = 0; b < n / 32; ++b) dequantize_row(wt, p + b * bb, 32, out.data() + b * 32);
       break;
+    }
   }
   return out;
 }
@@ -392,7 +392,20 @@ Model load_model(const std::uint8_t* bytes, std::size_t size, const std::string&
   if (c.n_params_approx() > double(size))
     throw InputError(fmt::format("the config implies {:.3g} weights but the file has {} bytes", c.n_params_approx(), size), path);
   m = allocate_model(c, path);
-  for (auto& t : tensor_slots(m)) load_tensor(bytes, f, t.gguf, t.rows, t.cols, t.experts, t.data, path);
+  // Matrices read from Q8_0 / Q4_0 also keep the file's blocks (lm::hold_quant holds them alone).
+  std::map<const float*, Matrix*> by_data;
+  for (Matrix* w : {&m.token_embd, &m.output, &m.adapter}) by_data[w->data.data()] = w;
+  for (auto& l : m.layers)
+    for (Matrix* w : l.matrices_all()) by_data[w->data.data()] = w;
+  for (auto& t : tensor_slots(m)) {
+    load_tensor(bytes, f, t.gguf, t.rows, t.cols, t.experts, t.data, path);
+    const TensorInfo* ti = f.find(t.gguf);
+    const auto it = by_data.find(t.data);
+    if ((ti->type == TensorType::q8_0 || ti->type == TensorType::q4_0) && t.is_matrix() && it != by_data.end()) {
+      it->second->quant.assign(bytes + ti->offset, bytes + ti->offset + ti->nbytes);
+      it->second->quant_type = ti->type == TensorType::q8_0 ? WeightType::q8_0 : WeightType::q4_0;
+    }
+  }
   const TensorType qt = f.find("blk.0.attn_q.weight")->type;
   m.stored = qt == TensorType::f16 ? io::h5::FloatStorage::f16 : qt == TensorType::bf16 ? io::h5::FloatStorage::bf16 : io::h5::FloatStorage::f32;
 
@@ -461,31 +474,70 @@ class Writer {
 
 }  // namespace
 
+void quantize_row(TensorType quant, const float* x, int K, std::uint8_t* out) {
+  for (int b = 0; b < K / 32; ++b) {
+    const float* v = x + 32 * b;
+    if (quant == TensorType::q8_0) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+      const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+      std::uint8_t* blk = out + std::size_t(b) * 34;
+      const std::uint16_t h = num::f32_to_f16(d);
+      std::memcpy(blk, &h, 2);
+      for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::lround(v[j] * id)));
+    } else {
+      float amax = 0, mx = 0;
+      for (int j = 0; j < 32; ++j)
+        if (std::fabs(v[j]) > amax) {
+          amax = std::fabs(v[j]);
+          mx = v[j];
+        }
+      const float d = mx / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+      std::uint8_t* blk = out + std::size_t(b) * 18;
+      const std::uint16_t h = num::f32_to_f16(d);
+      std::memcpy(blk, &h, 2);
+      for (int j = 0; j < 16; ++j) {
+        const int q0 = std::min(15, static_cast<int>(v[j] * id + 8.5f));
+        const int q1 = std::min(15, static_cast<int>(v[j + 16] * id + 8.5f));
+        blk[2 + j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+      }
+    }
+  }
+}
+
 void save_model(const std::string& path, const Model& m, io::h5::FloatStorage storage, const io::Provenance& prov) {
+  save_model_quantised(path, m, storage, TensorType::f32, prov);
+}
+
+void save_model_quantised(const std::string& path, const Model& m, io::h5::FloatStorage storage, TensorType quant,
+                          const io::Provenance& prov) {
+  if (quant != TensorType::f32 && quant != TensorType::q8_0 && quant != TensorType::q4_0)
+    throw UsageError("GGUF matrices are quantised to q8_0 or q4_0 only", "--dtype");
   const ModelConfig& c = m.config;
   c.validate("model config");
   check_narrowing(m, storage);
-  struct Out { std::string name; const float* data; std::vector<std::uint64_t> ne; bool half; };
+  struct Out { std::string name; const float* data; std::vector<std::uint64_t> ne; TensorType type; };
   std::vector<Out> outs;
   std::vector<Matrix> permuted;  // q/k in the interleaved layout for rope_style = half
   permuted.reserve(2 * c.n_layers);
   const bool half_mat = storage != io::h5::FloatStorage::f32;  // F16 or BF16 matrices
   const bool bf16 = storage == io::h5::FloatStorage::bf16;
-  const std::uint32_t half_type = static_cast<std::uint32_t>(bf16 ? TensorType::bf16 : TensorType::f16);
+  const TensorType mat_type = !half_mat ? TensorType::f32 : bf16 ? TensorType::bf16 : TensorType::f16;
   for (const auto& t : tensor_slots(m)) {
     if (!t.is_matrix()) {
-      outs.push_back({t.gguf, t.data, {std::uint64_t(t.rows)}, false});
+      outs.push_back({t.gguf, t.data, {std::uint64_t(t.rows)}, TensorType::f32});
       continue;
     }
+    const TensorType ty = quant != TensorType::f32 && t.cols % 32 == 0 ? quant : mat_type;
     const float* src = t.data;
     if (t.rope_heads > 0 && c.rope_style == RopeStyle::half) {
       permuted.push_back(permute_rope_rows(t.data, t.rows, t.cols, t.rope_heads, false));
       src = permuted.back().data.data();
     }
     if (t.experts > 0)  // the stacked experts: one 3-D tensor, ne [in, out, expert] (llama.cpp's *_exps)
-      outs.push_back({t.gguf, src, {std::uint64_t(t.cols), std::uint64_t(t.rows / t.experts), std::uint64_t(t.experts)}, half_mat});
+      outs.push_back({t.gguf, src, {std::uint64_t(t.cols), std::uint64_t(t.rows / t.experts), std::uint64_t(t.experts)}, ty});
     else
-      outs.push_back({t.gguf, src, {std::uint64_t(t.cols), std::uint64_t(t.rows)}, half_mat});
+      outs.push_back({t.gguf, src, {std::uint64_t(t.cols), std::uint64_t(t.rows)}, ty});
   }
 
   Writer w;
@@ -502,7 +554,8 @@ void save_model(const std::string& path, const Model& m, io::h5::FloatStorage st
   meta.kv_str("general.architecture", A); count();
   meta.kv_str("general.name", "icmlkit"); count();
   meta.kv_u32("general.alignment", alignment); count();
-  meta.kv_u32("general.file_type", bf16 ? 32 : half_mat ? 1 : 0); count();  // llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_BF16
+  // llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_BF16, MOSTLY_Q8_0, MOSTLY_Q4_0
+  meta.kv_u32("general.file_type", quant == TensorType::q8_0 ? 7 : quant == TensorType::q4_0 ? 2 : bf16 ? 32 : half_mat ? 1 : 0); count();
   meta.kv_str("icmlkit.provenance.command", prov.command); count();
   meta.kv_u32(A + ".context_length", c.n_ctx); count();
   meta.kv_u32(A + ".embedding_length", c.d_model); count();
@@ -559,16 +612,25 @@ void save_model(const std::string& path, const Model& m, io::h5::FloatStorage st
   w.put<std::uint64_t>(outs.size());
   w.put<std::uint64_t>(n_kv);
   w.buf += meta.buf;
-  std::uint64_t off = 0;
-  for (const auto& o : outs) {
+  auto nbytes = [](const Out& o) {
     std::uint64_t n = 1;
     for (auto d : o.ne) n *= d;
+    switch (o.type) {
+      case TensorType::q8_0: return n / 32 * 34;
+      case TensorType::q4_0: return n / 32 * 18;
+      case TensorType::f16:
+      case TensorType::bf16: return n * 2;
+      default: return n * 4;
+    }
+  };
+  std::uint64_t off = 0;
+  for (const auto& o : outs) {
     w.str(o.name);
     w.put<std::uint32_t>(static_cast<std::uint32_t>(o.ne.size()));
     for (auto d : o.ne) w.put<std::uint64_t>(d);
-    w.put<std::uint32_t>(o.half ? half_type : 0);
+    w.put<std::uint32_t>(static_cast<std::uint32_t>(o.type));
     w.put<std::uint64_t>(off);
-    off += (n * (o.half ? 2 : 4) + alignment - 1) / alignment * alignment;
+    off += (nbytes(o) + alignment - 1) / alignment * alignment;
   }
   io::AtomicFile af(path);
   {
@@ -581,14 +643,21 @@ void save_model(const std::string& path, const Model& m, io::h5::FloatStorage st
       const auto& o = outs[i];
       std::uint64_t n = 1;
       for (auto d : o.ne) n *= d;
-      chunk.assign((n * (o.half ? 2 : 4) + alignment - 1) / alignment * alignment, '\0');
-      if (o.half)
+      chunk.assign((nbytes(o) + alignment - 1) / alignment * alignment, '\0');
+      if (o.type == TensorType::f16 || o.type == TensorType::bf16) {
         for (std::uint64_t j = 0; j < n; ++j) {
           const std::uint16_t h = bf16 ? num::f32_to_bf16(o.data[j]) : num::f32_to_f16(o.data[j]);
           std::memcpy(chunk.data() + 2 * j, &h, 2);
         }
-      else
+      } else if (o.type == TensorType::q8_0 || o.type == TensorType::q4_0) {
+        const int K = static_cast<int>(o.ne[0]);
+        const std::uint64_t rows = n / o.ne[0];
+        const std::uint64_t rb = nbytes(Out{"", nullptr, {o.ne[0]}, o.type});
+        for (std::uint64_t r = 0; r < rows; ++r)
+          quantize_row(o.type, o.data + r * o.ne[0], K, reinterpret_cast<std::uint8_t*>(chunk.data()) + r * rb);
+      } else {
         std::memcpy(chunk.data(), o.data, n * 4);
+      }
       out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     }
     out.close();

@@ -26,7 +26,7 @@ namespace icmlkit::lm::gguf {
 inline const std::string kMoeArch = "icmlkit-moe";
 
 /// ggml tensor types this toolkit reads (numbers as in ggml.h).
-enum class TensorType : std::uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
+enum class TensorType : std::uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, bf16 = 30 };
 
 /// A metadata value: scalars are held widened; arrays keep their element type's values.
 using Value = std::variant<std::int64_t, std::uint64_t, double, bool, std::string,
@@ -55,7 +55,7 @@ struct File {
 /// file in errors.  Throws InputError.
 File parse(const std::uint8_t* data, std::size_t size, const std::string& where);
 
-/// Decodes a tensor's elements to float32 (F32, F16, BF16, Q8_0).  `data` is the whole file.
+/// Decodes a tensor's elements to float32 (F32, F16, BF16, Q8_0, Q4_0).  `data` is the whole file.
 std::vector<float> dequantize(const std::uint8_t* data, const TensorInfo& t);
 
 /// Loads a llama-architecture GGUF file (dense, or a Mixtral: expert_count > 0, the experts
@@ -77,6 +77,17 @@ Model load_model(const std::uint8_t* data, std::size_t size, const std::string& 
 /// RuntimeError on write failure.
 void save_model(const std::string& path, const Model& model, io::h5::FloatStorage storage,
                 const io::Provenance& prov);
+
+/// save_model with every matrix whose rows are a multiple of 32 long quantised to `quant`
+/// (TensorType::q8_0 or q4_0, ggml's reference rounding: Q8_0 d = max|x| / 127, q = round(x / d);
+/// Q4_0 d = m / -8 for m the value of largest magnitude, q = min(15, trunc(x / d + 8.5))); other
+/// matrices and norms as `storage`.  Throws UsageError for another `quant`.
+void save_model_quantised(const std::string& path, const Model& model, io::h5::FloatStorage storage, TensorType quant,
+                          const io::Provenance& prov);
+
+/// One row of K values (K a multiple of 32) quantised to ggml blocks of `quant` (q8_0 or q4_0)
+/// into `out` (lm::weight_row_bytes bytes).
+void quantize_row(TensorType quant, const float* x, int K, std::uint8_t* out);
 
 /// Permutes the rows of a q or k weight [n_head*hd, d] from rotate-half to interleaved
 /// pairing (inverse = false) or back (inverse = true): interleaved row 2i+j of a head is

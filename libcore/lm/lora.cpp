@@ -433,7 +433,7 @@ void merge_lora(Model& model, const LoraAdapter& adapter) {
   for (const LoraTensor& t : adapter.tensors) check_tensor(model.config, t, r, "LoRA adapter");
   for (const LoraTensor& t : adapter.tensors) {
     Matrix& w = target_matrix(model.layers[std::size_t(t.layer)], t.target);
-    if (w.is_half() || w.rows != t.out || w.cols != t.in)
+    if (w.weight_type() != WeightType::f32 || w.rows != t.out || w.cols != t.in)
       throw InputError(fmt::format("layer {} {}_proj: the model's matrix is not [{}, {}] float32", t.layer, t.target, t.out, t.in), "LoRA adapter");
     const int in = t.in;
     const float* A = t.a.data();

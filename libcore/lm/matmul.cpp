@@ -382,6 +382,21 @@ void run_block(const float* x, const float* xp, bool wide, int R, int K, int ldx
   else tile_portable(x, R, K, ldx, W, o0, o1, y, ldy);
 }
 
+/// Quantised columns [o0, o1) (rows of `row_bytes` at W) widened into this thread's scratch,
+/// then multiplied as float32 by the path's block kernel.
+thread_local std::vector<float> tl_widened;
+
+void run_quant_block(const float* x, const float* xp, bool wide, int R, int K, int ldx, const MatmulJob& jb, int o0,
+                     int o1, Isa isa) {
+  const int n = o1 - o0;
+  const std::size_t rb = weight_row_bytes(jb.wt, K);
+  std::vector<float>& ws = tl_widened;
+  if (ws.size() < std::size_t(n) * K) ws.resize(std::size_t(n) * K);
+  const auto* W = static_cast<const std::uint8_t*>(jb.W);
+  for (int o = 0; o < n; ++o) dequantize_row(jb.wt, W + std::size_t(o0 + o) * rb, K, ws.data() + std::size_t(o) * K);
+  run_block(x, xp, wide, R, K, ldx, static_cast<const float*>(ws.data()), 0, n, n, jb.y + o0, jb.ldy, isa);
+}
+
 /// The products `jobs` of the same x in one parallel loop: their column blocks are one index
 /// space, claimed one at a time by the threads of util/block_pool (a loop costs a few
 /// microseconds; a 7m model's decode step has dozens).
@@ -416,6 +431,8 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
       case WeightType::f32: run_block(x, xp, wide, R, K, ldx, static_cast<const float*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
       case WeightType::f16: run_block(x, xp, wide, R, K, ldx, static_cast<const std::uint16_t*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
       case WeightType::bf16: run_block(x, xp, wide, R, K, ldx, static_cast<const Bf16*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
+      case WeightType::q8_0:
+      case WeightType::q4_0: run_quant_block(x, xp, wide, R, K, ldx, jb, o0, o1, isa); break;
     }
   });
 }
@@ -429,6 +446,37 @@ void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, in
 }
 
 }  // namespace
+
+std::size_t weight_row_bytes(WeightType wt, int K) noexcept {
+  switch (wt) {
+    case WeightType::f32: return std::size_t(K) * 4;
+    case WeightType::f16:
+    case WeightType::bf16: return std::size_t(K) * 2;
+    case WeightType::q8_0: return std::size_t(K / 32) * 34;
+    case WeightType::q4_0: return std::size_t(K / 32) * 18;
+  }
+  return 0;
+}
+
+void dequantize_row(WeightType wt, const std::uint8_t* row, int K, float* out) noexcept {
+  for (int b = 0; b < K / 32; ++b) {
+    std::uint16_t h;
+    if (wt == WeightType::q8_0) {
+      const std::uint8_t* blk = row + std::size_t(b) * 34;
+      std::memcpy(&h, blk, 2);
+      const float d = num::f16_to_f32(h);
+      for (int j = 0; j < 32; ++j) out[32 * b + j] = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + j]));
+    } else {
+      const std::uint8_t* blk = row + std::size_t(b) * 18;
+      std::memcpy(&h, blk, 2);
+      const float d = num::f16_to_f32(h);
+      for (int j = 0; j < 16; ++j) {
+        out[32 * b + j] = d * static_cast<float>((blk[2 + j] & 0x0f) - 8);
+        out[32 * b + 16 + j] = d * static_cast<float>((blk[2 + j] >> 4) - 8);
+      }
+    }
+  }
+}
 
 bool isa_available(Isa isa) noexcept {
   static const bool avx2 = [] {
@@ -492,6 +540,12 @@ void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightT
     case WeightType::f32: run(x, R, K, ldx, static_cast<const float*>(W), O, y, ldy, isa, nthreads); break;
     case WeightType::f16: run(x, R, K, ldx, static_cast<const std::uint16_t*>(W), O, y, ldy, isa, nthreads); break;
     case WeightType::bf16: run(x, R, K, ldx, static_cast<const Bf16*>(W), O, y, ldy, isa, nthreads); break;
+    case WeightType::q8_0:
+    case WeightType::q4_0: {
+      const MatmulJob job{W, wt, O, y, ldy};
+      run_jobs(x, R, K, ldx, &job, 1, isa, nthreads);
+      break;
+    }
   }
 }
 

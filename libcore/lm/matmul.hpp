@@ -13,6 +13,7 @@
 // widens 16-bit weights there (one conversion per weight per 12 rows).  The per-(r, o) order is the one above.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace icmlkit::lm {
@@ -30,10 +31,19 @@ Isa best_isa() noexcept;
 /// "portable", "avx2" or "avx512".
 const char* isa_name(Isa isa) noexcept;
 
-/// How a weight matrix is held: float32, IEEE binary16 bits or bfloat16 bits.  Both 16-bit
-/// kinds are widened to float32 exactly, so a product on them is bitwise the float32 product on
-/// the widened weights (half the bytes read).
-enum class WeightType { f32, f16, bf16 };
+/// How a weight matrix is held: float32, IEEE binary16 bits, bfloat16 bits, or GGUF's Q8_0 /
+/// Q4_0 blocks (each row K / 32 blocks of an f16 scale d and 32 values q: Q8_0 34 bytes, int8 q,
+/// w = d q; Q4_0 18 bytes, two 4-bit q per byte — low nibbles are values 0-15, high 16-31 — w =
+/// d (q - 8); K a multiple of 32).  Every kind is widened to float32 exactly (d q needs at most
+/// 19 significant bits), so a product on it is bitwise the float32 product on the widened weights.
+/// Quantised rows are widened a column block at a time into a float32 scratch, shared by all rows.
+enum class WeightType { f32, f16, bf16, q8_0, q4_0 };
+
+/// Bytes of one row of K weights of type `wt` (K a multiple of 32 for the quantised types).
+std::size_t weight_row_bytes(WeightType wt, int K) noexcept;
+
+/// Row `r` of a quantised matrix (blocks at `row`, K weights) widened to float32 into `out`.
+void dequantize_row(WeightType wt, const std::uint8_t* row, int K, float* out) noexcept;
 
 /// y [R, O] (row stride ldy) = x [R, K] (row stride ldx) * W^T, W [O, K] row-major.
 /// Parallel over output columns with OpenMP (icmlkit::threads()).

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "io/atomic_file.hpp"
 #include "io/hdf5.hpp"
@@ -19,8 +20,12 @@ namespace icmlkit::lm {
 namespace h5 = io::h5;
 
 void Matrix::row_f32(int r, float* out) const noexcept {
-  if (!is_half()) {
+  if (weight_type() == WeightType::f32) {
     std::copy_n(row(r), cols, out);
+    return;
+  }
+  if (half.empty()) {
+    dequantize_row(quant_type, quant.data() + std::size_t(r) * weight_row_bytes(quant_type, cols), cols, out);
     return;
   }
   const std::uint16_t* h = half.data() + std::size_t(r) * cols;
@@ -56,7 +61,9 @@ std::vector<const Matrix*> Layer::matrices() const {
 }
 
 std::int64_t Model::weight_bytes() const noexcept {
-  auto mb = [](const Matrix& m) { return std::int64_t(m.data.size()) * 4 + std::int64_t(m.half.size()) * 2; };
+  auto mb = [](const Matrix& m) {
+    return std::int64_t(m.data.size()) * 4 + std::int64_t(m.half.size()) * 2 + std::int64_t(m.quant.size());
+  };
   std::int64_t n = mb(token_embd) + mb(output) + mb(adapter) + std::int64_t(output_norm.size()) * 4;
   for (const auto& l : layers) {
     n += std::int64_t(l.attn_norm.size() + l.ffn_norm.size() + l.router_bias.size() + l.mlstm_igate_b.size() +
@@ -65,6 +72,52 @@ std::int64_t Model::weight_bytes() const noexcept {
     for (const Matrix* w : l.matrices()) n += mb(*w);
   }
   return n;
+}
+
+namespace {
+
+std::vector<Matrix*> all_matrices(Model& m) {
+  std::vector<Matrix*> mats = {&m.token_embd, &m.output, &m.adapter};
+  for (auto& l : m.layers)
+    for (Matrix* w : l.matrices_all()) mats.push_back(w);
+  return mats;
+}
+
+}  // namespace
+
+int hold_quant(Model& m) {
+  int held = 0;
+  std::vector<float> row;
+  for (Matrix* w : all_matrices(m)) {
+    if (!w->is_quant()) continue;
+    if (w->data.empty()) {  // already held
+      ++held;
+      continue;
+    }
+    bool exact = w->data.size() == std::size_t(w->rows) * w->cols;
+    row.resize(std::size_t(w->cols));
+    for (int r = 0; exact && r < w->rows; ++r) {
+      dequantize_row(w->quant_type, w->quant.data() + std::size_t(r) * weight_row_bytes(w->quant_type, w->cols), w->cols,
+                     row.data());
+      exact = std::memcmp(row.data(), w->row(r), sizeof(float) * std::size_t(w->cols)) == 0;
+    }
+    if (exact) {
+      std::vector<float>().swap(w->data);
+      ++held;
+    } else {
+      std::vector<std::uint8_t>().swap(w->quant);
+      w->quant_type = WeightType::f32;
+    }
+  }
+  return held;
+}
+
+void drop_quant(Model& m) {
+  for (Matrix* w : all_matrices(m))
+    if (w->is_quant() && !w->data.empty()) {
+      std::vector<std::uint8_t>().swap(w->quant);
+      w->quant_type = WeightType::f32;
+    }
 }
 
 bool hold_half(Model& m, bool bf16) {
@@ -89,8 +142,13 @@ namespace {
 template <class S, class M>
 std::vector<S> slots_of(M& m) {
   const auto& c = m.config;
-  if (m.token_embd.is_half())
-    throw RuntimeError("the model holds 16-bit compute weights (hold_half); its tensors cannot be saved or trained");
+  for (const Matrix* w : {&m.token_embd, &m.output})
+    if (w->weight_type() != WeightType::f32)
+      throw RuntimeError("the model holds 16-bit or quantised compute weights (hold_half, hold_quant); its tensors cannot be saved or trained");
+  for (const auto& l : m.layers)
+    for (const Matrix* w : l.matrices())
+      if (w->weight_type() != WeightType::f32)
+        throw RuntimeError("the model holds 16-bit or quantised compute weights (hold_half, hold_quant); its tensors cannot be saved or trained");
   std::vector<S> out;
   auto mat = [&](std::string g, std::string h, auto& w, int heads, int experts = 0) {
     out.push_back(S{std::move(g), std::move(h), w.data.data(), w.rows, w.cols, heads, experts});

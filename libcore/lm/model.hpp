@@ -14,23 +14,37 @@ namespace icmlkit::lm {
 
 /// A row-major matrix [rows, cols] (weights are [out, in], as in GGUF), float32 in `data`, or —
 /// for inference weights after hold_half() — IEEE binary16 or bfloat16 bits in `half` (then
-/// `data` is empty; `bf16` says which).
+/// `data` is empty; `bf16` says which), or — after hold_quant() — the GGUF Q8_0 / Q4_0 blocks it
+/// was read from in `quant` (a GGUF reader keeps them beside `data` until then).
 struct Matrix {
   int rows = 0, cols = 0;
   std::vector<float> data;
   std::vector<std::uint16_t> half;
   bool bf16 = false;  ///< `half` holds bfloat16 bits (else IEEE binary16)
+  std::vector<std::uint8_t> quant;  ///< the rows as GGUF blocks of quant_type (lm/matmul.hpp)
+  WeightType quant_type = WeightType::f32;
   Matrix() = default;
   Matrix(int r, int c) : rows(r), cols(c), data(std::size_t(r) * c, 0.0f) {}
   /// Whether the values are held as f16 bits.
   bool is_half() const noexcept { return !half.empty(); }
-  /// How the values are held (the kernel's weight type).
-  WeightType weight_type() const noexcept { return !is_half() ? WeightType::f32 : bf16 ? WeightType::bf16 : WeightType::f16; }
-  /// The values' storage (data or half) from row r on.
-  const void* values_from(int r) const noexcept {
-    return is_half() ? static_cast<const void*>(half.data() + std::size_t(r) * cols) : data.data() + std::size_t(r) * cols;
+  /// Whether quantised blocks are held (beside `data` or alone).
+  bool is_quant() const noexcept { return !quant.empty(); }
+  /// How the values the kernel reads are held: `data` when present, else `half`, else `quant`.
+  WeightType weight_type() const noexcept {
+    if (!data.empty() || (half.empty() && quant.empty())) return WeightType::f32;
+    if (!half.empty()) return bf16 ? WeightType::bf16 : WeightType::f16;
+    return quant_type;
   }
-  /// Row r as float32 (widened when held as 16-bit).
+  /// Those values from row r on.
+  const void* values_from(int r) const noexcept {
+    switch (weight_type()) {
+      case WeightType::f32: return data.data() + std::size_t(r) * cols;
+      case WeightType::f16:
+      case WeightType::bf16: return half.data() + std::size_t(r) * cols;
+      default: return quant.data() + std::size_t(r) * weight_row_bytes(quant_type, cols);
+    }
+  }
+  /// Row r as float32 (widened when held as 16-bit or quantised).
   void row_f32(int r, float* out) const noexcept;
   /// Pointer to row r.
   const float* row(int r) const noexcept { return data.data() + std::size_t(r) * cols; }
@@ -155,6 +169,17 @@ Model random_model(const ModelConfig& config, std::uint64_t seed, double std = 0
 /// saved or trained: tensor_slots() throws RuntimeError.  Returns false (and changes nothing)
 /// when a weight is not exactly representable.
 bool hold_half(Model& model, bool bf16 = false);
+
+/// Holds the matrices read from GGUF Q8_0 / Q4_0 as those blocks (about 1/3.8 and 1/7.1 of
+/// float32's bytes), dropping their float32 copy — only where that copy is still exactly the
+/// blocks' values (a matrix changed since, e.g. by a merged LoRA adapter, keeps float32 and
+/// drops the blocks).  Logits are bitwise those of the float32 model.  Such a model computes but
+/// cannot be saved or trained (tensor_slots() throws RuntimeError).  Returns the number of
+/// matrices now held quantised.
+int hold_quant(Model& model);
+
+/// Drops every matrix's quantised blocks, keeping float32 (--weights f32).
+void drop_quant(Model& model);
 
 /// Rounds every matrix to `storage` precision and back, so in-memory weights equal what a
 /// checkpoint saved at that precision loads as.

@@ -105,7 +105,9 @@ ModelFormat output_format(const std::string& path) {
 }
 
 void save_any(const std::string& path, ModelFormat format, const Model& model, io::h5::FloatStorage storage,
-              const io::Provenance& prov) {
+              const io::Provenance& prov, const std::string& gguf_quant) {
+  if (!gguf_quant.empty() && format != ModelFormat::gguf)
+    throw UsageError(gguf_quant + " is a GGUF block format: write *.gguf", "--dtype " + gguf_quant);
   if (format != ModelFormat::native_h5 && model.config.has_mlstm())
     throw UsageError("mlstm-hybrid blocks exist in the native HDF5 format only (no GGUF or Hugging Face architecture has them): "
                      "write *.h5", "-o " + path);
@@ -113,7 +115,10 @@ void save_any(const std::string& path, ModelFormat format, const Model& model, i
     throw UsageError("recurrent-depth models exist in the native HDF5 format only (GGUF and the Hugging Face writers have no "
                      "looped architecture): write *.h5", "-o " + path);
   switch (format) {
-    case ModelFormat::gguf: gguf::save_model(path, model, storage, prov); break;
+    case ModelFormat::gguf:
+      if (gguf_quant.empty()) gguf::save_model(path, model, storage, prov);
+      else gguf::save_model_quantised(path, model, storage, gguf_quant == "q8_0" ? gguf::TensorType::q8_0 : gguf::TensorType::q4_0, prov);
+      break;
     case ModelFormat::hf_safetensors: safetensors::save_model(path, model, storage, prov); break;
     default: save_checkpoint(path, model, storage, prov); break;
   }

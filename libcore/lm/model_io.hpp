@@ -41,8 +41,10 @@ Tokenizer model_tokenizer(const Model& model, const std::string& path);
 /// format (.safetensors, .bin, .pt, .pth, .json, .onnx), suggesting the directory form.
 ModelFormat output_format(const std::string& path);
 
-/// Writes `model` in `format` (matrices f32, f16 or bf16).
+/// Writes `model` in `format` (matrices f32, f16 or bf16).  `gguf_quant` "q8_0" or "q4_0"
+/// quantises the GGUF matrices whose rows are a multiple of 32 long (gguf::save_model_quantised);
+/// for another format it is a UsageError ("" = none).
 void save_any(const std::string& path, ModelFormat format, const Model& model,
-              io::h5::FloatStorage storage, const io::Provenance& prov);
+              io::h5::FloatStorage storage, const io::Provenance& prov, const std::string& gguf_quant = "");
 
 }  // namespace icmlkit::lm

@@ -43,8 +43,8 @@ void add_weights_flag(CLI::App& app, std::string& weights, const std::string& he
   app.add_option("--weights", weights,
                  !help.empty() ? help
                                : "Compute weights: auto (the file's 16-bit format (f16 or bf16) when every weight is "
-                                 "exact in it, else f32), f32, f16 or bf16 (CPU: held 16-bit with the same logits, only "
-                                 "when exact; CUDA: rounded)")
+                                 "exact in it, GGUF Q8_0 / Q4_0 matrices kept quantised on the CPU, else f32), f32, f16 or "
+                                 "bf16 (CPU: held 16-bit with the same logits, only when exact; CUDA: rounded)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
 }

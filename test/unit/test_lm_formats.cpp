@@ -387,7 +387,7 @@ TEST_CASE("formats: malformed GGUF headers are refused with the field named") {
   { G g; g.header(0, 1).str("b").put<std::uint32_t>(7).put<std::uint8_t>(5); CHECK(parse_error(g.b).find("boolean") != std::string::npos); }
   CHECK(parse_error(one_tensor({4, 0}, 0, 0, 64)).find("zero dimension") != std::string::npos);
   CHECK(parse_error(one_tensor({4, 2, 1, 1, 1}, 0, 0, 64)).find("5 dimensions") != std::string::npos);
-  CHECK(parse_error(one_tensor({4}, 2, 0, 64)).find("unsupported type 2") != std::string::npos);
+  CHECK(parse_error(one_tensor({4}, 3, 0, 64)).find("unsupported type 3") != std::string::npos);
   CHECK(parse_error(one_tensor({4}, 0, 7, 64)).find("not aligned") != std::string::npos);
   CHECK(parse_error(one_tensor({40}, 8, 0, 64)).find("not divisible by 32") != std::string::npos);
   CHECK(parse_error(one_tensor({1ull << 39, 1ull << 30}, 0, 0, 64)).find("too large") != std::string::npos);

@@ -182,3 +182,44 @@ TEST_CASE("lm: products sharing one parallel region, and attention's many-key do
   const std::vector<MatmulJob> nine(9, MatmulJob{w1.data(), WeightType::f32, O1, y.data(), O1});
   CHECK_THROWS_AS(matmul_xwt_jobs(x.data(), 1, K, K, nine.data(), 9), std::invalid_argument);
 }
+
+TEST_CASE("lm: Q8_0 and Q4_0 weights held as blocks give the bits of the float32 product on their values") {
+  // Issue 37: quantised rows are widened per column block; d q is exact in float32, so every
+  // path must equal the float32 kernel on the dequantised weights (written out here).
+  Rng rng(38);
+  const int K = 96, O = 70;
+  for (const WeightType wt : {WeightType::q8_0, WeightType::q4_0}) {
+    const std::size_t rb = weight_row_bytes(wt, K);
+    CHECK(rb == std::size_t(K / 32) * (wt == WeightType::q8_0 ? 34 : 18));
+    std::vector<std::uint8_t> q(rb * O);
+    std::vector<float> wf(std::size_t(O) * K);
+    for (int o = 0; o < O; ++o)
+      for (int b = 0; b < K / 32; ++b) {
+        std::uint8_t* blk = q.data() + o * rb + b * (wt == WeightType::q8_0 ? 34 : 18);
+        const std::uint16_t h = random_half(rng);
+        std::memcpy(blk, &h, 2);
+        const float d = num::f16_to_f32(h);
+        for (int j = 0; j < (wt == WeightType::q8_0 ? 32 : 16); ++j) blk[2 + j] = static_cast<std::uint8_t>(rng.bits() & 0xff);
+        for (int j = 0; j < 32; ++j) {
+          float v;
+          if (wt == WeightType::q8_0) v = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + j]));
+          else v = d * static_cast<float>(((j < 16 ? blk[2 + j] : blk[2 + j - 16] >> 4) & 0x0f) - 8);
+          wf[std::size_t(o) * K + 32 * b + j] = v;
+        }
+      }
+    std::vector<float> row(K);
+    dequantize_row(wt, q.data() + 5 * rb, K, row.data());
+    CHECK(same_bits(row.data(), wf.data() + 5 * K, K));
+    for (const int R : {1, 3, 13}) {
+      CAPTURE(R);
+      std::vector<float> x(std::size_t(R) * K);
+      for (auto& v : x) v = static_cast<float>(rng.normal());
+      std::vector<float> want(std::size_t(R) * O), got(want.size());
+      matmul_xwt_on(x.data(), R, K, K, wf.data(), WeightType::f32, O, want.data(), O, Isa::portable, 1);
+      for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
+        matmul_xwt_on(x.data(), R, K, K, q.data(), wt, O, got.data(), O, isa, 2);
+        CHECK(same_bits(got.data(), want.data(), want.size()));
+      }
+    }
+  }
+}

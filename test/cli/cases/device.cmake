@@ -47,3 +47,11 @@ cli_case(device/lm-eval-weights-f16-on-cpu-refused --rc 2 --stderr "^lm-eval: er
   --tool lm-eval --no-file e.json -- $<TARGET_FILE:lm-eval> ${DEV_KJV} ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --weights f16 -o e.json)
 cli_case(device/weights-unknown --rc 2 --stderr "--weights" --tool fafo-generate
   -- $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --weights fp8)
+# Issue 37: GGUF Q8_0 / Q4_0 (lm-convert --dtype q8_0|q4_0, ggml's rounding) stay quantised on the CPU
+# under --weights auto and give the same text as the same file widened to f32.
+cli_case(device/weights-q8-q4-held-quantised-same-text --rc 0
+  --file-jq a8.json ".summary.engine_settings == {\"weights\": \"q8_0\"}"
+  --file-jq a4.json ".summary.engine_settings == {\"weights\": \"q4_0\"}"
+  -- bash -c "$<TARGET_FILE:lm-convert> ${DEV_KJV} -o q8.gguf --dtype q8_0 -q && $<TARGET_FILE:lm-convert> ${DEV_KJV} -o q4.gguf --dtype q4_0 -q && $<TARGET_FILE:lm-generate> q8.gguf --prompt 'And God said' -n 16 --ignore-eos --no-stream -o a8.jsonl > a8.txt && $<TARGET_FILE:lm-generate> q8.gguf --prompt 'And God said' -n 16 --ignore-eos --no-stream --weights f32 > b8.txt && $<TARGET_FILE:lm-generate> q4.gguf --prompt 'And God said' -n 16 --ignore-eos --no-stream -o a4.jsonl > a4.txt && $<TARGET_FILE:lm-generate> q4.gguf --prompt 'And God said' -n 16 --ignore-eos --no-stream --weights f32 > b4.txt && cmp a8.txt b8.txt && cmp a4.txt b4.txt && test -s a8.txt && tail -n 1 a8.jsonl > a8.json && tail -n 1 a4.jsonl > a4.json")
+cli_case(device/q8-dtype-needs-gguf --rc 2 --stderr "^lm-convert: error: q8_0 is a GGUF block format: write \\*\\.gguf"
+  -- $<TARGET_FILE:lm-convert> ${DEV_KJV} -o x.h5 --dtype q8_0)
