@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
       "--ngram, --guesses, by the tokens/s each gave so far (accepted tokens over step wall time) and, for\n"
       "shapes not yet run, by the most they could give at the engine's measured pass costs c(k) (timed\n"
       "once per model shape, weights, threads and CPU, cached in --pass-cost-cache).  The summary's\n"
-      "schedule lists each shape's steps and estimates; accepted_draft_sources says how many accepted\n"
+      "adaptive lists each shape's steps and estimates; accepted_draft_sources says how many accepted\n"
       "tokens came from prompt matches and how many from the lookahead rows' n-grams.  --schedule fixed\n"
       "runs every step at (--window, --ngram, --guesses), as the paper does on GPUs.\n"
       "--compare ar also decodes with AR and adds the speedup and identical_to_ar (null when sampling).\n"
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
         app.add_option("--guesses", dc.guesses, "Lookahead/FAFO: candidate n-grams G verified per step (also the pool's per-key size)")->capture_default_str()->check(cli::int_range(0, 256));
         app.add_option("--pld-max-ngram", dc.pld_max_ngram, "Prompt lookup: longest suffix matched")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--pld-min-ngram", dc.pld_min_ngram, "Prompt lookup: shortest suffix matched")->capture_default_str()->check(cli::int_range(1, 1 << 20));
-        app.add_option("--draft", dc.pld_draft, "Prompt lookup and adaptive FAFO: tokens a prompt match proposes; self-spec: most tokens drafted (default 8)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
+        app.add_option("--draft", dc.pld_draft, "Prompt lookup: tokens a prompt match proposes; adaptive FAFO: the most it drafts (it picks the length); self-spec: most tokens drafted (default 8)")->capture_default_str()->check(cli::int_range(1, 1 << 20));
         app.add_option("--schedule", schedule, "FAFO: adaptive (each step's shape chosen from measured costs and acceptance) | fixed (W, N, G every step)")
             ->capture_default_str()->check(CLI::IsMember({"adaptive", "fixed"}));
         app.add_option("--pass-cost-cache", pass_cost_cache, "Adaptive FAFO: file caching the engine's measured pass costs (none = measure every run)")
@@ -230,6 +230,15 @@ int main(int argc, char** argv) {
                            "--device cuda");
         dc.adaptive = dc.method == decode::Method::fafo && schedule == "adaptive";
         dc.pass_cost_cache = pass_cost_cache == "none" ? "" : pass_cost_cache;
+        if (dc.adaptive && !dc.pass_cost_cache.empty()) {
+          // The cache is written: never onto a file this run reads or writes.
+          namespace fs = std::filesystem;
+          std::error_code ec;
+          const fs::path cache = fs::weakly_canonical(dc.pass_cost_cache, ec);
+          for (const std::string& other : {model_path, prompt_file, output, skip_file, lora_dir})
+            if (!other.empty() && other != "-" && fs::weakly_canonical(other, ec) == cache)
+              throw UsageError("--pass-cost-cache names " + other + ", a file this run reads or writes", "--pass-cost-cache");
+        }
         if (!dc.adaptive)
           for (const char* flag : {"--draft", "--pld-max-ngram", "--pld-min-ngram", "--pass-cost-cache"})
             if (app->count(flag) > 0 && dc.method == decode::Method::fafo)

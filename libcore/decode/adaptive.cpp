@@ -8,7 +8,9 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -75,17 +77,23 @@ PassCost measure_pass_cost(lm::Engine& engine, int n_past, int token, int kmax, 
   for (int k : {1, 4, 12})
     if (k <= std::max(1, kmax) && n_past + k <= mc.n_ctx) ks.push_back(k);
   engine.forward(batch(ks.back()), opt);  // untimed: buffers sized, threads awake
-  for (int k : ks) {
-    const lm::Batch b = batch(k);
-    double best = 0;
-    for (int r = 0; r < std::max(1, reps); ++r) {
+  std::vector<lm::Batch> batches;
+  for (int k : ks) batches.push_back(batch(k));
+  // Rounds over all k (a burst of load hits every k alike), the fastest of each (noise only adds).
+  std::vector<double> best(ks.size(), 0.0);
+  for (int r = 0; r < std::max(1, reps); ++r)
+    for (std::size_t i = 0; i < ks.size(); ++i) {
+      opt.logits_rows.clear();
+      for (int j = 0; j < ks[i]; ++j) opt.logits_rows.push_back(j);
       const auto t0 = std::chrono::steady_clock::now();
-      engine.forward(b, opt);
+      engine.forward(batches[i], opt);
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = r == 0 ? t : std::min(best, t);  // timing noise only adds
+      best[i] = r == 0 ? t : std::min(best[i], t);
     }
-    pc.ks.push_back(k);
-    pc.seconds.push_back(best);
+  for (std::size_t i = 0; i < ks.size(); ++i) {
+    pc.ks.push_back(ks[i]);
+    // More rows never cost less: a k measured faster than a smaller one was noise.
+    pc.seconds.push_back(i == 0 ? best[i] : std::max(best[i], pc.seconds.back()));
   }
   return pc;
 }
@@ -118,19 +126,36 @@ std::string pass_cost_key(const lm::Engine& engine) {
 }
 
 std::string default_pass_cost_cache() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/icmlkit/pass-cost.json";
+  // XDG: a relative XDG_CACHE_HOME is ignored.
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return std::string(x) + "/icmlkit/pass-cost.json";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/icmlkit/pass-cost.json";
   return "";
 }
 
 namespace {
 
-nlohmann::json read_cache(const std::string& path) {
+constexpr const char* kCacheFormat = "icmlkit-pass-cost-v1";
+
+/// The cache file's entries; `ours` says whether the path may be written: absent, empty, or a
+/// file in this format (anything else — a model, a prompt, a directory — is never overwritten).
+nlohmann::json read_cache(const std::string& path, bool* ours = nullptr) {
+  std::error_code ec;
+  if (ours) *ours = false;
+  if (!std::filesystem::exists(path, ec)) {
+    if (ours) *ours = !ec;
+    return nlohmann::json::object();
+  }
+  if (!std::filesystem::is_regular_file(path, ec)) return nlohmann::json::object();
+  if (std::filesystem::file_size(path, ec) == 0 && !ec) {
+    if (ours) *ours = true;
+    return nlohmann::json::object();
+  }
   std::ifstream in(path);
-  if (!in) return nlohmann::json::object();
   try {
     nlohmann::json j = nlohmann::json::parse(in);
-    return j.is_object() ? j : nlohmann::json::object();
+    if (!j.is_object() || j.value("format", "") != kCacheFormat) return nlohmann::json::object();
+    if (ours) *ours = true;
+    return j;
   } catch (const std::exception&) {
     return nlohmann::json::object();
   }
@@ -148,18 +173,27 @@ bool load_pass_cost(const std::string& path, const std::string& key, PassCost& o
 }
 
 bool save_pass_cost(const std::string& path, const std::string& key, const std::string& description,
-                    const PassCost& cost) {
+                    const PassCost& cost, std::string* why) {
   if (path.empty()) return false;
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-  nlohmann::json j = read_cache(path);
+  bool ours = false;
+  nlohmann::json j = read_cache(path, &ours);
+  if (!ours) {
+    if (why) *why = "it exists and is not a pass-cost cache (left as it is)";
+    return false;
+  }
+  j["format"] = kCacheFormat;
   j[key_id(key)] = {{"what", description}, {"cost", cost.to_json()}};
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   {
     std::ofstream out(tmp);
-    if (!out) return false;
+    if (!out) {
+      if (why) *why = std::string("cannot create ") + tmp + ": " + std::strerror(errno);
+      return false;
+    }
     out << j.dump(1) << "\n";
     if (!out) {
       fs::remove(tmp, ec);
@@ -167,7 +201,11 @@ bool save_pass_cost(const std::string& path, const std::string& key, const std::
     }
   }
   fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
+  if (ec) {
+    if (why) *why = ec.message();
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+  }
   return !ec;
 }
 
@@ -196,6 +234,10 @@ AdaptiveSchedule::AdaptiveSchedule(int W, int N, int G, int max_draft, PassCost 
 }
 
 double AdaptiveSchedule::step_seconds(double k) const {
+  // Steps of exactly this many rows already ran: their measured time (running average).
+  const int ki = static_cast<int>(k);
+  if (double(ki) == k && ki >= 1 && ki < static_cast<int>(measured_.size()) && measured_[std::size_t(ki)] > 0)
+    return measured_[std::size_t(ki)];
   const int lo = std::max(1, static_cast<int>(k));
   const double t = cost_.at(lo) + (k - lo) * (cost_.at(lo + 1) - cost_.at(lo));
   return t * scale_;
@@ -244,6 +286,13 @@ AdaptiveSchedule::Choice AdaptiveSchedule::choose(int match_available) {
     reason_ = "measure AR";
     return {0, 0};
   }
+  if (run_left_ == 0 && run_arm_ > 0 && step - last_ar_ >= kRecheckEvery) {
+    // While a window arm leads, AR's own time is re-measured now and then (its estimate must
+    // not rest on a stale or mis-scaled pass cost).
+    last_ar_ = step;
+    reason_ = "recheck AR";
+    return {0, 0};
+  }
   if (run_left_ > 0) {  // a trial runs its steps in a row (a window needs N - 1 steps to yield n-grams)
     --run_left_;
     reason_ = "trial";
@@ -275,6 +324,7 @@ AdaptiveSchedule::Choice AdaptiveSchedule::choose(int match_available) {
     if (pick >= 0) return start(pick, "recheck");
   }
   reason_ = "best";
+  run_arm_ = best;
   return best == 0 ? arm0 : Choice{best, d};
 }
 
@@ -284,6 +334,11 @@ void AdaptiveSchedule::observe(const Choice& c, const std::vector<int>& match, c
   const double ratio = seconds / cost_.at(std::max(1, rows));
   scale_ = scaled_ ? scale_ + kAlpha * (ratio - scale_) : ratio;
   scaled_ = true;
+  if (rows >= 1 && rows < static_cast<int>(measured_.size())) {
+    double& m = measured_[std::size_t(rows)];
+    m = m > 0 ? m + kAlpha * (seconds - m) : seconds;
+  }
+  if (rows == 1) last_ar_ = observed_;
   // Shadow prompt matches: the new one starts at this step's first emitted token; every pending
   // one is compared with the tokens emitted now, and resolved at its first mismatch or end.
   pending_.push_back({match, 0});

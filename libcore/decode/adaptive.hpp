@@ -34,12 +34,12 @@ struct PassCost {
   bool from_json(const nlohmann::json& j);
 };
 
-/// Times passes of k rows for k in {1, 4, 12} (those <= kmax; each the fastest of `reps`, after
-/// one untimed pass of the largest; larger k are extrapolated, a pass being linear in its rows
+/// Times passes of k rows for k in {1, 4, 12} (those <= kmax; `reps` rounds over all k after one
+/// untimed pass of the largest, the fastest of each, made non-decreasing in k; larger k are extrapolated, a pass being linear in its rows
 /// there) extending the engine's committed cache of n_past tokens with `token` at position
 /// n_past; the rows are never committed (the next forward() replaces them).  A few milliseconds
 /// on the demo model: the schedule's prompt-match drafts have at most 11 rows.
-PassCost measure_pass_cost(lm::Engine& engine, int n_past, int token, int kmax, int reps = 1);
+PassCost measure_pass_cost(lm::Engine& engine, int n_past, int token, int kmax, int reps = 3);
 
 /// The key of a pass-cost measurement: what the cost depends on — the model's shapes and block
 /// types, the engine's device and settings (weight precision), the threads, the kernel path and
@@ -47,16 +47,18 @@ PassCost measure_pass_cost(lm::Engine& engine, int n_past, int token, int kmax, 
 /// context adds is learnt while decoding (the schedule's time correction).
 std::string pass_cost_key(const lm::Engine& engine);
 
-/// The default pass-cost cache file: $XDG_CACHE_HOME/icmlkit/pass-cost.json, else
-/// $HOME/.cache/icmlkit/pass-cost.json ("" when neither variable is set).
+/// The default pass-cost cache file: $XDG_CACHE_HOME/icmlkit/pass-cost.json (an absolute
+/// XDG_CACHE_HOME), else $HOME/.cache/icmlkit/pass-cost.json ("" when neither is set).
 std::string default_pass_cost_cache();
 
 /// Looks `key` up in the cache file `path` (absent, unreadable or malformed: false).
 bool load_pass_cost(const std::string& path, const std::string& key, PassCost& out);
 /// Stores `cost` under `key` in the cache file (atomically: a temporary file renamed over it;
-/// directories created).  A failure is not an error for generation: returns false.
+/// directories created).  Only an absent or empty file or one in the cache's own format is
+/// written: any other file (a model, a prompt, a directory) is left alone.  A failure is not an
+/// error for generation: returns false, with the reason in `why`.
 bool save_pass_cost(const std::string& path, const std::string& key, const std::string& description,
-                    const PassCost& cost);
+                    const PassCost& cost, std::string* why = nullptr);
 
 /// One step shape.  window = 0: no lookahead rows; guesses = 0: no pool n-grams.  The
 /// prompt-match draft length is chosen per step (AdaptiveSchedule::Choice::draft).
@@ -77,9 +79,11 @@ struct Arm {
 /// sampling: the greedy-match estimate).  Arms 1.. add a lookahead window (W3 N3 G3 and the
 /// configured W, N, G, pool guesses included); their acceptance can only be seen by running
 /// them, so an arm whose calibrated bound beats the best estimate gets a trial of N + 1 steps,
-/// and arms close to the best (or not run for long) are re-tried now and then.  Time per step
-/// is the calibrated pass time of its rows times a correction learnt from every step's wall
-/// time (host work, load), so estimates follow the machine as it is.
+/// and arms close to the best (or not run for long) are re-tried now and then; while a window
+/// leads, an AR step is re-measured every 24 steps.  Time per step is the measured wall time of
+/// earlier steps with as many rows, else the calibrated pass time of its rows times a
+/// correction learnt from every step's wall time (host work, load), so estimates follow the
+/// machine as it is even when the calibration was off.
 class AdaptiveSchedule {
  public:
   /// The step to run: an arm and the prompt-match draft length (0 = none).
@@ -98,7 +102,7 @@ class AdaptiveSchedule {
                double seconds);
   const std::vector<Arm>& arms() const noexcept { return arms_; }
   const Arm& arm(int i) const { return arms_.at(static_cast<std::size_t>(i)); }
-  /// Why the last choose() picked its shape ("measure AR", "best", "trial", "recheck").
+  /// Why the last choose() picked its shape ("measure AR", "best", "trial", "recheck", "recheck AR").
   const std::string& reason() const noexcept { return reason_; }
   /// Per arm: steps, accepted tokens, mean rows, estimated and bound tokens/s; the prompt
   /// match's shadow statistics and chosen draft; the learnt time correction.
@@ -110,7 +114,8 @@ class AdaptiveSchedule {
     long long rows = 0;
     double acc_avg = 0, sec_avg = 0;  ///< running averages (exponential)
   };
-  /// Seconds of a step of k rows: calibrated pass time times the learnt correction.
+  /// Seconds of a step of k rows: the running average of steps of k rows when some ran, else
+  /// the calibrated pass time times the learnt correction.
   double step_seconds(double k) const;
   /// Tokens/s of arm 0 with draft d (0 = AR), from the shadow matches.
   double prompt_speed(int d) const;
@@ -131,7 +136,9 @@ class AdaptiveSchedule {
     int matched = 0;
   };
   std::vector<Pending> pending_;
-  int run_arm_ = 0, run_left_ = 0;  ///< an arm's trial in progress: steps left
+  int run_arm_ = 0, run_left_ = 0;  ///< the arm running (a trial: steps left)
+  int last_ar_ = 0;                 ///< the last step with one row (AR)
+  std::vector<double> measured_ = std::vector<double>(129, 0.0);  ///< seconds of steps of k rows (0: none yet)
   int observed_ = 0, last_recheck_ = 0;
   std::string reason_;
 };

@@ -159,8 +159,9 @@ class Decoder {
     if (!load_pass_cost(cfg_.pass_cost_cache, key, cost)) {
       source = "measured";
       cost = measure_pass_cost(engine_, n_past_, cur_, 12);
-      if (!cfg_.pass_cost_cache.empty() && !save_pass_cost(cfg_.pass_cost_cache, key, key.substr(key.find(' ') + 1), cost))
-        log::warn("could not write the pass-cost cache {}", cfg_.pass_cost_cache);
+      std::string why;
+      if (!cfg_.pass_cost_cache.empty() && !save_pass_cost(cfg_.pass_cost_cache, key, key.substr(key.find(' ') + 1), cost, &why))
+        log::warn("could not write the pass-cost cache {}: {}", cfg_.pass_cost_cache, why);
     }
     sched_ = std::make_unique<AdaptiveSchedule>(cfg_.window, cfg_.ngram, cfg_.guesses, cfg_.pld_draft, cost);
     res_.schedule = {{"pass_cost_source", source}, {"pass_cost_key", key.substr(0, key.find(' '))},

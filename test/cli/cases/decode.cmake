@@ -216,13 +216,16 @@ cli_case(fafo/adaptive-default-lossless-and-cached --needs ${DEMO_MODEL}
   --file-jq b.json ".adaptive.pass_cost_source == \"cache\" and .identical_to_ar == true"
   --file .xdg-cache/icmlkit/pass-cost.json
   -- bash -c "${DEMO_PROMPT} && ${FAFO} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 160 -n 48 --ignore-eos --compare ar -o a.jsonl > a.txt && tail -n 1 a.jsonl | jq .summary > a.json && jq -s '[.[] | select(.step != null)]' a.jsonl > steps.json && ${FAFO} ${DEMO_MODEL} --prompt-file p.txt --prompt-tokens 160 -n 48 --ignore-eos --compare ar -o b.jsonl > b.txt && tail -n 1 b.jsonl | jq .summary > b.json && cmp a.txt b.txt")
-# --pass-cost-cache none measures and keeps nothing; a corrupt cache file is measured over and rewritten.
-cli_case(fafo/adaptive-pass-cost-cache-none-and-corrupt --rc 0
+# --pass-cost-cache none measures and keeps nothing; a file that is not a cache is measured over but
+# never overwritten (a warning says so); an empty file becomes a cache.
+cli_case(fafo/adaptive-pass-cost-cache-none-and-foreign --rc 0
   --file-jq a.json ".adaptive.pass_cost_source == \"measured\""
   --file-jq b.json ".adaptive.pass_cost_source == \"measured\""
-  --file-jq pc.json "(to_entries | length) == 1 and (to_entries[0].value.cost.k[0] == 1)"
+  --file-jq pc.json "(.format == \"icmlkit-pass-cost-v1\") and (to_entries | length) == 2"
   --no-file .xdg-cache/icmlkit/pass-cost.json
-  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt 'And God said' -n 20 --ignore-eos --pass-cost-cache none -o a.jsonl -q > /dev/null && tail -n 1 a.jsonl | jq .summary > a.json && echo 'not json' > pc.json && ${FAFO} m.h5 --prompt 'And God said' -n 20 --ignore-eos --pass-cost-cache pc.json -o b.jsonl -q > /dev/null && tail -n 1 b.jsonl | jq .summary > b.json")
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt 'And God said' -n 20 --ignore-eos --pass-cost-cache none -o a.jsonl -q > /dev/null && tail -n 1 a.jsonl | jq .summary > a.json && echo 'not a cache' > other.txt && ${FAFO} m.h5 --prompt 'And God said' -n 20 --ignore-eos --pass-cost-cache other.txt -o b.jsonl > /dev/null 2> warn.txt && grep -q 'not a pass-cost cache' warn.txt && test \"$(cat other.txt)\" = 'not a cache' && tail -n 1 b.jsonl | jq .summary > b.json && : > pc.json && ${FAFO} m.h5 --prompt 'And God said' -n 20 --ignore-eos --pass-cost-cache pc.json -q > /dev/null")
+cli_case(fafo/pass-cost-cache-names-the-model --rc 2 --tool fafo-generate --stderr "--pass-cost-cache names m.h5, a file this run reads or writes"
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x -n 4 --pass-cost-cache m.h5")
 cli_case(fafo/schedule-unused-by-method --rc 2 --stderr "--schedule is not used by --method lookahead" -- ${FAFO} x.h5 --prompt x --method lookahead --schedule fixed)
 cli_case(fafo/draft-needs-adaptive-schedule --rc 2 --tool fafo-generate --stderr "--draft is used by --method fafo only with --schedule adaptive"
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --schedule fixed --draft 4")
