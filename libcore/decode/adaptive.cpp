@@ -362,13 +362,12 @@ void AdaptiveSchedule::observe(const Choice& c, const std::vector<int>& match, c
     if (shadow_.size() > kShadow) shadow_.erase(shadow_.begin());
   }
   pending_ = std::move(still);
-  if (c.arm > 0) {
-    Stats& s = stats_[std::size_t(c.arm)];
+  Stats& s = stats_[std::size_t(c.arm)];
+  if (c.arm > 0) {  // arm 0's speed comes from the shadow matches and step times instead
     const double w = s.steps == 0 ? 1.0 : kAlpha;
     s.acc_avg += w * (static_cast<double>(emitted.size()) - s.acc_avg);
     s.sec_avg += w * (seconds - s.sec_avg);
   }
-  Stats& s = stats_[std::size_t(c.arm)];
   s.accepted += static_cast<int>(emitted.size());
   s.rows += rows;
   ++s.steps;

@@ -173,8 +173,10 @@ class Decoder {
   LookaheadWindow& window(int W, int N) {
     auto& w = windows_[{W, N}];
     if (!w) {
-      Rng rng(derive_seed(cfg_.sampler.seed, 0x6c6f6f6b + 1000003ull * static_cast<unsigned>(W) + static_cast<unsigned>(N)));
-      if (W == cfg_.window && N == cfg_.ngram) rng = Rng(derive_seed(cfg_.sampler.seed, 0x6c6f6f6b));
+      // The configured window keeps the seed it always had (fixed-schedule runs are unchanged).
+      const bool configured = W == cfg_.window && N == cfg_.ngram;
+      Rng rng(derive_seed(cfg_.sampler.seed,
+                          0x6c6f6f6b + (configured ? 0 : 1000003ull * static_cast<unsigned>(W) + static_cast<unsigned>(N))));
       w = std::make_unique<LookaheadWindow>(W, N, prompt_, rng);
     }
     return *w;

@@ -394,9 +394,7 @@ Model load_model(const std::uint8_t* bytes, std::size_t size, const std::string&
   m = allocate_model(c, path);
   // Matrices read from Q8_0 / Q4_0 also keep the file's blocks (lm::hold_quant holds them alone).
   std::map<const float*, Matrix*> by_data;
-  for (Matrix* w : {&m.token_embd, &m.output, &m.adapter}) by_data[w->data.data()] = w;
-  for (auto& l : m.layers)
-    for (Matrix* w : l.matrices_all()) by_data[w->data.data()] = w;
+  for (Matrix* w : m.all_matrices()) by_data[w->data.data()] = w;
   for (auto& t : tensor_slots(m)) {
     load_tensor(bytes, f, t.gguf, t.rows, t.cols, t.experts, t.data, path);
     const TensorInfo* ti = f.find(t.gguf);

@@ -437,14 +437,6 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
   });
 }
 
-/// One product of weights of type WT.
-template <class WT>
-void run(const float* x, int R, int K, int ldx, const WT* W, int O, float* y, int ldy, Isa isa, int nthreads) {
-  constexpr WeightType wt = std::is_same_v<WT, float> ? WeightType::f32 : std::is_same_v<WT, Bf16> ? WeightType::bf16 : WeightType::f16;
-  const MatmulJob job{W, wt, O, y, ldy};
-  run_jobs(x, R, K, ldx, &job, 1, isa, nthreads);
-}
-
 }  // namespace
 
 std::size_t weight_row_bytes(WeightType wt, int K) noexcept {
@@ -520,33 +512,22 @@ const char* isa_name(Isa isa) noexcept {
 
 bool have_avx2() noexcept { return isa_available(Isa::avx2); }
 
+void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y, int ldy,
+                   Isa isa, int nthreads) {
+  const MatmulJob job{W, wt, O, y, ldy};
+  run_jobs(x, R, K, ldx, &job, 1, isa_available(isa) ? isa : Isa::portable, std::max(1, nthreads));
+}
+
 void matmul_xwt(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy) {
-  run(x, R, K, ldx, W, O, y, ldy, best_isa(), threads());
+  matmul_xwt_on(x, R, K, ldx, W, WeightType::f32, O, y, ldy, best_isa(), threads());
 }
 
 void matmul_xwt_f16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy) {
-  run(x, R, K, ldx, W, O, y, ldy, best_isa(), threads());
+  matmul_xwt_on(x, R, K, ldx, W, WeightType::f16, O, y, ldy, best_isa(), threads());
 }
 
 void matmul_xwt_bf16(const float* x, int R, int K, int ldx, const std::uint16_t* W, int O, float* y, int ldy) {
-  run(x, R, K, ldx, reinterpret_cast<const Bf16*>(W), O, y, ldy, best_isa(), threads());
-}
-
-void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y, int ldy,
-                   Isa isa, int nthreads) {
-  if (!isa_available(isa)) isa = Isa::portable;
-  nthreads = std::max(1, nthreads);
-  switch (wt) {
-    case WeightType::f32: run(x, R, K, ldx, static_cast<const float*>(W), O, y, ldy, isa, nthreads); break;
-    case WeightType::f16: run(x, R, K, ldx, static_cast<const std::uint16_t*>(W), O, y, ldy, isa, nthreads); break;
-    case WeightType::bf16: run(x, R, K, ldx, static_cast<const Bf16*>(W), O, y, ldy, isa, nthreads); break;
-    case WeightType::q8_0:
-    case WeightType::q4_0: {
-      const MatmulJob job{W, wt, O, y, ldy};
-      run_jobs(x, R, K, ldx, &job, 1, isa, nthreads);
-      break;
-    }
-  }
+  matmul_xwt_on(x, R, K, ldx, W, WeightType::bf16, O, y, ldy, best_isa(), threads());
 }
 
 void matmul_xwt_path(const float* x, int R, int K, int ldx, const float* W, int O, float* y, int ldy, bool fast,

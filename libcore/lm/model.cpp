@@ -74,21 +74,17 @@ std::int64_t Model::weight_bytes() const noexcept {
   return n;
 }
 
-namespace {
-
-std::vector<Matrix*> all_matrices(Model& m) {
-  std::vector<Matrix*> mats = {&m.token_embd, &m.output, &m.adapter};
-  for (auto& l : m.layers)
+std::vector<Matrix*> Model::all_matrices() {
+  std::vector<Matrix*> mats = {&token_embd, &output, &adapter};
+  for (auto& l : layers)
     for (Matrix* w : l.matrices_all()) mats.push_back(w);
   return mats;
 }
 
-}  // namespace
-
 int hold_quant(Model& m) {
   int held = 0;
   std::vector<float> row;
-  for (Matrix* w : all_matrices(m)) {
+  for (Matrix* w : m.all_matrices()) {
     if (!w->is_quant()) continue;
     if (w->data.empty()) {  // already held
       ++held;
@@ -113,7 +109,7 @@ int hold_quant(Model& m) {
 }
 
 void drop_quant(Model& m) {
-  for (Matrix* w : all_matrices(m))
+  for (Matrix* w : m.all_matrices())
     if (w->is_quant() && !w->data.empty()) {
       std::vector<std::uint8_t>().swap(w->quant);
       w->quant_type = WeightType::f32;
@@ -121,9 +117,7 @@ void drop_quant(Model& m) {
 }
 
 bool hold_half(Model& m, bool bf16) {
-  std::vector<Matrix*> mats = {&m.token_embd, &m.output, &m.adapter};
-  for (auto& l : m.layers)
-    for (Matrix* w : l.matrices()) mats.push_back(w);
+  const std::vector<Matrix*> mats = m.all_matrices();
   for (const Matrix* w : mats)
     for (float x : w->data)
       if ((bf16 ? num::bf16_to_f32(num::f32_to_bf16(x)) : num::f16_to_f32(num::f32_to_f16(x))) != x) return false;

@@ -112,6 +112,9 @@ struct Model {
   std::string tokenizer_model;   ///< SentencePiece model proto bytes; may be empty
   io::h5::FloatStorage stored = io::h5::FloatStorage::f32;  ///< precision of matrices on disk
 
+  /// Every matrix field of the model (embedding, head, adapter, each layer's matrices_all()),
+  /// allocated or not.
+  std::vector<Matrix*> all_matrices();
   /// The LM head matrix (token_embd when tied).
   const Matrix& head() const noexcept { return config.tied ? token_embd : output; }
   /// Bytes of all float32 weights in memory.
