@@ -16,10 +16,10 @@ int main(int argc, char** argv) {
   cli::ToolInfo info{
       "lm-convert",
       "Convert a Llama-architecture model between formats.  Input (detected from the content):\n"
-      "native HDF5 checkpoint, GGUF (F32, F16, BF16, Q8_0 tensors; llama SentencePiece vocabulary), or\n"
+      "native HDF5 checkpoint, GGUF (F32, F16, BF16, Q8_0, Q4_0 tensors; llama SentencePiece vocabulary), or\n"
       "a Hugging Face directory (llama, mixtral or icmlkit_moe config.json + model.safetensors or sharded with\n"
       "model.safetensors.index.json, tokenizer.model).  Output from the extension of -o: .h5 native,\n"
-      ".gguf GGUF v3 (f32, f16 or bf16), a directory a Hugging Face folder (file names of other model\n"
+      ".gguf GGUF v3 (f32, f16, bf16, q8_0 or q4_0), a directory a Hugging Face folder (file names of other model\n"
       "formats such as .safetensors or .bin are refused; /dev/null or a pipe takes the native file).  q/k rows are permuted\n"
       "between the rotate-half (Hugging Face) and interleaved (GGUF) RoPE layouts as needed, so the\n"
       "converted model computes the same function.  --dtype defaults to the input's storage (f32 for\n"
