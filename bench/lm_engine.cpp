@@ -8,8 +8,10 @@
 // With --model FILE (any format lm-generate reads; weights held as lm-generate's --weights auto
 // holds them) it times that file instead: a k-row pass (k new tokens after a 64-token context,
 // logits of every row) for k in 1, 8, 16, 64 and a 256-token prefill, medians of --reps runs —
-// what bench/lm_engine_vs_llamacpp.py compares with llama.cpp on the same file.  --roofline
-// prints the machine's read bandwidth (a 1 GiB buffer) and FMA peak on --threads threads.
+// what bench/lm_engine_vs_llamacpp.py compares with llama.cpp on the same file; --weights
+// bf16-dot holds them as lm-generate --weights bf16-dot does.  --roofline prints the machine's
+// read bandwidth (a 1 GiB buffer), FMA peak and AVX512-BF16 dot-product peak (null without it)
+// on --threads threads.
 #include <Eigen/Core>
 #include <immintrin.h>
 #include <nlohmann/json.hpp>
@@ -147,10 +149,30 @@ nlohmann::json bench_model(const std::string& name, const ModelConfig& cfg, int 
           {"targets", {{"c16_7m", "<= 2.0"}, {"decode_vs_bandwidth_limit_100m", "<= 1.5"}}}};
 }
 
+/// The --weights name of a weight type.
+const char* weight_name(WeightType wt) {
+  static const char* const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "bf16-dot"};
+  return names[static_cast<int>(wt)];
+}
+
+/// Sixteen independent chains of AVX512-BF16 pair dot products (32 multiply-adds each), `iters`
+/// steps; their sum.
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(long iters) {
+  __m512 a[16];
+  for (int j = 0; j < 16; ++j) a[j] = _mm512_set1_ps(1.0f + j * 1e-3f);
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), w = (__m512bh)_mm512_set1_epi16(0x3400);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < 16; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, w);
+  float total = 0;
+  for (int j = 0; j < 16; ++j) total += _mm512_reduce_add_ps(a[j]);
+  return total;
+}
+
 /// k-row pass times and a 256-token prefill of a model file, held as lm-generate holds it.
-nlohmann::json bench_file(const std::string& path, int nthreads, int reps) {
+nlohmann::json bench_file(const std::string& path, int nthreads, int reps, bool bf16_dot) {
   Model m = load_any(path);
-  const bool half = m.stored != io::h5::FloatStorage::f32 && hold_half(m, m.stored == io::h5::FloatStorage::bf16);
+  if (bf16_dot) hold_bf16_dot(m);
+  else if (m.stored != io::h5::FloatStorage::f32) hold_half(m, m.stored == io::h5::FloatStorage::bf16);
   const int ctx = 64;
   const KvCache base = context_cache(m, ctx);
   for (int k : {1, 16, 64}) k_row_pass(m, base, ctx, k, nullptr);  // warm-up
@@ -162,13 +184,14 @@ nlohmann::json bench_file(const std::string& path, int nthreads, int reps) {
   double mw = 0, mbytes = 0;
   auto add = [&](const Matrix& w) {
     mw += double(w.rows) * w.cols;
-    mbytes += double(w.rows) * w.cols * (w.is_half() ? 2 : 4);
+    mbytes += double(w.rows) * weight_row_bytes(w.weight_type(), w.cols);
   };
   for (const Layer& l : m.layers)
     for (const Matrix* w : l.matrices()) add(*w);
   add(m.head());
   return {{"engine", "icmlkit"}, {"file", path}, {"matmul_weights", mw}, {"matmul_weight_bytes", mbytes}, {"threads", nthreads}, {"isa", isa_name(best_isa())},
-          {"weights", !half ? "f32" : m.token_embd.bf16 ? "bf16" : "f16"}, {"n_weights", m.config.n_params()},
+          {"weights", weight_name(m.layers.empty() ? m.token_embd.weight_type() : m.layers[0].wq.weight_type())},
+          {"n_weights", m.config.n_params()},
           {"weight_bytes", double(m.weight_bytes())}, {"context", ctx}, {"pass_s", pass_s},
           {"prefill_tokens", 256}, {"prefill_s", prefill_s}, {"reps", reps}};
 }
@@ -239,11 +262,25 @@ double fma_peak(int nthreads) {
   return double(nthreads) * iters * 16 * (wide ? 16 : 8) * 2 / s;
 }
 
+/// Measured peak of AVX512-BF16 pair dot products in FLOP/s (2 per multiply-add) on nthreads threads.
+double bf16_dot_peak(int nthreads) {
+  const long iters = 20'000'000;
+  float sink = 0;
+  const double s = median_seconds(3, [&] {
+    float total = 0;
+#pragma omp parallel num_threads(nthreads) reduction(+ : total)
+    total += dpbf16_chains(iters);
+    sink += total;
+  });
+  if (sink == 42.0f) std::cerr << "";
+  return double(nthreads) * iters * 16 * 32 * 2 / s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int nthreads = 2, reps = 9;
-  bool quick = false, f16 = false, roofline = false;
+  bool quick = false, f16 = false, roofline = false, bf16_dot = false;
   std::string file;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -252,10 +289,12 @@ int main(int argc, char** argv) {
     else if (a == "--model" && i + 1 < argc) file = argv[++i];
     else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--roofline") roofline = true;
+    else if (a == "--weights" && i + 1 < argc && (std::string(argv[i + 1]) == "auto" || std::string(argv[i + 1]) == "bf16-dot"))
+      bf16_dot = std::string(argv[++i]) == "bf16-dot";
     else if (a == "--dtype" && i + 1 < argc && (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "f16"))
       f16 = std::string(argv[++i]) == "f16";
     else {
-      std::cerr << "usage: bench-lm-engine [--threads N] [--quick] [--dtype f32|f16] | --model FILE [--reps N] | --roofline\n";
+      std::cerr << "usage: bench-lm-engine [--threads N] [--quick] [--dtype f32|f16] | --model FILE [--reps N] [--weights auto|bf16-dot] | --roofline\n";
       return 2;
     }
   }
@@ -264,11 +303,13 @@ int main(int argc, char** argv) {
     if (roofline) {
       std::cout << nlohmann::json{{"threads", nthreads}, {"isa", isa_name(best_isa())},
                                   {"read_bandwidth_gb_s", read_bandwidth(nthreads) / 1e9},
-                                  {"fma_peak_gflop_s", fma_peak(nthreads) / 1e9}}.dump() << std::endl;
+                                  {"fma_peak_gflop_s", fma_peak(nthreads) / 1e9},
+                                  {"bf16_dot_peak_gflop_s", have_avx512_bf16() ? nlohmann::json(bf16_dot_peak(nthreads) / 1e9)
+                                                                               : nlohmann::json(nullptr)}}.dump() << std::endl;
       return 0;
     }
     if (!file.empty()) {
-      std::cout << bench_file(file, nthreads, reps).dump() << std::endl;
+      std::cout << bench_file(file, nthreads, reps, bf16_dot).dump() << std::endl;
       return 0;
     }
   } catch (const std::exception& e) {

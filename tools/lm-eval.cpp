@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
         lm::add_weights_flag(app, weights,
                              "Compute weights with --device cuda: auto (the file's 16-bit format, f16 or bf16, when every "
                              "weight is exact in it, else f32), f32, f16 or bf16 (rounded); the CPU computes in f32 "
-                             "(auto or f32 only)");
+                             "(auto or f32), or with bf16-dot in bfloat16 arithmetic on the inference engine");
         lm::add_lora_flag(app, lora_dir);
         app.add_option("--recurrence", recurrence, "Recurrent-depth models: core iterations r (default the model's mean recurrence)")->check(cli::int_range(1, 1 << 16));
         app.add_option("--max-tokens", max_tokens, "Score only the first N predicted tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
@@ -79,8 +79,9 @@ int main(int argc, char** argv) {
         io::require_json_path(output);
         if (split != "all" && copt.val_every == 0) throw UsageError("--split train/val needs --val-every N", "--split");
         const lm::Device dev = lm::parse_device(device);
-        if (dev == lm::Device::cpu && weights != "auto" && weights != "f32")
-          throw UsageError("lm-eval computes in f32 on the CPU (f16 and bf16 are for --device cuda)", "--weights " + weights);
+        if (dev == lm::Device::cpu && weights != "auto" && weights != "f32" && weights != "bf16-dot")
+          throw UsageError("lm-eval computes in f32 on the CPU (f16 and bf16 are for --device cuda; bf16-dot runs the CPU engine)",
+                           "--weights " + weights);
         lm::Model model = lm::load_any(model_path);
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         if (recurrence > 0) {  // the forward's default iterations (engine and trainer forward alike)
@@ -91,9 +92,10 @@ int main(int argc, char** argv) {
         if (!lora_dir.empty()) lm::apply_lora(model, lora_dir, ctx.prov);
         std::unique_ptr<lm::Engine> engine;
         // a model the trainer's batched forward cannot run (moe blocks) is scored by the CPU engine
-        const bool engine_scores =
-            dev != lm::Device::cpu || (model.config.has_moe() && !lm::supports(lm::Runner::trainer, lm::Feature::block_moe));
-        if (engine_scores) engine = lm::open_engine(model, dev, weights);
+        const bool engine_scores = dev != lm::Device::cpu || weights == "bf16-dot" ||
+                                   (model.config.has_moe() && !lm::supports(lm::Runner::trainer, lm::Feature::block_moe));
+        if (engine_scores) engine = weights == "bf16-dot" ? lm::open_engine_for(model, dev, weights, model_path)
+                                                          : lm::open_engine(model, dev, weights);
         if (model.tokenizer_model.empty())
           throw InputError("the model has no tokenizer (" + lm::tokenizer_location(model_path) + " missing)", model_path);
         const auto& c = model.config;

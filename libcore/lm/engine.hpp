@@ -151,10 +151,15 @@ inline std::unique_ptr<Engine> open_engine(const Model& model, Device device, co
 /// (lm::hold_half, half the bytes per decode step, the same logits), "f16" and "bf16" require
 /// exactness (InputError naming `where` otherwise), "f32" keeps f32; matrices read from GGUF
 /// Q8_0 / Q4_0 stay quantised under "auto" (lm::hold_quant: the same logits, about a quarter or an
-/// eighth of the bytes) and are widened under "f32"; on CUDA the host copy stays as loaded and
-/// `weights` is the device precision (open_engine).  Throws what open_engine throws.
+/// eighth of the bytes) and are widened under "f32"; "bf16-dot" (CPU only, UsageError on CUDA)
+/// rounds every weight to bfloat16 and computes in bf16 arithmetic (lm::hold_bf16_dot, lossy);
+/// on CUDA the host copy stays as loaded and `weights` is the device precision (open_engine).
+/// Throws what open_engine throws.
 inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, const std::string& weights, const std::string& where) {
-  if (device == Device::cpu) {
+  if (weights == "bf16-dot") {
+    if (device != Device::cpu) throw UsageError("--weights bf16-dot is a CPU mode (use bf16 with --device cuda)", "--weights");
+    hold_bf16_dot(model);
+  } else if (device == Device::cpu) {
     const bool bf16 = weights == "bf16" || (weights == "auto" && model.stored == io::h5::FloatStorage::bf16);
     const bool f16 = weights == "f16" || (weights == "auto" && model.stored == io::h5::FloatStorage::f16);
     if ((f16 || bf16) && !hold_half(model, bf16) && weights != "auto")

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,6 +53,43 @@ void tile_portable(const float* x, int R, int K, int ldx, const WT* W, int o0, i
       if (k < K)
         for (int j = 0; j < 8; ++j)
           acc[j] = k + j < K ? std::fma(xr[k + j], widen(w[k + j]), acc[j]) : std::fma(0.0f, 0.0f, acc[j]);
+      y[std::size_t(r) * ldy + o] = reduce8(acc);
+    }
+  }
+}
+
+// ---- bf16-dot, portable: AVX512-BF16's arithmetic in scalar code ---------------------------
+
+/// f rounded to bfloat16 (nearest, ties to even), a denormal flushed to a zero of its sign (the
+/// hardware treats denormal inputs as zero, so none reaches it).
+inline std::uint16_t bf16_dot_of(float f) noexcept {
+  const std::uint16_t h = num::f32_to_bf16(f);
+  return (h & 0x7f80u) == 0 ? static_cast<std::uint16_t>(h & 0x8000u) : h;
+}
+
+/// v with a denormal flushed to a zero of its sign (the hardware's results).
+inline float flush_denormal(float v) noexcept {
+  return std::fabs(v) < std::numeric_limits<float>::min() ? std::copysign(0.0f, v) : v;
+}
+
+/// Columns [o0, O1) of bf16-dot weights W [O, K] against R rows of bfloat16 x (xb, [R, K]):
+/// lane j of chunk c takes the pair k = 16c + 2j, 16c + 2j + 1 — odd element first, each step one
+/// exactly rounded fused multiply-add of exact bf16 products (measured bitwise equal to
+/// VDPBF16PS on 3.2M random lanes) — the last chunk zero-padded, then the fixed 8-lane sum.
+void tile_bf16dot_portable(const std::uint16_t* xb, int R, int K, const std::uint16_t* W, int o0, int O1, float* y,
+                           int ldy) {
+  auto val = [K](const std::uint16_t* v, int k) { return k < K ? num::bf16_to_f32(v[k]) : 0.0f; };
+  for (int r = 0; r < R; ++r) {
+    const std::uint16_t* xr = xb + std::size_t(r) * K;
+    for (int o = o0; o < O1; ++o) {
+      const std::uint16_t* w = W + std::size_t(o) * K;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int k = 0; k < K; k += 16)
+        for (int j = 0; j < 8; ++j) {
+          const int e = k + 2 * j;
+          acc[j] = flush_denormal(std::fma(val(xr, e + 1), val(w, e + 1), acc[j]));
+          acc[j] = flush_denormal(std::fma(val(xr, e), val(w, e), acc[j]));
+        }
       y[std::size_t(r) * ldy + o] = reduce8(acc);
     }
   }
@@ -227,7 +265,7 @@ __attribute__((target("avx2,fma,f16c"))) void block_avx2(const float* x, int R, 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#define ICMLKIT_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,f16c")))
+#define ICMLKIT_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,avx2,fma,f16c")))
 
 /// x rows packed in pairs: pair p, chunk c holds x[2p, 8c..8c+8) then x[2p+1, 8c..8c+8), the last
 /// partial chunk and a missing odd row zero (the zero padding of the 8-lane order).  `xp` has
@@ -244,6 +282,21 @@ void pack_pairs(const float* x, int R, int K, int ldx, int nch, float* xp) {
         std::fill(dst + std::max(n, 0), dst + 8, 0.0f);
       }
     }
+}
+
+/// bf16 rows xb [R, K] packed in pairs for the bf16-dot tile: pair p, chunk c holds xb[2p,
+/// 16c..16c+16) then xb[2p+1, 16c..16c+16) (64 bytes, as a float32 chunk), the tail and a missing
+/// odd row zero.  `xp` has ceil(R/2) * ceil(K/16) * 16 floats.
+void pack_pairs_bf16(const std::uint16_t* xb, int R, int K, float* xp) {
+  const int nch = (K + 15) / 16;
+  auto* dst = reinterpret_cast<std::uint16_t*>(xp);
+  for (int p = 0; p < (R + 1) / 2; ++p)
+    for (int c = 0; c < nch; ++c)
+      for (int h = 0; h < 2; ++h, dst += 16) {
+        const int r = 2 * p + h, n = r < R ? std::min(16, K - 16 * c) : 0;
+        if (n > 0) std::memcpy(dst, xb + std::size_t(r) * K + 16 * c, sizeof(std::uint16_t) * n);
+        std::fill(dst + n, dst + 16, std::uint16_t(0));
+      }
 }
 
 /// Two packed rows' halves of acc (columns c..c+3 of pair registers a..d) reduced with the
@@ -276,6 +329,36 @@ ICMLKIT_AVX512 inline __m512 wtail512(const Bf16* p, int rem) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
 }
 
+/// bf16-dot weights (WeightType::bf16_dot): bfloat16 bits multiplied by AVX512-BF16's pair dot
+/// product against x rows rounded to bfloat16; a chunk is 16 values (8 lanes x a pair).
+struct Bf16Dot {
+  std::uint16_t bits;
+};
+static_assert(sizeof(Bf16Dot) == 2);
+
+/// Values per chunk of the 8-lane order: 8 (one per lane), 16 for bf16-dot (a pair per lane).
+template <class WT> constexpr int kStep = 8;
+template <> constexpr int kStep<Bf16Dot> = 16;
+
+/// Sixteen bf16-dot weights at p in both 256-bit halves (bits, not widened), and the first rem < 16.
+ICMLKIT_AVX512 inline __m512 wchunk512(const Bf16Dot* p) {
+  return _mm512_castsi512_ps(_mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+ICMLKIT_AVX512 inline __m512 wtail512(const Bf16Dot* p, int rem) {
+  return _mm512_castsi512_ps(_mm512_broadcast_i64x4(_mm256_maskz_loadu_epi16(__mmask16((1u << rem) - 1), p)));
+}
+
+/// acc + x w per lane: one fused multiply-add (float32 weights, widened 16-bit ones), or for
+/// bf16-dot the pair dot product acc + x_odd w_odd, then + x_even w_even (each product exact,
+/// each sum rounded to nearest; denormals flushed).
+template <class WT>
+ICMLKIT_AVX512 inline __m512 madd512(__m512 x, __m512 w, __m512 acc) {
+  if constexpr (std::is_same_v<WT, Bf16Dot>)
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_castps_si512(x), (__m512bh)_mm512_castps_si512(w));
+  else
+    return _mm512_fmadd_ps(x, w, acc);
+}
+
 /// P row pairs x C columns register tile: xp packed pairs (stride pstride floats, ceil(K/8)
 /// chunks), w C weight rows of type WT (stride ldw elements, K of them read), results to rows
 /// [0, rows) of y (rows <= 2P; a missing odd row is computed on zeros and not stored).
@@ -286,26 +369,27 @@ ICMLKIT_AVX512 void tile512(const float* xp, std::size_t pstride, const WT* w, s
   __m512 acc[P][C];
   for (int p = 0; p < P; ++p)
     for (int c = 0; c < C; ++c) acc[p][c] = _mm512_setzero_ps();
-  const int nfull = K / 8, rem = K % 8;
+  constexpr int S = kStep<WT>;
+  const int nfull = K / S, rem = K % S;
   const char* pf = reinterpret_cast<const char*>(ahead);
   for (int k = 0; k < nfull; ++k) {
     if (pf) {  // the tile kPrefetchTiles ahead, C rows of K contiguous weights, at this tile's pace
-      for (int i = 0; i < C * int(sizeof(WT)) * 8 / 64; ++i) _mm_prefetch(pf + 64 * i, _MM_HINT_T1);
-      pf += C * sizeof(WT) * 8;
+      for (int i = 0; i < C * int(sizeof(WT)) * S / 64; ++i) _mm_prefetch(pf + 64 * i, _MM_HINT_T1);
+      pf += C * sizeof(WT) * S;
     }
     __m512 wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = wchunk512(w + c * ldw + 8 * k);
+    for (int c = 0; c < C; ++c) wv[c] = wchunk512(w + c * ldw + S * k);
     for (int p = 0; p < P; ++p) {
       const __m512 xv = _mm512_loadu_ps(xp + p * pstride + 16 * k);
-      for (int c = 0; c < C; ++c) acc[p][c] = _mm512_fmadd_ps(xv, wv[c], acc[p][c]);
+      for (int c = 0; c < C; ++c) acc[p][c] = madd512<WT>(xv, wv[c], acc[p][c]);
     }
   }
   if (rem) {
     __m512 wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = wtail512(w + c * ldw + 8 * nfull, rem);
+    for (int c = 0; c < C; ++c) wv[c] = wtail512(w + c * ldw + S * nfull, rem);
     for (int p = 0; p < P; ++p) {
       const __m512 xv = _mm512_loadu_ps(xp + p * pstride + 16 * nfull);
-      for (int c = 0; c < C; ++c) acc[p][c] = _mm512_fmadd_ps(xv, wv[c], acc[p][c]);
+      for (int c = 0; c < C; ++c) acc[p][c] = madd512<WT>(xv, wv[c], acc[p][c]);
     }
   }
   for (int p = 0; p < P; ++p)
@@ -332,7 +416,7 @@ constexpr int kRowTile = 12;
 template <int C, class WT>
 ICMLKIT_AVX512 void rows512(const float* xp, int R, int K, const WT* w, std::size_t ldw, int n4, int ocols, float* y,
                             int ldy) {
-  const std::size_t pstride = std::size_t((K + 7) / 8) * 16;
+  const std::size_t pstride = std::size_t((K + kStep<WT> - 1) / kStep<WT>) * 16;
   for (int r = 0; r < R; r += kRowTile) {
     const int rows = std::min(kRowTile, R - r);
     const float* xr = xp + std::size_t(r / 2) * pstride;
@@ -355,6 +439,9 @@ ICMLKIT_AVX512 void rows512(const float* xp, int R, int K, const WT* w, std::siz
 
 /// The caller's packed rows (read by every thread of the parallel region).
 thread_local std::vector<float> tl_packed;
+/// The caller's rows rounded to bfloat16 [R, K], and packed in pairs (bf16-dot products).
+thread_local std::vector<std::uint16_t> tl_bf16_rows;
+thread_local std::vector<float> tl_packed_bf16;
 
 /// Columns [o0, o1) of W against the packed rows on AVX-512 (16-bit weights widened in the
 /// register tile, once per row tile); columns past the last multiple of four go to the AVX2 tile
@@ -365,6 +452,23 @@ ICMLKIT_AVX512 void block_avx512(const float* x, const float* xp, int R, int K, 
   const int n4 = (o1 - o0) / 4 * 4;
   if (n4 > 0) rows512<4>(xp, R, K, W + std::size_t(o0) * K, std::size_t(K), n4, O - o0, y + o0, ldy);
   for (int o = o0 + n4; o < o1; ++o) rows_avx2<1>(x, R, ldx, K, W, o, O, y, ldy);
+}
+
+/// Columns [o0, o1) of bf16-dot weights against the rows on AVX512-BF16 (xp16: the bf16 rows
+/// packed in pairs, 16 values a chunk; one or two rows take 8-column tiles), the last one to three
+/// columns on the portable path (the same bits).
+ICMLKIT_AVX512 void block_bf16dot(const std::uint16_t* xb, const float* xp16, int R, int K, const Bf16Dot* W, int o0,
+                                  int o1, int O, float* y, int ldy) {
+  int o = o0;
+  if (R <= 2) {
+    const int n8 = (o1 - o) / 8 * 8;
+    if (n8 > 0) rows512<8>(xp16, R, K, W + std::size_t(o) * K, std::size_t(K), n8, O - o, y + o, ldy);
+    o += n8;
+  }
+  const int n4 = (o1 - o) / 4 * 4;
+  if (n4 > 0) rows512<4>(xp16, R, K, W + std::size_t(o) * K, std::size_t(K), n4, O - o, y + o, ldy);
+  o += n4;
+  if (o < o1) tile_bf16dot_portable(xb, R, K, reinterpret_cast<const std::uint16_t*>(W), o, o1, y, ldy);
 }
 
 /// Rows from which the AVX-512 tile runs: below, a pass is bound by the weight stream and the
@@ -422,6 +526,22 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
     pack_pairs(x, R, K, ldx, nch, tl_packed.data());
     xp = tl_packed.data();
   }
+  // bf16-dot: the rows rounded to bfloat16 once per pass, packed in pairs for AVX512-BF16.
+  const bool dot = std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return j.wt == WeightType::bf16_dot; });
+  const bool dot_hw = dot && isa == Isa::avx512 && have_avx512_bf16();
+  const std::uint16_t* xb = nullptr;
+  const float* xp16 = nullptr;
+  if (dot) {
+    tl_bf16_rows.resize(std::size_t(R) * K);
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < K; ++k) tl_bf16_rows[std::size_t(r) * K + k] = bf16_dot_of(x[std::size_t(r) * ldx + k]);
+    xb = tl_bf16_rows.data();
+    if (dot_hw) {
+      tl_packed_bf16.resize(std::size_t((R + 1) / 2) * ((K + 15) / 16) * 16);
+      pack_pairs_bf16(xb, R, K, tl_packed_bf16.data());
+      xp16 = tl_packed_bf16.data();
+    }
+  }
   parallel_blocks(nblocks, par ? nthreads : 1, [&](int b) {
     int j = njobs - 1;
     while (first[j] > b) --j;
@@ -431,6 +551,10 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
       case WeightType::f32: run_block(x, xp, wide, R, K, ldx, static_cast<const float*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
       case WeightType::f16: run_block(x, xp, wide, R, K, ldx, static_cast<const std::uint16_t*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
       case WeightType::bf16: run_block(x, xp, wide, R, K, ldx, static_cast<const Bf16*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
+      case WeightType::bf16_dot:
+        if (dot_hw) block_bf16dot(xb, xp16, R, K, static_cast<const Bf16Dot*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy);
+        else tile_bf16dot_portable(xb, R, K, static_cast<const std::uint16_t*>(jb.W), o0, o1, jb.y, jb.ldy);
+        break;
       case WeightType::q8_0:
       case WeightType::q4_0: run_quant_block(x, xp, wide, R, K, ldx, jb, o0, o1, isa); break;
     }
@@ -443,7 +567,8 @@ std::size_t weight_row_bytes(WeightType wt, int K) noexcept {
   switch (wt) {
     case WeightType::f32: return std::size_t(K) * 4;
     case WeightType::f16:
-    case WeightType::bf16: return std::size_t(K) * 2;
+    case WeightType::bf16:
+    case WeightType::bf16_dot: return std::size_t(K) * 2;
     case WeightType::q8_0: return std::size_t(K / 32) * 34;
     case WeightType::q4_0: return std::size_t(K / 32) * 18;
   }
@@ -511,6 +636,13 @@ const char* isa_name(Isa isa) noexcept {
 }
 
 bool have_avx2() noexcept { return isa_available(Isa::avx2); }
+
+bool have_avx512_bf16() noexcept {
+  static const bool yes = isa_available(Isa::avx512) && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
+
+std::uint16_t bf16_dot_round(float f) noexcept { return bf16_dot_of(f); }
 
 void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y, int ldy,
                    Isa isa, int nthreads) {

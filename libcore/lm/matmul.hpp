@@ -37,7 +37,13 @@ const char* isa_name(Isa isa) noexcept;
 /// d (q - 8); K a multiple of 32).  Every kind is widened to float32 exactly (d q needs at most
 /// 19 significant bits), so a product on it is bitwise the float32 product on the widened weights.
 /// Quantised rows are widened a column block at a time into a float32 scratch, shared by all rows.
-enum class WeightType { f32, f16, bf16, q8_0, q4_0 };
+///
+/// bf16_dot (issue 37, `--weights bf16-dot`): bfloat16 bits computed in bfloat16 arithmetic — the
+/// rows x rounded to bfloat16 (nearest even, denormals to zero), lane j of each 16-value chunk
+/// taking the pair (2j, 2j+1) as AVX512-BF16's VDPBF16PS does (odd product first, each sum
+/// rounded, denormal results flushed), then the fixed 8-lane sum.  Not the float32 product: a
+/// lossy mode, but the same for every row of a batch, so speculative decoding stays lossless in it.
+enum class WeightType { f32, f16, bf16, q8_0, q4_0, bf16_dot };
 
 /// Bytes of one row of K weights of type `wt` (K a multiple of 32 for the quantised types).
 std::size_t weight_row_bytes(WeightType wt, int K) noexcept;
@@ -89,5 +95,13 @@ void dot8_many(const float* q, const float* const* keys, int n, int K, float* ou
 
 /// Whether this CPU runs the AVX2+FMA path.
 bool have_avx2() noexcept;
+
+/// Whether bf16-dot products run on AVX512-BF16 (else a scalar emulation with the same bits,
+/// many times slower).
+bool have_avx512_bf16() noexcept;
+
+/// f as a bf16-dot weight or activation: bfloat16 bits, nearest even, a denormal flushed to a
+/// zero of its sign.
+std::uint16_t bf16_dot_round(float f) noexcept;
 
 }  // namespace icmlkit::lm

@@ -131,6 +131,25 @@ bool hold_half(Model& m, bool bf16) {
   return true;
 }
 
+void hold_bf16_dot(Model& m) {
+  std::vector<float> row;
+  for (Matrix* w : m.all_matrices()) {
+    if (w->rows == 0 || w->cols == 0 || w->bf16_dot) continue;
+    if (w->weight_type() == WeightType::f32 && w->data.size() != std::size_t(w->rows) * w->cols) continue;
+    std::vector<std::uint16_t> bits(std::size_t(w->rows) * w->cols);
+    row.resize(std::size_t(w->cols));
+    for (int r = 0; r < w->rows; ++r) {
+      w->row_f32(r, row.data());
+      for (int k = 0; k < w->cols; ++k) bits[std::size_t(r) * w->cols + k] = bf16_dot_round(row[std::size_t(k)]);
+    }
+    std::vector<float>().swap(w->data);
+    std::vector<std::uint8_t>().swap(w->quant);
+    w->quant_type = WeightType::f32;
+    w->half = std::move(bits);
+    w->bf16 = w->bf16_dot = true;
+  }
+}
+
 namespace {
 
 template <class S, class M>

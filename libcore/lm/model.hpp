@@ -21,6 +21,7 @@ struct Matrix {
   std::vector<float> data;
   std::vector<std::uint16_t> half;
   bool bf16 = false;  ///< `half` holds bfloat16 bits (else IEEE binary16)
+  bool bf16_dot = false;  ///< those bfloat16 bits are computed in bf16 arithmetic (hold_bf16_dot)
   std::vector<std::uint8_t> quant;  ///< the rows as GGUF blocks of quant_type (lm/matmul.hpp)
   WeightType quant_type = WeightType::f32;
   Matrix() = default;
@@ -32,7 +33,7 @@ struct Matrix {
   /// How the values the kernel reads are held: `data` when present, else `half`, else `quant`.
   WeightType weight_type() const noexcept {
     if (!data.empty() || (half.empty() && quant.empty())) return WeightType::f32;
-    if (!half.empty()) return bf16 ? WeightType::bf16 : WeightType::f16;
+    if (!half.empty()) return bf16_dot ? WeightType::bf16_dot : bf16 ? WeightType::bf16 : WeightType::f16;
     return quant_type;
   }
   /// Those values from row r on.
@@ -40,7 +41,8 @@ struct Matrix {
     switch (weight_type()) {
       case WeightType::f32: return data.data() + std::size_t(r) * cols;
       case WeightType::f16:
-      case WeightType::bf16: return half.data() + std::size_t(r) * cols;
+      case WeightType::bf16:
+      case WeightType::bf16_dot: return half.data() + std::size_t(r) * cols;
       default: return quant.data() + std::size_t(r) * weight_row_bytes(quant_type, cols);
     }
   }
@@ -172,6 +174,11 @@ Model random_model(const ModelConfig& config, std::uint64_t seed, double std = 0
 /// saved or trained: tensor_slots() throws RuntimeError.  Returns false (and changes nothing)
 /// when a weight is not exactly representable.
 bool hold_half(Model& model, bool bf16 = false);
+
+/// Holds every matrix as bf16-dot weights (`--weights bf16-dot`, issue 37): its values (widened
+/// first when held 16-bit or quantised) rounded to bfloat16 (lm::bf16_dot_round), computed in
+/// bfloat16 arithmetic by the kernel (WeightType::bf16_dot).  Lossy, never refused.
+void hold_bf16_dot(Model& model);
 
 /// Holds the matrices read from GGUF Q8_0 / Q4_0 as those blocks (about 1/3.8 and 1/7.1 of
 /// float32's bytes), dropping their float32 copy — only where that copy is still exactly the

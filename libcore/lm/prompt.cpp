@@ -44,9 +44,11 @@ void add_weights_flag(CLI::App& app, std::string& weights, const std::string& he
                  !help.empty() ? help
                                : "Compute weights: auto (the file's 16-bit format (f16 or bf16) when every weight is "
                                  "exact in it, GGUF Q8_0 / Q4_0 matrices kept quantised on the CPU, else f32), f32, f16 or "
-                                 "bf16 (CPU: held 16-bit with the same logits, only when exact; CUDA: rounded)")
+                                 "bf16 (CPU: held 16-bit with the same logits, only when exact; CUDA: rounded), or "
+                                 "bf16-dot (CPU: weights and activations rounded to bfloat16, AVX512-BF16 dot products; "
+                                 "lossy, faster for many rows)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "bf16-dot"}));
 }
 
 std::vector<int> parse_token_ids(const std::string& text, const std::string& where) {

@@ -30,7 +30,7 @@ void add_sampler_flags(CLI::App& app, SamplerConfig& sc);
 /// lm::parse_device, open with lm::open_engine, engine.hpp).
 void add_device_flag(CLI::App& app, std::string& device);
 
-/// Adds --weights (auto | f32 | f16 | bf16, default auto) writing into `weights`: the compute
+/// Adds --weights (auto | f32 | f16 | bf16 | bf16-dot, default auto) writing into `weights`: the compute
 /// precision, applied by lm::open_engine_for (engine.hpp).  `help` replaces the flag's
 /// description for a tool whose rule differs (lm-eval computes in f32 on the CPU).
 void add_weights_flag(CLI::App& app, std::string& weights, const std::string& help = "");

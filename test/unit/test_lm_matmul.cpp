@@ -223,3 +223,91 @@ TEST_CASE("lm: Q8_0 and Q4_0 weights held as blocks give the bits of the float32
     }
   }
 }
+
+namespace {
+
+/// bfloat16 rounding written independently of the library: of the two bfloat16 neighbours of f
+/// (truncations of its bits), the nearer, ties to the even one; a denormal result becomes a zero
+/// of its sign (the inputs AVX512-BF16 treats as zero).  Finite inputs only.
+float spec_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const std::uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  std::memcpy(&flo, &lo, 4);
+  std::memcpy(&fhi, &hi, 4);
+  const double dlo = std::fabs(double(f) - flo), dhi = std::fabs(double(fhi) - f);
+  std::uint32_t r = dlo < dhi ? lo : dhi < dlo ? hi : ((lo >> 16) & 1u) == 0 ? lo : hi;
+  if ((r & 0x7f800000u) == 0) r &= 0x80000000u;
+  float out;
+  std::memcpy(&out, &r, 4);
+  return out;
+}
+
+/// One bf16-dot entry as matmul.hpp documents it: x and w rounded (spec_bf16), lane j of each
+/// 16-value chunk takes the pair (2j, 2j+1), odd product first, fused multiply-adds, zero-padded
+/// tail, denormal sums flushed, then the fixed 8-lane tree.
+float spec_bf16_dot(const float* x, const float* w, int K) {
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  auto at = [K](const float* v, int k) { return k < K ? spec_bf16(v[k]) : 0.0f; };
+  auto flush = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
+  for (int c = 0; c < (K + 15) / 16; ++c)
+    for (int j = 0; j < 8; ++j) {
+      const int e = 16 * c + 2 * j;
+      l[j] = flush(std::fma(at(x, e + 1), at(w, e + 1), l[j]));
+      l[j] = flush(std::fma(at(x, e), at(w, e), l[j]));
+    }
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+}  // namespace
+
+TEST_CASE("lm: bf16-dot products follow the documented bfloat16 arithmetic on every path, batch and thread count") {
+  // Issue 37 (--weights bf16-dot): AVX512-BF16 where the CPU has it, the scalar emulation
+  // elsewhere; both must give the spec's bits for every row whatever the batch (so FAFO stays
+  // lossless in the mode), and the mode must really round (differ from the f32 product).
+  if (!have_avx512_bf16()) MESSAGE("no AVX512-BF16 on this CPU: only the scalar emulation is checked");
+  Rng rng(1637);
+  struct Shape { int K, O; };
+  std::size_t differs = 0, total = 0;
+  for (const Shape s : {Shape{5, 3}, Shape{16, 13}, Shape{17, 37}, Shape{45, 67}, Shape{771, 203}}) {
+    const int K = s.K, O = s.O;
+    std::vector<float> wf(std::size_t(O) * K);
+    for (auto& v : wf) v = static_cast<float>(rng.normal() * std::exp(2.0 * rng.normal()));
+    wf[0] = 1e-39f;  // a denormal weight: rounded to zero
+    std::vector<std::uint16_t> wb(wf.size());
+    for (std::size_t i = 0; i < wf.size(); ++i) wb[i] = bf16_dot_round(wf[i]);
+    for (std::size_t i = 0; i < wf.size(); ++i) {
+      const std::uint32_t u = std::uint32_t(wb[i]) << 16;
+      float back;
+      std::memcpy(&back, &u, 4);
+      const float want_w = spec_bf16(wf[i]);
+      REQUIRE(std::memcmp(&back, &want_w, 4) == 0);
+    }
+    for (const int R : {1, 2, 3, 5, 12, 13, 27}) {
+      CAPTURE(K);
+      CAPTURE(O);
+      CAPTURE(R);
+      const int ldx = K + 1, ldy = O + 3;
+      std::vector<float> x(std::size_t(R) * ldx);
+      for (auto& v : x) v = static_cast<float>(rng.normal() * std::exp(rng.normal()));
+      x[0] = -3e-39f;  // a denormal activation: flushed
+      std::vector<float> want(std::size_t(R) * ldy, -7.0f), f32(want.size());
+      for (int r = 0; r < R; ++r)
+        for (int o = 0; o < O; ++o)
+          want[std::size_t(r) * ldy + o] = spec_bf16_dot(x.data() + std::size_t(r) * ldx, wf.data() + std::size_t(o) * K, K);
+      matmul_xwt_on(x.data(), R, K, ldx, wf.data(), WeightType::f32, O, f32.data(), ldy, Isa::portable, 1);
+      for (int r = 0; r < R; ++r)
+        for (int o = 0; o < O; ++o, ++total) differs += want[std::size_t(r) * ldy + o] != f32[std::size_t(r) * ldy + o];
+      for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
+        for (const int th : {1, 2}) {
+          CAPTURE(isa_name(isa));
+          CAPTURE(th);
+          std::vector<float> got(want.size(), -7.0f);
+          matmul_xwt_on(x.data(), R, K, ldx, wb.data(), WeightType::bf16_dot, O, got.data(), ldy, isa, th);
+          CHECK(same_bits(got.data(), want.data(), got.size()));
+        }
+    }
+  }
+  CHECK(differs > total / 2);  // bfloat16 arithmetic, not the float32 product
+}
