@@ -3,6 +3,8 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -442,6 +444,8 @@ thread_local std::vector<float> tl_packed;
 /// The caller's rows rounded to bfloat16 [R, K], and packed in pairs (bf16-dot products).
 thread_local std::vector<std::uint16_t> tl_bf16_rows;
 thread_local std::vector<float> tl_packed_bf16;
+/// The caller's bf16 rows in the AMX B-tile layout (pack_amx_rows).
+thread_local std::vector<std::uint32_t> tl_packed_amx;
 
 /// Columns [o0, o1) of W against the packed rows on AVX-512 (16-bit weights widened in the
 /// register tile, once per row tile); columns past the last multiple of four go to the AVX2 tile
@@ -469,6 +473,125 @@ ICMLKIT_AVX512 void block_bf16dot(const std::uint16_t* xb, const float* xp16, in
   if (n4 > 0) rows512<4>(xp16, R, K, W + std::size_t(o) * K, std::size_t(K), n4, O - o, y + o, ldy);
   o += n4;
   if (o < o1) tile_bf16dot_portable(xb, R, K, reinterpret_cast<const std::uint16_t*>(W), o, o1, y, ldy);
+}
+
+// ---- bf16-dot on AMX-BF16 -------------------------------------------------------------------
+//
+// C^T = W X^T on the tile unit: A tiles are 16 weight rows x 32 bf16 (row-major W as it is held),
+// B tiles the x rows in the unit's pair layout (B[p][n] = x[n][2p], x[n][2p+1], 16 rows n a
+// group, missing rows zero), C tiles 16 outputs x 16 rows accumulated over the K chunks in
+// increasing order.  TDPBF16PS's rounding inside a chunk is the unit's own (not the pair order of
+// VDPBF16PS: measured, it matches no sequential order), but an output's bits depend only on its
+// weight row and x row (measured and tested), so a row's result does not depend on the batch.
+
+#define ICMLKIT_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")))
+
+/// The tile configuration (palette 1): tiles 0-3 accumulators, 4-5 weights, 6-7 x, all 16 x 64 bytes.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+/// x rows xb [R, K] in the B-tile layout: group g (16 rows) and chunk c (32 k) a 1 KiB tile at
+/// (g * nchunks + c) * 256 dwords, dword [p][n] = the pair (xb[16g + n][32c + 2p], ... + 1).
+void pack_amx_rows(const std::uint16_t* xb, int R, int K, std::uint32_t* xt) {
+  const int nck = (K + 31) / 32, ng = (R + 15) / 16;
+  for (int c = 0; c < nck; ++c)
+    for (int g = 0; g < ng; ++g) {
+      std::uint32_t* t = xt + (std::size_t(g) * nck + c) * 256;
+      for (int p = 0; p < 16; ++p)
+        for (int n = 0; n < 16; ++n) {
+          const int r = 16 * g + n, k = 32 * c + 2 * p;
+          const std::uint32_t lo = r < R && k < K ? xb[std::size_t(r) * K + k] : 0;
+          const std::uint32_t hi = r < R && k + 1 < K ? xb[std::size_t(r) * K + k + 1] : 0;
+          t[16 * p + n] = lo | (hi << 16);
+        }
+    }
+}
+
+/// Where the A tile of weight rows [o, o + m) (m <= 16 valid), chunk c, is read from: W itself for
+/// a full tile, else a zero-padded copy in `pad` (16 x 32 bf16); `stride` its row stride in bytes.
+inline const std::uint16_t* a_tile(const std::uint16_t* W, int K, int o, int m, int c, std::uint16_t* pad,
+                                   std::size_t& stride) {
+  const int kn = std::min(32, K - 32 * c);
+  if (m == 16 && kn == 32) {
+    stride = std::size_t(K) * 2;
+    return W + std::size_t(o) * K + 32 * c;
+  }
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 32; ++j) pad[32 * i + j] = i < m && j < kn ? W[std::size_t(o + i) * K + 32 * c + j] : 0;
+  stride = 64;
+  return pad;
+}
+
+/// A stored accumulator tile (cbuf: 16 outputs from o x 16 rows of group g) to y, valid outputs
+/// below o1 and rows below R.
+inline void scatter_tile(const float* cbuf, int o, int o1, int g, int R, float* y, int ldy) {
+  for (int m = 0; m < std::min(16, o1 - o); ++m)
+    for (int n = 0; n < std::min(16, R - 16 * g); ++n) y[std::size_t(16 * g + n) * ldy + o + m] = cbuf[16 * m + n];
+}
+
+// Tile numbers are immediates of the instructions, hence a macro.
+#define ICMLKIT_STORE_TILE(T, o, g) \
+  do {                              \
+    _tile_stored(T, cbuf, 64);      \
+    scatter_tile(cbuf, o, o1, g, R, y, ldy); \
+  } while (0)
+
+/// Columns [o0, o1) of bf16-dot weights W [O, K] against the packed rows xt (R rows) on AMX:
+/// one group of rows takes four 16-column strips at a time, more groups two strips x two groups.
+ICMLKIT_AMX void block_amx(const std::uint32_t* xt, int R, int K, const std::uint16_t* W, int o0, int o1, float* y,
+                           int ldy) {
+  static const TileConfig cfg;
+  _tile_loadconfig(&cfg);
+  alignas(64) std::uint16_t pad[16 * 32];
+  alignas(64) float cbuf[256];
+  const int nck = (K + 31) / 32, ng = (R + 15) / 16;
+  std::size_t sa = 0;
+  if (ng == 1) {
+    for (int o = o0; o < o1; o += 64) {
+      const int ns = std::min(4, (o1 - o + 15) / 16);  // strips in this step
+      _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+      for (int c = 0; c < nck; ++c) {
+        _tile_loadd(6, xt + std::size_t(c) * 256, 64);  // the one group
+        _tile_loadd(4, a_tile(W, K, o, std::min(16, o1 - o), c, pad, sa), sa);
+        _tile_dpbf16ps(0, 4, 6);
+        if (ns > 1) { _tile_loadd(5, a_tile(W, K, o + 16, std::min(16, o1 - o - 16), c, pad, sa), sa); _tile_dpbf16ps(1, 5, 6); }
+        if (ns > 2) { _tile_loadd(4, a_tile(W, K, o + 32, std::min(16, o1 - o - 32), c, pad, sa), sa); _tile_dpbf16ps(2, 4, 6); }
+        if (ns > 3) { _tile_loadd(5, a_tile(W, K, o + 48, std::min(16, o1 - o - 48), c, pad, sa), sa); _tile_dpbf16ps(3, 5, 6); }
+      }
+      ICMLKIT_STORE_TILE(0, o, 0);
+      if (ns > 1) ICMLKIT_STORE_TILE(1, o + 16, 0);
+      if (ns > 2) ICMLKIT_STORE_TILE(2, o + 32, 0);
+      if (ns > 3) ICMLKIT_STORE_TILE(3, o + 48, 0);
+    }
+  } else {
+    for (int o = o0; o < o1; o += 32) {
+      const bool two = o + 16 < o1;
+      for (int g = 0; g < ng; g += 2) {
+        const bool g2 = g + 1 < ng;
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int c = 0; c < nck; ++c) {
+          const std::uint32_t* b = xt + (std::size_t(g) * nck + c) * 256;
+          _tile_loadd(4, a_tile(W, K, o, std::min(16, o1 - o), c, pad, sa), sa);
+          _tile_loadd(6, b, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          if (g2) { _tile_loadd(7, b + std::size_t(nck) * 256, 64); _tile_dpbf16ps(1, 4, 7); }
+          if (two) {
+            _tile_loadd(5, a_tile(W, K, o + 16, std::min(16, o1 - o - 16), c, pad, sa), sa);
+            _tile_dpbf16ps(2, 5, 6);
+            if (g2) _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        ICMLKIT_STORE_TILE(0, o, g);
+        if (g2) ICMLKIT_STORE_TILE(1, o, g + 1);
+        if (two) ICMLKIT_STORE_TILE(2, o + 16, g);
+        if (two && g2) ICMLKIT_STORE_TILE(3, o + 16, g + 1);
+      }
+    }
+  }
 }
 
 /// Rows from which the AVX-512 tile runs: below, a pass is bound by the weight stream and the
@@ -518,7 +641,9 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
   }
   // Only for >= 32k multiply-adds (measured: a 256 x 256 one-row product gains from 2 threads).
   const bool par = nthreads > 1 && nblocks > 1 && cols * K * R >= (1 << 15);
-  const bool wide = isa == Isa::avx512 && R >= kWideRows;
+  if (isa == Isa::amx && !std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return j.wt == WeightType::bf16_dot; }))
+    isa = Isa::avx512;  // the tile unit runs bf16-dot products only
+  const bool wide = (isa == Isa::avx512 || isa == Isa::amx) && R >= kWideRows;
   const float* xp = nullptr;
   if (wide) {
     const int nch = (K + 7) / 8;
@@ -528,14 +653,21 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
   }
   // bf16-dot: the rows rounded to bfloat16 once per pass, packed in pairs for AVX512-BF16.
   const bool dot = std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return j.wt == WeightType::bf16_dot; });
-  const bool dot_hw = dot && isa == Isa::avx512 && have_avx512_bf16();
+  const bool dot_amx = dot && isa == Isa::amx;
+  const bool dot_hw = dot && !dot_amx && isa == Isa::avx512 && have_avx512_bf16();
   const std::uint16_t* xb = nullptr;
   const float* xp16 = nullptr;
+  const std::uint32_t* xt = nullptr;  // (thread_local buffers are the caller's: pointers taken here)
   if (dot) {
     tl_bf16_rows.resize(std::size_t(R) * K);
     for (int r = 0; r < R; ++r)
       for (int k = 0; k < K; ++k) tl_bf16_rows[std::size_t(r) * K + k] = bf16_dot_of(x[std::size_t(r) * ldx + k]);
     xb = tl_bf16_rows.data();
+    if (dot_amx) {
+      tl_packed_amx.resize(std::size_t((K + 31) / 32) * ((R + 15) / 16) * 256);
+      pack_amx_rows(xb, R, K, tl_packed_amx.data());
+      xt = tl_packed_amx.data();
+    }
     if (dot_hw) {
       tl_packed_bf16.resize(std::size_t((R + 1) / 2) * ((K + 15) / 16) * 16);
       pack_pairs_bf16(xb, R, K, tl_packed_bf16.data());
@@ -552,7 +684,8 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
       case WeightType::f16: run_block(x, xp, wide, R, K, ldx, static_cast<const std::uint16_t*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
       case WeightType::bf16: run_block(x, xp, wide, R, K, ldx, static_cast<const Bf16*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy, isa); break;
       case WeightType::bf16_dot:
-        if (dot_hw) block_bf16dot(xb, xp16, R, K, static_cast<const Bf16Dot*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy);
+        if (dot_amx) block_amx(xt, R, K, static_cast<const std::uint16_t*>(jb.W), o0, o1, jb.y, jb.ldy);
+        else if (dot_hw) block_bf16dot(xb, xp16, R, K, static_cast<const Bf16Dot*>(jb.W), o0, o1, jb.O, jb.y, jb.ldy);
         else tile_bf16dot_portable(xb, R, K, static_cast<const std::uint16_t*>(jb.W), o0, o1, jb.y, jb.ldy);
         break;
       case WeightType::q8_0:
@@ -595,6 +728,22 @@ void dequantize_row(WeightType wt, const std::uint8_t* row, int K, float* out) n
   }
 }
 
+namespace {
+
+/// Whether the CPU has AMX-TILE and AMX-BF16 (CPUID 7.0 EDX bits 24, 22) and Linux grants this
+/// process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, asked once).
+bool amx_bf16_usable() noexcept {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return ok;
+}
+
+}  // namespace
+
 bool isa_available(Isa isa) noexcept {
   static const bool avx2 = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
@@ -607,19 +756,21 @@ bool isa_available(Isa isa) noexcept {
     case Isa::portable: return true;
     case Isa::avx2: return avx2;
     case Isa::avx512: return avx512;
+    case Isa::amx: return avx512 && amx_bf16_usable();
   }
   return false;
 }
 
 Isa best_isa() noexcept {
   static const Isa best = [] {
-    Isa cap = Isa::avx512;
+    Isa cap = Isa::amx;
     if (const char* e = std::getenv("ICMLKIT_ISA")) {
       const std::string v = e;
       if (v == "portable") cap = Isa::portable;
       else if (v == "avx2") cap = Isa::avx2;
+      else if (v == "avx512") cap = Isa::avx512;
     }
-    for (Isa i : {Isa::avx512, Isa::avx2})
+    for (Isa i : {Isa::amx, Isa::avx512, Isa::avx2})
       if (int(i) <= int(cap) && isa_available(i)) return i;
     return Isa::portable;
   }();
@@ -631,6 +782,7 @@ const char* isa_name(Isa isa) noexcept {
     case Isa::portable: return "portable";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::amx: return "amx";
   }
   return "?";
 }

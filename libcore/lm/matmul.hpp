@@ -20,15 +20,17 @@ namespace icmlkit::lm {
 
 /// The instruction-set path of the kernel.  All give the same bits (tests prove it); they
 /// differ only in speed.  avx512: rows packed in pairs into 512-bit registers (each half an
-/// 8-lane accumulator, so the arithmetic is the AVX2 path's), for four or more rows.
-enum class Isa { portable, avx2, avx512 };
+/// 8-lane accumulator, so the arithmetic is the AVX2 path's), for four or more rows.  amx: the
+/// avx512 path, and bf16-dot products on the AMX-BF16 tile unit (lm::WeightType::bf16_dot).
+enum class Isa { portable, avx2, avx512, amx };
 
-/// Whether this CPU (and OS) runs `isa`: avx2 needs AVX2+FMA+F16C, avx512 also AVX-512 F/VL/DQ/BW.
+/// Whether this CPU (and OS) runs `isa`: avx2 needs AVX2+FMA+F16C, avx512 also AVX-512 F/VL/DQ/BW,
+/// amx also AMX-TILE and AMX-BF16 with the tile state granted by Linux (asked for on first use).
 bool isa_available(Isa isa) noexcept;
-/// The fastest available path (ICMLKIT_ISA=portable|avx2|avx512 in the environment caps it,
+/// The fastest available path (ICMLKIT_ISA=portable|avx2|avx512|amx in the environment caps it,
 /// for measuring; an unavailable or unknown value is ignored).
 Isa best_isa() noexcept;
-/// "portable", "avx2" or "avx512".
+/// "portable", "avx2", "avx512" or "amx".
 const char* isa_name(Isa isa) noexcept;
 
 /// How a weight matrix is held: float32, IEEE binary16 bits, bfloat16 bits, or GGUF's Q8_0 /
@@ -43,6 +45,9 @@ const char* isa_name(Isa isa) noexcept;
 /// taking the pair (2j, 2j+1) as AVX512-BF16's VDPBF16PS does (odd product first, each sum
 /// rounded, denormal results flushed), then the fixed 8-lane sum.  Not the float32 product: a
 /// lossy mode, but the same for every row of a batch, so speculative decoding stays lossless in it.
+/// On the amx path the products run on the AMX-BF16 tile unit instead (activations rounded the
+/// same way, the K chunks of 32 accumulated in order, each chunk rounded as the unit rounds it:
+/// bits of that machine's own, still independent of the batch and the threads).
 enum class WeightType { f32, f16, bf16, q8_0, q4_0, bf16_dot };
 
 /// Bytes of one row of K weights of type `wt` (K a multiple of 32 for the quantised types).
