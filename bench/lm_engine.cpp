@@ -10,8 +10,8 @@
 // logits of every row) for k in 1, 8, 16, 64 and a 256-token prefill, medians of --reps runs —
 // what bench/lm_engine_vs_llamacpp.py compares with llama.cpp on the same file; --weights
 // bf16-dot holds them as lm-generate --weights bf16-dot does.  --roofline prints the machine's
-// read bandwidth (a 1 GiB buffer), FMA peak and AVX512-BF16 dot-product peak (null without it)
-// on --threads threads.
+// read bandwidth (a 1 GiB buffer), FMA peak, AVX512-BF16 dot-product and AMX-BF16 tile peaks
+// (null without them) on --threads threads.
 #include <Eigen/Core>
 #include <immintrin.h>
 #include <nlohmann/json.hpp>
@@ -168,6 +168,37 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(long iters) {
   return total;
 }
 
+/// Four independent AMX-BF16 accumulator tiles, `iters` steps of four tile dot products (16 x 16
+/// outputs x 32 bf16 each), operands in tile registers.  The tile unit must be usable (Isa::amx).
+__attribute__((target("amx-tile,amx-bf16"))) void amx_chains(long iters) {
+  struct alignas(64) {
+    std::uint8_t palette = 1, start = 0, reserved[14] = {};
+    std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+    std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+  } cfg;
+  alignas(64) static const std::uint16_t ones[512] = {};
+  alignas(64) float out[256];
+  _tile_loadconfig(&cfg);
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  _tile_loadd(4, ones, 64); _tile_loadd(5, ones, 64); _tile_loadd(6, ones, 64); _tile_loadd(7, ones, 64);
+  for (long i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  if (out[0] == 42.0f) std::cerr << "";
+}
+
+/// Measured AMX-BF16 peak in FLOP/s (2 per multiply-add) on nthreads threads.
+double amx_peak(int nthreads) {
+  const long iters = 500'000;
+  const double s = median_seconds(3, [&] {
+#pragma omp parallel num_threads(nthreads)
+    amx_chains(iters);
+  });
+  return double(nthreads) * iters * 4 * 16 * 16 * 32 * 2 / s;
+}
+
 /// k-row pass times and a 256-token prefill of a model file, held as lm-generate holds it.
 nlohmann::json bench_file(const std::string& path, int nthreads, int reps, bool bf16_dot) {
   Model m = load_any(path);
@@ -305,7 +336,9 @@ int main(int argc, char** argv) {
                                   {"read_bandwidth_gb_s", read_bandwidth(nthreads) / 1e9},
                                   {"fma_peak_gflop_s", fma_peak(nthreads) / 1e9},
                                   {"bf16_dot_peak_gflop_s", have_avx512_bf16() ? nlohmann::json(bf16_dot_peak(nthreads) / 1e9)
-                                                                               : nlohmann::json(nullptr)}}.dump() << std::endl;
+                                                                               : nlohmann::json(nullptr)},
+                                  {"amx_bf16_peak_gflop_s", isa_available(Isa::amx) ? nlohmann::json(amx_peak(nthreads) / 1e9)
+                                                                                     : nlohmann::json(nullptr)}}.dump() << std::endl;
       return 0;
     }
     if (!file.empty()) {

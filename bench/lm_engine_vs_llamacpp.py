@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The CPU engine against llama.cpp on the same GGUF files, with the roofline (issue 37).
 
-For each file (lm-init --preset 7m and 100m with a 4,096-token vocabulary, F32 and F16 GGUF):
+For each file (lm-init --preset 7m and 100m with a 4,096-token vocabulary, F32, F16 and BF16 GGUF;
+ours runs the BF16 file with --weights bf16-dot, bfloat16 arithmetic as llama.cpp's):
 the time of a k-row pass (k new tokens after a 64-token context, logits of every row) for k in
 1, 8, 16, 64, and of a 256-token prefill, for our engine (bench-lm-engine --model) and for
 llama.cpp (llama-cpp-python, llama_decode timed alone, f32 KV cache like ours), each the median
 of 5 interleaved rounds (a round runs ours then llama.cpp on every file; each run reports the
 median of its repetitions).  The roofline of a k-row pass is
 max(weight bytes / read bandwidth, 2 k W / FMA peak), both measured on this machine by
-bench-lm-engine --roofline (W: the weights the pass multiplies, embeddings excluded).
+bench-lm-engine --roofline (W: the weights the pass multiplies, embeddings excluded; for the BF16
+files the AMX-BF16 tile peak where it is higher).
 Prints one JSON line per file, then a summary line.
 
 usage: lm_engine_vs_llamacpp.py BIN_DIR [--threads N] [--rounds N] [--quick]
@@ -93,7 +95,7 @@ def main():
             h5 = w / f"{preset}.h5"
             subprocess.run([bindir / "lm-init", "--tokenizer", w / "t.model", "--preset", preset, "--n-ctx", "512",
                             "-o", h5, "-q"], check=True)
-            for dtype in ("f32", "f16"):
+            for dtype in ("f32", "f16", "bf16"):
                 g = w / f"{preset}_{dtype}.gguf"
                 subprocess.run([bindir / "lm-convert", h5, "-o", g, "--dtype", dtype, "-q"], check=True)
                 files.append((preset, dtype, str(g)))
@@ -101,8 +103,10 @@ def main():
         runs = {f: {"ours": [], "llama": []} for _, _, f in files}
         for _ in range(rounds):
             for _, _, f in files:
+                # BF16 files: ours in bfloat16 arithmetic (--weights bf16-dot), as llama.cpp computes them
+                mode = ["--weights", "bf16-dot"] if f.endswith("_bf16.gguf") else []
                 runs[f]["ours"].append(run_json([bindir / "bench-lm-engine", "--model", f, "--threads", str(a.threads),
-                                                 "--reps", str(a.reps)]))
+                                                 "--reps", str(a.reps)] + mode))
                 runs[f]["llama"].append(run_json([sys.executable, __file__, "--llama", f, "--threads", str(a.threads),
                                                   "--reps", str(a.reps)]))
         bw, peak = roof["read_bandwidth_gb_s"] * 1e9, roof["fma_peak_gflop_s"] * 1e9
@@ -121,7 +125,9 @@ def main():
             for k in KS:
                 o = statistics.median(r["pass_s"][str(k)] for r in ours)
                 l = statistics.median(r["pass_s"][str(k)] for r in ll)
-                roofline = max(first["matmul_weight_bytes"] / bw, 2.0 * k * matmul_weights / peak)
+                # bf16 arithmetic: the fastest bf16 unit's peak (AMX tiles where usable, else FMA)
+                pk = peak if dtype != "bf16" else max(peak, (roof.get("amx_bf16_peak_gflop_s") or 0) * 1e9)
+                roofline = max(first["matmul_weight_bytes"] / bw, 2.0 * k * matmul_weights / pk)
                 row["pass_ms"][str(k)] = {"ours": o * 1e3, "llama_cpp": l * 1e3, "roofline": roofline * 1e3,
                                           "ours_over_llama_cpp": o / l, "ours_over_roofline": o / roofline}
             o1 = row["pass_ms"]["1"]

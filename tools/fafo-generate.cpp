@@ -359,7 +359,9 @@ int main(int argc, char** argv) {
                                 {"mean_host_seconds_per_step", bs["mean_host_seconds_per_step"]}};
           if (!before_ar.empty()) summary["compare"]["engine_counters"] = counters_since(before_ar);
           const double ar_tps = bs["decode_tokens_per_s"].get<double>();
-          summary["speedup"] = ar_tps > 0 ? summary["decode_tokens_per_s"].get<double>() / ar_tps : 0.0;
+          // no decode steps to time (-n 1: the one token comes from the prefill): no speedup to report
+          const double tps = summary["decode_tokens_per_s"].get<double>();
+          summary["speedup"] = ar_tps > 0 && tps > 0 ? nlohmann::json(tps / ar_tps) : nlohmann::json(nullptr);
           if (dc.sampler.temperature == 0.0) summary["identical_to_ar"] = r.tokens == base.tokens;
           else summary["identical_to_ar"] = nullptr;  // sampling: equal in distribution, not per seed
         }

@@ -458,6 +458,26 @@ ICMLKIT_AVX512 void block_avx512(const float* x, const float* xp, int R, int K, 
   for (int o = o0 + n4; o < o1; ++o) rows_avx2<1>(x, R, ldx, K, W, o, O, y, ldy);
 }
 
+/// out[k] = bf16_dot_of(x[k]) sixteen at a time, the same integer steps (NaN quieted, nearest
+/// even, a denormal result to a signed zero); returns how many it did (a multiple of 16).
+ICMLKIT_AVX512 int round_bf16_avx512(const float* x, int K, std::uint16_t* out) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x0040);
+  const __m512i exp16 = _mm512_set1_epi32(0x7f80), sign16 = _mm512_set1_epi32(0x8000);
+  int k = 0;
+  for (; k + 16 <= K; k += 16) {
+    const __m512i u = _mm512_loadu_si512(x + k);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+    __m512i h = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
+    h = _mm512_mask_or_epi32(h, nan, _mm512_srli_epi32(u, 16), quiet);
+    const __mmask16 tiny = _mm512_testn_epi32_mask(h, exp16);
+    h = _mm512_mask_and_epi32(h, tiny, h, sign16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(h));
+  }
+  return k;
+}
+
 /// Columns [o0, o1) of bf16-dot weights against the rows on AVX512-BF16 (xp16: the bf16 rows
 /// packed in pairs, 16 values a chunk; one or two rows take 8-column tiles), the last one to three
 /// columns on the portable path (the same bits).
@@ -526,6 +546,16 @@ inline const std::uint16_t* a_tile(const std::uint16_t* W, int K, int o, int m, 
   return pad;
 }
 
+/// Chunks ahead that a strip's weight rows are prefetched (a tile load of 16 strided rows gets
+/// little from the hardware prefetcher: measured 1.3-2x faster from L3 with 2-4 chunks ahead).
+constexpr int kAmxAhead = 4;
+
+/// Prefetches chunk c of weight rows [o, o + m) (one 64-byte line each) into L1, if c < nck.
+inline void prefetch_strip(const std::uint16_t* W, int K, int o, int m, int c, int nck) {
+  if (c >= nck) return;
+  for (int i = 0; i < m; ++i) _mm_prefetch(reinterpret_cast<const char*>(W + std::size_t(o + i) * K + 32 * c), _MM_HINT_T0);
+}
+
 /// A stored accumulator tile (cbuf: 16 outputs from o x 16 rows of group g) to y, valid outputs
 /// below o1 and rows below R.
 inline void scatter_tile(const float* cbuf, int o, int o1, int g, int R, float* y, int ldy) {
@@ -555,6 +585,7 @@ ICMLKIT_AMX void block_amx(const std::uint32_t* xt, int R, int K, const std::uin
       const int ns = std::min(4, (o1 - o + 15) / 16);  // strips in this step
       _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
       for (int c = 0; c < nck; ++c) {
+        prefetch_strip(W, K, o, std::min(64, o1 - o), c + kAmxAhead, nck);
         _tile_loadd(6, xt + std::size_t(c) * 256, 64);  // the one group
         _tile_loadd(4, a_tile(W, K, o, std::min(16, o1 - o), c, pad, sa), sa);
         _tile_dpbf16ps(0, 4, 6);
@@ -574,6 +605,7 @@ ICMLKIT_AMX void block_amx(const std::uint32_t* xt, int R, int K, const std::uin
         const bool g2 = g + 1 < ng;
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (int c = 0; c < nck; ++c) {
+          if (g == 0) prefetch_strip(W, K, o, std::min(32, o1 - o), c + kAmxAhead, nck);  // later groups find them in L1/L2
           const std::uint32_t* b = xt + (std::size_t(g) * nck + c) * 256;
           _tile_loadd(4, a_tile(W, K, o, std::min(16, o1 - o), c, pad, sa), sa);
           _tile_loadd(6, b, 64);
@@ -660,8 +692,12 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
   const std::uint32_t* xt = nullptr;  // (thread_local buffers are the caller's: pointers taken here)
   if (dot) {
     tl_bf16_rows.resize(std::size_t(R) * K);
-    for (int r = 0; r < R; ++r)
-      for (int k = 0; k < K; ++k) tl_bf16_rows[std::size_t(r) * K + k] = bf16_dot_of(x[std::size_t(r) * ldx + k]);
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + std::size_t(r) * ldx;
+      std::uint16_t* out = tl_bf16_rows.data() + std::size_t(r) * K;
+      int k = isa == Isa::avx512 || isa == Isa::amx ? round_bf16_avx512(xr, K, out) : 0;
+      for (; k < K; ++k) out[k] = bf16_dot_of(xr[k]);
+    }
     xb = tl_bf16_rows.data();
     if (dot_amx) {
       tl_packed_amx.resize(std::size_t((K + 31) / 32) * ((R + 15) / 16) * 256);

@@ -230,3 +230,7 @@ cli_case(fafo/schedule-unused-by-method --rc 2 --stderr "--schedule is not used 
 cli_case(fafo/draft-needs-adaptive-schedule --rc 2 --tool fafo-generate --stderr "--draft is used by --method fafo only with --schedule adaptive"
   -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt x --schedule fixed --draft 4")
 cli_case(fafo/schedule-unknown --rc 2 --stderr "--schedule" --tool fafo-generate -- ${FAFO} x.h5 --prompt x --schedule greedy)
+# -n 1: the one token comes from the prefill, no decode step is timed: speedup is null, not 0.
+cli_case(fafo/one-token-speedup-null
+  --rc 0 --file-jq s.json ".summary.speedup == null and .summary.identical_to_ar == true and .summary.generated_tokens == 1"
+  -- bash -c "${FAFO_MODEL} && ${FAFO} m.h5 --prompt-file ${FX}/genesis.txt --prompt-tokens 20 -n 1 --ignore-eos --compare ar -o run.jsonl -q > /dev/null && tail -n 1 run.jsonl > s.json")
