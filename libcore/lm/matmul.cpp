@@ -366,15 +366,17 @@ ICMLKIT_AVX512 inline __m512 madd512(__m512 x, __m512 w, __m512 acc) {
 /// [0, rows) of y (rows <= 2P; a missing odd row is computed on zeros and not stored).
 template <int P, int C, class WT>
 ICMLKIT_AVX512 void tile512(const float* xp, std::size_t pstride, const WT* w, std::size_t ldw, int K,
-                            float* y, int ldy, int rows, const WT* ahead) {
+                            float* y, int ldy, int rows, const WT* ahead, int k0 = 0, int k1 = -1,
+                            float* part = nullptr) {
   static_assert(C % 4 == 0, "columns in groups of four");
-  __m512 acc[P][C];
-  for (int p = 0; p < P; ++p)
-    for (int c = 0; c < C; ++c) acc[p][c] = _mm512_setzero_ps();
   constexpr int S = kStep<WT>;
   const int nfull = K / S, rem = K % S;
-  const char* pf = reinterpret_cast<const char*>(ahead);
-  for (int k = 0; k < nfull; ++k) {
+  if (k1 < 0) k1 = nfull;
+  __m512 acc[P][C];
+  for (int p = 0; p < P; ++p)
+    for (int c = 0; c < C; ++c) acc[p][c] = k0 > 0 ? _mm512_loadu_ps(part + 16 * (p * C + c)) : _mm512_setzero_ps();
+  const char* pf = ahead ? reinterpret_cast<const char*>(ahead) + std::size_t(C) * sizeof(WT) * S * k0 : nullptr;
+  for (int k = k0; k < k1; ++k) {
     if (pf) {  // the tile kPrefetchTiles ahead, C rows of K contiguous weights, at this tile's pace
       for (int i = 0; i < C * int(sizeof(WT)) * S / 64; ++i) _mm_prefetch(pf + 64 * i, _MM_HINT_T1);
       pf += C * sizeof(WT) * S;
@@ -385,6 +387,11 @@ ICMLKIT_AVX512 void tile512(const float* xp, std::size_t pstride, const WT* w, s
       const __m512 xv = _mm512_loadu_ps(xp + p * pstride + 16 * k);
       for (int c = 0; c < C; ++c) acc[p][c] = madd512<WT>(xv, wv[c], acc[p][c]);
     }
+  }
+  if (k1 < nfull) {  // a K block before the last: the lane accumulators kept, unreduced
+    for (int p = 0; p < P; ++p)
+      for (int c = 0; c < C; ++c) _mm512_storeu_ps(part + 16 * (p * C + c), acc[p][c]);
+    return;
   }
   if (rem) {
     __m512 wv[C];
@@ -405,6 +412,13 @@ ICMLKIT_AVX512 void tile512(const float* xp, std::size_t pstride, const WT* w, s
     }
 }
 
+/// Chunks per K block of the register tiles (rows512): 12 rows x 48 chunks of 8 f32 x values
+/// (18 KiB) beside 4 columns of weights stay in L1.
+constexpr int kKBlock = 48;
+
+/// A thread's parked lane accumulators between K blocks (rows512).
+thread_local std::vector<float> tl_kblock_part;
+
 /// Rows per register tile: 6 pairs (24 accumulators, 4 weight registers and one for x of the
 /// 32; measured 5-10% faster than 4 pairs for 16-bit weights at 64+ rows).
 constexpr int kRowTile = 12;
@@ -418,22 +432,35 @@ constexpr int kRowTile = 12;
 template <int C, class WT>
 ICMLKIT_AVX512 void rows512(const float* xp, int R, int K, const WT* w, std::size_t ldw, int n4, int ocols, float* y,
                             int ldy) {
-  const std::size_t pstride = std::size_t((K + kStep<WT> - 1) / kStep<WT>) * 16;
-  for (int r = 0; r < R; r += kRowTile) {
-    const int rows = std::min(kRowTile, R - r);
-    const float* xr = xp + std::size_t(r / 2) * pstride;
-    float* yr = y + std::size_t(r) * ldy;
-    for (int o = 0; o < n4; o += C) {
-      const WT* wo = w + std::size_t(o) * ldw;
-      const int a = o + kPrefetchTiles * C;
-      const WT* ahead = r == 0 && a + C <= ocols ? w + std::size_t(a) * ldw : nullptr;
-      switch ((rows + 1) / 2) {
-        case 6: tile512<6, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead); break;
-        case 5: tile512<5, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead); break;
-        case 4: tile512<4, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead); break;
-        case 3: tile512<3, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead); break;
-        case 2: tile512<2, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead); break;
-        default: tile512<1, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead); break;
+  constexpr int S = kStep<WT>;
+  const std::size_t pstride = std::size_t((K + S - 1) / S) * 16;
+  const int nfull = K / S;
+  // K blocks of kKBlock chunks when a row tile's x no longer fits L1 beside a column tile's
+  // weights (12 rows x 768 f32 already fill it): each tile's lane accumulators are parked in
+  // `part` between blocks, so every (row, output) keeps its order and bits.
+  const bool blocked = R >= kRowTile && nfull > 2 * kKBlock;  // (K = 768 f32: measured no gain)
+  const int ntc = n4 / C;
+  std::vector<float>& part = tl_kblock_part;
+  if (blocked) part.resize(std::size_t((R + kRowTile - 1) / kRowTile) * ntc * (kRowTile / 2) * C * 16);
+  for (int k0 = 0; k0 < (blocked ? nfull : 1); k0 += kKBlock) {
+    const int k1 = blocked ? std::min(nfull, k0 + kKBlock) : nfull;
+    for (int r = 0; r < R; r += kRowTile) {
+      const int rows = std::min(kRowTile, R - r);
+      const float* xr = xp + std::size_t(r / 2) * pstride;
+      float* yr = y + std::size_t(r) * ldy;
+      for (int o = 0; o < n4; o += C) {
+        const WT* wo = w + std::size_t(o) * ldw;
+        const int a = o + kPrefetchTiles * C;
+        const WT* ahead = r == 0 && a + C <= ocols ? w + std::size_t(a) * ldw : nullptr;
+        float* pt = blocked ? part.data() + (std::size_t(r / kRowTile) * ntc + o / C) * (kRowTile / 2) * C * 16 : nullptr;
+        switch ((rows + 1) / 2) {
+          case 6: tile512<6, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead, k0, k1, pt); break;
+          case 5: tile512<5, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead, k0, k1, pt); break;
+          case 4: tile512<4, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead, k0, k1, pt); break;
+          case 3: tile512<3, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead, k0, k1, pt); break;
+          case 2: tile512<2, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead, k0, k1, pt); break;
+          default: tile512<1, C>(xr, pstride, wo, ldw, K, yr + o, ldy, rows, ahead, k0, k1, pt); break;
+        }
       }
     }
   }

@@ -54,7 +54,8 @@ TEST_CASE("lm: f16 matmul fast path is bitwise the portable path, the f32 kernel
   // O: below a 4-column tile, 8-column tiles with a tail, several 64-column blocks with tails
   // (so the prefetch of the tiles ahead runs and stops at the matrix end).
   struct Shape { int K, O; };
-  for (const Shape s : {Shape{5, 3}, Shape{8, 13}, Shape{17, 37}, Shape{45, 67}, Shape{771, 203}, Shape{64, 300}}) {
+  // K = 1100: several K blocks of the AVX-512 register tile (from 12 rows).
+  for (const Shape s : {Shape{5, 3}, Shape{8, 13}, Shape{17, 37}, Shape{45, 67}, Shape{771, 203}, Shape{64, 300}, Shape{1100, 45}}) {
     const int K = s.K, O = s.O, ldx = K + 3, ldy = O + 2;  // strided rows
     std::vector<std::uint16_t> wh(std::size_t(O) * K);
     std::vector<float> wf(wh.size());
@@ -270,7 +271,7 @@ TEST_CASE("lm: bf16-dot products follow the documented bfloat16 arithmetic on ev
   Rng rng(1637);
   struct Shape { int K, O; };
   std::size_t differs = 0, total = 0;
-  for (const Shape s : {Shape{5, 3}, Shape{16, 13}, Shape{17, 37}, Shape{45, 67}, Shape{771, 203}}) {
+  for (const Shape s : {Shape{5, 3}, Shape{16, 13}, Shape{17, 37}, Shape{45, 67}, Shape{771, 203}, Shape{1700, 37}}) {
     const int K = s.K, O = s.O;
     std::vector<float> wf(std::size_t(O) * K);
     for (auto& v : wf) v = static_cast<float>(rng.normal() * std::exp(2.0 * rng.normal()));
