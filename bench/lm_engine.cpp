@@ -203,7 +203,10 @@ double amx_peak(int nthreads) {
 nlohmann::json bench_file(const std::string& path, int nthreads, int reps, bool bf16_dot) {
   Model m = load_any(path);
   if (bf16_dot) hold_bf16_dot(m);
-  else if (m.stored != io::h5::FloatStorage::f32) hold_half(m, m.stored == io::h5::FloatStorage::bf16);
+  else {  // as --weights auto: 16-bit when exact, GGUF Q8_0 / Q4_0 kept quantised
+    if (m.stored != io::h5::FloatStorage::f32) hold_half(m, m.stored == io::h5::FloatStorage::bf16);
+    hold_quant(m);
+  }
   const int ctx = 64;
   const KvCache base = context_cache(m, ctx);
   for (int k : {1, 16, 64}) k_row_pass(m, base, ctx, k, nullptr);  // warm-up

@@ -387,9 +387,9 @@ Model load_model(const std::uint8_t* bytes, std::size_t size, const std::string&
   const std::int64_t rope_dims = meta_int(f, A + ".rope.dimension_count", path, false, c.head_dim());
   if (rope_dims != c.head_dim()) throw InputError("partial rotary embedding (rope.dimension_count != head_dim) is not supported", path);
 
-  // Every weight takes at least one byte of the file (Q8_0: 34/32): a config that implies more
-  // weights than the file has bytes is refused before anything is allocated.
-  if (c.n_params_approx() > double(size))
+  // Every weight takes at least 18/32 of a byte of the file (Q4_0, the smallest type read): a
+  // config that implies more weights than that is refused before anything is allocated.
+  if (c.n_params_approx() * 18.0 / 32.0 > double(size))
     throw InputError(fmt::format("the config implies {:.3g} weights but the file has {} bytes", c.n_params_approx(), size), path);
   m = allocate_model(c, path);
   // Matrices read from Q8_0 / Q4_0 also keep the file's blocks (lm::hold_quant holds them alone).

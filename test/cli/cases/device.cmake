@@ -66,3 +66,8 @@ cli_case(device/weights-bf16-dot-lm-eval-near-f32 --rc 0
   -- bash -c "$<TARGET_FILE:lm-eval> ${DEV_KJV} ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --max-tokens 200 -o a.json -q && $<TARGET_FILE:lm-eval> ${DEV_KJV} ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --max-tokens 200 --weights bf16-dot -o b.json -q && jq -e -s '(.[0].loss - .[1].loss | fabs) < 0.01 and .[0].tokens == .[1].tokens' a.json b.json")
 cli_case(device/weights-bf16-dot-cuda-refused --rc 2 --stderr "^lm-generate: error: --weights bf16-dot is a CPU mode"
   --tool lm-generate --no-file r.jsonl -- $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --weights bf16-dot --device cuda -o r.jsonl)
+# A GGUF whose matrices are all Q4_0 holds about 0.56 bytes per weight: the reader's size check
+# (a config cannot imply more weights than the file can hold) must allow it.
+cli_case(device/gguf-all-q4_0-loads --rc 0
+  --file-jq a.json ".summary.engine_settings == {\"weights\": \"q4_0\"} and .summary.generated_tokens == 2"
+  -- bash -c "$<TARGET_FILE:lm-init> --d-model 256 --d-ff 512 --n-layers 4 --n-heads 4 --vocab-size 512 -o m.h5 -q && $<TARGET_FILE:lm-convert> m.h5 -o q4.gguf --dtype q4_0 -q && test $(stat -c %s q4.gguf) -lt 2700000 && $<TARGET_FILE:lm-generate> q4.gguf --prompt-ids 1,2,3 -n 2 --ignore-eos --no-stream -o a.jsonl > /dev/null && tail -n 1 a.jsonl > a.json")
