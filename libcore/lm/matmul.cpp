@@ -260,6 +260,72 @@ __attribute__((target("avx2,fma,f16c"))) void block_avx2(const float* x, int R, 
   for (; o < O1; ++o) rows_avx2<1>(x, R, ldx, K, W, o, O, y, ldy);
 }
 
+/// Eight weights k = 8j..8j+8 of a Q8_0 / Q4_0 block (scale d) widened to float32: d * q, as
+/// dequantize_row (one rounding each).
+__attribute__((target("avx2,fma,f16c"))) inline __m256 qchunk8(WeightType wt, const std::uint8_t* blk, int j, __m256 d) {
+  if (wt == WeightType::q8_0) {
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * j)));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
+  }
+  __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * (j & 1)));
+  if (j >= 2) q = _mm_srli_epi16(q, 4);
+  q = _mm_and_si128(q, _mm_set1_epi8(0x0f));
+  const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8));
+  return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
+}
+
+/// RT rows x CT columns of quantised weights (rows of rb bytes at W, K a multiple of 32) with the
+/// AVX2 tile's arithmetic, each weight chunk widened in registers (no scratch): the bits of
+/// tile_avx2 on the dequantised rows.
+template <int RT, int CT>
+__attribute__((target("avx2,fma,f16c"))) void tile_quant_avx2(const float* x, int ldx, int K, const std::uint8_t* W,
+                                                          std::size_t rb, WeightType wt, int o, float* y, int ldy) {
+  __m256 acc[RT][CT];
+  for (int r = 0; r < RT; ++r)
+    for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_setzero_ps();
+  const std::size_t bs = wt == WeightType::q8_0 ? 34 : 18;
+  for (int b = 0; b < K / 32; ++b) {
+    const std::uint8_t* blk[CT];
+    __m256 d[CT];
+    for (int c = 0; c < CT; ++c) {
+      blk[c] = W + std::size_t(o + c) * rb + b * bs;
+      std::uint16_t h;
+      std::memcpy(&h, blk[c], 2);
+      d[c] = _mm256_set1_ps(_cvtsh_ss(h));
+    }
+    for (int j = 0; j < 4; ++j) {
+      __m256 wv[CT];
+      for (int c = 0; c < CT; ++c) wv[c] = qchunk8(wt, blk[c], j, d[c]);
+      for (int r = 0; r < RT; ++r) {
+        const __m256 xv = _mm256_loadu_ps(x + std::size_t(r) * ldx + 32 * b + 8 * j);
+        for (int c = 0; c < CT; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < RT; ++r)
+    for (int c = 0; c < CT; ++c) y[std::size_t(r) * ldy + o + c] = reduce_vec(acc[r][c]);
+}
+
+/// Quantised columns [o0, o1) against one to three rows, fused (tile_quant_avx2): 8-column tiles
+/// for one row, 4-column tiles for two or three, single columns at the end.
+void block_quant_avx2(const float* x, int R, int K, int ldx, const std::uint8_t* W, std::size_t rb, WeightType wt,
+                      int o0, int o1, float* y, int ldy) {
+  for (int r = 0; r < R;) {
+    const float* xr = x + std::size_t(r) * ldx;
+    float* yr = y + std::size_t(r) * ldy;
+    int o = o0;
+    if (R - r == 1) {
+      for (; o + 8 <= o1; o += 8) tile_quant_avx2<1, 8>(xr, ldx, K, W, rb, wt, o, yr, ldy);
+      for (; o < o1; ++o) tile_quant_avx2<1, 1>(xr, ldx, K, W, rb, wt, o, yr, ldy);
+      r += 1;
+    } else {  // two rows at a time (a third alone)
+      for (; o + 4 <= o1; o += 4) tile_quant_avx2<2, 4>(xr, ldx, K, W, rb, wt, o, yr, ldy);
+      for (; o < o1; ++o) tile_quant_avx2<2, 1>(xr, ldx, K, W, rb, wt, o, yr, ldy);
+      r += 2;
+    }
+  }
+}
+
 // ---- AVX-512 path (two or more rows) -------------------------------------------------------
 
 // GCC 12's AVX-512 headers start some intrinsics (broadcast, extract) from an "undefined" register,
@@ -657,6 +723,30 @@ ICMLKIT_AMX void block_amx(const std::uint32_t* xt, int R, int K, const std::uin
 /// AVX2 tiles (2-3 rows, eight accumulators) keep more FMAs in flight.
 constexpr int kWideRows = 4;
 
+/// dequantize_row on AVX-512: the same products d * q (one rounding each, F16C's exact scale),
+/// 16 at a time.
+ICMLKIT_AVX512 void dequantize_row_avx512(WeightType wt, const std::uint8_t* row, int K, float* out) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m512i eight = _mm512_set1_epi32(8);
+  for (int b = 0; b < K / 32; ++b) {
+    const std::uint8_t* blk = row + std::size_t(b) * (wt == WeightType::q8_0 ? 34 : 18);
+    std::uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+    __m512i lo, hi;
+    if (wt == WeightType::q8_0) {
+      lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+      hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+    } else {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(v, low4)), eight);
+      hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), low4)), eight);
+    }
+    _mm512_storeu_ps(out + 32 * b, _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)));
+    _mm512_storeu_ps(out + 32 * b + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 /// Columns [o0, o1) of one product on the chosen path (xp: the packed rows when `wide`).
@@ -676,10 +766,18 @@ void run_quant_block(const float* x, const float* xp, bool wide, int R, int K, i
                      int o1, Isa isa) {
   const int n = o1 - o0;
   const std::size_t rb = weight_row_bytes(jb.wt, K);
+  if (!wide && isa != Isa::portable) {  // few rows: widened in registers, no scratch
+    block_quant_avx2(x, R, K, ldx, static_cast<const std::uint8_t*>(jb.W), rb, jb.wt, o0, o1, jb.y, jb.ldy);
+    return;
+  }
   std::vector<float>& ws = tl_widened;
   if (ws.size() < std::size_t(n) * K) ws.resize(std::size_t(n) * K);
   const auto* W = static_cast<const std::uint8_t*>(jb.W);
-  for (int o = 0; o < n; ++o) dequantize_row(jb.wt, W + std::size_t(o0 + o) * rb, K, ws.data() + std::size_t(o) * K);
+  const bool v512 = isa == Isa::avx512 || isa == Isa::amx;
+  for (int o = 0; o < n; ++o) {
+    if (v512) dequantize_row_avx512(jb.wt, W + std::size_t(o0 + o) * rb, K, ws.data() + std::size_t(o) * K);
+    else dequantize_row(jb.wt, W + std::size_t(o0 + o) * rb, K, ws.data() + std::size_t(o) * K);
+  }
   run_block(x, xp, wide, R, K, ldx, static_cast<const float*>(ws.data()), 0, n, n, jb.y + o0, jb.ldy, isa);
 }
 
