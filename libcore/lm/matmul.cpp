@@ -717,6 +717,7 @@ ICMLKIT_AMX void block_amx(const std::uint32_t* xt, int R, int K, const std::uin
       }
     }
   }
+  _tile_release();  // the tile state need not be saved at the next context switch
 }
 
 /// Rows from which the AVX-512 tile runs: below, a pass is bound by the weight stream and the
