@@ -46,9 +46,10 @@ int main(int argc, char** argv) {
       "windows of --seq-len tokens (the last one shorter); every token after the first is predicted once.\n"
       "--split val with --val-every 20 evaluates exactly lm-train's held-out documents; --max-tokens N\n"
       "scores only the first N predicted tokens (the windows are cut from those).  JSON result:\n"
-      "loss, perplexity, bits_per_token, top1_accuracy (next-token arg-max accuracy; null on --device cuda), tokens (predicted tokens counted), windows, split, device,\n"
+      "loss, perplexity, bits_per_token, top1_accuracy (next-token arg-max accuracy; null when the inference engine scores: --device cuda, --weights bf16-dot), tokens (predicted tokens counted), windows, split, device,\n"
       "engine_settings (weights; with --device cuda also batch_invariant, invariant_rows, cuda_graphs), meta.\n"
-      "On the CPU the loss is computed in f32; --device cuda runs the inference engine (--weights).\n"
+      "On the CPU the loss is computed in f32, or with --weights bf16-dot by the inference engine in bfloat16\n"
+      "arithmetic; --device cuda runs the inference engine (--weights).\n"
       "--lora DIR merges a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors, made for this\n"
       "base: shapes and its recorded base_sha256 must match) into the model first; meta.lora records it.",
       "  lm-eval kjv.h5 ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val\n"

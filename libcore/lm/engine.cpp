@@ -22,7 +22,10 @@ nlohmann::json CpuEngine::settings() const {
   // The block matrices' precision (the first block's query projection stands for them).
   const Matrix& w = model_.layers.empty() ? model_.token_embd : model_.layers[0].wq;
   static const char* const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "bf16-dot"};
-  return {{"weights", names[static_cast<int>(w.weight_type())]}};
+  nlohmann::json s = {{"weights", names[static_cast<int>(w.weight_type())]}};
+  // bf16-dot's bits depend on the unit that runs it (lm/matmul.hpp): recorded for reproduction
+  if (w.weight_type() == WeightType::bf16_dot) s["bf16_unit"] = bf16_dot_unit();
+  return s;
 }
 
 nlohmann::json EngineWrapper::settings() const { return inner_.settings(); }

@@ -44,6 +44,14 @@ class Cursor {
     p_ += static_cast<std::size_t>(len);
     return s;
   }
+  /// A key or tensor name: str(), refused when it holds a control byte (a damaged file; error
+  /// messages quote names, so none may reach the terminal).
+  std::string name(const char* what) {
+    std::string s = str(what);
+    for (const char ch : s)
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) fail(fmt::format("{} holds a control byte (a damaged file?)", what));
+    return s;
+  }
 
  private:
   const std::uint8_t* d_;
@@ -154,7 +162,7 @@ File parse(const std::uint8_t* data, std::size_t size, const std::string& where)
   if (n_kv > c.remaining() / 14) c.fail(fmt::format("metadata count {} exceeds the file", n_kv));
   if (n_tensors > c.remaining() / 33) c.fail(fmt::format("tensor count {} exceeds the file", n_tensors));
   for (std::uint64_t i = 0; i < n_kv; ++i) {
-    std::string key = c.str("metadata key");
+    std::string key = c.name("metadata key");
     if (key.empty()) c.fail("empty metadata key");
     const auto t = c.get<std::uint32_t>("metadata type");
     Value v = read_value(c, t, key);
@@ -169,7 +177,7 @@ File parse(const std::uint8_t* data, std::size_t size, const std::string& where)
   f.tensors.reserve(static_cast<std::size_t>(n_tensors));
   for (std::uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo t;
-    t.name = c.str("tensor name");
+    t.name = c.name("tensor name");
     if (t.name.empty()) c.fail("empty tensor name");
     const auto nd = c.get<std::uint32_t>("tensor dimension count");
     if (nd < 1 || nd > 4) c.fail(fmt::format("tensor '{}' has {} dimensions (1..4 allowed)", t.name, nd));

@@ -958,6 +958,12 @@ bool have_avx512_bf16() noexcept {
 
 std::uint16_t bf16_dot_round(float f) noexcept { return bf16_dot_of(f); }
 
+const char* bf16_dot_unit() noexcept {
+  const Isa isa = best_isa();
+  if (isa == Isa::amx) return "amx";
+  return isa == Isa::avx512 && have_avx512_bf16() ? "avx512-bf16" : "emulated";
+}
+
 void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y, int ldy,
                    Isa isa, int nthreads) {
   const MatmulJob job{W, wt, O, y, ldy};

@@ -18,8 +18,9 @@
 
 namespace icmlkit::lm {
 
-/// The instruction-set path of the kernel.  All give the same bits (tests prove it); they
-/// differ only in speed.  avx512: rows packed in pairs into 512-bit registers (each half an
+/// The instruction-set path of the kernel.  All give the same bits (tests prove it) — except
+/// bf16-dot products on amx, whose bits are the tile unit's own (WeightType) — and differ only in
+/// speed.  avx512: rows packed in pairs into 512-bit registers (each half an
 /// 8-lane accumulator, so the arithmetic is the AVX2 path's), for four or more rows.  amx: the
 /// avx512 path, and bf16-dot products on the AMX-BF16 tile unit (lm::WeightType::bf16_dot).
 enum class Isa { portable, avx2, avx512, amx };
@@ -38,7 +39,8 @@ const char* isa_name(Isa isa) noexcept;
 /// w = d q; Q4_0 18 bytes, two 4-bit q per byte — low nibbles are values 0-15, high 16-31 — w =
 /// d (q - 8); K a multiple of 32).  Every kind is widened to float32 exactly (d q needs at most
 /// 19 significant bits), so a product on it is bitwise the float32 product on the widened weights.
-/// Quantised rows are widened a column block at a time into a float32 scratch, shared by all rows.
+/// Quantised rows are widened in registers for one to three rows (AVX2 and up), else a column
+/// block at a time into a float32 scratch shared by all rows.
 ///
 /// bf16_dot (issue 37, `--weights bf16-dot`): bfloat16 bits computed in bfloat16 arithmetic — the
 /// rows x rounded to bfloat16 (nearest even, denormals to zero), lane j of each 16-value chunk
@@ -104,6 +106,10 @@ bool have_avx2() noexcept;
 /// Whether bf16-dot products run on AVX512-BF16 (else a scalar emulation with the same bits,
 /// many times slower).
 bool have_avx512_bf16() noexcept;
+
+/// Where bf16-dot products run on the fastest path (best_isa()): "amx", "avx512-bf16" or
+/// "emulated" (each gives bits of its own; the last two agree).
+const char* bf16_dot_unit() noexcept;
 
 /// f as a bf16-dot weight or activation: bfloat16 bits, nearest even, a denormal flushed to a
 /// zero of its sign.

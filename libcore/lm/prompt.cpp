@@ -45,8 +45,8 @@ void add_weights_flag(CLI::App& app, std::string& weights, const std::string& he
                                : "Compute weights: auto (the file's 16-bit format (f16 or bf16) when every weight is "
                                  "exact in it, GGUF Q8_0 / Q4_0 matrices kept quantised on the CPU, else f32), f32, f16 or "
                                  "bf16 (CPU: held 16-bit with the same logits, only when exact; CUDA: rounded), or "
-                                 "bf16-dot (CPU: weights and activations rounded to bfloat16, AVX512-BF16 dot products; "
-                                 "lossy, faster for many rows)")
+                                 "bf16-dot (CPU: weights and activations rounded to bfloat16, products on AMX-BF16 tiles or AVX512-BF16; "
+                                 "lossy; faster for many rows of a large model where the CPU has AMX)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "bf16-dot"}));
 }

@@ -72,6 +72,10 @@ cli_case(lm-convert/not-a-model --rc 1 --stderr "unrecognised model file" --no-f
 cli_case(lm-convert/missing-input --rc 1 --stderr "cannot read file: No such file or directory" --no-file out.h5 -- ${LMCONV} nope.gguf -o out.h5)
 cli_case(lm-convert/truncated-gguf --rc 1 --stderr "runs past the end|truncated" --tool lm-convert --no-file out.h5
   -- bash -c "${LMINIT} --preset tiny -o m.h5 -q && ${LMCONV} m.h5 -o m.gguf -q && head -c 5000 m.gguf > cut.gguf && ${LMCONV} cut.gguf -o out.h5")
+# A damaged tensor-name length (3 bytes too long: the name swallows the following binary fields)
+# is refused by name, not quoted with control bytes into the message.
+cli_case(lm-convert/gguf-name-with-control-bytes --rc 1 --stderr "tensor name holds a control byte" --tool lm-convert --no-file out.h5
+  -- bash -c "${LMINIT} --preset tiny -o m.h5 -q && ${LMCONV} m.h5 -o m.gguf -q && off=$(grep -a -b -o blk.0.attn_q.weight m.gguf | head -n 1 | cut -d: -f1) && printf '\\x16' | dd of=m.gguf bs=1 seek=$((off - 8)) conv=notrunc status=none && ${LMCONV} m.gguf -o out.h5")
 # Issue 26: narrowing to f16 refuses a weight beyond its range (the fixture's 1e6) before writing,
 # naming the tensor; the default keeps a bf16 input bf16, also in GGUF (ggml type 30), which
 # reads back and runs.  Before the fix: exit 0 and a file of inf weights every tool refused.
