@@ -480,7 +480,9 @@ TEST_CASE("formats: every fuzzer finding in test/fuzz/regressions is refused cle
       } catch (const InputError& err) {
         msg = err.message();
       }
-      if (e.path().filename().string().find("oom") != std::string::npos) CHECK(msg.find("implies") != std::string::npos);
+      // (refused by the size check, or earlier by the name check when its damage reaches a name)
+      if (e.path().filename().string().find("oom") != std::string::npos)
+        CHECK((msg.find("implies") != std::string::npos || msg.find("control byte") != std::string::npos));
     } else {
       try {
         safetensors::parse(p, bytes.size(), e.path().string());
