@@ -528,3 +528,31 @@ TEST_CASE("formats: a checkpoint with a corrupted header byte is refused or load
   CHECK(refused > 0);
   fs::remove_all(dir);
 }
+
+TEST_CASE("formats: a GGUF whose config implies more weights than its bytes can hold is refused before allocating") {
+  // The size check allows 18/32 of a byte per weight (Q4_0, the smallest type read); a header
+  // claiming an MLP width of 2^24 (billions of weights) must still be refused by it, by name,
+  // without allocating them.
+  const Model m = test_model(RopeStyle::interleaved, false);
+  const fs::path dir = scratch("gguf_implies");
+  fs::create_directories(dir);
+  gguf::save_model((dir / "m.gguf").string(), m, io::h5::FloatStorage::f32, prov());
+  std::ifstream in(dir / "m.gguf", std::ios::binary);
+  std::string bytes(std::istreambuf_iterator<char>(in), {});
+  const std::string key = "llama.feed_forward_length";
+  const std::size_t at = bytes.find(key);
+  REQUIRE(at != std::string::npos);
+  std::uint32_t type = 0;
+  std::memcpy(&type, bytes.data() + at + key.size(), 4);
+  REQUIRE((type == 4 || type == 5));  // u32 / i32
+  const std::uint32_t huge = 1u << 24;
+  std::memcpy(bytes.data() + at + key.size() + 4, &huge, 4);
+  std::string msg;
+  try {
+    gguf::load_model(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(), "m.gguf");
+  } catch (const InputError& e) {
+    msg = e.message();
+  }
+  CAPTURE(msg);
+  CHECK(msg.find("implies") != std::string::npos);
+}
