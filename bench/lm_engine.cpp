@@ -151,12 +151,6 @@ nlohmann::json bench_model(const std::string& name, const ModelConfig& cfg, int 
           {"targets", {{"c16_7m", "<= 2.0"}, {"decode_vs_bandwidth_limit_100m", "<= 1.5"}}}};
 }
 
-/// The --weights name of a weight type.
-const char* weight_name(WeightType wt) {
-  static const char* const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "bf16-dot"};
-  return names[static_cast<int>(wt)];
-}
-
 /// Sixteen independent chains of AVX512-BF16 pair dot products (32 multiply-adds each), `iters`
 /// steps; their sum.
 __attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(long iters) {
@@ -228,7 +222,7 @@ nlohmann::json bench_file(const std::string& path, int nthreads, int reps, bool 
   // the path the products take: the tile unit runs bf16-dot products only
   const Isa isa = best_isa() == Isa::amx && !bf16_dot ? Isa::avx512 : best_isa();
   return {{"engine", "icmlkit"}, {"file", path}, {"matmul_weights", mw}, {"matmul_weight_bytes", mbytes}, {"threads", nthreads}, {"isa", isa_name(isa)},
-          {"weights", weight_name(m.layers.empty() ? m.token_embd.weight_type() : m.layers[0].wq.weight_type())},
+          {"weights", weight_type_name(m.layers.empty() ? m.token_embd.weight_type() : m.layers[0].wq.weight_type())},
           {"n_weights", m.config.n_params()},
           {"weight_bytes", double(m.weight_bytes())}, {"context", ctx}, {"pass_s", pass_s},
           {"prefill_tokens", 256}, {"prefill_s", prefill_s}, {"reps", reps}};

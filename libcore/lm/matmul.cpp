@@ -799,8 +799,8 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
   }
   // Only for >= 32k multiply-adds (measured: a 256 x 256 one-row product gains from 2 threads).
   const bool par = nthreads > 1 && nblocks > 1 && cols * K * R >= (1 << 15);
-  if (isa == Isa::amx && !std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return j.wt == WeightType::bf16_dot; }))
-    isa = Isa::avx512;  // the tile unit runs bf16-dot products only
+  const bool dot = std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return j.wt == WeightType::bf16_dot; });
+  if (isa == Isa::amx && !dot) isa = Isa::avx512;  // the tile unit runs bf16-dot products only
   const bool wide = (isa == Isa::avx512 || isa == Isa::amx) && R >= kWideRows;
   const float* xp = nullptr;
   if (wide) {
@@ -810,7 +810,6 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
     xp = tl_packed.data();
   }
   // bf16-dot: the rows rounded to bfloat16 once per pass, packed in pairs for AVX512-BF16.
-  const bool dot = std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return j.wt == WeightType::bf16_dot; });
   const bool dot_amx = dot && isa == Isa::amx;
   const bool dot_hw = dot && !dot_amx && isa == Isa::avx512 && have_avx512_bf16();
   const std::uint16_t* xb = nullptr;
@@ -857,6 +856,11 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
 }
 
 }  // namespace
+
+const char* weight_type_name(WeightType wt) noexcept {
+  static const char* const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "bf16-dot"};
+  return names[static_cast<int>(wt)];
+}
 
 std::size_t weight_row_bytes(WeightType wt, int K) noexcept {
   switch (wt) {

@@ -52,6 +52,9 @@ const char* isa_name(Isa isa) noexcept;
 /// bits of that machine's own, still independent of the batch and the threads).
 enum class WeightType { f32, f16, bf16, q8_0, q4_0, bf16_dot };
 
+/// The --weights name of `wt`: "f32", "f16", "bf16", "q8_0", "q4_0" or "bf16-dot".
+const char* weight_type_name(WeightType wt) noexcept;
+
 /// Bytes of one row of K weights of type `wt` (K a multiple of 32 for the quantised types).
 std::size_t weight_row_bytes(WeightType wt, int K) noexcept;
 
