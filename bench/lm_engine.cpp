@@ -9,7 +9,8 @@
 // holds them) it times that file instead: a k-row pass (k new tokens after a 64-token context,
 // logits of every row) for k in 1, 8, 16, 64 and a 256-token prefill, medians of --reps runs —
 // what bench/lm_engine_vs_llamacpp.py compares with llama.cpp on the same file; --weights
-// bf16-dot holds them as lm-generate --weights bf16-dot does.  --roofline prints the machine's
+// bf16-dot holds them as lm-generate --weights bf16-dot does, --act-quant q8 as lm-generate
+// --act-quant q8 (a GGUF Q8_0 / Q4_0 file's blocks times activations quantised to Q8_0).  --roofline prints the machine's
 // read bandwidth (a 1 GiB buffer), FMA peak, AVX512-BF16 dot-product and AMX-BF16 tile peaks
 // (null without them) on --threads threads.
 #include <Eigen/Core>
@@ -196,12 +197,13 @@ double amx_peak(int nthreads) {
 }
 
 /// k-row pass times and a 256-token prefill of a model file, held as lm-generate holds it.
-nlohmann::json bench_file(const std::string& path, int nthreads, int reps, bool bf16_dot) {
+nlohmann::json bench_file(const std::string& path, int nthreads, int reps, bool bf16_dot, bool act_q8) {
   Model m = load_any(path);
   if (bf16_dot) hold_bf16_dot(m);
   else {  // as --weights auto: 16-bit when exact, GGUF Q8_0 / Q4_0 kept quantised
     if (m.stored != io::h5::FloatStorage::f32) hold_half(m, m.stored == io::h5::FloatStorage::bf16);
-    hold_quant(m);
+    if (hold_quant(m) == 0 && act_q8) throw std::runtime_error("--act-quant q8 needs a GGUF file with Q8_0 or Q4_0 weights");
+    if (act_q8) hold_act_q8(m);
   }
   const int ctx = 64;
   const KvCache base = context_cache(m, ctx);
@@ -326,10 +328,11 @@ int int_arg(const std::string& flag, const char* v, int lo, int hi) {
 
 int main(int argc, char** argv) {
   int nthreads = 2, reps = 9;
-  bool quick = false, f16 = false, roofline = false, bf16_dot = false, reps_set = false, weights_set = false, dtype_set = false;
+  bool quick = false, f16 = false, roofline = false, bf16_dot = false, act_q8 = false, reps_set = false, weights_set = false,
+       dtype_set = false;
   std::string file;
   const char* usage =
-      "usage: bench-lm-engine [--threads N] [--quick] [--dtype f32|f16] | --model FILE [--reps N] [--weights auto|bf16-dot] "
+      "usage: bench-lm-engine [--threads N] [--quick] [--dtype f32|f16] | --model FILE [--reps N] [--weights auto|bf16-dot] [--act-quant none|q8] "
       "| --roofline [--threads N]\n";
   auto fail = [&](const std::string& why) {
     std::cerr << "bench-lm-engine: error: " << why << "\n" << usage;
@@ -347,6 +350,10 @@ int main(int argc, char** argv) {
       const std::string v = argv[++i];
       if (v != "auto" && v != "bf16-dot") fail("--weights is auto or bf16-dot, not '" + v + "'");
       bf16_dot = v == "bf16-dot", weights_set = true;
+    } else if (a == "--act-quant" && has_value) {
+      const std::string v = argv[++i];
+      if (v != "none" && v != "q8") fail("--act-quant is none or q8, not '" + v + "'");
+      act_q8 = v == "q8", weights_set = true;
     } else if (a == "--dtype" && has_value) {
       const std::string v = argv[++i];
       if (v != "f32" && v != "f16") fail("--dtype is f32 or f16, not '" + v + "'");
@@ -358,7 +365,8 @@ int main(int argc, char** argv) {
   }
   if (roofline && (!file.empty() || quick || dtype_set || reps_set || weights_set))
     fail("--roofline takes only --threads");
-  if (file.empty() && (reps_set || weights_set)) fail("--reps and --weights need --model FILE");
+  if (file.empty() && (reps_set || weights_set)) fail("--reps, --weights and --act-quant need --model FILE");
+  if (bf16_dot && act_q8) fail("--act-quant q8 multiplies the file's Q8_0 / Q4_0 blocks: not with --weights bf16-dot");
   if (!file.empty() && (quick || dtype_set)) fail("--quick and --dtype are for the synthetic models, not --model");
   set_threads(nthreads);
   try {
@@ -373,7 +381,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!file.empty()) {
-      std::cout << bench_file(file, nthreads, reps, bf16_dot).dump() << std::endl;
+      std::cout << bench_file(file, nthreads, reps, bf16_dot, act_q8).dump() << std::endl;
       return 0;
     }
   } catch (const std::exception& e) {

@@ -92,7 +92,7 @@ double repeated_trigram_rate(const std::vector<int>& prompt, const std::vector<i
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
   std::string model_path, prompt, prompt_file, prompt_ids, output, method = "fafo", compare, skip_file, device = "cpu",
-      weights = "auto", lora_dir;
+      weights = "auto", act_quant = "none", lora_dir;
   std::string search_out, calibration, kv_policy = "streaming", kv_pool = "max", kv_gqa_reduce = "sum";
   std::string schedule = "adaptive", pass_cost_cache = decode::default_pass_cost_cache();
   int prompt_tokens = 0, calib_tokens = 32, max_skips = 8;
@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
         app.add_option("--kv-pool", kv_pool, "snapkv: max | avg pooling")->capture_default_str()->check(CLI::IsMember({"max", "avg"}));
         lm::add_device_flag(app, device);
         lm::add_weights_flag(app, weights);
+        lm::add_act_quant_flag(app, act_quant);
         lm::add_lora_flag(app, lora_dir);
         app.add_option("--compare", compare, "Also decode with this method (ar) and report speedup and identical_to_ar")
             ->check(CLI::IsMember({"ar"}));
@@ -250,7 +251,7 @@ int main(int argc, char** argv) {
         ctx.prov.add_input(model_path, lm::model_sha256(model_path));
         lm::Model model = lm::load_any(model_path);
         if (!lora_dir.empty()) lm::apply_lora(model, lora_dir, ctx.prov);
-        const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, dev, weights, model_path);
+        const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, dev, weights, model_path, act_quant);
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;
         if (!model.tokenizer_model.empty()) tok = std::make_unique<lm::Tokenizer>(lm::model_tokenizer(model, model_path));

@@ -32,7 +32,7 @@ using namespace icmlkit;
 
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
-  std::string model_path, text_path, output = "-", split = "all", device = "cpu", weights = "auto", lora_dir;
+  std::string model_path, text_path, output = "-", split = "all", device = "cpu", weights = "auto", act_quant = "none", lora_dir;
   nn::CorpusOptions copt;
   copt.val_every = 0;
   int seq_len = 0, batch = 4;
@@ -46,10 +46,11 @@ int main(int argc, char** argv) {
       "windows of --seq-len tokens (the last one shorter); every token after the first is predicted once.\n"
       "--split val with --val-every 20 evaluates exactly lm-train's held-out documents; --max-tokens N\n"
       "scores only the first N predicted tokens (the windows are cut from those).  JSON result:\n"
-      "loss, perplexity, bits_per_token, top1_accuracy (next-token arg-max accuracy; null when the inference engine scores: --device cuda, --weights bf16-dot), tokens (predicted tokens counted), windows, split, device,\n"
+      "loss, perplexity, bits_per_token, top1_accuracy (next-token arg-max accuracy; null when the inference engine scores: --device cuda, --weights bf16-dot, --act-quant q8), tokens (predicted tokens counted), windows, split, device,\n"
       "engine_settings (weights; with --device cuda also batch_invariant, invariant_rows, cuda_graphs), meta.\n"
-      "On the CPU the loss is computed in f32, or with --weights bf16-dot by the inference engine in bfloat16\n"
-      "arithmetic; --device cuda runs the inference engine (--weights).\n"
+      "On the CPU the loss is computed in f32, or by the inference engine with --weights bf16-dot (bfloat16\n"
+      "arithmetic) or --act-quant q8 (a GGUF Q8_0 / Q4_0 file's blocks times activations quantised to Q8_0,\n"
+      "as llama.cpp computes it); --device cuda runs the inference engine (--weights).\n"
       "--lora DIR merges a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors, made for this\n"
       "base: shapes and its recorded base_sha256 must match) into the model first; meta.lora records it.",
       "  lm-eval kjv.h5 ../shared/data/corpus/kjv.tsv --column 2 --doc-column 1 --val-every 20 --split val\n"
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
                              "Compute weights with --device cuda: auto (the file's 16-bit format, f16 or bf16, when every "
                              "weight is exact in it, else f32), f32, f16 or bf16 (rounded); the CPU computes in f32 "
                              "(auto or f32), or with bf16-dot in bfloat16 arithmetic on the inference engine");
+        lm::add_act_quant_flag(app, act_quant);
         lm::add_lora_flag(app, lora_dir);
         app.add_option("--recurrence", recurrence, "Recurrent-depth models: core iterations r (default the model's mean recurrence)")->check(cli::int_range(1, 1 << 16));
         app.add_option("--max-tokens", max_tokens, "Score only the first N predicted tokens (0 = all)")->transform(cli::count(0, std::int64_t(1) << 50));
@@ -93,9 +95,9 @@ int main(int argc, char** argv) {
         if (!lora_dir.empty()) lm::apply_lora(model, lora_dir, ctx.prov);
         std::unique_ptr<lm::Engine> engine;
         // a model the trainer's batched forward cannot run (moe blocks) is scored by the CPU engine
-        const bool engine_scores = dev != lm::Device::cpu || weights == "bf16-dot" ||
+        const bool engine_scores = dev != lm::Device::cpu || weights == "bf16-dot" || act_quant != "none" ||
                                    (model.config.has_moe() && !lm::supports(lm::Runner::trainer, lm::Feature::block_moe));
-        if (engine_scores) engine = weights == "bf16-dot" ? lm::open_engine_for(model, dev, weights, model_path)
+        if (engine_scores) engine = weights == "bf16-dot" || act_quant != "none" ? lm::open_engine_for(model, dev, weights, model_path, act_quant)
                                                           : lm::open_engine(model, dev, weights);
         if (model.tokenizer_model.empty())
           throw InputError("the model has no tokenizer (" + lm::tokenizer_location(model_path) + " missing)", model_path);

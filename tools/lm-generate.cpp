@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   int max_new = 64, top_logprobs = 5, prompt_tokens = 0;
   lm::SamplerConfig sc;
   bool ignore_eos = false, no_text = false, no_stream = false;
-  std::string weights = "auto", device = "cpu";
+  std::string weights = "auto", device = "cpu", act_quant = "none";
   CLI::App* app_ptr = nullptr;
   cli::ToolInfo info{
       "lm-generate",
@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
         app.add_option("-o,--output", output, "Per-token records (.jsonl)");
         lm::add_device_flag(app, device);
         lm::add_weights_flag(app, weights);
+        lm::add_act_quant_flag(app, act_quant);
         lm::add_lora_flag(app, lora_dir);
       },
       [&](cli::Context& ctx) {
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
         Stopwatch load_timer;
         lm::Model model = lm::load_any(model_path);
         if (!lora_dir.empty()) lm::apply_lora(model, lora_dir, ctx.prov);
-        const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, lm::parse_device(device), weights, model_path);
+        const std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, lm::parse_device(device), weights, model_path, act_quant);
         const double load_s = load_timer.seconds();
         const auto& c = model.config;
         std::unique_ptr<lm::Tokenizer> tok;

@@ -21,7 +21,8 @@ nlohmann::json Engine::settings() const { return nlohmann::json::object(); }
 nlohmann::json CpuEngine::settings() const {
   // The block matrices' precision (the first block's query projection stands for them).
   const Matrix& w = model_.layers.empty() ? model_.token_embd : model_.layers[0].wq;
-  nlohmann::json s = {{"weights", weight_type_name(w.weight_type())}};
+  nlohmann::json s = {{"weights", weight_type_name(block_format(w.weight_type()))}};
+  if (is_act_q8(w.weight_type())) s["act_quant"] = "q8";
   // bf16-dot's bits depend on the unit that runs it (lm/matmul.hpp): recorded for reproduction
   if (w.weight_type() == WeightType::bf16_dot) s["bf16_unit"] = bf16_dot_unit();
   return s;

@@ -154,8 +154,19 @@ inline std::unique_ptr<Engine> open_engine(const Model& model, Device device, co
 /// eighth of the bytes) and are widened under "f32"; "bf16-dot" (CPU only, UsageError on CUDA)
 /// rounds every weight to bfloat16 and computes in bf16 arithmetic (lm::hold_bf16_dot, lossy);
 /// on CUDA the host copy stays as loaded and `weights` is the device precision (open_engine).
-/// Throws what open_engine throws.
-inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, const std::string& weights, const std::string& where) {
+/// `act_quant` "q8" (`--act-quant`, CPU and --weights auto only, UsageError otherwise) has the
+/// Q8_0 / Q4_0 matrices multiply activations quantised to Q8_0 blocks (lm::hold_act_q8, lossy;
+/// InputError naming `where` when the model holds none).  Throws what open_engine throws.
+inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, const std::string& weights, const std::string& where,
+                                               const std::string& act_quant = "none") {
+  if (act_quant == "q8") {
+    if (device != Device::cpu) throw UsageError("--act-quant q8 is a CPU mode", "--act-quant");
+    if (weights != "auto")
+      throw UsageError("--act-quant q8 multiplies the file's Q8_0 / Q4_0 blocks: use it with --weights auto", "--act-quant");
+    if (hold_quant(model) == 0 || hold_act_q8(model) == 0)
+      throw InputError("--act-quant q8 needs Q8_0 or Q4_0 weights (a GGUF file; write one with lm-convert --dtype q8_0)", where);
+    return open_engine(model, device, weights);
+  }
   if (weights == "bf16-dot") {
     if (device != Device::cpu) throw UsageError("--weights bf16-dot is a CPU mode (use bf16 with --device cuda)", "--weights");
     hold_bf16_dot(model);

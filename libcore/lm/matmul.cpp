@@ -17,6 +17,7 @@
 #include <vector>
 #include <type_traits>
 
+#include "lm/matmul_q8.hpp"
 #include "num/half.hpp"
 #include "util/block_pool.hpp"
 #include "util/threads.hpp"
@@ -539,6 +540,8 @@ thread_local std::vector<std::uint16_t> tl_bf16_rows;
 thread_local std::vector<float> tl_packed_bf16;
 /// The caller's bf16 rows in the AMX B-tile layout (pack_amx_rows).
 thread_local std::vector<std::uint32_t> tl_packed_amx;
+/// The caller's rows quantised to Q8_0 blocks (act-q8 products).
+thread_local detail::Q8Rows tl_q8_rows;
 
 /// Columns [o0, o1) of W against the packed rows on AVX-512 (16-bit weights widened in the
 /// register tile, once per row tile); columns past the last multiple of four go to the AVX2 tile
@@ -787,8 +790,11 @@ void run_quant_block(const float* x, const float* xp, bool wide, int R, int K, i
 /// microseconds; a 7m model's decode step has dozens).
 void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int njobs, Isa isa, int nthreads) {
   if (R <= 0 || njobs <= 0) return;
-  // Column blocks small enough that a block's weights stay in L2 while all rows pass over it.
-  const int block = std::max(4, std::min(64, (1 << 16) / std::max(K, 1) / 4 * 4));
+  const bool aq = std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return is_act_q8(j.wt); });
+  // Column blocks small enough that a block's weights stay in L2 while all rows pass over it
+  // (whole 16-row groups when an act-q8 product is among the jobs).
+  int block = std::max(4, std::min(64, (1 << 16) / std::max(K, 1) / 4 * 4));
+  if (aq) block = std::max(16, block / 16 * 16);
   int nblocks = 0;
   std::int64_t cols = 0;
   int first[8];
@@ -800,8 +806,15 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
   // Only for >= 32k multiply-adds (measured: a 256 x 256 one-row product gains from 2 threads).
   const bool par = nthreads > 1 && nblocks > 1 && cols * K * R >= (1 << 15);
   const bool dot = std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return j.wt == WeightType::bf16_dot; });
+  const bool f32_rows = std::any_of(jobs, jobs + njobs, [](const MatmulJob& j) { return j.wt != WeightType::bf16_dot && !is_act_q8(j.wt); });
   if (isa == Isa::amx && !dot) isa = Isa::avx512;  // the tile unit runs bf16-dot products only
-  const bool wide = (isa == Isa::avx512 || isa == Isa::amx) && R >= kWideRows;
+  const bool wide = (isa == Isa::avx512 || isa == Isa::amx) && R >= kWideRows && f32_rows;
+  // act-q8: the rows quantised to Q8_0 blocks once per pass.
+  const detail::Q8Rows* q8rows = nullptr;
+  if (aq) {
+    detail::quantize_rows_q8(x, R, K, ldx, isa, tl_q8_rows);
+    q8rows = &tl_q8_rows;
+  }
   const float* xp = nullptr;
   if (wide) {
     const int nch = (K + 7) / 8;
@@ -851,6 +864,10 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
         break;
       case WeightType::q8_0:
       case WeightType::q4_0: run_quant_block(x, xp, wide, R, K, ldx, jb, o0, o1, isa); break;
+      case WeightType::q8_0_aq:
+      case WeightType::q4_0_aq:
+        detail::block_act_q8(*q8rows, static_cast<const std::uint8_t*>(jb.W), jb.wt, o0, o1, jb.y, jb.ldy, isa);
+        break;
     }
   });
 }
@@ -858,9 +875,17 @@ void run_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int 
 }  // namespace
 
 const char* weight_type_name(WeightType wt) noexcept {
-  static const char* const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "bf16-dot"};
+  static const char* const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "bf16-dot", "q8_0+act-q8", "q4_0+act-q8"};
   return names[static_cast<int>(wt)];
 }
+
+WeightType block_format(WeightType wt) noexcept {
+  if (wt == WeightType::q8_0_aq) return WeightType::q8_0;
+  if (wt == WeightType::q4_0_aq) return WeightType::q4_0;
+  return wt;
+}
+
+bool is_act_q8(WeightType wt) noexcept { return wt == WeightType::q8_0_aq || wt == WeightType::q4_0_aq; }
 
 std::size_t weight_row_bytes(WeightType wt, int K) noexcept {
   switch (wt) {
@@ -868,8 +893,10 @@ std::size_t weight_row_bytes(WeightType wt, int K) noexcept {
     case WeightType::f16:
     case WeightType::bf16:
     case WeightType::bf16_dot: return std::size_t(K) * 2;
-    case WeightType::q8_0: return std::size_t(K / 32) * 34;
-    case WeightType::q4_0: return std::size_t(K / 32) * 18;
+    case WeightType::q8_0:
+    case WeightType::q8_0_aq: return std::size_t(K / 32) * 34;
+    case WeightType::q4_0:
+    case WeightType::q4_0_aq: return std::size_t(K / 32) * 18;
   }
   return 0;
 }
@@ -970,6 +997,7 @@ const char* bf16_dot_unit() noexcept {
 
 void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y, int ldy,
                    Isa isa, int nthreads) {
+  if (is_act_q8(wt) && O % 16 != 0) throw std::invalid_argument("matmul_xwt_on: an act-q8 product needs O a multiple of 16");
   const MatmulJob job{W, wt, O, y, ldy};
   run_jobs(x, R, K, ldx, &job, 1, isa_available(isa) ? isa : Isa::portable, std::max(1, nthreads));
 }
@@ -998,6 +1026,9 @@ void matmul_xwt_f16_path(const float* x, int R, int K, int ldx, const std::uint1
 
 void matmul_xwt_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int njobs, int nthreads) {
   if (njobs > 8) throw std::invalid_argument("matmul_xwt_jobs: at most 8 products");
+  for (int j = 0; j < njobs; ++j)
+    if (is_act_q8(jobs[j].wt) && jobs[j].O % 16 != 0)
+      throw std::invalid_argument("matmul_xwt_jobs: an act-q8 product needs O a multiple of 16");
   run_jobs(x, R, K, ldx, jobs, njobs, best_isa(), nthreads > 0 ? nthreads : threads());
 }
 

@@ -50,16 +50,46 @@ const char* isa_name(Isa isa) noexcept;
 /// On the amx path the products run on the AMX-BF16 tile unit instead (activations rounded the
 /// same way, the K chunks of 32 accumulated in order, each chunk rounded as the unit rounds it:
 /// bits of that machine's own, still independent of the batch and the threads).
-enum class WeightType { f32, f16, bf16, q8_0, q4_0, bf16_dot };
+///
+/// q8_0_aq / q4_0_aq (issue 37, `--act-quant q8`): Q8_0 / Q4_0 weights times activations
+/// quantised to Q8_0 blocks as llama.cpp quantises them for these types — per 32-value block of a
+/// row, amax = max |x|, scale da = f16(amax / 127) (nearest even, widened), values a =
+/// nearest-even(x (127 / amax)) clamped to [-127, 127] (zero when amax is 0) — with integer dot
+/// products: y[r, o] = acc after acc = fma(S_b, dw_b da_b, acc) over the blocks b in order from
+/// acc = 0, S_b the exact integer sum of block b's 32 products wq a (wq the weight's integers:
+/// Q8_0's q, Q4_0's q - 8) and dw_b da_b rounded to float first.  Lossy (the activations are
+/// rounded), but the same for every row of a batch, on every path (AVX512-VNNI, portable) and
+/// thread count, so speculative decoding stays lossless in it.  The weights are held interleaved
+/// (pack_act_q8): O a multiple of 16, groups of 16 rows, each block of a group 16 f16 scales then
+/// the values four per row in turn (Q8_0: 8 x 64 bytes of q + 128; Q4_0: 4 x 64 bytes, the blocks'
+/// own bytes, value 4i+t in the low nibble and 16+4i+t in the high), the same bytes per row as the
+/// GGUF blocks; a group's blocks are contiguous, so rows from a multiple of 16 on start at
+/// 16 x row-bytes steps.
+enum class WeightType { f32, f16, bf16, q8_0, q4_0, bf16_dot, q8_0_aq, q4_0_aq };
 
-/// The --weights name of `wt`: "f32", "f16", "bf16", "q8_0", "q4_0" or "bf16-dot".
+/// The --weights name of `wt`: "f32", "f16", "bf16", "q8_0", "q4_0" or "bf16-dot"; "q8_0+act-q8"
+/// and "q4_0+act-q8" for the act-quant kinds.
 const char* weight_type_name(WeightType wt) noexcept;
+
+/// The block format of `wt`: q8_0 for q8_0 and q8_0_aq, q4_0 for q4_0 and q4_0_aq, else `wt`.
+WeightType block_format(WeightType wt) noexcept;
+
+/// Whether `wt` multiplies activations quantised to Q8_0 (q8_0_aq, q4_0_aq).
+bool is_act_q8(WeightType wt) noexcept;
 
 /// Bytes of one row of K weights of type `wt` (K a multiple of 32 for the quantised types).
 std::size_t weight_row_bytes(WeightType wt, int K) noexcept;
 
-/// Row `r` of a quantised matrix (blocks at `row`, K weights) widened to float32 into `out`.
+/// A row of GGUF blocks of type `wt` (q8_0 or q4_0; blocks at `row`, K weights) widened to float32
+/// into `out`.
 void dequantize_row(WeightType wt, const std::uint8_t* row, int K, float* out) noexcept;
+
+/// The GGUF rows [O, K] of type `wt` (q8_0 or q4_0; O a multiple of 16) in the interleaved
+/// act-q8 layout (WeightType::q8_0_aq / q4_0_aq) into `out` (the same number of bytes).
+void pack_act_q8(WeightType wt, const std::uint8_t* rows, int O, int K, std::uint8_t* out) noexcept;
+
+/// Row `lane` (0-15) of the act-q8 group at `group` (K weights) widened to float32 into `out`.
+void dequantize_act_q8_row(WeightType aq, const std::uint8_t* group, int lane, int K, float* out) noexcept;
 
 /// y [R, O] (row stride ldy) = x [R, K] (row stride ldx) * W^T, W [O, K] row-major.
 /// Parallel over output columns with OpenMP (icmlkit::threads()).
@@ -81,11 +111,13 @@ struct MatmulJob {
 };
 
 /// Up to 8 products of the same x [R, K] in one parallel region (`threads` 0: the engine's
-/// count), each bitwise what matmul_xwt gives alone.  Throws std::invalid_argument for more than 8.
+/// count), each bitwise what matmul_xwt gives alone.  Throws std::invalid_argument for more than 8,
+/// or an act-q8 product whose O is not a multiple of 16.
 void matmul_xwt_jobs(const float* x, int R, int K, int ldx, const MatmulJob* jobs, int njobs, int threads = 0);
 
 /// The product with W of type `wt` (float* for f32, std::uint16_t* otherwise) on the path `isa`
-/// (the portable one when `isa` is unavailable) and `threads` threads (tests and benches).
+/// (the portable one when `isa` is unavailable) and `threads` threads (tests and benches).  Throws
+/// std::invalid_argument for an act-q8 product whose O is not a multiple of 16.
 void matmul_xwt_on(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O, float* y,
                    int ldy, Isa isa, int threads);
 

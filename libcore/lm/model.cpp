@@ -1,5 +1,6 @@
 #include "lm/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
@@ -25,7 +26,9 @@ void Matrix::row_f32(int r, float* out) const noexcept {
     return;
   }
   if (half.empty()) {
-    dequantize_row(quant_type, quant.data() + std::size_t(r) * weight_row_bytes(quant_type, cols), cols, out);
+    const std::size_t rb = weight_row_bytes(quant_type, cols);
+    if (act_q8) dequantize_act_q8_row(weight_type(), quant.data() + std::size_t(r / 16) * 16 * rb, r % 16, cols, out);
+    else dequantize_row(quant_type, quant.data() + std::size_t(r) * rb, cols, out);
     return;
   }
   const std::uint16_t* h = half.data() + std::size_t(r) * cols;
@@ -131,6 +134,27 @@ bool hold_half(Model& m, bool bf16) {
   return true;
 }
 
+int hold_act_q8(Model& m) {
+  // stacked experts are multiplied a row block (one expert) at a time
+  std::vector<const Matrix*> stacked;
+  for (Layer& l : m.layers) stacked.insert(stacked.end(), {&l.gate_exps, &l.up_exps, &l.down_exps});
+  const int n_experts = std::max(1, m.config.moe.n_experts);
+  int n = 0;
+  std::vector<std::uint8_t> packed;
+  for (Matrix* w : m.all_matrices()) {
+    if (!w->data.empty() || !w->half.empty() || !w->is_quant() || w->act_q8) continue;
+    const bool is_stacked = std::find(stacked.begin(), stacked.end(), w) != stacked.end();
+    const int block_rows = is_stacked ? w->rows / n_experts : w->rows;
+    if (w->rows % 16 != 0 || block_rows % 16 != 0) continue;
+    packed.resize(w->quant.size());
+    pack_act_q8(w->quant_type, w->quant.data(), w->rows, w->cols, packed.data());
+    w->quant.swap(packed);
+    w->act_q8 = true;
+    ++n;
+  }
+  return n;
+}
+
 void hold_bf16_dot(Model& m) {
   std::vector<float> row;
   for (Matrix* w : m.all_matrices()) {
@@ -147,6 +171,7 @@ void hold_bf16_dot(Model& m) {
     w->quant_type = WeightType::f32;
     w->half = std::move(bits);
     w->bf16 = w->bf16_dot = true;
+    w->act_q8 = false;
   }
 }
 

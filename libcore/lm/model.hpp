@@ -24,6 +24,7 @@ struct Matrix {
   bool bf16_dot = false;  ///< those bfloat16 bits are computed in bf16 arithmetic (hold_bf16_dot)
   std::vector<std::uint8_t> quant;  ///< the rows as GGUF blocks of quant_type (lm/matmul.hpp)
   WeightType quant_type = WeightType::f32;
+  bool act_q8 = false;  ///< `quant` holds act-q8 groups (lm::pack_act_q8; hold_act_q8)
   Matrix() = default;
   Matrix(int r, int c) : rows(r), cols(c), data(std::size_t(r) * c, 0.0f) {}
   /// Whether the values are held as f16 bits.
@@ -34,9 +35,9 @@ struct Matrix {
   WeightType weight_type() const noexcept {
     if (!data.empty() || (half.empty() && quant.empty())) return WeightType::f32;
     if (!half.empty()) return bf16_dot ? WeightType::bf16_dot : bf16 ? WeightType::bf16 : WeightType::f16;
-    return quant_type;
+    return act_q8 ? (quant_type == WeightType::q8_0 ? WeightType::q8_0_aq : WeightType::q4_0_aq) : quant_type;
   }
-  /// Those values from row r on.
+  /// Those values from row r on (act_q8: r a multiple of 16, the start of its group).
   const void* values_from(int r) const noexcept {
     switch (weight_type()) {
       case WeightType::f32: return data.data() + std::size_t(r) * cols;
@@ -190,6 +191,14 @@ int hold_quant(Model& model);
 
 /// Drops every matrix's quantised blocks, keeping float32 (--weights f32).
 void drop_quant(Model& model);
+
+/// Has every matrix held as Q8_0 / Q4_0 blocks (hold_quant first) multiply activations
+/// quantised to Q8_0 blocks with integer dot products (`--act-quant q8`, issue 37;
+/// WeightType::q8_0_aq / q4_0_aq): llama.cpp's arithmetic for these files, lossy.  The blocks are
+/// reordered in place into 16-row groups (lm::pack_act_q8, the same bytes), so a matrix takes part
+/// only when its rows — and, stacked experts, each expert's rows — are a multiple of 16; the
+/// others keep their exact products.  Returns the number of matrices converted (0: nothing changed).
+int hold_act_q8(Model& model);
 
 /// Rounds every matrix to `storage` precision and back, so in-memory weights equal what a
 /// checkpoint saved at that precision loads as.

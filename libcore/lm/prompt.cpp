@@ -51,6 +51,14 @@ void add_weights_flag(CLI::App& app, std::string& weights, const std::string& he
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "bf16-dot"}));
 }
 
+void add_act_quant_flag(CLI::App& app, std::string& act_quant) {
+  app.add_option("--act-quant", act_quant,
+                 "none, or q8 (CPU, GGUF Q8_0 / Q4_0 files, --weights auto): activations quantised to Q8_0 blocks and "
+                 "multiplied with integer (VNNI) dot products, as llama.cpp computes these files; lossy, faster")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "q8"}));
+}
+
 std::vector<int> parse_token_ids(const std::string& text, const std::string& where) {
   std::vector<int> ids;
   std::stringstream ss(text);

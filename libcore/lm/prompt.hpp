@@ -35,6 +35,10 @@ void add_device_flag(CLI::App& app, std::string& device);
 /// description for a tool whose rule differs (lm-eval computes in f32 on the CPU).
 void add_weights_flag(CLI::App& app, std::string& weights, const std::string& help = "");
 
+/// Adds --act-quant (none | q8, default none) writing into `act_quant`, applied by
+/// lm::open_engine_for (engine.hpp; issue 37).
+void add_act_quant_flag(CLI::App& app, std::string& act_quant);
+
 /// Parses "1,450,3186" (whitespace after an id allowed).  Throws UsageError naming `where`
 /// for an empty list, an item that is not an integer, or a negative id (all malformed flag
 /// values).  Ids are not checked against a vocabulary.

@@ -4,10 +4,12 @@
 // scalar evaluation of the documented order written here.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "lm/matmul.hpp"
@@ -125,7 +127,8 @@ TEST_CASE("lm: every kernel path (portable, AVX2, AVX-512) and weight type (f32,
       matmul_xwt_on(x.data(), R, K, ldx, wfb.data(), WeightType::f32, O, ref_b.data(), ldy, Isa::portable, 1);
       for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
         for (int th : {1, 2}) {
-          CAPTURE(isa_name(isa)); CAPTURE(th);
+          const std::string isa_s = isa_name(isa);
+          CAPTURE(isa_s); CAPTURE(th);
           std::vector<float> yh(ny, -1.0f), yf(ny, -1.0f), yb(ny, -1.0f);
           matmul_xwt_on(x.data(), R, K, ldx, wh.data(), WeightType::f16, O, yh.data(), ldy, isa, th);
           matmul_xwt_on(x.data(), R, K, ldx, wfh.data(), WeightType::f32, O, yf.data(), ldy, isa, th);
@@ -227,6 +230,133 @@ TEST_CASE("lm: Q8_0 and Q4_0 weights held as blocks give the bits of the float32
 
 namespace {
 
+/// Random Q8_0 / Q4_0 rows [O, K] (every byte random: Q8_0 values -128..127) and their float32 values.
+void random_blocks(Rng& rng, WeightType wt, int O, int K, std::vector<std::uint8_t>& q, std::vector<float>& wf,
+                   std::vector<int>& wi, std::vector<float>& wd) {
+  const bool q8 = wt == WeightType::q8_0;
+  const std::size_t rb = weight_row_bytes(wt, K), bs = q8 ? 34 : 18;
+  q.assign(rb * O, 0);
+  wf.assign(std::size_t(O) * K, 0.0f);
+  wi.assign(wf.size(), 0);
+  wd.assign(std::size_t(O) * (K / 32), 0.0f);
+  for (int o = 0; o < O; ++o)
+    for (int b = 0; b < K / 32; ++b) {
+      std::uint8_t* blk = q.data() + o * rb + b * bs;
+      const std::uint16_t h = num::f32_to_f16(static_cast<float>(0.02 * std::exp(rng.normal())));
+      std::memcpy(blk, &h, 2);
+      const float d = num::f16_to_f32(h);
+      wd[std::size_t(o) * (K / 32) + b] = d;
+      for (std::size_t j = 2; j < bs; ++j) blk[j] = static_cast<std::uint8_t>(rng.bits() & 0xff);
+      for (int j = 0; j < 32; ++j) {
+        const int v = q8 ? static_cast<std::int8_t>(blk[2 + j]) : ((j < 16 ? blk[2 + j] : blk[2 + j - 16] >> 4) & 0x0f) - 8;
+        wi[std::size_t(o) * K + 32 * b + j] = v;
+        wf[std::size_t(o) * K + 32 * b + j] = d * static_cast<float>(v);
+      }
+    }
+}
+
+/// One act-q8 entry as matmul.hpp documents it (WeightType::q8_0_aq): each 32-value block of x
+/// quantised (da = f16(amax / 127), a = nearest-even(x 127 / amax) within +-127), then
+/// acc = fma(S_b, dw_b da_b, acc) in block order, S_b the exact integer sum of the block's 32
+/// products.  wi: the weights' integers, wd: their block scales.
+float spec_act_q8(const float* x, const int* wi, const float* wd, int K) {
+  float acc = 0.0f;
+  for (int b = 0; b < K / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    const float da = num::f16_to_f32(num::f32_to_f16(amax / 127.0f));
+    int s = 0;
+    for (int i = 0; i < 32; ++i) {
+      const long v = amax == 0.0f ? 0 : std::lrint(x[32 * b + i] * (127.0f / amax));  // ties to even
+      s += wi[32 * b + i] * static_cast<int>(std::max(-127L, std::min(127L, v)));
+    }
+    acc = std::fma(static_cast<float>(s), wd[b] * da, acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
+TEST_CASE("lm: act-q8 products (--act-quant q8) follow the documented integer arithmetic on every path, batch and thread count") {
+  // Issue 37: Q8_0 / Q4_0 blocks (in the interleaved layout) times activations quantised to Q8_0
+  // (VNNI on AVX-512, scalar elsewhere) must give the spec's bits for every row whatever the batch
+  // (FAFO stays lossless in the mode), stay within the quantisation error of the float32 product,
+  // and really quantise (differ from it).  Q8_0 bytes include -128 (the zero-point's edge), O
+  // covers 1-5 groups of 16 rows, and x has an all-zero block and exact ties (x = 2.5 da).
+  Rng rng(3708);
+  std::size_t differs = 0, total = 0;
+  for (const WeightType wt : {WeightType::q8_0, WeightType::q4_0}) {
+    const WeightType aq = wt == WeightType::q8_0 ? WeightType::q8_0_aq : WeightType::q4_0_aq;
+    CHECK(block_format(aq) == wt);
+    CHECK(weight_row_bytes(aq, 64) == weight_row_bytes(wt, 64));
+    struct Shape { int K, O; };
+    for (const Shape s : {Shape{32, 16}, Shape{96, 80}, Shape{128, 32}, Shape{800, 48}}) {
+      const int K = s.K, O = s.O;
+      std::vector<std::uint8_t> rows, q;
+      std::vector<float> wf, wd;
+      std::vector<int> wi;
+      random_blocks(rng, wt, O, K, rows, wf, wi, wd);
+      q.resize(rows.size());
+      pack_act_q8(wt, rows.data(), O, K, q.data());  // the interleaved layout: every row still reads back
+      std::vector<float> back(K);
+      for (int o = 0; o < O; ++o) {
+        dequantize_act_q8_row(aq, q.data() + std::size_t(o / 16) * 16 * weight_row_bytes(wt, K), o % 16, K, back.data());
+        REQUIRE(same_bits(back.data(), wf.data() + std::size_t(o) * K, K));
+      }
+      for (const int R : {1, 2, 3, 5, 13}) {
+        const std::string kind = weight_type_name(aq);
+        CAPTURE(kind);
+        CAPTURE(K);
+        CAPTURE(R);
+        const int ldx = K + 3, ldy = O + 1;
+        std::vector<float> x(std::size_t(R) * ldx);
+        for (auto& v : x) v = static_cast<float>(rng.normal() * std::exp(rng.normal()));
+        for (int i = 0; i < 32; ++i) x[i] = 0.0f;  // row 0, block 0: amax = 0
+        if (K >= 64) {  // row 0, block 1: amax 127 gives da = 1 exactly, so x = 2.5 is a tie (rounds to 2)
+          x[32] = 127.0f;
+          x[33] = 2.5f;
+          x[34] = -3.5f;
+        }
+        std::vector<float> want(std::size_t(R) * ldy, -7.0f), f32(want.size(), -7.0f);
+        for (int r = 0; r < R; ++r)
+          for (int o = 0; o < O; ++o)
+            want[std::size_t(r) * ldy + o] = spec_act_q8(x.data() + std::size_t(r) * ldx, wi.data() + std::size_t(o) * K,
+                                                          wd.data() + std::size_t(o) * (K / 32), K);
+        matmul_xwt_on(x.data(), R, K, ldx, wf.data(), WeightType::f32, O, f32.data(), ldy, Isa::portable, 1);
+        for (int r = 0; r < R; ++r)
+          for (int o = 0; o < O; ++o, ++total) {
+            const float* xr = x.data() + std::size_t(r) * ldx;
+            double bound = 0.0;  // |w| (da / 2 + |x| 2^-10): rounding a, and da's f16 rounding
+            for (int k = 0; k < K; ++k) {
+              float amax = 0.0f;
+              for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xr[k / 32 * 32 + i]));
+              bound += std::fabs(wf[std::size_t(o) * K + k]) * (amax / 127.0 / 2 + std::fabs(xr[k]) / 1024.0);
+            }
+            const float g = want[std::size_t(r) * ldy + o], f = f32[std::size_t(r) * ldy + o];
+            CHECK(std::fabs(double(g) - f) <= 1.01 * bound + 1e-6 * std::fabs(f));
+            differs += g != f;
+          }
+        for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
+          for (const int th : {1, 2}) {
+            const std::string isa_s = isa_name(isa);
+            CAPTURE(isa_s);
+            CAPTURE(th);
+            std::vector<float> got(want.size(), -7.0f);
+            matmul_xwt_on(x.data(), R, K, ldx, q.data(), aq, O, got.data(), ldy, isa, th);
+            CHECK(same_bits(got.data(), want.data(), got.size()));
+          }
+      }
+    }
+  }
+  CHECK(differs > total / 2);
+  std::vector<std::uint8_t> w(34 * 15);
+  std::vector<float> x(32), y(15);
+  CHECK_THROWS_AS(matmul_xwt_on(x.data(), 1, 32, 32, w.data(), WeightType::q8_0_aq, 15, y.data(), 15, Isa::portable, 1),
+                  std::invalid_argument);
+}
+
+namespace {
+
 /// bfloat16 rounding written independently of the library: of the two bfloat16 neighbours of f
 /// (truncations of its bits), the nearer, ties to the even one; a denormal result becomes a zero
 /// of its sign (the inputs AVX512-BF16 treats as zero).  Finite inputs only.
@@ -302,7 +432,8 @@ TEST_CASE("lm: bf16-dot products follow the documented bfloat16 arithmetic on ev
         for (int o = 0; o < O; ++o, ++total) differs += want[std::size_t(r) * ldy + o] != f32[std::size_t(r) * ldy + o];
       for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
         for (const int th : {1, 2}) {
-          CAPTURE(isa_name(isa));
+          const std::string isa_s = isa_name(isa);
+          CAPTURE(isa_s);
           CAPTURE(th);
           std::vector<float> got(want.size(), -7.0f);
           matmul_xwt_on(x.data(), R, K, ldx, wb.data(), WeightType::bf16_dot, O, got.data(), ldy, isa, th);

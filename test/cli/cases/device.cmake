@@ -71,3 +71,26 @@ cli_case(device/weights-bf16-dot-cuda-refused --rc 2 --stderr "^lm-generate: err
 cli_case(device/gguf-all-q4_0-loads --rc 0
   --file-jq a.json ".summary.engine_settings == {\"weights\": \"q4_0\"} and .summary.generated_tokens == 2"
   -- bash -c "$<TARGET_FILE:lm-init> --d-model 256 --d-ff 512 --n-layers 4 --n-heads 4 --vocab-size 512 -o m.h5 -q && $<TARGET_FILE:lm-convert> m.h5 -o q4.gguf --dtype q4_0 -q && test $(stat -c %s q4.gguf) -lt 2700000 && $<TARGET_FILE:lm-generate> q4.gguf --prompt-ids 1,2,3 -n 2 --ignore-eos --no-stream -o a.jsonl > /dev/null && tail -n 1 a.jsonl > a.json")
+# Issue 37, --act-quant q8 (lm::hold_act_q8): a GGUF's Q8_0 / Q4_0 blocks times activations
+# quantised to Q8_0 blocks (integer dot products, llama.cpp's arithmetic).  Every row's bits are
+# its own, so FAFO stays identical to AR in the mode; the loss stays within 0.02 nats of the exact
+# product's (measured on genesis.txt: 4e-4 for Q8_0, 4e-3 for Q4_0); a model of vocabulary 500
+# (the head's rows not a multiple of 16) keeps the head's exact product and still runs.
+cli_case(device/act-quant-q8-fafo-identical-to-ar --rc 0
+  --file-jq a8.json ".summary.engine_settings == {\"weights\": \"q8_0\", \"act_quant\": \"q8\"} and .summary.identical_to_ar == true"
+  --file-jq a4.json ".summary.engine_settings == {\"weights\": \"q4_0\", \"act_quant\": \"q8\"} and .summary.identical_to_ar == true"
+  -- bash -c "$<TARGET_FILE:lm-convert> ${DEV_KJV} -o q8.gguf --dtype q8_0 -q && $<TARGET_FILE:lm-convert> ${DEV_KJV} -o q4.gguf --dtype q4_0 -q && $<TARGET_FILE:fafo-generate> q8.gguf --prompt 'In the beginning God created the heaven and the earth. And the earth was without form' -n 24 --ignore-eos --act-quant q8 --compare ar -o a8.jsonl -q && $<TARGET_FILE:fafo-generate> q4.gguf --prompt 'And God said' -n 24 --ignore-eos --act-quant q8 --compare ar -o a4.jsonl -q && tail -n 1 a8.jsonl > a8.json && tail -n 1 a4.jsonl > a4.json")
+cli_case(device/act-quant-q8-lm-eval-near-exact --rc 0
+  --file-jq b.json ".engine_settings == {\"weights\": \"q8_0\", \"act_quant\": \"q8\"} and .top1_accuracy == null"
+  -- bash -c "$<TARGET_FILE:lm-convert> ${DEV_KJV} -o q8.gguf --dtype q8_0 -q && $<TARGET_FILE:lm-eval> q8.gguf ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --max-tokens 200 -o a.json -q && $<TARGET_FILE:lm-eval> q8.gguf ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --max-tokens 200 --act-quant q8 -o b.json -q && jq -e -s '(.[0].loss - .[1].loss | fabs) < 0.02 and .[0].loss != .[1].loss and .[0].tokens == .[1].tokens' a.json b.json")
+cli_case(device/act-quant-q8-head-not-16-rows --rc 0
+  --file-jq a.json ".summary.engine_settings.act_quant == \"q8\" and .summary.identical_to_ar == true"
+  -- bash -c "$<TARGET_FILE:lm-init> --d-model 64 --d-ff 128 --n-layers 2 --n-heads 2 --vocab-size 500 -o m.h5 -q && $<TARGET_FILE:lm-convert> m.h5 -o q8.gguf --dtype q8_0 -q && $<TARGET_FILE:fafo-generate> q8.gguf --prompt-ids 1,2,3,1,2,3 -n 12 --ignore-eos --act-quant q8 --compare ar -o a.jsonl -q && tail -n 1 a.jsonl > a.json")
+cli_case(device/act-quant-needs-quantised-weights --rc 1 --stderr "^lm-generate: error: --act-quant q8 needs Q8_0 or Q4_0 weights"
+  --tool lm-generate --no-file r.jsonl -- $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --act-quant q8 -o r.jsonl)
+cli_case(device/act-quant-with-weights-f32-refused --rc 2 --stderr "^fafo-generate: error: --act-quant q8 multiplies the file's Q8_0 / Q4_0 blocks"
+  --tool fafo-generate --no-file r.jsonl -- $<TARGET_FILE:fafo-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --act-quant q8 --weights f32 -o r.jsonl)
+cli_case(device/act-quant-cuda-refused --rc 2 --stderr "^lm-generate: error: --act-quant q8 is a CPU mode"
+  --tool lm-generate --no-file r.jsonl -- $<TARGET_FILE:lm-generate> ${DEV_KJV} --prompt-ids 1,2 -n 2 --act-quant q8 --device cuda -o r.jsonl)
+cli_case(device/act-quant-unknown --rc 2 --stderr "--act-quant" --tool lm-eval
+  -- $<TARGET_FILE:lm-eval> ${DEV_KJV} ${PROJECT_SOURCE_DIR}/test/cli/fixtures/genesis.txt --act-quant q4)
