@@ -6,7 +6,8 @@ decode speeds are measured on the same file and threads in one run; where they p
 gives llama.cpp's top-2 logit margin there (over max|logit|) and the first step with one below 1e-3.  Prints JSON; exit 1 when
 the greedy tokens differ, 77 when llama_cpp is absent.
 
-usage: llamacpp_peer.py BIN_DIR MODEL.gguf [N_NEW] [THREADS]
+usage: llamacpp_peer.py BIN_DIR MODEL.gguf [N_NEW] [THREADS] [LM-GENERATE FLAGS...]
+(e.g. --act-quant q8 to decode Q8_0 / Q4_0 files in llama.cpp's int8 arithmetic)
 """
 import json
 import subprocess
@@ -23,6 +24,7 @@ except ImportError as e:
 bin_dir, model = Path(sys.argv[1]), sys.argv[2]
 n_new = int(sys.argv[3]) if len(sys.argv) > 3 else 64
 threads = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+extra = sys.argv[5:]
 
 # f32 KV cache (llama.cpp's default is f16, which alone flips near-tied greedy tokens).
 llm = llama_cpp.Llama(model_path=model, n_threads=threads, n_threads_batch=threads, n_ctx=512, n_batch=512,
@@ -49,13 +51,13 @@ for step in range(n_new):
     margins.append(float((top2[1] - top2[0]) / max(abs(lg.max()), abs(lg.min()))))
 jl = Path(model).with_suffix(".ours.jsonl")
 subprocess.run([bin_dir / "lm-generate", model, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(n_new),
-                "--ignore-eos", "--threads", str(threads), "-o", jl, "-q", "--no-stream"], check=True,
+                "--ignore-eos", "--threads", str(threads), "-o", jl, "-q", "--no-stream"] + extra, check=True,
                stdout=subprocess.DEVNULL)
 recs = [json.loads(l) for l in jl.read_text().splitlines()]
 ours = [r["id"] for r in recs if "step" in r]
 summary = [r["summary"] for r in recs if "summary" in r][0]
 first_diff = next((i for i, (a, b) in enumerate(zip(ours, ids)) if a != b), None)
-out = {"model": model, "threads": threads, "new_tokens": n_new, "greedy_equal": ours == ids,
+out = {"model": model, "lm_generate_flags": extra, "threads": threads, "new_tokens": n_new, "greedy_equal": ours == ids,
        "first_difference_at": first_diff,
        "first_margin_below_1e-3_at": next((i for i, m in enumerate(margins) if m < 1e-3), None),
        "margin_at_difference": margins[first_diff] if first_diff is not None else None,

@@ -23,6 +23,21 @@ namespace {
 
 bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
+/// Checks that every path (portable, AVX2, AVX-512) on 1 and 2 threads gives `want`'s bits for
+/// y [R, ldy] = x W^T with W of type `wt`.
+void check_every_path(const float* x, int R, int K, int ldx, const void* W, WeightType wt, int O,
+                      const std::vector<float>& want, int ldy) {
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
+    for (const int th : {1, 2}) {
+      const std::string isa_s = isa_name(isa);
+      CAPTURE(isa_s);
+      CAPTURE(th);
+      std::vector<float> got(want.size(), -7.0f);
+      matmul_xwt_on(x, R, K, ldx, W, wt, O, got.data(), ldy, isa, th);
+      CHECK(same_bits(got.data(), want.data(), got.size()));
+    }
+}
+
 /// The order documented in matmul.hpp, written out independently: lane j sums k = j mod 8 with
 /// fused multiply-adds in increasing k, the partial last chunk padded with 0 * 0, then the fixed
 /// tree ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
@@ -336,15 +351,7 @@ TEST_CASE("lm: act-q8 products (--act-quant q8) follow the documented integer ar
             CHECK(std::fabs(double(g) - f) <= 1.01 * bound + 1e-6 * std::fabs(f));
             differs += g != f;
           }
-        for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
-          for (const int th : {1, 2}) {
-            const std::string isa_s = isa_name(isa);
-            CAPTURE(isa_s);
-            CAPTURE(th);
-            std::vector<float> got(want.size(), -7.0f);
-            matmul_xwt_on(x.data(), R, K, ldx, q.data(), aq, O, got.data(), ldy, isa, th);
-            CHECK(same_bits(got.data(), want.data(), got.size()));
-          }
+        check_every_path(x.data(), R, K, ldx, q.data(), aq, O, want, ldy);
       }
     }
   }
@@ -430,15 +437,7 @@ TEST_CASE("lm: bf16-dot products follow the documented bfloat16 arithmetic on ev
       matmul_xwt_on(x.data(), R, K, ldx, wf.data(), WeightType::f32, O, f32.data(), ldy, Isa::portable, 1);
       for (int r = 0; r < R; ++r)
         for (int o = 0; o < O; ++o, ++total) differs += want[std::size_t(r) * ldy + o] != f32[std::size_t(r) * ldy + o];
-      for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512})
-        for (const int th : {1, 2}) {
-          const std::string isa_s = isa_name(isa);
-          CAPTURE(isa_s);
-          CAPTURE(th);
-          std::vector<float> got(want.size(), -7.0f);
-          matmul_xwt_on(x.data(), R, K, ldx, wb.data(), WeightType::bf16_dot, O, got.data(), ldy, isa, th);
-          CHECK(same_bits(got.data(), want.data(), got.size()));
-        }
+      check_every_path(x.data(), R, K, ldx, wb.data(), WeightType::bf16_dot, O, want, ldy);
     }
   }
   CHECK(differs > total / 2);  // bfloat16 arithmetic, not the float32 product
