@@ -225,6 +225,7 @@ nlohmann::json bench_file(const std::string& path, int nthreads, int reps, bool 
   const Isa isa = best_isa() == Isa::amx && !bf16_dot ? Isa::avx512 : best_isa();
   return {{"engine", "icmlkit"}, {"file", path}, {"matmul_weights", mw}, {"matmul_weight_bytes", mbytes}, {"threads", nthreads}, {"isa", isa_name(isa)},
           {"weights", weight_type_name(m.layers.empty() ? m.token_embd.weight_type() : m.layers[0].wq.weight_type())},
+          {"act_quant", act_q8 ? "q8" : "none"},
           {"n_weights", m.config.n_params()},
           {"weight_bytes", double(m.weight_bytes())}, {"context", ctx}, {"pass_s", pass_s},
           {"prefill_tokens", 256}, {"prefill_s", prefill_s}, {"reps", reps}};
@@ -338,9 +339,12 @@ int main(int argc, char** argv) {
     std::cerr << "bench-lm-engine: error: " << why << "\n" << usage;
     std::exit(2);
   };
+  std::vector<std::string> seen;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
+    if (std::find(seen.begin(), seen.end(), a) != seen.end()) fail(a + " given twice");
+    seen.push_back(a);
     if (a == "--threads" && has_value) nthreads = int_arg(a, argv[++i], 1, 1024);
     else if (a == "--quick") quick = true;
     else if (a == "--model" && has_value) file = argv[++i];

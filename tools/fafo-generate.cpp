@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
       "line, one record per decode step and a summary: tokens, forward passes, mean accepted tokens per\n"
       "step and its histogram, decode tokens/s, mean_host_seconds_per_step (the decoder's own work: a\n"
       "step's wall time less its engine calls, engine_s in each step record), time_split_cpu_s (attention\n"
-      "CPU time of drafting and verification rows; null on CUDA), engine_settings (weights; on CUDA also\n"
+      "CPU time of drafting and verification rows; null on CUDA), engine_settings (weights; act_quant with --act-quant q8; on CUDA also\n"
       "batch_invariant, invariant_rows, cuda_graphs: see ICMLKIT_CUDA_INVARIANT_ROWS and\n"
       "ICMLKIT_CUDA_GRAPHS in the man page) and on CUDA engine_counters: forwards (the prefill\n"
       "included), graph_replays (those run as a CUDA graph, the capturing one included; graphs captured\n"

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
       "--split val with --val-every 20 evaluates exactly lm-train's held-out documents; --max-tokens N\n"
       "scores only the first N predicted tokens (the windows are cut from those).  JSON result:\n"
       "loss, perplexity, bits_per_token, top1_accuracy (next-token arg-max accuracy; null when the inference engine scores: --device cuda, --weights bf16-dot, --act-quant q8), tokens (predicted tokens counted), windows, split, device,\n"
-      "engine_settings (weights; with --device cuda also batch_invariant, invariant_rows, cuda_graphs), meta.\n"
+      "engine_settings (weights; act_quant with --act-quant q8; with --device cuda also batch_invariant, invariant_rows, cuda_graphs), meta.\n"
       "On the CPU the loss is computed in f32, or by the inference engine with --weights bf16-dot (bfloat16\n"
       "arithmetic) or --act-quant q8 (a GGUF Q8_0 / Q4_0 file's blocks times activations quantised to Q8_0,\n"
       "as llama.cpp computes it); --device cuda runs the inference engine (--weights).\n"

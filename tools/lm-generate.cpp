@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
       "that form none print as U+FFFD; --no-text prints none); -o x.jsonl writes a {\"meta\"} line, one record per\n"
       "token (step, id, piece, logprob, top_ids, top_logprobs) and a final {\"summary\"} (prompt and\n"
       "generated tokens, prefill and decode tokens/s, time to first token, stop reason, engine_settings:\n"
-      "weights, and on CUDA batch_invariant, invariant_rows, cuda_graphs (see the man page), and\n"
+      "weights, act_quant with --act-quant q8, and on CUDA batch_invariant, invariant_rows, cuda_graphs (see the man page), and\n"
       "compute_weights, the same as engine_settings' weights).\n"
       "Greedy by default; --temperature > 0 samples (with --top-k / --top-p), seeded by --seed.\n"
       "--lora DIR merges a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors, made for this\n"

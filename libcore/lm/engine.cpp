@@ -22,7 +22,11 @@ nlohmann::json CpuEngine::settings() const {
   // The block matrices' precision (the first block's query projection stands for them).
   const Matrix& w = model_.layers.empty() ? model_.token_embd : model_.layers[0].wq;
   nlohmann::json s = {{"weights", weight_type_name(block_format(w.weight_type()))}};
-  if (is_act_q8(w.weight_type())) s["act_quant"] = "q8";
+  // act-q8 on any matrix (a merged LoRA adapter leaves its matrices exact and the rest act-q8)
+  bool aq = is_act_q8(model_.head().weight_type());
+  for (const Layer& l : model_.layers)
+    for (const Matrix* m : l.matrices()) aq = aq || is_act_q8(m->weight_type());
+  if (aq) s["act_quant"] = "q8";
   // bf16-dot's bits depend on the unit that runs it (lm/matmul.hpp): recorded for reproduction
   if (w.weight_type() == WeightType::bf16_dot) s["bf16_unit"] = bf16_dot_unit();
   return s;
