@@ -2,6 +2,7 @@
 // continuous batching on the CPU engine (serve/batcher.hpp) and server-sent-event streaming.
 #include <fmt/core.h>
 #include <httplib.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -237,13 +238,23 @@ void handle_completion(Served& s, const httplib::Request& req, httplib::Response
 
 void handle_embeddings(Served& s, const httplib::Request& req, httplib::Response& res) {
   check_key(s, req);
-  const std::vector<std::string> inputs = serve::parse_embedding_input(parse_body(req.body));
+  bool base64 = false;
+  const std::vector<std::string> inputs = serve::parse_embedding_input(parse_body(req.body), base64);
   json data = json::array();
   int tokens = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::vector<int> ids = prompt_ids(s, inputs[i], "input");
     tokens += static_cast<int>(ids.size());
-    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", s.batcher->embed(ids)}});
+    const std::vector<float> v = s.batcher->embed(ids);
+    json emb = v;
+    if (base64) {  // little-endian float32 bytes (x86), base64 as OpenAI's API sends them
+      std::string b64(4 * ((v.size() * 4 + 2) / 3) + 1, '\0');
+      const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
+                                    reinterpret_cast<const unsigned char*>(v.data()), static_cast<int>(v.size() * 4));
+      b64.resize(static_cast<std::size_t>(n));
+      emb = b64;
+    }
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", emb}});
   }
   res.set_content(json{{"object", "list"}, {"data", data}, {"model", s.name},
                        {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}.dump(),

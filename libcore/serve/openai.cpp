@@ -125,9 +125,14 @@ CompletionParams parse_completion(const json& body, bool chat) {
   return p;
 }
 
-std::vector<std::string> parse_embedding_input(const json& body) {
+std::vector<std::string> parse_embedding_input(const json& body, bool& base64) {
   check_fields(body, {"input", "model", "user", "encoding_format", "dimensions"});
-  neutral(body, "encoding_format", "float");
+  base64 = false;
+  if (body.contains("encoding_format") && !body.at("encoding_format").is_null()) {
+    const json& f = body.at("encoding_format");
+    if (f != "float" && f != "base64") bad("encoding_format must be \"float\" or \"base64\"", "encoding_format");
+    base64 = f == "base64";
+  }
   if (body.contains("dimensions") && !body.at("dimensions").is_null()) bad("dimensions is not supported", "dimensions");
   if (!body.contains("input")) bad("input is required", "input");
   const json& in = body.at("input");

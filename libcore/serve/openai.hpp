@@ -52,8 +52,10 @@ struct CompletionParams {
 CompletionParams parse_completion(const nlohmann::json& body, bool chat);
 
 /// Parses a /v1/embeddings body: "input" a string or a non-empty array of strings; "model",
-/// "user" and "encoding_format": "float" accepted.  Throws ApiError (400) otherwise.
-std::vector<std::string> parse_embedding_input(const nlohmann::json& body);
+/// "user" and "encoding_format" ("float", the default, or "base64": little-endian float32 bytes,
+/// which the official Python client asks for) accepted; `base64` receives the choice.  Throws
+/// ApiError (400) otherwise.
+std::vector<std::string> parse_embedding_input(const nlohmann::json& body, bool& base64);
 
 /// The chat template: each message as "<|role|>\n" + content + "\n", then "<|assistant|>\n" (the
 /// text the model continues; no special tokens, so any model's tokenizer reads it).

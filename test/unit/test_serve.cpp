@@ -194,8 +194,13 @@ TEST_CASE("serve: OpenAI request bodies are parsed, and malformed ones refused n
       CHECK(e.param == bad.param);
     }
   }
-  CHECK(serve::parse_embedding_input(json::parse(R"({"input": ["a", "b"]})")).size() == 2);
-  CHECK_THROWS_AS(serve::parse_embedding_input(json::parse(R"({"input": [1]})")), serve::ApiError);
+  bool b64 = true;
+  CHECK(serve::parse_embedding_input(json::parse(R"({"input": ["a", "b"]})"), b64).size() == 2);
+  CHECK_FALSE(b64);
+  CHECK(serve::parse_embedding_input(json::parse(R"({"input": "a", "encoding_format": "base64"})"), b64).size() == 1);
+  CHECK(b64);
+  CHECK_THROWS_AS(serve::parse_embedding_input(json::parse(R"({"input": [1]})"), b64), serve::ApiError);
+  CHECK_THROWS_AS(serve::parse_embedding_input(json::parse(R"({"input": "a", "encoding_format": "int8"})"), b64), serve::ApiError);
   CHECK(serve::error_body({503, "busy", ""})["error"]["type"] == "server_error");
 }
 
