@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli/run_tool.hpp"
+#include "io/atomic_file.hpp"
 #include "lm/engine.hpp"
 #include "lm/model_io.hpp"
 #include "lm/prompt.hpp"
@@ -319,6 +320,7 @@ int main(int argc, char** argv) {
         pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
         std::ofstream log_file;
         if (!access_log.empty()) {
+          io::check_output_dir(access_log);  // before any work, as every tool checks -o
           log_file.open(access_log, std::ios::app);
           if (!log_file) throw InputError("cannot open the access log for appending", access_log);
         }
@@ -340,6 +342,10 @@ int main(int argc, char** argv) {
         s.started = std::time(nullptr);
 
         httplib::Server svr;
+        // one HTTP worker per slot and queued request (and a few for /health): a connection beyond
+        // them waits in the library's queue instead of getting our 503
+        const int http_threads = slots + max_queue + 4;
+        svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<std::size_t>(http_threads)); };
         svr.set_payload_max_length(max_body);
         // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share a busy port
         svr.set_socket_options([](int sock) {

@@ -17,6 +17,7 @@ set(CLI_NODIR_RUNS
   "lm-eval missing.h5 missing.txt -o nodir/o.json"
   "lm-generate missing.h5 --prompt x -o nodir/o.jsonl"
   "lm-init --preset tiny -o nodir/o.h5"
+  "lm-serve missing.h5 --access-log nodir/access.jsonl"
   "lm-train missing.txt --vocab-size 400 --steps 2 -o nodir/o.h5"
   "mallows-mcmc missing.csv -o nodir/o.json"
   "mixlaw-fit missing.csv -o nodir/o.json"
