@@ -275,13 +275,14 @@ std::string utc_now() {
 
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);
-  std::string model_path, host = "127.0.0.1", api_key, access_log, model_name, weights = "auto", act_quant = "none";
+  std::string model_path, host = "127.0.0.1", api_key, access_log, model_name, weights = "auto", act_quant = "none", device = "cpu";
   int port = 8080, slots = 4, max_queue = 16;
   double timeout_s = 600;
   std::size_t max_body = 1 << 20;
   cli::ToolInfo info{
       "lm-serve",
-      "Serve a model (.h5, .gguf or a Hugging Face folder) over the OpenAI HTTP API on the CPU engine:\n"
+      "Serve a model (.h5, .gguf or a Hugging Face folder) over the OpenAI HTTP API on the CPU engine (or,\n"
+      "--device cuda, the GPU engine, one request at a time):\n"
       "POST /v1/completions, /v1/chat/completions (\"stream\": true sends server-sent events ending in\n"
       "data: [DONE]), /v1/embeddings (mean of the final normalised hidden states, L2-normalised), GET\n"
       "/v1/models and /health.  Requests in flight are decoded together (continuous batching: one\n"
@@ -308,6 +309,7 @@ int main(int argc, char** argv) {
         app.add_option("--api-key", api_key, "Require Authorization: Bearer KEY on /v1/ requests");
         app.add_option("--access-log", access_log, "Append one JSON line per request to this file");
         app.add_option("--model-name", model_name, "The model id in /v1/models and responses (default the file name)");
+        lm::add_device_flag(app, device);
         lm::add_weights_flag(app, weights);
         lm::add_act_quant_flag(app, act_quant);
       },
@@ -327,9 +329,19 @@ int main(int argc, char** argv) {
         lm::Model model = lm::load_any(model_path);
         if (model.tokenizer_model.empty())
           throw InputError("the model has no tokenizer (" + lm::tokenizer_location(model_path) + " missing)", model_path);
-        { auto probe = lm::open_engine_for(model, lm::Device::cpu, weights, model_path, act_quant); }  // holds the weights as asked
+        // The CPU batches its slots in one pass; a device engine holds one sequence, so requests
+        // there run one at a time (one slot).  open_engine_for also holds the CPU weights as asked.
+        const lm::Device dev = lm::parse_device(device);
+        std::unique_ptr<lm::Engine> engine = lm::open_engine_for(model, dev, weights, model_path, act_quant);
+        if (dev != lm::Device::cpu && slots > 1) {
+          log::info("--device {}: one slot (the device engine holds one sequence); requests run in turn", device);
+          slots = 1;
+        }
         const lm::Tokenizer tok = lm::model_tokenizer(model, model_path);
-        serve::Batcher batcher(model, slots, max_queue);
+        std::unique_ptr<serve::Batcher> batcher_ptr =
+            dev == lm::Device::cpu ? std::make_unique<serve::Batcher>(model, slots, max_queue)
+                                   : std::make_unique<serve::Batcher>(model, *engine, max_queue);
+        serve::Batcher& batcher = *batcher_ptr;
         Served s;
         s.model = &model;
         s.tok = &tok;
@@ -402,7 +414,7 @@ int main(int argc, char** argv) {
         });
         signals.detach();
         std::cout << json{{"listening", fmt::format("http://{}:{}", host, port)}, {"model", s.name}, {"slots", slots},
-                          {"engine_settings", lm::CpuEngine(model).settings()}}.dump()
+                          {"device", engine->device()}, {"engine_settings", engine->settings()}}.dump()
                   << std::endl;
         svr.listen_after_bind();
         batcher.shutdown();

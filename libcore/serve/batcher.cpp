@@ -72,6 +72,14 @@ Batcher::Batcher(const lm::Model& model, int slots, int max_queue) : model_(mode
   worker_ = std::thread([this] { run(); });
 }
 
+Batcher::Batcher(const lm::Model& model, lm::Engine& engine, int max_queue)
+    : model_(model), engine_(&engine), max_queue_(std::max(0, max_queue)) {
+  slots_.push_back(std::make_unique<Slot>(model.config));
+  counts_.slots = 1;
+  engine.clear();
+  worker_ = std::thread([this] { run(); });
+}
+
 Batcher::~Batcher() {
   shutdown();
   {
@@ -171,7 +179,8 @@ void Batcher::run() {
         s->job = std::move(queue_.front().first);
         s->req = std::move(queue_.front().second);
         queue_.pop_front();
-        s->cache.clear();
+        if (engine_) engine_->clear();
+        else s->cache.clear();
         s->sampler = lm::Sampler(s->req.sampler);
         s->n_past = 0;
         s->last = -1;
@@ -182,7 +191,8 @@ void Batcher::run() {
     auto release = [&](Slot& s, const std::string& reason) {
       s.job->end(reason);
       s.job.reset();
-      s.cache.clear();
+      if (engine_) engine_->clear();
+      else s.cache.clear();
       std::lock_guard<std::mutex> lk(mu_);
       --active_;
       cv_.notify_all();
@@ -212,7 +222,12 @@ void Batcher::run() {
     lm::ForwardResult fr;
     {
       std::lock_guard<std::mutex> step(step_mu_);
-      fr = lm::forward(model_, caches, batch, opt);
+      if (engine_) {
+        fr = engine_->forward(batch, opt);
+        engine_->commit_all();
+      } else {
+        fr = lm::forward(model_, caches, batch, opt);
+      }
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -222,7 +237,7 @@ void Batcher::run() {
     }
     for (std::size_t j = 0; j < order.size(); ++j) {
       Slot& s = *order[j];
-      s.cache.commit_all();
+      if (!engine_) s.cache.commit_all();
       s.n_past += s.last < 0 ? static_cast<int>(s.req.prompt.size()) : 1;
       const int id = s.sampler.sample(fr.logits.row(static_cast<int>(j)), c.vocab_size);
       if (id == c.eos_id && s.req.stop_at_eos) {

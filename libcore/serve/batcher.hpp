@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "lm/engine.hpp"
 #include "lm/model.hpp"
 #include "lm/sampler.hpp"
 
@@ -63,6 +64,10 @@ class Batcher {
  public:
   /// Starts the worker.  slots >= 1, max_queue >= 0.
   Batcher(const lm::Model& model, int slots, int max_queue);
+  /// The same on `engine` (a device engine, one sequence's cache: --device cuda), one slot:
+  /// requests run one after another; `model` is its host copy (config, embeddings).  Both must
+  /// outlive the batcher.
+  Batcher(const lm::Model& model, lm::Engine& engine, int max_queue);
   /// shutdown(), then joins the worker.
   ~Batcher();
   Batcher(const Batcher&) = delete;
@@ -95,6 +100,7 @@ class Batcher {
   void check_ids(const std::vector<int>& ids) const;
 
   const lm::Model& model_;
+  lm::Engine* engine_ = nullptr;     ///< set: every pass runs on it (one slot)
   const int max_queue_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;            ///< queue_, accepting_, exit_, active_, counts_

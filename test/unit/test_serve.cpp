@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "lm/engine.hpp"
 #include "lm/forward.hpp"
 #include "lm/kv_cache.hpp"
 #include "lm/model.hpp"
@@ -111,6 +112,28 @@ TEST_CASE("serve: requests decoded together get exactly the tokens of their lone
   CHECK(st.max_active == 3);  // the passes really carried several sequences
   CHECK(st.requests == 6);
   CHECK(st.active == 0);
+}
+
+TEST_CASE("serve: on an engine (the device mode, one slot) requests run in turn with their lone runs' tokens") {
+  const lm::Model m = serve_model();
+  lm::CpuEngine engine(m);
+  serve::Batcher b(m, engine, 4);
+  std::vector<serve::GenRequest> reqs(3);
+  for (int i = 0; i < 3; ++i) {
+    reqs[i].prompt = {1 + i, 2, 3 + 2 * i};
+    reqs[i].max_tokens = 10;
+    reqs[i].sampler.temperature = i == 0 ? 0.0 : 0.7;
+    reqs[i].sampler.seed = 9 + i;
+    reqs[i].stop_at_eos = false;
+  }
+  std::vector<std::shared_ptr<serve::Job>> jobs;
+  for (const auto& r : reqs) jobs.push_back(b.submit(r));
+  for (int i = 0; i < 3; ++i) {
+    std::string reason;
+    CHECK(drain(*jobs[i]) == alone(m, reqs[i], reason));
+  }
+  CHECK(b.stats().max_active == 1);
+  CHECK(engine.size() == 0);  // cleared after each request
 }
 
 TEST_CASE("serve: the batcher refuses beyond its queue, ends jobs as documented, and rejects bad prompts") {

@@ -36,3 +36,8 @@ cli_case(serve/port-in-use --rc 0
   -- ${SERVE_SESSION} -- -c "$<TARGET_FILE:lm-serve> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --port \${URL##*:} 2> err.txt && exit 1 || grep -q '^lm-serve: error: cannot listen on 127.0.0.1 port' err.txt")
 cli_case(serve/slots-zero-refused --rc 2 --stderr "--slots"
   -- $<TARGET_FILE:lm-serve> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --slots 0)
+# --device cuda (one slot on the device engine): here the build or the machine has no CUDA.
+if(DEFINED DEV_NO_CUDA)
+  cli_case(serve/cuda-unavailable --rc 1 --stderr "^lm-serve: ${DEV_NO_CUDA}"
+    -- $<TARGET_FILE:lm-serve> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --device cuda --port 0)
+endif()
