@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -45,25 +46,60 @@ struct Served {
   std::uint64_t seed = 0;
   std::atomic<std::uint64_t> counter{0};
   std::time_t started = 0;
+  /// Generation and embedding requests being answered (a stream until its last event is sent),
+  /// and whether a signal asked to stop: new ones then get 503 while these finish.
+  std::atomic<int> inflight{0};
+  std::atomic<bool> draining{false};
+};
+
+/// Counts a request in flight for the graceful shutdown; a stream hands its count to the
+/// response's releaser (release()), otherwise the count ends with the handler.
+class Inflight {
+ public:
+  explicit Inflight(Served& s) : s_(s) {
+    ++s_.inflight;
+    if (s_.draining) {
+      --s_.inflight;
+      throw serve::ApiError{503, "the server is shutting down", ""};
+    }
+  }
+  ~Inflight() {
+    if (held_) --s_.inflight;
+  }
+  /// The count, for a releaser to end (call it exactly once).
+  std::function<void()> release() {
+    held_ = false;
+    Served* s = &s_;
+    return [s] { --s->inflight; };
+  }
+
+ private:
+  Served& s_;
+  bool held_ = true;
 };
 
 json parse_body(const std::string& text) {
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax, invalid UTF-8, a number out of range
     throw serve::ApiError{400, std::string("malformed JSON: ") + e.what(), ""};
   }
 }
 
 void check_key(const Served& s, const httplib::Request& req) {
   if (s.api_key.empty()) return;
-  if (req.get_header_value("Authorization") != "Bearer " + s.api_key)
+  const std::string auth = req.get_header_value("Authorization");
+  const bool bearer = auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0);
+  if (!bearer || auth.substr(7) != s.api_key)
     throw serve::ApiError{401, "a valid API key is needed (Authorization: Bearer KEY)", ""};
 }
 
+/// JSON text; bytes that are not UTF-8 (quoted from a bad request) become U+FFFD.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 void send_error(httplib::Response& res, const serve::ApiError& e) {
   res.status = e.status;
-  res.set_content(serve::error_body(e).dump(), "application/json");
+  res.set_content(dump(serve::error_body(e)), "application/json");
 }
 
 /// Runs `fn`, turning ApiError and the toolkit's input errors into JSON error responses.
@@ -133,6 +169,7 @@ struct Completion {
 
 void handle_completion(Served& s, const httplib::Request& req, httplib::Response& res, bool chat) {
   check_key(s, req);
+  Inflight counted(s);
   const serve::CompletionParams p = serve::parse_completion(parse_body(req.body), chat);
   const std::vector<int> ids =
       chat ? prompt_ids(s, serve::chat_prompt(p.messages), "messages") : prompt_ids(s, p.prompt, "prompt");
@@ -149,6 +186,9 @@ void handle_completion(Served& s, const httplib::Request& req, httplib::Response
   if (!st->job)
     throw serve::ApiError{503, "the server is busy: every slot is decoding and the queue is full; retry later", ""};
   st->text = std::make_unique<lm::TextStream>(*s.tok);
+  // A completion continues the prompt: the stream starts after its last token, so a first piece
+  // that begins a word keeps its space (" of", as OpenAI's API returns it); a chat message starts fresh.
+  if (!chat) st->text->push(ids.back());
   st->stop = std::make_unique<serve::StopMatcher>(p.stop);
   st->deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                         std::chrono::duration<double>(s.timeout_s));
@@ -166,7 +206,7 @@ void handle_completion(Served& s, const httplib::Request& req, httplib::Response
     else choice["text"] = out, choice["logprobs"] = nullptr;
     r["choices"] = json::array({choice});
     r["usage"] = st->usage();
-    res.set_content(r.dump(), "application/json");
+    res.set_content(dump(r), "application/json");
     return;
   }
   // Server-sent events: one chunk per piece of text, a final chunk with finish_reason and usage,
@@ -177,11 +217,12 @@ void handle_completion(Served& s, const httplib::Request& req, httplib::Response
   const bool include_usage = p.include_usage;
   auto first = std::make_shared<bool>(true);
   res.set_header("Cache-Control", "no-cache");
+  auto release = std::make_shared<std::function<void()>>(counted.release());
   res.set_chunked_content_provider(
       "text/event-stream",
       [st, chunk_head, chat, timeout_s, include_usage, first](std::size_t, httplib::DataSink& sink) {
         auto event = [&](const json& j) {
-          const std::string line = "data: " + j.dump() + "\n\n";
+          const std::string line = "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
         auto chunk = [&](const std::string& text, const json& reason) {
@@ -232,13 +273,15 @@ void handle_completion(Served& s, const httplib::Request& req, httplib::Response
         sink.done();
         return true;
       },
-      [st](bool success) {
+      [st, release](bool success) {
         if (!success) st->job->cancel();
+        (*release)();
       });
 }
 
 void handle_embeddings(Served& s, const httplib::Request& req, httplib::Response& res) {
   check_key(s, req);
+  Inflight counted(s);
   bool base64 = false;
   const std::vector<std::string> inputs = serve::parse_embedding_input(parse_body(req.body), base64);
   json data = json::array();
@@ -295,7 +338,7 @@ int main(int argc, char** argv) {
       "<|assistant|> and a newline.",
       "  lm-serve data/models/kjv7m.h5 --port 8080\n"
       "  lm-serve model-q8_0.gguf --act-quant q8 --slots 8 --api-key secret --access-log access.jsonl\n"
-      "  curl -s localhost:8080/v1/completions -d '{\"prompt\": \"In the beginning\", \"max_tokens\": 16, \"temperature\": 0}'\n"};
+      "  curl -s localhost:8080/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"In the beginning\", \"max_tokens\": 16, \"temperature\": 0}'\n"};
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
@@ -403,13 +446,20 @@ int main(int argc, char** argv) {
                            {"status", res.status}, {"request_bytes", req.body.size()}}.dump()
                    << "\n" << std::flush;
         });
+        const int requested_port = port;
         if (port == 0) port = svr.bind_to_any_port(host);
         else if (!svr.bind_to_port(host, port)) port = -1;
-        if (port < 0) throw InputError(fmt::format("cannot listen on {} port (in use, or not an address of this machine)", host), "--port");
+        if (port < 0)
+          throw InputError(fmt::format("cannot listen on {} port {} (in use, or not an address of this machine)", host, requested_port),
+                           "--port");
         std::thread signals([&] {
           int sig = 0;
           sigwait(&sigs, &sig);
           log::info("signal {}: finishing the requests in flight, then stopping", sig);
+          // new requests get 503 while those in flight (streams to their last event) finish;
+          // stopping the HTTP server earlier would cut the streams
+          s.draining = true;
+          while (s.inflight > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
           svr.stop();
         });
         signals.detach();

@@ -33,7 +33,7 @@ cli_case(serve/busy-503-and-client-leaving --rc 0
 cli_case(serve/model-without-tokenizer --rc 1 --stderr "^lm-serve: error: the model has no tokenizer" --tool lm-serve
   -- bash -c "$<TARGET_FILE:lm-init> --d-model 64 --d-ff 128 --n-layers 1 --n-heads 2 --vocab-size 64 -o m.h5 -q && $<TARGET_FILE:lm-serve> m.h5 --port 0")
 cli_case(serve/port-in-use --rc 0
-  -- ${SERVE_SESSION} -- -c "$<TARGET_FILE:lm-serve> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --port \${URL##*:} 2> err.txt && exit 1 || grep -q '^lm-serve: error: cannot listen on 127.0.0.1 port' err.txt")
+  -- ${SERVE_SESSION} -- -c "$<TARGET_FILE:lm-serve> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --port \${URL##*:} 2> err.txt && exit 1 || grep -q \"^lm-serve: error: cannot listen on 127.0.0.1 port \${URL##*:} \" err.txt")
 cli_case(serve/slots-zero-refused --rc 2 --stderr "--slots"
   -- $<TARGET_FILE:lm-serve> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --slots 0)
 # --device cuda (one slot on the device engine): here the build or the machine has no CUDA.
@@ -41,3 +41,6 @@ if(DEFINED DEV_NO_CUDA)
   cli_case(serve/cuda-unavailable --rc 1 --stderr "^lm-serve: ${DEV_NO_CUDA}"
     -- $<TARGET_FILE:lm-serve> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5 --device cuda --port 0)
 endif()
+# SIGTERM mid-stream: the streams in flight (and the one queued) finish with [DONE], exit 0.
+cli_case(serve/sigterm-lets-streams-finish --rc 0
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/serve/sigterm.sh $<TARGET_FILE:lm-serve> ${PROJECT_SOURCE_DIR}/data/models/kjv7m.h5)

@@ -22,3 +22,8 @@ test "$(code "$URL/v1/nothing")" = 404; err '.error.message | contains("no such 
 test "$(curl -s -o r.json -w '%{http_code}' "$URL/v1/models")" = 401; err '.error.message | contains("API key")'
 test "$(code "$URL/v1/completions" -d '{"prompt": "And", "max_tokens": 2}')" = 200; err '.usage.completion_tokens == 2'
 test "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200
+# bytes that are not UTF-8, and a number out of range: 400, not a server error
+test "$(printf '{"prompt": "In the \xff\xfe beginning"}' | curl -s -o r.json -w '%{http_code}' -H 'Authorization: Bearer k3y' -H 'Content-Type: application/json' --data-binary @- "$URL/v1/completions")" = 400
+err '.error.message | startswith("malformed JSON")'
+test "$(code "$URL/v1/completions" -d '{"prompt": "x", "max_tokens": 1e400}')" = 400
+test "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: bearer k3y' "$URL/v1/models")" = 200

@@ -12,6 +12,6 @@ for s in 1 2 3; do
   jq -e -s '.[0].choices == .[1].choices and .[0].usage == .[1].usage' "p$s.json" "q$s.json" > /dev/null
 done
 "$gen" "$model" --prompt 'And the earth' -n 24 --temperature 0.9 --seed 2 --no-stream > g.txt
-jq -j '.choices[0].text + "\n"' p2.json | cmp - g.txt
+jq -j '(.choices[0].text | ltrimstr(" ")) + "\n"' p2.json | cmp - g.txt
 "$gen" "$model" --prompt 'And God said' -n 24 --no-stream > g0.txt
-jq -j '.choices[0].text + "\n"' p0.json | cmp - g0.txt
+jq -j '(.choices[0].text | ltrimstr(" ")) + "\n"' p0.json | cmp - g0.txt
