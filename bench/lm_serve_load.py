@@ -42,9 +42,8 @@ def stream_completion(host, port, prompt, tokens):
         if line == "data: [DONE]":
             done = True
             break
-        j = json.loads(line[6:])
-        if "usage" in j:
-            usage = j["usage"]
+        if '"usage"' in line:  # only the final chunks are parsed: the client shares the server's cores
+            usage = json.loads(line[6:])["usage"]
     conn.close()
     if not done or usage is None:
         return time.perf_counter() - t0, ttft, 0, "stream ended without usage or [DONE]"
