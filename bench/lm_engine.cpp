@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "lm/engine.hpp"
 #include "lm/forward.hpp"
 #include "lm/matmul.hpp"
 #include "lm/model.hpp"
@@ -199,12 +200,8 @@ double amx_peak(int nthreads) {
 /// k-row pass times and a 256-token prefill of a model file, held as lm-generate holds it.
 nlohmann::json bench_file(const std::string& path, int nthreads, int reps, bool bf16_dot, bool act_q8) {
   Model m = load_any(path);
-  if (bf16_dot) hold_bf16_dot(m);
-  else {  // as --weights auto: 16-bit when exact, GGUF Q8_0 / Q4_0 kept quantised
-    if (m.stored != io::h5::FloatStorage::f32) hold_half(m, m.stored == io::h5::FloatStorage::bf16);
-    if (hold_quant(m) == 0 && act_q8) throw std::runtime_error("--act-quant q8 needs a GGUF file with Q8_0 or Q4_0 weights");
-    if (act_q8) hold_act_q8(m);
-  }
+  // held as lm-generate holds them for --weights auto|bf16-dot and --act-quant none|q8
+  hold_weights_for(m, Device::cpu, bf16_dot ? "bf16-dot" : "auto", path, act_q8 ? "q8" : "none");
   const int ctx = 64;
   const KvCache base = context_cache(m, ctx);
   for (int k : {1, 16, 64}) k_row_pass(m, base, ctx, k, nullptr);  // warm-up

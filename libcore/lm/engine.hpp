@@ -146,7 +146,8 @@ inline std::unique_ptr<Engine> open_engine(const Model& model, Device device, co
 #endif
 }
 
-/// open_engine for a tool's --weights (lm::add_weights_flag): on the CPU, "auto" holds the
+/// Holds `model`'s weights as a tool's --weights and --act-quant ask (lm::add_weights_flag,
+/// lm::add_act_quant_flag) for an engine on `device`: on the CPU, "auto" holds the
 /// weights as f16 (bf16) when the file stores f16 (bf16) and every weight is exact in it
 /// (lm::hold_half, half the bytes per decode step, the same logits), "f16" and "bf16" require
 /// exactness (InputError naming `where` otherwise), "f32" keeps f32; matrices read from GGUF
@@ -156,18 +157,16 @@ inline std::unique_ptr<Engine> open_engine(const Model& model, Device device, co
 /// on CUDA the host copy stays as loaded and `weights` is the device precision (open_engine).
 /// `act_quant` "q8" (`--act-quant`, CPU and --weights auto only, UsageError otherwise) has the
 /// Q8_0 / Q4_0 matrices multiply activations quantised to Q8_0 blocks (lm::hold_act_q8, lossy;
-/// InputError naming `where` when the model holds none).  Throws what open_engine throws.
-inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, const std::string& weights, const std::string& where,
-                                               const std::string& act_quant = "none") {
+/// InputError naming `where` when the model holds none).
+inline void hold_weights_for(Model& model, Device device, const std::string& weights, const std::string& where,
+                             const std::string& act_quant = "none") {
   if (act_quant == "q8") {
     if (device != Device::cpu) throw UsageError("--act-quant q8 is a CPU mode", "--act-quant");
     if (weights != "auto")
       throw UsageError("--act-quant q8 multiplies the file's Q8_0 / Q4_0 blocks: use it with --weights auto", "--act-quant");
     if (hold_quant(model) == 0 || hold_act_q8(model) == 0)
       throw InputError("--act-quant q8 needs Q8_0 or Q4_0 weights (a GGUF file; write one with lm-convert --dtype q8_0)", where);
-    return open_engine(model, device, weights);
-  }
-  if (weights == "bf16-dot") {
+  } else if (weights == "bf16-dot") {
     if (device != Device::cpu) throw UsageError("--weights bf16-dot is a CPU mode (use bf16 with --device cuda)", "--weights");
     hold_bf16_dot(model);
   } else if (device == Device::cpu) {
@@ -179,6 +178,13 @@ inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, cons
     if (weights == "auto") hold_quant(model);
     else drop_quant(model);
   }
+}
+
+/// open_engine for a tool's --weights and --act-quant: hold_weights_for, then open_engine.
+/// Throws what those throw.
+inline std::unique_ptr<Engine> open_engine_for(Model& model, Device device, const std::string& weights, const std::string& where,
+                                               const std::string& act_quant = "none") {
+  hold_weights_for(model, device, weights, where, act_quant);
   return open_engine(model, device, weights);
 }
 
