@@ -233,8 +233,8 @@ int main(int argc, char** argv) {
         std::vector<Policy> policy_list;
         for (const auto& p : split_list(policies)) policy_list.push_back(parse_policy(p));
         if (policy_list.empty()) throw UsageError("no policy given", "--policy");
-        const bool want_router = std::find(policy_list.begin(), policy_list.end(), Policy::router) != policy_list.end();
         const bool recording = !record_path.empty();
+        const bool want_router = !recording && std::find(policy_list.begin(), policy_list.end(), Policy::router) != policy_list.end();
         if (simulate && recording) throw UsageError("--record-profiles runs the models; it cannot be simulated", "--simulate");
         if (simulate && plans_path.empty()) throw UsageError("--simulate replays recorded plans: give --plans", "--simulate");
         if (!simulate && !profiles_path.empty()) throw UsageError("--profiles is for --simulate", "--profiles");
