@@ -36,11 +36,7 @@ std::vector<std::string> split_list(const std::string& s) {
 
 // Profiles keyed by (task id, step id) from a profiles JSONL with "task_id" and "step_id" fields.
 std::map<std::string, std::map<int, StepProfile>> read_step_profiles(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("cannot read file", path);
   std::map<std::string, std::map<int, StepProfile>> out;
-  std::string line;
-  std::size_t n = 0;
   auto route = [](const nlohmann::json& r) {
     RouteProfile p;
     p.latency_s = r.at("latency_ms").get<double>() / 1000.0;
@@ -50,12 +46,8 @@ std::map<std::string, std::map<int, StepProfile>> read_step_profiles(const std::
     p.prompt_tokens = u.contains("prompt_tokens") ? u["prompt_tokens"].get<long>() : u.at("total_tokens").get<long>() - p.completion_tokens;
     return p;
   };
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}, line {}", path, n);
+  io::for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
     try {
-      const auto j = nlohmann::json::parse(line);
       const std::string tid = j.at("task_id").is_string() ? j["task_id"].get<std::string>() : std::to_string(j["task_id"].get<long long>());
       const int sid = j.at("step_id").get<int>();
       StepProfile sp;
@@ -65,7 +57,7 @@ std::map<std::string, std::map<int, StepProfile>> read_step_profiles(const std::
     } catch (const nlohmann::json::exception&) {
       throw InputError("a profile row needs task_id, step_id and edge/cloud {latency_ms, usage{completion_tokens, total_tokens}}", where);
     }
-  }
+  });
   return out;
 }
 

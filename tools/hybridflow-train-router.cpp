@@ -30,40 +30,6 @@ using nlohmann::json;
 
 namespace {
 
-// The whole of a file ("-" = stdin) and its SHA-256.
-std::string slurp(const std::string& path, std::string& sha) {
-  std::string text;
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw unreadable_file(path);
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  sha = io::sha256_hex(text);
-  return text;
-}
-
-// Calls `row` with (parsed object, "file, line N") for every non-blank line of a JSONL file.
-template <class F>
-void for_each_jsonl(const std::string& path, const std::string& text, F&& row) {
-  std::istringstream lines(text);
-  std::string line;
-  const std::string name = path == "-" ? "stdin" : path;
-  for (long ln = 1; std::getline(lines, line); ++ln) {
-    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-    const std::string where = fmt::format("{}, line {}", name, ln);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception&) {
-      throw InputError("malformed JSON", where);
-    }
-    if (!j.is_object()) throw InputError("a line must be a JSON object", where);
-    row(j, where);
-  }
-}
-
 std::vector<float> float_array(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end()) throw InputError(fmt::format("missing field {}", key), where);
@@ -90,11 +56,9 @@ double finite_number(const json& j, const char* key, const std::string& where) {
 std::vector<std::vector<float>> read_embeddings(const std::string& path, const std::vector<std::string>& texts,
                                                 const std::string& flag, io::Provenance& prov) {
   std::string sha;
-  const std::string text = slurp(path, sha);
-  prov.add_input(path, sha);
   std::vector<std::vector<float>> out;
   std::size_t text_mismatch = 0;
-  for_each_jsonl(path, text, [&](const json& j, const std::string& where) {
+  io::for_each_jsonl(path, [&](const json& j, const std::string& where) {
     std::vector<float> e = float_array(j, "embedding", where);
     if (e.empty()) throw InputError("empty embedding", where);
     if (!out.empty() && e.size() != out[0].size())
@@ -102,7 +66,8 @@ std::vector<std::vector<float>> read_embeddings(const std::string& path, const s
     if (auto t = j.find("text"); t != j.end() && t->is_string() && out.size() < texts.size() && *t != texts[out.size()])
       ++text_mismatch;
     out.push_back(std::move(e));
-  });
+  }, &sha);
+  prov.add_input(path, sha);
   if (out.size() != texts.size())
     throw InputError(fmt::format("{} embeddings for {} profiles (one line per profile, in order)", out.size(), texts.size()),
                      path + " (" + flag + ")");
@@ -286,9 +251,9 @@ int main(int argc, char** argv) {
           const RouterNet net = load_router(router_path);
           std::string sha;
           ctx.prov.add_input(router_path, io::sha256_file(router_path));
-          const std::string text = slurp(score_path, sha);
+
           std::string out;
-          for_each_jsonl(score_path, text, [&](const json& j, const std::string& where) {
+          io::for_each_jsonl(score_path, [&](const json& j, const std::string& where) {
             std::vector<float> x;
             if (j.contains("x")) {
               x = float_array(j, "x", where);
@@ -307,7 +272,8 @@ int main(int argc, char** argv) {
               throw InputError(fmt::format("x of length {}, the router takes {}", x.size(), net.input_dim()), where);
             const double raw = net.forward_raw(x.data());
             out += json{{"raw", raw}, {"s", 1.0 / (1.0 + std::exp(-raw))}}.dump() + "\n";
-          });
+          }, &sha);
+          ctx.prov.add_input(score_path, sha);
           io::write_text(summary, out);
           return;
         }

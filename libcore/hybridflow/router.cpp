@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "io/atomic_file.hpp"
+#include "io/json.hpp"
 #include "io/mapped_file.hpp"
 #include "io/sha256.hpp"
 #include "lm/safetensors.hpp"
@@ -317,30 +318,9 @@ void read_side(const json& row, const char* side, double& latency_s, long& total
 }  // namespace
 
 std::vector<SubtaskProfile> read_profiles(const std::string& path, std::string* sha256) {
-  std::string text;
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw unreadable_file(path);
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (in.bad()) throw unreadable_file(path);
-  }
-  if (sha256) *sha256 = io::sha256_hex(text);
   const std::string name = path == "-" ? "stdin" : path;
   std::vector<SubtaskProfile> out;
-  std::istringstream lines(text);
-  std::string line;
-  for (long ln = 1; std::getline(lines, line); ++ln) {
-    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-    const std::string where = fmt::format("{}, line {}", name, ln);
-    json row;
-    try {
-      row = json::parse(line);
-    } catch (const json::exception&) {
-      throw InputError("malformed JSON", where);
-    }
-    if (!row.is_object()) throw InputError("a profile line must be a JSON object", where);
+  io::for_each_jsonl(path, [&](const json& row, const std::string& where) {
     SubtaskProfile p;
     p.task = string_member(row, "task", "", where);
     const json& sub = object_member(row, "subtask", "", where);
@@ -365,7 +345,7 @@ std::vector<SubtaskProfile> read_profiles(const std::string& path, std::string* 
         throw InputError("field id must be a string or an integer", where);
     }
     out.push_back(std::move(p));
-  }
+  }, sha256);
   if (out.empty()) throw InputError("no profiles (one JSON object a line expected)", name);
   return out;
 }

@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "io/sha256.hpp"
+#include "io/json.hpp"
 #include "util/error.hpp"
 #include "util/rng.hpp"
 
@@ -35,32 +35,6 @@ std::string id_text(const nlohmann::json& v, const std::string& where) {
   throw InputError("\"id\" must be a string or an integer", where);
 }
 
-// Lines of a JSONL file as parsed objects, each with its 1-based line number.
-std::vector<std::pair<std::size_t, nlohmann::json>> read_jsonl(const std::string& path, std::string* sha256) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read file", path);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (sha256) *sha256 = io::sha256_hex(all);
-  std::vector<std::pair<std::size_t, nlohmann::json>> rows;
-  std::size_t line_no = 0, pos = 0;
-  while (pos < all.size()) {
-    std::size_t nl = all.find('\n', pos);
-    if (nl == std::string::npos) nl = all.size();
-    std::string line = all.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      auto j = nlohmann::json::parse(line);
-      if (!j.is_object()) throw InputError("each line must be a JSON object", fmt::format("{}, line {}", path, line_no));
-      rows.emplace_back(line_no, std::move(j));
-    } catch (const nlohmann::json::exception&) {
-      throw InputError("not valid JSON", fmt::format("{}, line {}", path, line_no));
-    }
-  }
-  return rows;
-}
-
 std::string rely_text(const std::vector<int>& r) {
   std::string s;
   for (std::size_t i = 0; i < r.size(); ++i) s += (i ? "," : "") + std::to_string(r[i]);
@@ -82,8 +56,7 @@ long tokens_or_estimate(long reported, const std::string& text) { return reporte
 std::vector<Task> read_tasks(const std::string& path, std::string* sha256) {
   std::vector<Task> tasks;
   std::set<std::string> seen;
-  for (const auto& [line, j] : read_jsonl(path, sha256)) {
-    const std::string where = fmt::format("{}, line {}", path, line);
+  io::for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
     Task t;
     if (!j.contains("id")) throw InputError("missing \"id\"", where);
     t.id = id_text(j["id"], where);
@@ -110,20 +83,19 @@ std::vector<Task> read_tasks(const std::string& path, std::string* sha256) {
     }
     if (!seen.insert(t.id).second) throw InputError("task id '" + t.id + "' appears twice", where);
     tasks.push_back(std::move(t));
-  }
+  }, sha256);
   if (tasks.empty()) throw InputError("no tasks", path);
   return tasks;
 }
 
 std::map<std::string, std::string> read_plans(const std::string& path, std::string* sha256) {
   std::map<std::string, std::string> plans;
-  for (const auto& [line, j] : read_jsonl(path, sha256)) {
-    const std::string where = fmt::format("{}, line {}", path, line);
+  io::for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
     if (!j.contains("id")) throw InputError("missing \"id\"", where);
     const std::string id = id_text(j["id"], where);
     if (!j.contains("plan") || !j["plan"].is_string()) throw InputError("missing \"plan\" (the XML text)", where);
     if (!plans.emplace(id, j["plan"].get<std::string>()).second) throw InputError("a second plan for task '" + id + "'", where);
-  }
+  }, sha256);
   return plans;
 }
 
@@ -243,12 +215,12 @@ Example.
 </Plan>
 
 Example.
-**Problem**: Which of these is a prime number whose digits sum to 10? A. 19 B. 37 C. 55 D. 73
+**Problem**: Which of these is a prime number whose digits sum to 10? A. 28 B. 37 C. 55 D. 91
 **Output**:
 <Plan>
 <Step ID="1" Task="To assist the following agents, what is your understanding of the question after reviewing it, focusing only on essential information and filtering out all irrelevant details?" Difficulty="2" Token="40" Rely=""/>
-<Step ID="2" Task="Which of the numbers 19, 37, 55 and 73 are prime?" Difficulty="3" Token="30" Rely="1"/>
-<Step ID="3" Task="What is the digit sum of each of 19, 37, 55 and 73?" Difficulty="1" Token="30" Rely="1"/>
+<Step ID="2" Task="Which of the numbers 28, 37, 55 and 91 are prime?" Difficulty="3" Token="30" Rely="1"/>
+<Step ID="3" Task="What is the digit sum of each of 28, 37, 55 and 91?" Difficulty="1" Token="30" Rely="1"/>
 <Step ID="4" Task="After reviewing the original question and the thoughts of previous agents, what is the final answer to the question?" Difficulty="3" Token="15" Rely="2,3"/>
 </Plan>
 )";

@@ -28,6 +28,31 @@ nlohmann::json read_json(const std::string& path, std::string* sha256) {
   }
 }
 
+void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& row,
+                    std::string* sha256) {
+  const std::string text = read_file(path);
+  if (sha256) *sha256 = sha256_hex(text);
+  const std::string name = is_stdout(path) ? "<stdin>" : path;
+  std::size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string_view line(text.data() + pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = fmt::format("{}, line {}", name, line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      throw InputError("malformed JSON", where);
+    }
+    if (!j.is_object()) throw InputError("a line must be a JSON object", where);
+    row(j, where);
+  }
+}
+
 void require_json_path(const std::string& path) {
   require_output_extension(path, "-o", {".json"}, "the result is JSON", true);
 }

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+
+#include <functional>
 #include <string>
 
 namespace icmlkit::io {
@@ -11,6 +13,12 @@ namespace icmlkit::io {
 nlohmann::json read_json(const std::string& path);
 /// The same, also giving the SHA-256 of the bytes read (for provenance; works for stdin).
 nlohmann::json read_json(const std::string& path, std::string* sha256);
+/// Reads a JSON Lines file ("-" = stdin) and calls `row(object, where)` for every non-blank line,
+/// `where` = "file, line N" (1-based) for the caller's own errors; `sha256`, when given, gets the
+/// hash of the bytes read.  Throws InputError naming the file and line for an unreadable file,
+/// malformed JSON or a line that is not a JSON object.
+void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& row,
+                    std::string* sha256 = nullptr);
 /// Throws UsageError naming -o unless `path` is stdout ("-"), a stream (/dev/null) or ends in
 /// .json (for tools whose result is a JSON document).
 void require_json_path(const std::string& path);

@@ -138,7 +138,7 @@ TEST_CASE("hybridflow dag: transitive reduction, depth and compression by hand")
   CHECK(dag_metrics(flat).compression == 0.25);
 }
 
-TEST_CASE("hybridflow schedule: unlimited workers give the critical path; a worker limit is respected") {
+TEST_CASE("hybridflow schedule: unlimited workers give the critical path, and a worker limit is respected") {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     const int n = 1 + static_cast<int>(rng() % 7);

@@ -61,7 +61,7 @@ cli_case(hybridflow-run/simulate-policies --rc 0 --file s.jsonl
 # ---- bad input: one line, exit 1 (data) or 2 (usage), no output ----
 cli_case(hybridflow-run/missing-plan --rc 1 --stderr "^hybridflow-run: error: no recorded plan for task 't1'" --no-file out.jsonl
   -- ${HF} ${HF_FX}/tasks.jsonl --plans ${HF_DATA}/plans.jsonl --simulate --policy edge -o out.jsonl)
-cli_case(hybridflow-run/bad-tasks-line --rc 1 --tool hybridflow-run --stderr "^hybridflow-run: error: not valid JSON \\(.*, line 2\\)"
+cli_case(hybridflow-run/bad-tasks-line --rc 1 --tool hybridflow-run --stderr "^hybridflow-run: error: malformed JSON \\(.*, line 2\\)"
   -- bash -c "printf '{\"id\": 1, \"problem\": \"x\"}\\n{oops\\n' > t.jsonl && ${HF} t.jsonl --plans ${HF_FX}/plans.jsonl --simulate --policy edge")
 cli_case(hybridflow-run/unknown-policy --rc 2 --stderr "--policy"
   -- ${HF} ${HF_FX}/tasks.jsonl --plans ${HF_FX}/plans.jsonl --simulate --policy fastest)
