@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -501,9 +502,31 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
           i = ready.front();
           ready.pop_front();
         }
-        run_one(i);
+        try {
+          run_one(i);
+        } catch (const std::exception& e) {  // never lose the step (or the pool) to an unexpected error
+          std::lock_guard<std::mutex> lock(mu);
+          steps[i].error = std::string("internal error: ") + e.what();
+          done.insert(steps[i].step.id);
+          enqueue_ready();
+          cv.notify_all();
+        }
       }
     });
+
+  // Whatever happens below, the workers are told the plan is over and joined before leaving.
+  struct JoinAtExit {
+    std::function<void()> f;
+    ~JoinAtExit() { f(); }
+  } join_at_exit{[&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      plan_closed = true;
+    }
+    cv.notify_all();
+    for (auto& t : pool)
+      if (t.joinable()) t.join();
+  }};
 
   // The plan: recorded, or streamed from the planner (steps start as their tags complete).
   if (recorded_plan) {

@@ -9,6 +9,8 @@ set(CLI_NODIR_RUNS
   "cde-eval missing.h5 missing.ts -o nodir/o.json"
   "cde-train missing.ts -o nodir/o.h5"
   "fafo-generate missing.h5 --prompt x -o nodir/o.jsonl"
+  "hybridflow-run missing.jsonl --plans missing.jsonl --simulate --policy edge -o nodir/o.jsonl"
+  "hybridflow-train-router missing.jsonl --embeddings missing.jsonl -o nodir/r.safetensors"
   "infolaw-fit missing.csv -o nodir/o.json"
   "infolaw-predict missing.json missing.csv -o nodir/o.json"
   "kv-eval missing.h5 missing.txt -o nodir/o.json"
