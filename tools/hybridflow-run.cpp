@@ -61,45 +61,38 @@ std::map<std::string, std::map<int, StepProfile>> read_step_profiles(const std::
   return out;
 }
 
-// Finished (task id, policy, schedule) keys of an output file, and its complete lines (a torn last
-// line of a killed run is dropped).
-std::set<std::string> finished_keys(const std::string& path, std::string& kept) {
-  std::set<std::string> keys;
-  std::ifstream in(path);
-  if (!in) return keys;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (in.eof()) break;  // no newline after it: torn
-    try {
-      const auto j = nlohmann::json::parse(line);
-      keys.insert(j.at("id").get<std::string>() + "\x1f" + j.at("policy").get<std::string>() + "\x1f" + j.at("schedule").get<std::string>());
-      kept += line + "\n";
-    } catch (const std::exception&) {
-      throw InputError("not a hybridflow-run output line; cannot resume", path);
-    }
-  }
-  return keys;
+// A task run that did not fully succeed: the task failed, a step failed, or the aggregation did.
+bool has_failures(const nlohmann::json& r) {
+  return !r.value("error", nlohmann::json()).is_null() || r.value("failed_steps", 0) > 0 ||
+         !r["aggregation"].value("error", nlohmann::json()).is_null();
 }
 
+// Per-policy totals over output records (the kept ones of a resumed run included).  Means are over
+// the task runs that did not fail as a whole (a failed task has no steps to average).
 struct Aggregate {
-  std::size_t tasks = 0, failed = 0, scored = 0, correct = 0, steps = 0, cloud_steps = 0;
+  std::size_t tasks = 0, failed = 0, with_failures = 0, scored = 0, correct = 0, steps = 0, cloud_steps = 0, ok = 0;
   double makespan = 0, subtasks_makespan = 0, tokens = 0, cost = 0, compression = 0;
-  void add(const TaskRecord& r) {
+  void add(const nlohmann::json& r) {
     ++tasks;
-    if (!r.error.empty()) ++failed;
-    if (r.correct) ++scored, correct += *r.correct;
-    makespan += r.makespan_s;
-    subtasks_makespan += r.subtasks_makespan_s;
-    tokens += static_cast<double>(r.total_tokens());
-    cost += r.total_cost();
-    steps += r.steps.size();
-    for (const auto& s : r.steps) cloud_steps += s.route == "cloud";
-    if (r.dag) compression += r.dag->compression;
+    with_failures += has_failures(r);
+    if (!r.value("error", nlohmann::json()).is_null()) {
+      ++failed;
+      return;
+    }
+    ++ok;
+    if (r["correct"].is_boolean()) ++scored, correct += r["correct"].get<bool>();
+    makespan += r["makespan_s"].get<double>();
+    subtasks_makespan += r["subtasks_makespan_s"].get<double>();
+    tokens += r["total_tokens"].get<double>();
+    cost += r["cost_usd"].get<double>();
+    for (const auto& s : r["steps"]) ++steps, cloud_steps += s["route"] == "cloud";
+    if (r.contains("dag")) compression += r["dag"]["compression"].get<double>();
   }
   nlohmann::json json() const {
-    const double n = tasks ? static_cast<double>(tasks) : 1.0;
+    const double n = ok ? static_cast<double>(ok) : 1.0;
     return {{"tasks", tasks},
             {"failed_tasks", failed},
+            {"tasks_with_failures", with_failures},
             {"mean_makespan_s", makespan / n},
             {"mean_subtasks_makespan_s", subtasks_makespan / n},
             {"mean_tokens", tokens / n},
@@ -111,6 +104,32 @@ struct Aggregate {
             {"accuracy", scored ? nlohmann::json(static_cast<double>(correct) / static_cast<double>(scored)) : nlohmann::json(nullptr)}};
   }
 };
+
+std::string record_key(const nlohmann::json& j) {
+  return j.at("id").get<std::string>() + "\x1f" + j.at("policy").get<std::string>() + "\x1f" + j.at("schedule").get<std::string>();
+}
+
+// The complete records of an output file to keep when resuming: a torn last line (a killed run) is
+// dropped, and so are task runs that failed as a whole (no plan, an unreachable planner), so that
+// they run again.  Throws InputError when a line is not a hybridflow-run record.
+std::vector<nlohmann::json> kept_records(const std::string& path) {
+  std::vector<nlohmann::json> kept;
+  std::ifstream in(path);
+  if (!in) return kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline after it: torn
+    try {
+      auto j = nlohmann::json::parse(line);
+      record_key(j);
+      (void)j.at("steps"), (void)j.at("makespan_s"), (void)j.at("aggregation");
+      if (j.value("error", nlohmann::json()).is_null()) kept.push_back(std::move(j));
+    } catch (const std::exception&) {
+      throw InputError("not a hybridflow-run output line; cannot resume", path);
+    }
+  }
+  return kept;
+}
 
 }  // namespace
 
@@ -151,19 +170,22 @@ int main(int argc, char** argv) {
       "TASKS: JSONL {\"id\", \"problem\", \"answer\"?, \"kind\"?: letter|integer|solution|exact}.  Output: JSONL, one record\n"
       "per task and policy, appended as each finishes (a killed run keeps them; --resume skips them): plan, per step\n"
       "route, times, tokens, cost, result, router values; DAG levels and compression; final answer, correct; totals.\n"
-      "The summary (stdout when -o is a file, or --summary) aggregates per policy.  --record-profiles runs every\n"
-      "subtask on both models and writes hybridflow-train-router's profile rows.",
-      "  hybridflow-run tasks.jsonl --planner http://127.0.0.1:8000/v1 --edge http://127.0.0.1:8001/v1 \\\n"
-      "      --cloud https://api.openai.com/v1 --cloud-model gpt-4.1 --api-key-env OPENAI_API_KEY --policy threshold -o out.jsonl\n"
-      "  hybridflow-run data/hybridflow/tasks.jsonl --plans data/hybridflow/plans.jsonl --simulate \\\n"
-      "      --edge-model llama-3.2-3b --cloud-model gpt-4.1 --policy edge,cloud,threshold,random -o sim.jsonl\n"
+      "The summary (stdout when -o is a file, or --summary) aggregates per policy over the whole output (means over\n"
+      "the task runs that did not fail as a whole).  Exit 0 when every task run succeeded; 1 when any had a failed task,\n"
+      "step or aggregation (all records still written), or when an endpoint cannot be reached at all (the run stops;\n"
+      "--resume continues it, re-running tasks that failed as a whole).  A server's refusal (HTTP 4xx other than 408\n"
+      "and 429, e.g. a prompt longer than the model's context) is not retried.  The simulator does not time the\n"
+      "aggregation (as the reference).  --record-profiles runs every subtask on both models and writes\n"
+      "hybridflow-train-router's profile rows.",
+      "  hybridflow-run tasks.jsonl --planner http://127.0.0.1:8000/v1 --edge http://127.0.0.1:8001/v1 --cloud https://api.openai.com/v1 --cloud-model gpt-4.1 --api-key-env OPENAI_API_KEY --policy threshold -o out.jsonl\n"
+      "  hybridflow-run data/hybridflow/tasks.jsonl --plans data/hybridflow/plans.jsonl --profiles data/hybridflow/profiles.jsonl --simulate --edge-model llama-3.2-3b --cloud-model gpt-4.1 --policy edge,cloud,threshold,random -o sim.jsonl\n"
       "  hybridflow-run tasks.jsonl --plans plans.jsonl --edge $E --cloud $C --record-profiles profiles.jsonl\n"};
 
   return cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
         app.add_option("tasks", tasks_path, "Tasks JSONL {id, problem, answer?, kind?}")->required();
-        app.add_option("-o,--output", output, "Records JSONL, one line per task and policy (- = stdout)")->capture_default_str();
+        app.add_option("-o,--output", output, "Records JSONL, one line per task and policy, appended as each finishes; an existing file is replaced unless --resume (- = stdout)")->capture_default_str();
         app.add_option("--summary", summary_path, "Summary JSON per policy (default: stdout when -o is a file)");
         app.add_option("--planner", planner_url, "Planner endpoint base URL (http://host:port/v1)");
         app.add_option("--edge", edge_url, "Edge (small) model endpoint base URL");
@@ -239,7 +261,8 @@ int main(int argc, char** argv) {
           if (plans_path.empty() && planner_url.empty()) throw UsageError("give --planner, or recorded --plans", "--planner");
         }
         if (want_router) {
-          if (router_path.empty()) throw UsageError("the router policy needs --router WEIGHTS", "--router");
+          if (router_path.empty())
+            throw UsageError("the router policy (the default) needs --router WEIGHTS, or choose --policy edge|cloud|threshold|random", "--router");
           if (embed_url.empty()) throw UsageError("the router policy needs --embed URL (its embedding endpoint)", "--embed");
         }
         const std::string key = key_env.empty() ? std::string() : (std::getenv(key_env.c_str()) ? std::getenv(key_env.c_str()) : "");
@@ -340,7 +363,7 @@ int main(int argc, char** argv) {
                 out << row.dump() << "\n";
                 ++rows;
               }
-            log::info("task {} ({}/{}): profiled {} steps", tasks[t].id, t + 1, tasks.size(), e.steps.size());
+            log::info("task {} ({}/{}): profiled steps: {}", tasks[t].id, t + 1, tasks.size(), e.steps.size());
           }
           out.close();
           if (!out) throw RuntimeError("cannot write", record_path);
@@ -349,33 +372,47 @@ int main(int argc, char** argv) {
           return;
         }
 
-        // ---- output: appended as each task finishes ----
+        // ---- output: appended as each task finishes; the file is (re)written at the first record,
+        // so a run that fails before any leaves an existing file as it was ----
         std::set<std::string> done;
+        std::map<std::string, Aggregate> agg;
+        std::vector<nlohmann::json> kept;
         std::ofstream file_out;
         const bool to_stdout = io::is_stdout(output);
         if (!to_stdout) {
           io::check_distinct_outputs({{"-o", output}}, {tasks_path, plans_path, profiles_path});
-          std::string kept;
-          if (resume) done = finished_keys(output, kept);
-          {  // rewrite without a torn line (or empty), then append
-            io::AtomicFile f(output);
-            io::write_text(f.temp_path().string(), kept);
-            f.commit();
+          if (resume) kept = kept_records(output);
+          for (const auto& j : kept) {
+            done.insert(record_key(j));
+            agg[j["policy"].get<std::string>()].add(j);
           }
-          file_out.open(output, std::ios::app | std::ios::binary);
-          if (!file_out) throw RuntimeError("cannot write", output);
         }
+        bool opened = false;
+        std::size_t runs_with_failures = 0;
+        for (const auto& j : kept) runs_with_failures += has_failures(j);
         auto emit = [&](const TaskRecord& r) {
-          const std::string line = to_json(r).dump() + "\n";
+          const nlohmann::json j = to_json(r);
+          agg[r.policy].add(j);
+          runs_with_failures += has_failures(j);
+          const std::string line = j.dump() + "\n";
           if (to_stdout) {
             std::cout << line << std::flush;
-          } else {
-            file_out << line << std::flush;
-            if (!file_out) throw RuntimeError("cannot write", output);
+            return;
           }
+          if (!opened) {
+            std::string text;
+            for (const auto& k : kept) text += k.dump() + "\n";
+            io::AtomicFile f(output);
+            io::write_text(f.temp_path().string(), text);
+            f.commit();
+            file_out.open(output, std::ios::app | std::ios::binary);
+            if (!file_out) throw RuntimeError("cannot write", output);
+            opened = true;
+          }
+          file_out << line << std::flush;
+          if (!file_out) throw RuntimeError("cannot write", output);
         };
 
-        std::map<std::string, Aggregate> agg;
         std::optional<Endpoint> judge;
         if (!judge_url.empty()) judge = Endpoint{judge_url, judge_model, key, timeout};
         for (std::size_t t = 0; t < tasks.size(); ++t) {
@@ -401,7 +438,12 @@ int main(int argc, char** argv) {
               r = simulate_task(task, t, c, plans.at(task.id), task_profiles, embeddings);
             } else {
               const auto plan = plans.count(task.id) ? std::optional<std::string>(plans.at(task.id)) : std::nullopt;
-              r = run_task(task, t, c, plan);
+              try {
+                r = run_task(task, t, c, plan);
+              } catch (const Unreachable& e) {
+                throw RuntimeError(std::string(e.what()) + "; stopped at task " + task.id +
+                                   (to_stdout ? "" : ", finished tasks are in " + output + " (--resume continues)"));
+              }
             }
             if (!simulate && r.error.empty() && !task.answer.empty()) {
               if (judge) {
@@ -414,9 +456,8 @@ int main(int argc, char** argv) {
                 r.correct = score_answer(task.kind.empty() ? scorer : task.kind, task.answer, r.final_answer);
               }
             }
-            agg[std::string(policy_name(p))].add(r);
             emit(r);
-            log::info("task {} ({}/{}) {}: {:.2f} s, {} steps, cloud share {:.2f}{}", task.id, t + 1, tasks.size(), policy_name(p), r.makespan_s,
+            log::info("task {} ({}/{}) {}: {:.2f} s, steps: {}, cloud share {:.2f}{}", task.id, t + 1, tasks.size(), policy_name(p), r.makespan_s,
                       r.steps.size(), r.cloud_share(), r.error.empty() ? "" : ", failed: " + r.error);
           }
         }
@@ -425,5 +466,10 @@ int main(int argc, char** argv) {
         summary["meta"] = ctx.prov.to_json();
         if (!summary_path.empty()) io::write_json(summary_path, summary);
         else if (!to_stdout) std::cout << summary.dump(2) << "\n";
+        std::size_t runs = 0;
+        for (const auto& [name, a] : agg) runs += a.tasks;
+        if (runs_with_failures > 0)
+          throw RuntimeError(fmt::format("{} of {} task runs had failures (a failed task, step or aggregation; see the records' "
+                                         "\"error\" fields)", runs_with_failures, runs));
       });
 }

@@ -60,10 +60,25 @@ std::string status_error(const std::string& what, int status, const std::string&
   return what + ": HTTP " + std::to_string(status) + (msg.empty() ? "" : ": " + msg);
 }
 
-std::string transport_error(const std::string& what, httplib::Error e, bool deadline) {
-  if (deadline) return what + ": timed out";
-  if (e == httplib::Error::Read) return what + ": connection closed or read timed out";
-  return what + ": " + httplib::to_string(e);
+// Throws the error for a failed transport: Unreachable when no connection could be made.
+[[noreturn]] void throw_transport_error(const std::string& what, httplib::Error e, bool deadline) {
+  if (deadline) throw RuntimeError(what + ": timed out");
+  switch (e) {
+    case httplib::Error::Connection: throw Unreachable(what + ": cannot connect (refused, or the host is unreachable)");
+    case httplib::Error::BindIPAddress: throw Unreachable(what + ": cannot bind the local address");
+    case httplib::Error::ConnectionTimeout: throw RuntimeError(what + ": connection timed out");
+    case httplib::Error::Read: throw RuntimeError(what + ": connection closed or read timed out");
+    case httplib::Error::Write: throw RuntimeError(what + ": connection closed while sending the request");
+    case httplib::Error::SSLConnection: throw Unreachable(what + ": TLS connection failed");
+    case httplib::Error::SSLServerVerification: throw Unreachable(what + ": the server's TLS certificate did not verify");
+    default: throw RuntimeError(what + ": transport error " + std::to_string(static_cast<int>(e)));
+  }
+}
+
+// Throws the error for an HTTP status other than 200: Refused for 4xx other than 408 and 429.
+[[noreturn]] void throw_status_error(const std::string& what, int status, const std::string& body) {
+  if (status >= 400 && status < 500 && status != 408 && status != 429) throw Refused(status_error(what, status, body));
+  throw RuntimeError(status_error(what, status, body));
 }
 
 }  // namespace
@@ -195,9 +210,9 @@ ChatResult chat(const Endpoint& ep, const std::string& system, const std::string
   if (!got_first) r.ttft_s = r.latency_s;
   if (stopped) return r;
   if (!event_error.empty()) throw RuntimeError(event_error);
-  if (status != 0 && status != 200) throw RuntimeError(status_error(what, status, error_body.empty() ? res.body : error_body));
+  if (status != 0 && status != 200) throw_status_error(what, status, error_body.empty() ? res.body : error_body);
   if (deadline || r.latency_s > ep.timeout_s) throw RuntimeError(what + ": timed out after " + std::to_string(int(ep.timeout_s)) + " s");
-  if (!ok && !done) throw RuntimeError(transport_error(what, err, false));
+  if (!ok && !done) throw_transport_error(what, err, false);
   if (!done) {
     // A server that answers with one JSON object instead of a stream (stream ignored).
     if (res.get_header_value("Content-Type").find("application/json") != std::string::npos) {
@@ -228,8 +243,8 @@ std::vector<std::vector<float>> embed(const Endpoint& ep, const std::vector<std:
   nlohmann::json body = {{"model", ep.model.empty() ? std::string("default") : ep.model}, {"input", texts}};
   const auto t0 = Clock::now();
   auto res = client->Post(url.prefix + "/embeddings", body.dump(), "application/json");
-  if (!res) throw RuntimeError(transport_error(what, res.error(), seconds_since(t0) > ep.timeout_s));
-  if (res->status != 200) throw RuntimeError(status_error(what, res->status, res->body));
+  if (!res) throw_transport_error(what, res.error(), seconds_since(t0) > ep.timeout_s);
+  if (res->status != 200) throw_status_error(what, res->status, res->body);
   std::vector<std::vector<float>> out(texts.size());
   try {
     const auto j = nlohmann::json::parse(res->body);

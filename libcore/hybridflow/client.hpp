@@ -12,7 +12,23 @@
 #include <string>
 #include <vector>
 
+#include "util/error.hpp"
+
 namespace icmlkit::hybridflow {
+
+/// The endpoint cannot be reached at all (connection refused, unknown host): retrying the same
+/// call will not help, and a run should stop rather than record every later call as failed.
+class Unreachable : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
+
+/// The server refused the request itself (HTTP 4xx other than 408 and 429: a prompt longer than
+/// the model's context, a bad key): the same request will be refused again, so it is not retried.
+class Refused : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
 
 /// One OpenAI-compatible endpoint.
 struct Endpoint {
@@ -50,8 +66,9 @@ using DeltaHandler = std::function<bool(const std::string& delta)>;
 
 /// POST {base}/chat/completions with messages [system (when non-empty), user], stream = true,
 /// "stream_options": {"include_usage": true}, parsing the server-sent events up to "data: [DONE]".
-/// Throws RuntimeError on a connection failure, a timeout, an HTTP status other than 200 (with the
-/// server's error message), or a stream that ends before [DONE] ("closed mid-stream").
+/// Throws Unreachable when no connection can be made, Refused on HTTP 4xx other than 408/429, and
+/// RuntimeError on a timeout, another HTTP status (with the server's error message), or a stream
+/// that ends before [DONE] ("closed mid-stream").
 ChatResult chat(const Endpoint& ep, const std::string& system, const std::string& user, const ChatSettings& settings,
                 const DeltaHandler& on_delta = {});
 

@@ -318,6 +318,7 @@ nlohmann::json to_json(const TaskRecord& r) {
                                      {"completion_tokens", r.planner_completion_tokens}, {"cost_usd", r.planner_cost_usd}}},
                         {"steps", steps},
                         {"aggregation", {{"route", r.aggregation_route}, {"latency_s", r.aggregation_latency_s},
+                                         {"error", r.aggregation_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.aggregation_error)},
                                          {"prompt_tokens", r.aggregation_prompt_tokens},
                                          {"completion_tokens", r.aggregation_completion_tokens}, {"cost_usd", r.aggregation_cost_usd}}},
                         {"final_answer", r.final_answer},
@@ -362,6 +363,10 @@ auto with_retries(const RunConfig& cfg, int& attempts, F&& f) -> decltype(f()) {
   for (attempts = 1;; ++attempts) {
     try {
       return f();
+    } catch (const Unreachable&) {
+      throw;
+    } catch (const Refused&) {
+      throw;
     } catch (const Error&) {
       if (attempts >= std::max(1, cfg.attempts)) throw;
     }
@@ -388,6 +393,7 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
   std::set<int> submitted, done;
   std::deque<std::size_t> ready;
   bool plan_closed = false;
+  std::string abort_error;  // an endpoint cannot be reached: stop taking steps, fail the run
   long tokens_used = 0;
   std::map<int, std::pair<std::string, std::string>> results;  // id -> (task, result)
 
@@ -449,6 +455,8 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
           out.decision = route(*cfg.router, e.at(0), step.rely.size(), text, static_cast<double>(used), since(t0), cfg.router_params,
                                step_draw(cfg.seed, task_index, step.id));
           cloud = out.decision->cloud;
+        } catch (const Unreachable&) {
+          throw;
         } catch (const Error& e) {  // the reference routes to the cloud when routing fails
           cloud = true;
           out.forced = true;
@@ -474,6 +482,8 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
       out.completion_tokens = tokens_or_estimate(r.completion_tokens, r.text);
       out.cost_usd = call_cost(cfg.prices, ep.model, static_cast<double>(out.prompt_tokens), static_cast<double>(out.completion_tokens));
       if (!out.error.empty() && out.forced) out.error.clear();  // routing fell back, the step itself ran
+    } catch (const Unreachable&) {
+      throw;
     } catch (const Error& e) {
       out.error = e.what();
       out.latency_s = since(call_start);
@@ -497,13 +507,17 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
         std::size_t i;
         {
           std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return !ready.empty() || (plan_closed && done.size() == steps.size()); });
-          if (ready.empty()) return;
+          cv.wait(lock, [&] { return !ready.empty() || !abort_error.empty() || (plan_closed && done.size() == steps.size()); });
+          if (ready.empty() || !abort_error.empty()) return;
           i = ready.front();
           ready.pop_front();
         }
         try {
           run_one(i);
+        } catch (const Unreachable& e) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (abort_error.empty()) abort_error = e.what();
+          cv.notify_all();
         } catch (const std::exception& e) {  // never lose the step (or the pool) to an unexpected error
           std::lock_guard<std::mutex> lock(mu);
           steps[i].error = std::string("internal error: ") + e.what();
@@ -551,6 +565,11 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
                                          static_cast<double>(rec.planner_completion_tokens));
         if (!parser.steps().empty()) break;
         rec.error = "the planner's reply holds no <Step .../> with an ID";
+      } catch (const Unreachable&) {
+        throw;
+      } catch (const Refused& e) {
+        rec.error = std::string("planner: ") + e.what();
+        break;
       } catch (const Error& e) {
         rec.error = std::string("planner: ") + e.what();
         if (!parser.steps().empty()) break;  // steps already running: keep the plan so far
@@ -575,6 +594,7 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
     cv.notify_all();
   }
   for (auto& t : pool) t.join();
+  if (!abort_error.empty()) throw Unreachable(abort_error);
   rec.steps = std::move(steps);
   rec.subtasks_makespan_s = 0;
   for (const auto& s : rec.steps) rec.subtasks_makespan_s = std::max(rec.subtasks_makespan_s, s.finish_s);
@@ -596,6 +616,7 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
   rec.aggregation_route = agg_cloud ? "cloud" : "edge";
   const std::string prompt = aggregation_prompt(task.problem, plan_steps, res);
   int attempts = 0;
+  const auto agg_start = Clock::now();
   try {
     ChatSettings s = cfg.executor_chat;
     s.seed = derive_seed(cfg.seed, (task_index + 1) * 1000);
@@ -606,6 +627,8 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
     rec.aggregation_completion_tokens = tokens_or_estimate(r.completion_tokens, r.text);
     rec.aggregation_cost_usd = call_cost(cfg.prices, agg.model, static_cast<double>(rec.aggregation_prompt_tokens),
                                          static_cast<double>(rec.aggregation_completion_tokens));
+  } catch (const Unreachable&) {
+    throw;
   } catch (const Error& e) {
     // The reference falls back to the last step's result.
     int last = -1;
@@ -614,7 +637,8 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
         last = s.step.id;
         rec.final_answer = s.result;
       }
-    rec.plan_warnings.push_back(std::string("aggregation failed, the last step's result is the answer: ") + e.what());
+    rec.aggregation_error = std::string(e.what()) + " (the last step's result is the answer)";
+    rec.aggregation_latency_s = since(agg_start);
   }
   rec.makespan_s = since(t0);
   return rec;
@@ -630,7 +654,13 @@ TaskRecord simulate_task(const Task& task, std::size_t task_index, const RunConf
   rec.policy = policy_name(cfg.policy);
   rec.schedule = cfg.sanitize.chain ? "chain" : "dag";
   rec.plan = plan;
-  const std::vector<Step> steps = parse_plan(plan, cfg.sanitize, "plan of task " + task.id, &rec.plan_warnings);
+  std::vector<Step> steps;
+  try {
+    steps = parse_plan(plan, cfg.sanitize, "plan of task " + task.id, &rec.plan_warnings);
+  } catch (const InputError&) {  // as a live run: the task fails, the run goes on
+    rec.error = "the plan holds no <Step .../> with an ID";
+    return rec;
+  }
   double planner_s = 0;
   const std::vector<double> avail = plan_stream_times(steps, cfg.planner_speed, &planner_s);
   rec.planner_latency_s = planner_s;

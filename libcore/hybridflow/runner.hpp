@@ -139,6 +139,7 @@ struct TaskRecord {
   double aggregation_latency_s = 0;
   long aggregation_prompt_tokens = 0, aggregation_completion_tokens = 0;
   double aggregation_cost_usd = 0;
+  std::string aggregation_error;  ///< the aggregation call failed (the last step's result is the answer)
   std::string final_answer;
   std::optional<bool> correct;   ///< set by the scorer when the task has an answer
   double makespan_s = 0;         ///< start to final answer
@@ -152,9 +153,11 @@ struct TaskRecord {
 };
 
 /// Runs one task live.  With `recorded_plan`, the planner is not called (every step available at
-/// 0).  Never throws for endpoint failures: calls are retried (`attempts`, backoff), then a failed
-/// step is recorded with its error and the steps that rely on it still run (as the reference); a
-/// planner that fails every attempt, or a plan without steps, ends the task with `error` set.
+/// 0).  Calls are retried (`attempts`, doubling waits) except when the server refused the request
+/// (client.hpp Refused); a step that still fails is recorded with its error and the steps that
+/// rely on it still run (as the reference); a planner that fails, or a plan without steps, ends the
+/// task with `error` set; a failed aggregation sets `aggregation_error`.  Throws Unreachable (after
+/// the running calls end) when an endpoint cannot be reached at all: the task is then unfinished.
 TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& cfg, const std::optional<std::string>& recorded_plan);
 
 /// Simulates one task with the reference's model (output_performance.py): the planner streams at
@@ -165,7 +168,8 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
 /// scheduling as `schedule` with cfg.workers; routing by cfg.policy at the step's start with the
 /// budgets (tokens of steps finished by then, simulated seconds) the router reads; the aggregation
 /// (edge, or cloud under the cloud policy) is added after the last step.  Router policy needs
-/// `embeddings` (one per step ID).  Throws InputError on a plan without steps.
+/// `embeddings` (one per step ID).  A plan without steps sets `error`.  The aggregation is not
+/// simulated (the reference's simulator stops at the last subtask).
 TaskRecord simulate_task(const Task& task, std::size_t task_index, const RunConfig& cfg, const std::string& plan,
                          const std::map<int, StepProfile>& profiles, const std::map<int, std::vector<float>>& embeddings);
 

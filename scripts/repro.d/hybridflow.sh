@@ -11,7 +11,7 @@
 #  3. Live on this machine: two lm-serve processes (kjv7m edge, kjv16l cloud) and the recorded plans:
 #     latency and tokens per policy, DAG vs chain (the models write KJV English: accuracy is ~0 and
 #     is not the point; the latencies and tokens are real).
-# Cost: about 10 minutes on 2 cores.  REPRO_QUICK=1: 9 tasks, 1 seed.  Results: data/repro/hybridflow/.
+# Cost: about 7 minutes on 2 cores.  REPRO_QUICK=1: 9 tasks, 1 seed.  Results: data/repro/hybridflow/.
 # $1 = bin directory.
 set -euo pipefail
 bin=${1:-build/bin}

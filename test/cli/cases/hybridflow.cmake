@@ -18,7 +18,7 @@ cli_case(hybridflow-run/live-streamed-plan --rc 0 --file out.jsonl
   -- ${HF_SESSION} --chunk-ms 60 -- -c "${HF} ${HF_FX}/tasks.jsonl --planner \$URL --edge \$URL --cloud \$URL --policy threshold --limit 1 -o out.jsonl -q")
 # A subtask whose endpoint always answers 500: tried --attempts times, recorded as failed with the
 # server's message, and the steps relying on it still run (as the reference); exit 0.
-cli_case(hybridflow-run/fault-500-recorded --rc 0 --file out.jsonl
+cli_case(hybridflow-run/fault-500-recorded --rc 1 --tool hybridflow-run --stderr "^hybridflow-run: error: [12] of 2 task runs had failures" --file out.jsonl
   --file-jq out.jsonl "select(.id == \"t1\") | .failed_steps == 1 and (.steps[] | select(.ID == 3) | .attempts == 2 and (.error | test(\"HTTP 500: injected failure\")) and .Result == \"\")"
   --file-jq out.jsonl "select(.id == \"t2\") | .steps[] | select(.ID == 4) | .error == null and .Result != \"\""
   -- ${HF_SESSION} --fault 500 --fault-match "Part B" -- -c "${HF_LIVE_S} --plans ${HF_FX}/plans.jsonl --attempts 2 -o out.jsonl -q")
@@ -27,15 +27,15 @@ cli_case(hybridflow-run/fault-500-retried --rc 0 --file out.jsonl
   --file-jq out.jsonl "select(.id == \"t1\") | .failed_steps == 0 and (.steps[] | select(.ID == 3) | .attempts == 2)"
   -- ${HF_SESSION} --fault 500 --fault-match "Part B" --fault-times 1 -- -c "${HF_LIVE_S} --plans ${HF_FX}/plans.jsonl -o out.jsonl -q")
 # A hanging endpoint: the call ends at --timeout, recorded as failed, no hang.
-cli_case(hybridflow-run/fault-timeout --rc 0 --file out.jsonl
+cli_case(hybridflow-run/fault-timeout --rc 1 --tool hybridflow-run --stderr "^hybridflow-run: error: 1 of 1 task runs had failures" --file out.jsonl
   --file-jq out.jsonl "select(.id == \"t1\") | .failed_steps == 1 and (.steps[] | select(.ID == 2) | (.error | test(\"timed out|closed\")) and .latency_s < 4)"
   -- ${HF_SESSION} --fault hang --fault-match "Part A" -- -c "${HF_LIVE_S} --plans ${HF_FX}/plans.jsonl --attempts 1 --timeout 1 --limit 1 -o out.jsonl -q")
 # A stream that closes before [DONE].
-cli_case(hybridflow-run/fault-closed-mid-stream --rc 0 --file out.jsonl
+cli_case(hybridflow-run/fault-closed-mid-stream --rc 1 --tool hybridflow-run --stderr "^hybridflow-run: error: 1 of 1 task runs had failures" --file out.jsonl
   --file-jq out.jsonl "select(.id == \"t1\") | .failed_steps == 1 and (.steps[] | select(.ID == 2) | .error | test(\"closed mid-stream|closed\"))"
   -- ${HF_SESSION} --fault close --fault-match "Part A" -- -c "${HF_LIVE_S} --plans ${HF_FX}/plans.jsonl --attempts 2 --limit 1 -o out.jsonl -q")
 # A planner reply without steps: retried, then the task is recorded as failed and the run goes on.
-cli_case(hybridflow-run/fault-malformed-plan --rc 0 --file out.jsonl
+cli_case(hybridflow-run/fault-malformed-plan --rc 1 --tool hybridflow-run --stderr "^hybridflow-run: error: [12] of 2 task runs had failures" --file out.jsonl
   --file-jq out.jsonl "select(.id == \"t1\") | (.error | test(\"no <Step\")) and (.steps | length) == 0"
   --file-jq out.jsonl "select(.id == \"t2\") | .error == null and (.steps | length) == 4"
   -- ${HF_SESSION} --fault malformed --fault-times 2 -- -c "${HF} ${HF_FX}/tasks.jsonl --planner \$URL --edge \$URL --cloud \$URL --policy edge --attempts 2 --retry-delay 0.05 -o out.jsonl -q")
@@ -71,6 +71,9 @@ cli_case(hybridflow-run/bad-url --rc 2 --stderr "--edge"
   -- ${HF} ${HF_FX}/tasks.jsonl --plans ${HF_FX}/plans.jsonl --edge localhost:8080 --cloud http://127.0.0.1:1/v1 --policy edge)
 cli_case(hybridflow-run/simulate-needs-plans --rc 2 --stderr "--plans"
   -- ${HF} ${HF_FX}/tasks.jsonl --simulate --policy edge)
-cli_case(hybridflow-run/unreachable-endpoint --rc 0 --file out.jsonl
-  --file-jq out.jsonl "select(.id == \"t1\") | .failed_steps == 4"
-  -- ${HF} ${HF_FX}/tasks.jsonl --plans ${HF_FX}/plans.jsonl --edge http://127.0.0.1:9/v1 --cloud http://127.0.0.1:9/v1 --policy edge --attempts 1 --limit 1 -o out.jsonl -q)
+cli_case(hybridflow-run/unreachable-endpoint --rc 1 --stderr "cannot connect .*stopped at task t1" --no-file out.jsonl
+  -- ${HF} ${HF_FX}/tasks.jsonl --plans ${HF_FX}/plans.jsonl --edge http://127.0.0.1:9/v1 --cloud http://127.0.0.1:9/v1 --policy edge -o out.jsonl -q)
+# A refused request (HTTP 4xx: here 404, no such server path) is not retried.
+cli_case(hybridflow-run/refused-not-retried --rc 1 --tool hybridflow-run --stderr "2 of 2 task runs had failures" --file out.jsonl
+  --file-jq out.jsonl "select(.id == \"t1\") | [.steps[] | .attempts == 1 and (.error | test(\"HTTP 404\"))] | all"
+  -- ${HF_SESSION} -- -c "${HF} ${HF_FX}/tasks.jsonl --plans ${HF_FX}/plans.jsonl --edge \${URL%/v1}/nothere --cloud \${URL%/v1}/nothere --policy edge -o out.jsonl -q")
