@@ -429,7 +429,11 @@ int main(int argc, char** argv) {
             TaskRecord r;
             if (simulate) {
               if (p == Policy::router && embeddings.empty()) {
-                const auto steps = parse_plan(plans.at(task.id), cfg.sanitize, plans_path);
+                std::vector<Step> steps;
+                try {
+                  steps = parse_plan(plans.at(task.id), cfg.sanitize, plans_path);
+                } catch (const InputError&) {  // no steps: simulate_task records the failed task
+                }
                 std::vector<std::string> texts;
                 for (const auto& s : steps) texts.push_back(task.problem + s.task);
                 const auto e = embed(*cfg.embed, texts);

@@ -547,19 +547,19 @@ TaskRecord run_task(const Task& task, std::size_t task_index, const RunConfig& c
     rec.plan = *recorded_plan;
     add_steps(parser.feed(*recorded_plan));
   } else {
+    const std::string planner_system = cfg.planner_system.empty() ? default_planner_prompt() : cfg.planner_system;
     int attempt = 0;
     double wait = cfg.retry_delay_s;
     for (attempt = 1; attempt <= std::max(1, cfg.attempts); ++attempt) {
       try {
-        const ChatResult r = chat(cfg.planner, cfg.planner_system.empty() ? default_planner_prompt() : cfg.planner_system,
-                                  planner_user_prompt(task.problem), cfg.planner_chat, [&](const std::string& d) {
+        const ChatResult r = chat(cfg.planner, planner_system, planner_user_prompt(task.problem), cfg.planner_chat, [&](const std::string& d) {
                                     add_steps(parser.feed(d));
                                     return true;
                                   });
         rec.plan = r.text;
         rec.planner_latency_s = r.latency_s;
         rec.planner_ttft_s = r.ttft_s;
-        rec.planner_prompt_tokens = tokens_or_estimate(r.prompt_tokens, default_planner_prompt() + task.problem);
+        rec.planner_prompt_tokens = tokens_or_estimate(r.prompt_tokens, planner_system + planner_user_prompt(task.problem));
         rec.planner_completion_tokens = tokens_or_estimate(r.completion_tokens, r.text);
         rec.planner_cost_usd = call_cost(cfg.prices, cfg.planner.model, static_cast<double>(rec.planner_prompt_tokens),
                                          static_cast<double>(rec.planner_completion_tokens));
