@@ -1,0 +1,110 @@
+#include "util/subprocess.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/core.h>
+
+#include "util/error.hpp"
+
+extern char** environ;
+
+namespace icmlkit {
+
+namespace {
+
+constexpr std::size_t kSlots = 256;
+std::array<std::atomic<pid_t>, kSlots> g_children{};  // 0 = free slot
+
+int claim_slot(pid_t pid) noexcept {
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    pid_t expected = 0;
+    if (g_children[i].compare_exchange_strong(expected, pid)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+struct sigaction g_old_int {}, g_old_term {};
+
+void on_termination(int sig) {
+  terminate_children();
+  // Chain to a handler installed before ours (io::AtomicFile's, which removes pending
+  // temporaries and then dies of the signal), else die of it here.
+  const struct sigaction& old = sig == SIGINT ? g_old_int : g_old_term;
+  if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN && old.sa_handler != nullptr) {
+    old.sa_handler(sig);
+    return;
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+}  // namespace
+
+std::string executable_dir() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw RuntimeError("cannot find this program's own directory (/proc/self/exe): " + ec.message());
+  return p.parent_path().string();
+}
+
+int run_process(const std::vector<std::string>& argv, const std::string& stdout_path, const std::string& stderr_path) {
+  if (argv.empty()) throw RuntimeError("run_process: no program given");
+  if (::access(argv[0].c_str(), X_OK) != 0)
+    throw RuntimeError(fmt::format("cannot run {}: {}", argv[0], std::strerror(errno)));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  struct Guard {
+    posix_spawn_file_actions_t* fa;
+    ~Guard() { posix_spawn_file_actions_destroy(fa); }
+  } guard{&fa};
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  if (!stdout_path.empty()) posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), flags & ~O_CLOEXEC, 0644);
+  if (!stderr_path.empty()) posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), flags & ~O_CLOEXEC, 0644);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), environ);
+  if (rc != 0) throw RuntimeError(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
+  const int slot = claim_slot(pid);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      if (slot >= 0) g_children[static_cast<std::size_t>(slot)].store(0);
+      throw RuntimeError(fmt::format("waiting for {}: {}", argv[0], std::strerror(errno)));
+    }
+  }
+  if (slot >= 0) g_children[static_cast<std::size_t>(slot)].store(0);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+void terminate_children() noexcept {
+  for (auto& c : g_children) {
+    const pid_t pid = c.load();
+    if (pid > 0) ::kill(pid, SIGTERM);
+  }
+}
+
+void forward_termination_to_children() noexcept {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true)) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_termination;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &g_old_int);
+  ::sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+}  // namespace icmlkit
