@@ -2,8 +2,10 @@
 // table of training runs and write the parameters as JSON.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
 #include <numeric>
 #include <optional>
 
@@ -33,7 +35,7 @@ struct Args {
   std::string law = "chinchilla";
   bool header = true;
   fit::ColumnMap cols;
-  std::vector<std::string> where;
+  std::vector<std::string> where, test_where;
   int drop_highest = 0;
   double huber_delta = 1e-3;
   std::vector<std::string> grid;
@@ -81,6 +83,21 @@ nlohmann::json residual_rows(const io::Table& t, const std::vector<std::size_t>&
   return out;
 }
 
+// Held-out error of a fitted law: the rows --test-where set aside (never fitted).
+nlohmann::json test_report(const io::Table& t, const std::vector<std::size_t>& rows, const Eigen::ArrayXd& loss,
+                           const Eigen::ArrayXd& pred, const std::string& id_col, const std::vector<std::string>& where) {
+  const Eigen::ArrayXd ae = (pred - loss).abs();
+  const Eigen::ArrayXd re = ae / loss;
+  nlohmann::json out = fit_stats(loss, pred);
+  out["rows"] = loss.size();
+  out["max_ae"] = ae.maxCoeff();
+  out["max_re"] = re.maxCoeff();
+  out["mean_residual"] = (pred - loss).mean();
+  out["where"] = where;
+  out["residuals"] = residual_rows(t, rows, loss, pred, id_col);
+  return out;
+}
+
 void check_not_constant(const Eigen::ArrayXd& loss, const std::string& input) {
   if (loss.size() > 1 && (loss == loss[0]).all())
     throw InputError(fmt::format("all {} losses are equal: there is nothing to fit", loss.size()), input);
@@ -107,8 +124,8 @@ std::map<std::string, double> parse_fix(const std::vector<std::string>& items) {
   return fixed;
 }
 
-void run_parametric(const Args& a, const io::Table& t, const std::vector<std::size_t>& rows, cli::Context& ctx,
-                    nlohmann::json& out) {
+void run_parametric(const Args& a, const io::Table& t, const std::vector<std::size_t>& rows, const io::Table& test,
+                    const std::vector<std::size_t>& test_rows, cli::Context& ctx, nlohmann::json& out) {
   const auto law = fit::make_law(a.law);
   const fit::LawData data = fit::law_data_from_table(*law, t, a.cols, true);
   check_not_constant(data.loss, a.input);
@@ -194,10 +211,14 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
     out["bootstrap"] = {{"resamples", a.bootstrap}, {"refits_ok", r.bootstrap.rows()}, {"params", b}};
   }
   if (a.residuals) out["residuals"] = residual_rows(t, rows, data.loss, pred, a.id_col);
+  if (!test_rows.empty()) {
+    const fit::LawData td = fit::law_data_from_table(*law, test, a.cols, true);
+    out["test"] = test_report(test, test_rows, td.loss, law->predict(r.params.data(), td), a.id_col, a.test_where);
+  }
 }
 
-void run_infolaw(const Args& a, const io::Table& t, const std::vector<std::size_t>& rows, cli::Context& ctx,
-                 nlohmann::json& out) {
+void run_infolaw(const Args& a, const io::Table& t, const std::vector<std::size_t>& rows, const io::Table& test,
+                 const std::vector<std::size_t>& test_rows, cli::Context& ctx, nlohmann::json& out) {
   Eigen::ArrayXd shares = fit::infolaw_default_shares();
   if (!a.shares.empty()) {
     std::vector<double> v;
@@ -254,6 +275,10 @@ void run_infolaw(const Args& a, const io::Table& t, const std::vector<std::size_
   out["rows_used"] = d.loss.size();
   out["seconds"] = sw.seconds();
   if (a.residuals) out["residuals"] = residual_rows(t, rows, d.loss, pred, a.id_col);
+  if (!test_rows.empty()) {
+    const fit::InfoLawData td = fit::infolaw_data_from_table(test, a.cols, shares, true, a.sum_tolerance);
+    out["test"] = test_report(test, test_rows, td.loss, fit::infolaw_predict(r.params, td), a.id_col, a.test_where);
+  }
   ctx.prov.extra["validation"] =
       "InfoLaw has no public run table: the implementation was checked on the formula's limits and on recovery "
       "from noise-free generated runs, not against published runs; with noisy runs theta, a and b are weakly "
@@ -294,6 +319,9 @@ int main(int argc, char** argv) {
         app.add_option("--weight-prefix", a.cols.weight_prefix, "InfoLaw bucket weight columns are PREFIX0, PREFIX1, ...")
             ->capture_default_str();
         app.add_option("--where", a.where, "Keep rows where COLUMN OP VALUE holds (repeatable; OP: < <= > >= == !=)");
+        app.add_option("--test-where", a.test_where,
+                       "Hold out the rows where COLUMN OP VALUE holds (repeatable; all must hold): they are not fitted, and "
+                       "\"test\" reports the law's error on them (mae, mre, max_ae, max_re, residuals)");
         app.add_option("--drop-highest", a.drop_highest, "Drop the K runs with the highest loss (Epoch AI drops 5)")
             ->capture_default_str()
             ->check(cli::int_range(0, 1000000000));
@@ -334,6 +362,15 @@ int main(int argc, char** argv) {
         const io::Table full = io::Table::read(a.input, ro);
         ctx.prov.add_input(a.input, full.sha256());
         std::vector<std::size_t> rows = io::filter_rows(full, a.where);
+        std::vector<std::size_t> test_rows;
+        if (!a.test_where.empty()) {
+          test_rows = io::filter_rows(full, a.test_where);
+          if (test_rows.empty()) throw InputError("no row matches --test-where", a.input);
+          std::vector<std::size_t> kept;
+          std::set_difference(rows.begin(), rows.end(), test_rows.begin(), test_rows.end(), std::back_inserter(kept));
+          rows = kept;
+        }
+        const io::Table test = full.select_rows(test_rows);
         io::Table t = full.select_rows(rows);
         if (a.drop_highest > 0) {
           const auto keep = io::drop_largest(t, a.cols.role["loss"], static_cast<std::size_t>(a.drop_highest));
@@ -344,9 +381,10 @@ int main(int argc, char** argv) {
         }
         if (t.rows() == 0) throw InputError("no rows left after --where", a.input);
         nlohmann::json out;
-        if (a.law == "infolaw") run_infolaw(a, t, rows, ctx, out);
-        else run_parametric(a, t, rows, ctx, out);
-        out["rows_dropped"] = full.rows() - t.rows();
+        if (a.law == "infolaw") run_infolaw(a, t, rows, test, test_rows, ctx, out);
+        else run_parametric(a, t, rows, test, test_rows, ctx, out);
+        out["rows_dropped"] = full.rows() - t.rows() - test.rows();
+        if (!test_rows.empty()) out["rows_test"] = test.rows();
         out["meta"] = ctx.prov.to_json();
         io::write_json(a.output, out);
       });

@@ -36,6 +36,7 @@ struct Args {
   bool header = true, predictions = false, drop_incomplete = false;
   std::string long_value_col = "loss";
   std::string test_mixture, test_losses;
+  std::vector<std::string> where, test_where;
 };
 
 nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixData& train, const fit::MixData* val,
@@ -182,6 +183,10 @@ int main(int argc, char** argv) {
         auto* test_loss = app.add_option("--test-losses", a.test_losses, "Loss table of --test-mixture (when separate)");
         test_loss->needs(test_mix);
         split->excludes(frac)->excludes(extra)->excludes(test_mix);
+        app.add_option("--where", a.where, "Keep only the rows where COLUMN OP VALUE holds (repeatable; OP: < <= > >= == !=)");
+        auto* test_where = app.add_option("--test-where", a.test_where,
+                                          "Hold out the rows where COLUMN OP VALUE holds (repeatable; all must hold) as the validation set");
+        test_where->excludes(split)->excludes(frac)->excludes(extra)->excludes(test_mix);
         frac->excludes(extra)->excludes(test_mix);
         extra->excludes(test_mix);
         app.add_option("--starts", a.starts, "Independent seeded starts per law")->capture_default_str()->check(cli::int_range(1, 100000));
@@ -202,14 +207,25 @@ int main(int argc, char** argv) {
         const bool size_free = a.law != "all" && !fit::make_mixlaw(a.law)->uses_scale();
         if (size_free && a.cols.params_col.empty() && !(a.cols.params > 0)) a.cols.params = 1;  // unused by these laws
         if (size_free && a.cols.tokens_col.empty() && !(a.cols.tokens > 0)) a.cols.tokens = 1;
+        std::vector<bool> test_flags;  // rows of the main table that --test-where holds out
         // Reads a mixture table (and an optional wide or long loss table) into MixData.
         auto load = [&](const std::string& mix_path, const std::string& loss_path, std::vector<std::string>* index) {
           io::Table mix = io::Table::read(mix_path, ro);
           ctx.prov.add_input(mix_path, mix.sha256());
+          if (index && !a.where.empty()) mix = mix.select_rows(io::filter_rows(mix, a.where));
+          if (index && !a.test_where.empty()) {
+            test_flags.assign(mix.rows(), false);
+            for (auto r : io::filter_rows(mix, a.test_where)) test_flags[r] = true;
+          }
           if (a.drop_incomplete) {
             const auto keep = io::complete_rows(mix, fit::mix_columns_used(mix, a.cols));
             if (keep.size() < mix.rows()) log::info("dropped {} incomplete rows of {}", mix.rows() - keep.size(), mix.rows());
             mix = mix.select_rows(keep);
+            if (!test_flags.empty()) {
+              std::vector<bool> kept;
+              for (auto k : keep) kept.push_back(test_flags[k]);
+              test_flags = kept;
+            }
           }
           std::optional<io::Table> loss_table;
           if (!loss_path.empty()) {
@@ -232,7 +248,15 @@ int main(int argc, char** argv) {
             throw InputError("the test tables have other domains than the training tables", a.test_mixture);
         }
         fit::MixSplit split;
-        if (!a.split_file.empty()) {
+        if (!a.test_where.empty()) {
+          for (std::size_t r = 0; r < test_flags.size(); ++r)
+            (test_flags[r] ? split.val : split.train).push_back(static_cast<Eigen::Index>(r));
+          if (split.val.empty()) throw InputError("no row matches --test-where", a.mixture);
+          if (split.train.empty()) throw InputError("every row matches --test-where: nothing is left to fit", a.mixture);
+          std::string w;
+          for (const auto& x : a.test_where) w += (w.empty() ? "" : " and ") + x;
+          split.how = "--test-where: rows where " + w + " are held out";
+        } else if (!a.split_file.empty()) {
           split = fit::split_from_file(a.split_file, index);
           ctx.prov.add_input(a.split_file, io::sha256_file(a.split_file));
         } else if (a.val_fraction > 0) {

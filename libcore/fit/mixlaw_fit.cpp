@@ -181,7 +181,8 @@ nlohmann::json mix_metrics(const Eigen::ArrayXXd& pred, const MixData& d) {
       }
     if (p.empty()) continue;
     const Eigen::Map<Eigen::ArrayXd> P(p.data(), static_cast<Eigen::Index>(p.size())), O(o.data(), static_cast<Eigen::Index>(o.size()));
-    nlohmann::json m{{"mre", num::mre(O, P)}, {"mae", num::mae(O, P)}, {"count", p.size()}};
+    nlohmann::json m{{"mre", num::mre(O, P)}, {"mae", num::mae(O, P)}, {"max_ae", (P - O).abs().maxCoeff()},
+                     {"max_re", ((P - O).abs() / O).maxCoeff()}, {"count", p.size()}};
     const double rho = p.size() > 2 ? num::spearman(O, P) : std::numeric_limits<double>::quiet_NaN();
     m["spearman"] = std::isfinite(rho) ? nlohmann::json(rho) : nlohmann::json(nullptr);
     per[d.domains[static_cast<std::size_t>(i)]] = m;
@@ -195,6 +196,7 @@ nlohmann::json mix_metrics(const Eigen::ArrayXXd& pred, const MixData& d) {
   return {{"mre", num::mre(O, P)},
           {"mae", num::mae(O, P)},
           {"rmse", num::rmse(O, P)},
+          {"max_ae", (P - O).abs().maxCoeff()},
           {"spearman", std::isfinite(rho) ? nlohmann::json(rho) : nlohmann::json(nullptr)},
           {"entries", all_p.size()},
           {"per_domain", per}};

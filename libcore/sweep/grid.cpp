@@ -261,8 +261,15 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
 
   // recipes
   if (!j["recipes"].is_object() || j["recipes"].empty()) throw InputError(where + ": \"recipes\" must be a non-empty object");
-  for (auto it = j["recipes"].begin(); it != j["recipes"].end(); ++it)
-    g.recipes[it.key()] = recipe_weights(it.value(), g.data.buckets, where + ": recipes." + it.key());
+  std::map<std::string, std::string> bad_recipes;  // name -> the problem, reported with a cell that uses it
+  for (auto it = j["recipes"].begin(); it != j["recipes"].end(); ++it) {
+    try {
+      g.recipes[it.key()] = recipe_weights(it.value(), g.data.buckets, "recipes." + it.key());
+    } catch (const InputError& e) {
+      bad_recipes[it.key()] = e.message();
+      g.recipes[it.key()] = {};
+    }
+  }
 
   // cells
   if (!j["cells"].is_array() || j["cells"].empty()) throw InputError(where + ": \"cells\" must be a non-empty array of blocks");
@@ -319,6 +326,13 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
       }
     }
   }
+  for (const auto& [name, problem] : bad_recipes) {
+    const auto c = std::find_if(g.cells.begin(), g.cells.end(), [&](const Cell& x) { return x.recipe == name; });
+    if (c == g.cells.end()) throw InputError(fmt::format("{}: {}", where, problem));
+    const auto uses = std::count_if(g.cells.begin(), g.cells.end(), [&](const Cell& x) { return x.recipe == name; });
+    throw InputError(fmt::format("{}: cell {}{}: {}", where, c->id,
+                                 uses > 1 ? fmt::format(" (and {} more)", uses - 1) : std::string(), problem));
+  }
   return g;
 }
 
@@ -330,18 +344,20 @@ Grid read_grid(const std::string& path) {
 
 std::string data_spec_sha256(const Grid& g) {
   nlohmann::json j;
-  j["source"] = g.data.source;
+  // Files by content, not by path: the same grid reached by another path is the same data.
+  auto content = [](const std::string& path) { return path.empty() ? std::string() : io::sha256_file(path); };
+  j["source"] = content(g.data.source);
   j["source_corpus"] = g.data.source_corpus;
   j["unit"] = g.data.unit;
   j["seed"] = g.data.seed;
   j["vocab_size"] = g.data.vocab_size;
-  j["tokenizer"] = g.data.tokenizer;
+  j["tokenizer"] = content(g.data.tokenizer);
   j["validation"] = g.data.validation;
   j["val_tokens"] = g.data.val_tokens;
   nlohmann::json b = nlohmann::json::array();
   for (const auto& s : g.data.buckets)
     b.push_back({{"name", s.name}, {"share", s.share}, {"replace", s.replace}, {"shuffle", s.shuffle},
-                 {"path", s.path}, {"corpus", s.corpus}});
+                 {"path", content(s.path)}, {"corpus", s.corpus}});
   j["buckets"] = b;
   return io::sha256_hex(j.dump());
 }

@@ -92,8 +92,9 @@ Grid read_grid(const std::string& path);
 /// Parses a grid from JSON (`where` names it in errors; paths are resolved against `base_dir`).
 Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::string& base_dir);
 
-/// SHA-256 of the data section as parsed (paths resolved, defaults filled): the key of the
-/// data folder that every cell of the grid shares.
+/// SHA-256 of the data section as parsed (defaults filled; each file named by the SHA-256 of
+/// its bytes, not its path): the key of the data folder that every cell of the grid shares.
+/// Throws InputError when a named file cannot be read.
 std::string data_spec_sha256(const Grid& g);
 
 /// The lm-train arguments of a model's shape (--d-model ... --n-ctx).

@@ -29,6 +29,7 @@ set(CLI_NODIR_RUNS
   "obcache-score missing.h5 --prompt x -o nodir/o.h5"
   "plora-plan missing.json --model missing.h5 --memory 1G --workers 1 --throughput missing.json -o nodir/o.json"
   "plora-train missing.json --model missing.h5 -o nodir/out"
+  "lm-sweep missing.json -o nodir/out"
   "lmcleaner-unlearn missing.traj missing.tsv --steps 0 -o nodir/out.h5"
   "pseudomallows-fit missing.csv -o nodir/o.json"
   "recdepth-sample missing.h5 --prompt x -o nodir/o.json"

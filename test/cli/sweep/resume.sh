@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A sweep killed (SIGTERM) while its second cell trains: the rerun keeps the finished cell as it
+# is, resumes the killed cell from its checkpoint (lm-train --resume), and ends with one row per
+# cell; the resumed cell's loss equals an uninterrupted run's bit for bit.
+# Usage: resume.sh LM_SWEEP GRID
+set -u
+sweep=$1 grid=$2
+"$sweep" "$grid" -o run/ -t 1 --checkpoint-every 20 -q &
+pid=$!
+log=run/cells/b.prop.D96000.E2.s1/train.jsonl
+for _ in $(seq 1 600); do
+  if [ -f "$log" ] && [ "$(grep -c '"step"' "$log")" -ge 6 ]; then break; fi
+  sleep 0.05
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc = 143 ] || { echo "the killed sweep exited $rc, not 143"; exit 1; }
+[ -f run/cells/a.prop.D1024.Enat.s1/result.json ] || { echo "the first cell has no result"; exit 1; }
+[ ! -f run/cells/b.prop.D96000.E2.s1/result.json ] || { echo "the killed cell has a result"; exit 1; }
+pgrep -f "run/cells/b.prop" > /dev/null && { echo "lm-train outlived the sweep"; exit 1; }
+first=$(sha256sum run/cells/a.prop.D1024.Enat.s1/result.json)
+"$sweep" "$grid" -o run/ -t 1 --checkpoint-every 20 -q || { echo "the rerun failed"; exit 1; }
+[ "$first" = "$(sha256sum run/cells/a.prop.D1024.Enat.s1/result.json)" ] || { echo "the finished cell was run again"; exit 1; }
+[ "$(grep -c '"meta"' "$log")" = 2 ] || { echo "the killed cell did not resume (one meta line per start expected)"; exit 1; }
+[ "$(tail -n +2 run/table.csv | wc -l)" = 2 ] || { echo "the table does not have one row per cell"; exit 1; }
+[ "$(cut -d, -f2 run/table.csv | sort | uniq -d)" = "" ] || { echo "duplicate rows"; exit 1; }
+"$sweep" "$grid" -o straight/ -t 1 --cell 1 -q || exit 1
+a=$(jq .loss run/cells/b.prop.D96000.E2.s1/result.json) b=$(jq .loss straight/cells/b.prop.D96000.E2.s1/result.json)
+[ "$a" = "$b" ] || { echo "resumed loss $a differs from the uninterrupted run's $b"; exit 1; }
+echo "resumed: $a"
