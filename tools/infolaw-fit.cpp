@@ -320,8 +320,9 @@ int main(int argc, char** argv) {
             ->capture_default_str();
         app.add_option("--where", a.where, "Keep rows where COLUMN OP VALUE holds (repeatable; OP: < <= > >= == !=)");
         app.add_option("--test-where", a.test_where,
-                       "Hold out the rows where COLUMN OP VALUE holds (repeatable; all must hold): they are not fitted, and "
-                       "\"test\" reports the law's error on them (mae, mre, max_ae, max_re, residuals)");
+                       "Hold out the rows where COLUMN OP VALUE holds (repeatable; all must hold), taken from every row (they need "
+                       "not pass --where): they are not fitted, and \"test\" reports the law's error on them (mae, mre, max_ae, "
+                       "max_re, residuals)");
         app.add_option("--drop-highest", a.drop_highest, "Drop the K runs with the highest loss (Epoch AI drops 5)")
             ->capture_default_str()
             ->check(cli::int_range(0, 1000000000));

@@ -331,8 +331,13 @@ class Sweep {
     num("d_model", [](const nlohmann::json& r) { return r["d_model"].get<double>(); });
     num("n_layers", [](const nlohmann::json& r) { return r["n_layers"].get<double>(); });
     num("tokens", [](const nlohmann::json& r) { return r["trained_tokens"].get<double>(); });
-    num("unique_tokens", [](const nlohmann::json& r) { return r["unique_tokens"].get<double>(); });
-    num("epochs", [](const nlohmann::json& r) { return r["trained_tokens"].get<double>() / r["unique_tokens"].get<double>(); });
+    // The corpus ends a fraction of a step past D (whole units), which is never trained: a cell
+    // cannot have seen more unique tokens than it trained on.
+    auto unique = [](const nlohmann::json& r) {
+      return std::min(r["unique_tokens"].get<double>(), r["trained_tokens"].get<double>());
+    };
+    num("unique_tokens", unique);
+    num("epochs", [&](const nlohmann::json& r) { return r["trained_tokens"].get<double>() / unique(r); });
     num("source_tokens", [](const nlohmann::json& r) { return r["source_tokens"].get<double>(); });
     for (std::size_t b = 0; b < nb; ++b)
       num(fmt::format("w{}", b), [b](const nlohmann::json& r) { return r["weights"][b].get<double>(); });
@@ -360,7 +365,8 @@ class Sweep {
         "trained (D, InfoLaw's K); unique_tokens: distinct tokens in the cell's corpus (U); epochs = tokens / unique_tokens; "
         "source_tokens: the source size S the cell drew from (InfoLaw); wB: recipe weight of bucket B; uB: its unique tokens; "
         "loss: held-out loss (nats/token) on the validation bucket; lossB: on bucket B's held-out text; flops: training FLOP "
-        "(6 x matrix weights + attention, per token, x tokens); checkpoint: relative to the sweep folder";
+        "(6 x matrix weights + attention, per token, x tokens); checkpoint: relative to the sweep folder; unique_tokens is "
+        "capped at tokens (the corpus ends up to a step past D, in whole units, and that tail is never trained)";
     std::vector<nlohmann::json> runs;
     for (const auto& r : rows)
       runs.push_back({{"cell", r["cell"]}, {"seed", r["seed"]}, {"checkpoint", r["checkpoint"]},

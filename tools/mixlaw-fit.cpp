@@ -183,9 +183,10 @@ int main(int argc, char** argv) {
         auto* test_loss = app.add_option("--test-losses", a.test_losses, "Loss table of --test-mixture (when separate)");
         test_loss->needs(test_mix);
         split->excludes(frac)->excludes(extra)->excludes(test_mix);
-        app.add_option("--where", a.where, "Keep only the rows where COLUMN OP VALUE holds (repeatable; OP: < <= > >= == !=)");
+        app.add_option("--where", a.where, "Fit only the rows where COLUMN OP VALUE holds (repeatable; OP: < <= > >= == !=)");
         auto* test_where = app.add_option("--test-where", a.test_where,
-                                          "Hold out the rows where COLUMN OP VALUE holds (repeatable; all must hold) as the validation set");
+                                          "Validate on the rows where COLUMN OP VALUE holds (repeatable; all must hold), taken "
+                                          "from every row (they need not pass --where) and never fitted");
         test_where->excludes(split)->excludes(frac)->excludes(extra)->excludes(test_mix);
         frac->excludes(extra)->excludes(test_mix);
         extra->excludes(test_mix);
@@ -212,10 +213,24 @@ int main(int argc, char** argv) {
         auto load = [&](const std::string& mix_path, const std::string& loss_path, std::vector<std::string>* index) {
           io::Table mix = io::Table::read(mix_path, ro);
           ctx.prov.add_input(mix_path, mix.sha256());
-          if (index && !a.where.empty()) mix = mix.select_rows(io::filter_rows(mix, a.where));
-          if (index && !a.test_where.empty()) {
-            test_flags.assign(mix.rows(), false);
-            for (auto r : io::filter_rows(mix, a.test_where)) test_flags[r] = true;
+          if (index && (!a.where.empty() || !a.test_where.empty())) {
+            // --where picks the rows fitted, --test-where the held-out rows (from every row, so
+            // they need not pass --where); the table keeps both, in file order.
+            const auto fitted = io::filter_rows(mix, a.where);
+            std::vector<bool> in_test(mix.rows(), false);
+            if (!a.test_where.empty())
+              for (auto r : io::filter_rows(mix, a.test_where)) in_test[r] = true;
+            std::vector<bool> keep = in_test;
+            for (auto r : fitted) keep[r] = true;
+            std::vector<std::size_t> rows;
+            test_flags.clear();
+            for (std::size_t r = 0; r < mix.rows(); ++r)
+              if (keep[r]) {
+                rows.push_back(r);
+                test_flags.push_back(in_test[r]);
+              }
+            mix = mix.select_rows(rows);
+            if (a.test_where.empty()) test_flags.clear();
           }
           if (a.drop_incomplete) {
             const auto keep = io::complete_rows(mix, fit::mix_columns_used(mix, a.cols));

@@ -6,8 +6,16 @@ set(SWEEP_FX ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/sweep)
 set(SWEEP_SH ${CMAKE_CURRENT_SOURCE_DIR}/sweep)
 
 # ---- real runs ---------------------------------------------------------------------------------
-# The tiny grid end to end, then InfoLaw, Chinchilla and the mixing laws on its table.
-cli_case(lm-sweep/grid-then-fits --rc 0 --tool lm-sweep -- bash ${SWEEP_SH}/fits.sh $<TARGET_FILE_DIR:lm-sweep> ${SWEEP_FX}/grid-tiny.json)
+# scripts/repro.d/sweep.sh on the CI grid (REPRO_QUICK=1): every cell trained, the noise floor from
+# 3 seeds, InfoLaw / Chinchilla / the data-constrained law / the 4 mixing laws fitted on the fit cells
+# and tested on each held-out set (never fitted), the capacity-noise optimum trained with 2 seeds.
+cli_case(lm-sweep/repro-quick --rc 0 --tool lm-sweep
+  --file-jq out/results/summary.json "(.errors | length) == 21 and ([.errors[] | select(.law == \"infolaw\") | .n] == [4, 4, 2])"
+  --file-jq out/results/summary.json "(.targets | keys) == [\"infolaw_recipe_mae_below_capacity_noise\", \"infolaw_recipe_mae_within_2_seed_sd\", \"optimum_not_worse_than_best_grid\", \"optimum_within_law_val_error\"]"
+  --file-jq out/results/summary.json ".seed_sd > 0 and (.optimum.real | length) == 2 and .optimum.grid_cells == 4 and (.optimum.mixture | add - 1 | fabs) < 1e-9"
+  --file-jq out/results/fits/infolaw-heldout-recipe.json ".rows_used == 13 and .test.rows == 4 and (.test.residuals | map(.id | test(\"mid\")) | all) and (.test.mae | isnormal)"
+  --file-jq out/results/noise.json ".cells[0].cell == \"a.prop.D2048.Enat\" and (.cells[0].losses | length) == 3"
+  -- bash -c "d=$PWD && cd ${PROJECT_SOURCE_DIR} && REPRO_QUICK=1 SWEEP_OUT=$d/out SWEEP_JOBS=2 bash scripts/repro.d/sweep.sh $<TARGET_FILE_DIR:lm-sweep> > $d/out.txt")
 # The table (JSON): one row per cell in grid order; recipe weights as given; the epochs cell sees its
 # unique tokens about 4 times (whole verses: 3.5-4); provenance names each cell's checkpoint and seed;
 # the data manifest measures the degradation (half the words replaced) and the buckets' token shares.
