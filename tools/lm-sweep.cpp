@@ -172,14 +172,17 @@ class Sweep {
       const double s = tps > 0 ? static_cast<double>(c.tokens) / tps : std::nan("");
       flops += p.flops;
       secs += s;
-      fmt::print("{:>5} {:<40} {:<15} {:>10.4g} {:>10} {:>10} {:>7.3g} {:>10.3g} {:>9.1f}\n", c.index, c.id, c.role, p.params,
-                 c.tokens, p.plan.unique_total, p.plan.epochs(), p.flops, s);
+      fmt::print("{:>5} {:<40} {:<15} {:>10.4g} {:>10} {:>10} {:>7.3g} {:>10.3g} {:>9}\n", c.index, c.id, c.role, p.params,
+                 c.tokens, p.plan.unique_total, p.plan.epochs(), p.flops, tps > 0 ? fmt::format("{:.1f}", s) : "-");
     }
     const int jobs = std::max(1, a_.jobs);
-    fmt::print("total: {} cells, {:.4g} training FLOP, about {:.0f} s of training ({:.1f} h) on {} job(s) of {} thread(s); "
-               "evaluation and start-up not counted\n",
-               planned_.size(), flops, secs / jobs, secs / jobs / 3600, jobs,
-               std::max(1, (ctx_.common.threads > 0 ? ctx_.common.threads : hardware_threads()) / jobs));
+    const int tpj = std::max(1, (ctx_.common.threads > 0 ? ctx_.common.threads : hardware_threads()) / jobs);
+    if (speed.empty())
+      fmt::print("total: {} cells, {:.4g} training FLOP (speed not measured: --measure-steps 0)\n", planned_.size(), flops);
+    else
+      fmt::print("total: {} cells, {:.4g} training FLOP, about {:.0f} s of training ({:.1f} h) on {} job(s) of {} thread(s); "
+                 "evaluation and start-up not counted\n",
+                 planned_.size(), flops, secs / jobs, secs / jobs / 3600, jobs, tpj);
   }
 
   void fail(const sweep::Cell& c, const std::string& what) {
