@@ -123,7 +123,7 @@ class Sweep {
       p.spec = {{"cell", c.id},
                 {"model", c.model},
                 {"model_args", sweep::model_args(grid_.models.at(c.model), grid_.seq_len)},
-                {"train_args", sweep::train_args(grid_)},
+                {"train_args", sweep::train_args(grid_, grid_.models.at(c.model))},
                 {"recipe", c.recipe},
                 {"weights", p.plan.weights},
                 {"tokens", c.tokens},
@@ -151,7 +151,7 @@ class Sweep {
                                     std::to_string(threads), "-o", (dir / "m.h5").string(), "--overwrite", "--log",
                                     (dir / "m.jsonl").string(), "-q"};
       for (const auto& x : sweep::model_args(m, grid_.seq_len)) args.push_back(x);
-      for (const auto& x : sweep::train_args(grid_)) args.push_back(x);
+      for (const auto& x : sweep::train_args(grid_, m)) args.push_back(x);
       const int rc = run_process(args, "", (dir / "m.err").string());
       if (rc != 0) throw RuntimeError(fmt::format("measuring model {}: lm-train exited {} ({})", name, rc, (dir / "m.err").string()));
       const auto s = last_json_line((dir / "m.jsonl").string());

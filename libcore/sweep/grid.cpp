@@ -97,6 +97,19 @@ std::vector<double> recipe_weights(const nlohmann::json& j, const std::vector<Bu
   return w;
 }
 
+void check_train_values(const nlohmann::json& t, const std::string& where) {
+  for (auto it = t.begin(); it != t.end(); ++it) {
+    const std::string tw = where + "." + it.key();
+    if (it.key() == "tied") {
+      if (!it.value().is_boolean()) throw InputError(tw + " must be true or false");
+    } else if (it.key() == "seq_len" || it.key() == "batch" || it.key() == "accum" || it.key() == "warmup") {
+      integer(it.value(), tw, it.key() == "warmup" ? 0 : 1, 1 << 20);
+    } else if (!(number(it.value(), tw) >= 0)) {
+      throw InputError(tw + " must be >= 0");
+    }
+  }
+}
+
 std::string tokens_label(std::int64_t t) { return std::to_string(t); }
 
 std::string epochs_label(const std::optional<double>& e) {
@@ -199,20 +212,9 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
   if (j.contains("train")) {
     check_keys(j["train"], allowed_train_keys(), where + ": train");
     g.train = j["train"];
-    for (auto it = g.train.begin(); it != g.train.end(); ++it) {
-      const std::string tw = where + ": train." + it.key();
-      if (it.key() == "tied") {
-        if (!it.value().is_boolean()) throw InputError(tw + " must be true or false");
-      } else if (it.key() == "seq_len" || it.key() == "batch" || it.key() == "accum" || it.key() == "warmup") {
-        integer(it.value(), tw, it.key() == "warmup" ? 0 : 1, 1 << 20);
-      } else if (!(number(it.value(), tw) >= 0)) {
-        throw InputError(tw + " must be >= 0");
-      }
-    }
+    check_train_values(g.train, where + ": train");
   }
   g.seq_len = g.train.contains("seq_len") ? g.train["seq_len"].get<int>() : 128;
-  g.batch = g.train.contains("batch") ? g.train["batch"].get<int>() : 8;
-  const int accum = g.train.contains("accum") ? g.train["accum"].get<int>() : 1;
 
   // models
   check_keys(j["models"], [&] {
@@ -223,10 +225,18 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
   if (j["models"].empty()) throw InputError(where + ": \"models\" is empty");
   for (auto it = j["models"].begin(); it != j["models"].end(); ++it) {
     const std::string mw = where + ": models." + it.key();
-    check_keys(it.value(), {"preset", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"}, mw);
+    check_keys(it.value(), {"preset", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "train"}, mw);
     ModelSpec m;
     m.name = it.key();
     m.json = it.value();
+    if (it.value().contains("train")) {
+      std::vector<std::string> keys;
+      for (const auto& k : allowed_train_keys())
+        if (k != "seq_len" && k != "tied") keys.push_back(k);
+      check_keys(it.value()["train"], keys, mw + ".train");
+      m.train = it.value()["train"];
+      check_train_values(m.train, mw + ".train");
+    }
     m.config = lm::default_shape();
     const auto& v = it.value();
     auto is_set = [&](const char* flag) {
@@ -274,7 +284,13 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
   // cells
   if (!j["cells"].is_array() || j["cells"].empty()) throw InputError(where + ": \"cells\" must be a non-empty array of blocks");
   std::map<std::string, std::size_t> seen;
-  const std::int64_t step_tokens = static_cast<std::int64_t>(g.batch) * accum * g.seq_len;
+  // One optimizer step of model m, in tokens (its own batch and accum when it overrides them).
+  auto step_tokens = [&](const ModelSpec& m) {
+    auto opt = [&](const char* k, int dflt) {
+      return m.train.contains(k) ? m.train[k].get<int>() : g.train.contains(k) ? g.train[k].get<int>() : dflt;
+    };
+    return static_cast<std::int64_t>(opt("batch", 8)) * opt("accum", 1) * g.seq_len;
+  };
   for (std::size_t bi = 0; bi < j["cells"].size(); ++bi) {
     const auto& b = j["cells"][bi];
     const std::string bw = fmt::format("{}: cells[{}]", where, bi);
@@ -313,9 +329,9 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
               c.epochs = e;
               c.seed = static_cast<std::uint64_t>(integer(sj, bw + ".seeds[]", 0, std::int64_t(1) << 53));
               c.id = fmt::format("{}.{}.D{}.E{}.s{}", m, r, tokens_label(t), epochs_label(e), c.seed);
-              if (t < step_tokens)
+              if (t < step_tokens(g.models.at(m)))
                 throw InputError(fmt::format("cell {}: {} tokens are less than one optimizer step (batch x accum x seq_len = {})",
-                                             c.id, t, step_tokens));
+                                             c.id, t, step_tokens(g.models.at(m))));
               if (const auto s = seen.find(c.id); s != seen.end())
                 throw InputError(fmt::format("{}: cell {} is already in the grid (cell {})", bw, c.id, s->second));
               seen[c.id] = c.index;
@@ -369,13 +385,13 @@ std::vector<std::string> model_args(const ModelSpec& m, int seq_len) {
           "--d-ff", std::to_string(c.d_ff), "--n-ctx", std::to_string(seq_len)};
 }
 
-std::vector<std::string> train_args(const Grid& g) {
+std::vector<std::string> train_args(const Grid& g, const ModelSpec& m) {
   std::vector<std::string> out;
   for (const auto& k : allowed_train_keys()) {
-    if (!g.train.contains(k)) continue;
+    if (!g.train.contains(k) && !m.train.contains(k)) continue;
     std::string flag = "--" + k;
     std::replace(flag.begin(), flag.end(), '_', '-');
-    const auto& v = g.train[k];
+    const auto& v = m.train.contains(k) ? m.train[k] : g.train[k];
     if (v.is_boolean()) {
       if (v.get<bool>()) out.push_back(flag);
       continue;

@@ -46,11 +46,13 @@ struct DataSpec {
 };
 
 /// One model of the grid: a full ModelConfig without vocabulary (the tokenizer's) and n_ctx
-/// (the training seq_len).
+/// (the training seq_len), and the training options that differ for it (a learning rate scaled
+/// with the width, say).
 struct ModelSpec {
   std::string name;
   lm::ModelConfig config;  ///< vocab_size and n_ctx are filled in when the data is ready
   nlohmann::json json;     ///< as written in the grid (for the cell's spec hash)
+  nlohmann::json train = nlohmann::json::object();  ///< overrides of the grid's "train" (not seq_len or tied)
 };
 
 /// One cell: one lm-train run and its evaluation.
@@ -74,7 +76,6 @@ struct Grid {
   nlohmann::json train = nlohmann::json::object();     ///< lm-train options shared by every cell
   std::vector<Cell> cells;
   int seq_len = 128;       ///< train.seq_len
-  int batch = 8;           ///< train.batch
   nlohmann::json raw;      ///< the grid file as read
 };
 
@@ -100,7 +101,7 @@ std::string data_spec_sha256(const Grid& g);
 /// The lm-train arguments of a model's shape (--d-model ... --n-ctx).
 std::vector<std::string> model_args(const ModelSpec& m, int seq_len);
 
-/// The lm-train arguments of the grid's "train" section, in a fixed order.
-std::vector<std::string> train_args(const Grid& g);
+/// The lm-train arguments of the grid's "train" section with model `m`'s overrides, in a fixed order.
+std::vector<std::string> train_args(const Grid& g, const ModelSpec& m);
 
 }  // namespace icmlkit::sweep

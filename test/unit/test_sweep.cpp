@@ -75,8 +75,11 @@ TEST_CASE("sweep grid: cells expand in block order with ids, recipes by array or
   CHECK(g.data.source == "/base/x.txt");
   CHECK(g.data.validation == "clean");
   CHECK(g.models.at("a").config.n_ctx == 8);
-  const auto args = sweep::train_args(g);
-  CHECK(args == std::vector<std::string>{"--seq-len", "8", "--batch", "2"});
+  CHECK(sweep::train_args(g, g.models.at("a")) == std::vector<std::string>{"--seq-len", "8", "--batch", "2"});
+  auto j = small_grid();
+  j["models"]["a"]["train"] = {{"lr", 0.002}, {"batch", 4}};
+  const auto g2 = sweep::parse_grid(j, "g.json", "");
+  CHECK(sweep::train_args(g2, g2.models.at("a")) == std::vector<std::string>{"--seq-len", "8", "--batch", "4", "--lr", "0.002"});
 }
 
 TEST_CASE("sweep grid: impossible or malformed grids are refused naming the entry") {
@@ -103,6 +106,16 @@ TEST_CASE("sweep grid: impossible or malformed grids are refused naming the entr
   j = small_grid();
   j["cells"].push_back(j["cells"][0]);
   CHECK(parse_error(j).find("cell a.prop.D1000.Enat.s1 is already in the grid") != std::string::npos);
+  j = small_grid();
+  j["models"]["a"]["train"] = {{"seq_len", 16}};
+  CHECK(parse_error(j).find("models.a.train: unknown key 'seq_len'") != std::string::npos);
+  j = small_grid();
+  j["models"]["a"]["train"] = {{"batch", 8}};
+  CHECK(parse_error(j).find("cell a.prop.D1000.Enat.s1: 1000 tokens are less than one optimizer step (batch x accum x seq_len = 64)") ==
+        std::string::npos);  // 1000 >= 64: fine
+  j["cells"][0]["tokens"] = {40};
+  CHECK(parse_error(j).find("cell a.prop.D40.Enat.s1: 40 tokens are less than one optimizer step (batch x accum x seq_len = 64)") !=
+        std::string::npos);
   j = small_grid();
   j["train"]["optimizer"] = "sgd";
   CHECK(parse_error(j).find("train: unknown key 'optimizer'") != std::string::npos);
