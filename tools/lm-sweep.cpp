@@ -413,8 +413,8 @@ int main(int argc, char** argv) {
       "checkpoint (lm-train --resume), so a killed sweep continues where it stopped; the table is rebuilt from the "
       "results after every cell, one row per cell.  --cell I runs cell I alone (a Slurm array task: "
       "--array=0-(cells-1)); --collect rebuilds the table only.  Runs lm-train and lm-eval from this program's folder "
-      "(or --bin-dir).",
-      "  lm-sweep data/scaling/sweep/grid-ci.json -o sweep-ci/ --dry-run\n"
+      "(or --bin-dir).  --seed is not used: each cell's seed comes from the grid.",
+      "  lm-sweep test/cli/fixtures/sweep/grid-ci.json -o sweep-ci/ --dry-run\n"
       "  lm-sweep data/scaling/sweep/grid.json -o sweep/ --jobs 2 -t 2\n"
       "  lm-sweep grid.json -o sweep/ --cell $SLURM_ARRAY_TASK_ID -t $SLURM_CPUS_PER_TASK\n"};
   return cli::run_tool(
