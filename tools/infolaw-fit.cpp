@@ -181,6 +181,17 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
       warnings.push_back(w);
     }
   }
+  if (!pred.isFinite().all()) {
+    // A parameter that ran off to where exp() overflows (B = e^b, say): the stats are null in the output.
+    std::string which;
+    for (const auto& [k, v] : out["params"].items())
+      if (!v.is_number()) which += (which.empty() ? "" : ", ") + k;
+    const std::string w = fmt::format("the fit diverged: predictions are not finite{}; these runs do not determine the {} law "
+                                      "(try --fix or a narrower --grid)",
+                                      which.empty() ? "" : " (" + which + " overflowed)", law->name());
+    log::warn("{}", w);
+    warnings.push_back(w);
+  }
   if (!warnings.empty()) out["warnings"] = warnings;
   if (r.bootstrap.rows() > 0) {
     nlohmann::json b = nlohmann::json::object();

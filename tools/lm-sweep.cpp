@@ -1,7 +1,10 @@
 // lm-sweep: train a grid of small language models (sizes x tokens x data recipes over quality
 // buckets x repetition x seeds), one lm-train run per cell, evaluate each on held-out text of
 // every bucket, and collect one table that infolaw-fit and mixlaw-fit read directly (issue 40).
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -67,6 +70,31 @@ nlohmann::json last_json_line(const std::string& path) {
   }
 }
 
+// An advisory lock (flock) on a file, held while the object lives: cells and the data folder
+// are locked so that two lm-sweep processes on one folder (a Slurm array, or a rerun started by
+// mistake) never train, evaluate or prepare the same thing at once.
+class FileLock {
+ public:
+  FileLock(const fs::path& path, bool wait) {
+    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw RuntimeError(fmt::format("cannot open the lock file {}", path.string()));
+    held_ = ::flock(fd_, LOCK_EX | (wait ? 0 : LOCK_NB)) == 0;
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  bool held() const noexcept { return held_; }
+
+ private:
+  int fd_ = -1;
+  bool held_ = false;
+};
+
+// A cell another process is running right now (its lock is held): skipped, not failed.
+struct CellBusy {};
+
 class Sweep {
  public:
   Sweep(const Args& a, cli::Context& ctx) : a_(a), ctx_(ctx) {}
@@ -76,13 +104,38 @@ class Sweep {
     ctx_.prov.add_input(a_.grid_path, io::sha256_file(a_.grid_path));
     if (a_.cell >= static_cast<std::int64_t>(grid_.cells.size()))
       throw UsageError(fmt::format("the grid has {} cells (0..{})", grid_.cells.size(), grid_.cells.size() - 1), "--cell");
-    fs::create_directories(a_.out);
-    data_ = sweep::prepare_data(grid_, (fs::path(a_.out) / "data").string());
-    plan_all();  // every cell checked before any training
-    bins_ = a_.bin_dir.empty() ? executable_dir() : a_.bin_dir;
+    if (fs::exists(a_.out) && !fs::is_directory(a_.out))
+      throw InputError("the output exists and is not a folder", a_.out);
     table_path_ = a_.table.empty() ? (fs::path(a_.out) / "table.csv").string() : a_.table;
+    if (!a_.table.empty()) {
+      // Checked before any work, unless it goes into the sweep folder (made below).
+      auto norm = [](fs::path p) {
+        p = fs::weakly_canonical(fs::absolute(p));
+        return p.has_filename() ? p : p.parent_path();  // "run/" -> "run"
+      };
+      if (norm(fs::path(a_.table).parent_path()) != norm(a_.out)) io::check_output_dir(a_.table);
+    }
+    const fs::path data_dir = fs::path(a_.out) / "data";
+    if (a_.collect && !fs::exists(data_dir / "manifest.json"))
+      throw InputError("no sweep data in this folder (run the grid first)", a_.out);
+    bins_ = a_.bin_dir.empty() ? executable_dir() : a_.bin_dir;
+    if (!a_.collect)
+      for (const char* tool : {"lm-train", "lm-eval"})
+        if (::access((fs::path(bins_) / tool).c_str(), X_OK) != 0)
+          throw InputError(fmt::format("{} is not in {} (give the toolkit's bin folder with --bin-dir)", tool, bins_));
+    fs::create_directories(a_.out);
+    {
+      FileLock lock(fs::path(a_.out) / ".data.lock", true);  // one process prepares the data, the others wait
+      data_ = sweep::prepare_data(grid_, data_dir.string());
+    }
+    plan_all();  // every cell checked before any training
     if (a_.dry_run) return dry_run();
-    if (a_.collect) return write_table();
+    if (a_.collect) {
+      write_table();
+      if (table_rows_ == 0) throw InputError("no finished cell of this grid in this folder", a_.out);
+      log::info("{} of {} cells in {}", table_rows_, planned_.size(), table_path_);
+      return;
+    }
     std::vector<std::size_t> todo;
     if (a_.cell >= 0) todo.push_back(static_cast<std::size_t>(a_.cell));
     else
@@ -101,10 +154,11 @@ class Sweep {
       });
     for (auto& w : workers) w.join();
     write_table();
+    if (busy_ > 0) log::info("{} cell(s) skipped: another lm-sweep is running them", busy_);
     if (!failures_.empty()) {
       for (const auto& f : failures_) log::warn("{}", f);
-      throw RuntimeError(fmt::format("{} of {} cells failed (above); finished cells are kept and a rerun continues the rest",
-                                     failures_.size(), todo.size()));
+      throw RuntimeError(fmt::format("{} of {} cells failed (the first: {}); finished cells are kept", failures_.size(),
+                                     todo.size(), failures_.front()));
     }
   }
 
@@ -204,6 +258,10 @@ class Sweep {
       else
         log::debug("cell {} {} was already done", c.index, c.id);
       write_table_locked();
+    } catch (const CellBusy&) {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++busy_;
+      log::info("cell {} {} is being run by another lm-sweep; skipped", c.index, c.id);
     } catch (const Error& e) {
       fail(c, e.message());
     } catch (const std::exception& e) {
@@ -225,6 +283,9 @@ class Sweep {
         if (f == result) return false;
       }
     fs::create_directories(dir);
+    FileLock lock(dir / ".lock", false);
+    if (!lock.held()) throw CellBusy{};
+    if (fs::exists(result)) return false;  // finished by another process meanwhile
     nlohmann::json sj = p.spec;
     sj["spec_sha256"] = p.spec_sha;
     io::write_json(spec.string(), sj);
@@ -249,6 +310,8 @@ class Sweep {
       if (!finished()) throw RuntimeError(fmt::format("lm-train ended without a summary line in {}", log.string()));
     }
     const auto summary = last_json_line(log.string())["summary"];
+    if (!summary.value("train_loss", nlohmann::json()).is_number() || !(summary.value("tokens", 0.0) > 0))
+      throw RuntimeError(fmt::format("lm-train's summary in {} has no training loss", log.string()));
     nlohmann::json losses = nlohmann::json::array();
     for (std::size_t b = 0; b < data_.buckets.size(); ++b) {
       const fs::path ev = dir / fmt::format("eval-{}.json", b);
@@ -310,7 +373,12 @@ class Sweep {
       auto r = io::read_json(f.string());
       if (r.value("spec_sha256", "") == p.spec_sha) rows.push_back(std::move(r));
     }
-    if (rows.empty()) return;
+    table_rows_ = rows.size();
+    if (rows.empty()) {  // nothing of this grid: no table, and no stale one from an earlier grid
+      fs::remove(table_path_);
+      fs::remove(table_path_ + ".meta.json");
+      return;
+    }
     const std::size_t nb = data_.buckets.size();
     io::Table t;
     auto num = [&](const std::string& name, auto get) {
@@ -387,7 +455,7 @@ class Sweep {
   int threads_per_job_ = 1;
   std::mutex mu_;
   std::vector<std::string> failures_;
-  std::size_t done_ = 0;
+  std::size_t done_ = 0, busy_ = 0, table_rows_ = 0;
 };
 
 }  // namespace
@@ -422,18 +490,19 @@ int main(int argc, char** argv) {
       [&](CLI::App& app) {
         app.add_option("grid", a.grid_path, "Grid (JSON): data, models, train, recipes, cells")->required();
         app.add_option("-o,--output", a.out, "Sweep folder (made if missing): data/, cells/, table.csv")->required();
-        app.add_option("--jobs", a.jobs, "Cells trained at once; each gets threads / jobs threads")
+        app.add_option("--jobs", a.jobs, "Cells trained at once; each gets max(1, threads / jobs) threads")
             ->capture_default_str()
             ->check(cli::int_range(1, 1024));
-        app.add_option("--cell", a.cell, "Run only the cell with this 0-based index (a Slurm array task id)")
-            ->check(cli::int_range(0, 1 << 30));
+        auto* cell = app.add_option("--cell", a.cell, "Run only the cell with this 0-based index (a Slurm array task id)")
+                         ->check(cli::int_range(0, 1 << 30));
         app.add_flag("--dry-run", a.dry_run,
                      "Prepare the data, check every cell and print each with its FLOP and estimated seconds (from "
                      "tokens/s measured by a short lm-train run of each model); train nothing");
         app.add_option("--measure-steps", a.measure_steps, "--dry-run: training steps of each model's speed measurement (0 = none)")
             ->capture_default_str()
             ->check(cli::int_range(0, 100000));
-        app.add_flag("--collect", a.collect, "Only rebuild the table from the finished cells (after a Slurm array)");
+        auto* collect = app.add_flag("--collect", a.collect, "Only rebuild the table from the finished cells (after a Slurm array)");
+        collect->excludes(cell);
         app.add_option("--table", a.table, "The table's path (.csv, .json, .jsonl; default OUT/table.csv)");
         app.add_option("--checkpoint-every", a.checkpoint_every, "lm-train checkpoints every N steps (what a killed cell resumes from)")
             ->capture_default_str()

@@ -82,16 +82,12 @@ std::int64_t count_tokens(const lm::Tokenizer& tok, const std::string& text, con
   return static_cast<std::int64_t>(tok.encode(text, where).size()) + 1;  // + BOS
 }
 
-struct Instance {
-  std::uint32_t bucket, unit;
-};
-
-// Bucket d's first m_d units repeated in passes (each pass in an order seeded by the cell's
-// seed, bucket and pass) until round(w_d D) tokens are reached; every bucket's instances in
-// bucket order.
-std::vector<Instance> cell_instances(const PreparedData& data, const Cell& c, const std::vector<std::int64_t>& units,
-                                     const std::vector<double>& w) {
-  std::vector<Instance> all;
+// Bucket d's first m_d units repeated in passes (each pass shuffles the previous pass's order,
+// seeded by the cell's seed, bucket and pass) until round(w_d D) tokens are reached; `visit` gets
+// every instance, bucket by bucket.  Memory O(units): plans of any size cost no instance list.
+template <class Visit>
+void for_each_instance(const PreparedData& data, const Cell& c, const std::vector<std::int64_t>& units,
+                       const std::vector<double>& w, Visit&& visit) {
   for (std::size_t d = 0; d < data.buckets.size(); ++d) {
     const std::int64_t m = units[d];
     if (m == 0) continue;
@@ -105,12 +101,11 @@ std::vector<Instance> cell_instances(const PreparedData& data, const Cell& c, co
       for (std::size_t i = pass.size() - 1; i > 0; --i) std::swap(pass[i], pass[rng.below(i + 1)]);
       for (auto u : pass) {
         if (tok >= K) break;
-        all.push_back({static_cast<std::uint32_t>(d), u});
+        visit(static_cast<std::uint32_t>(d), u);
         tok += b.tokens[u];
       }
     }
   }
-  return all;
 }
 
 }  // namespace
@@ -386,14 +381,14 @@ CellPlan plan_cell(const PreparedData& data, const Cell& c, const std::vector<do
   // Realised counts: a unit drawn but not reached by the tokens (K_d below its pool) is not unique data of the cell.
   std::vector<std::vector<bool>> seen(nb);
   for (std::size_t d = 0; d < nb; ++d) seen[d].assign(static_cast<std::size_t>(p.unique_units[d]), false);
-  for (const auto& i : cell_instances(data, c, p.unique_units, w)) {
-    const auto t = data.buckets[i.bucket].tokens[i.unit];
-    p.consumed[i.bucket] += t;
-    if (!seen[i.bucket][i.unit]) {
-      seen[i.bucket][i.unit] = true;
-      p.unique[i.bucket] += t;
+  for_each_instance(data, c, p.unique_units, w, [&](std::uint32_t bucket, std::uint32_t unit) {
+    const auto t = data.buckets[bucket].tokens[unit];
+    p.consumed[bucket] += t;
+    if (!seen[bucket][unit]) {
+      seen[bucket][unit] = true;
+      p.unique[bucket] += t;
     }
-  }
+  });
   for (std::size_t d = 0; d < nb; ++d) {
     p.unique_total += p.unique[d];
     p.tokens_total += p.consumed[d];
@@ -402,7 +397,12 @@ CellPlan plan_cell(const PreparedData& data, const Cell& c, const std::vector<do
 }
 
 void write_cell_corpus(const PreparedData& data, const Cell& c, const CellPlan& plan, const std::string& path) {
-  std::vector<Instance> all = cell_instances(data, c, plan.unique_units, plan.weights);
+  struct Instance {
+    std::uint32_t bucket, unit;
+  };
+  std::vector<Instance> all;
+  for_each_instance(data, c, plan.unique_units, plan.weights,
+                    [&](std::uint32_t bucket, std::uint32_t unit) { all.push_back({bucket, unit}); });
   Rng rng(derive_seed(c.seed, 0));
   for (std::size_t i = all.size() - 1; i > 0; --i) std::swap(all[i], all[rng.below(i + 1)]);
   io::AtomicFile f(path);

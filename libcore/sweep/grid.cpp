@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -43,6 +44,15 @@ std::int64_t integer(const nlohmann::json& j, const std::string& where, std::int
 std::string text(const nlohmann::json& j, const std::string& where) {
   if (!j.is_string() || j.get<std::string>().empty()) throw InputError(fmt::format("{} must be a non-empty string", where));
   return j.get<std::string>();
+}
+
+// Names become parts of cell ids and folder names: letters, digits, '_' and '-' only.
+std::string checked_name(const std::string& n, const std::string& where) {
+  if (n.empty() || n.size() > 64 ||
+      !std::all_of(n.begin(), n.end(), [](unsigned char ch) { return std::isalnum(ch) || ch == '_' || ch == '-'; }))
+    throw InputError(fmt::format("{}: name '{}' must be 1-64 letters, digits, '_' or '-' (it is part of cell ids and folder names)",
+                                 where, n));
+  return n;
 }
 
 std::string resolve(const std::string& p, const std::string& base_dir) {
@@ -173,7 +183,7 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
     const std::string bw = fmt::format("{}.buckets[{}]", dw, i);
     check_keys(b, [] { auto k = kCorpusKeys; for (const char* x : {"name", "share", "replace", "shuffle", "path"}) k.push_back(x); return k; }(), bw);
     BucketSpec s;
-    s.name = b.contains("name") ? text(b["name"], bw + ".name") : fmt::format("q{}", i);
+    s.name = b.contains("name") ? checked_name(text(b["name"], bw + ".name"), bw) : fmt::format("q{}", i);
     if (!names.insert(s.name).second) throw InputError(fmt::format("{}: bucket name '{}' is used twice", bw, s.name));
     if (b.contains("path")) {
       s.path = resolve(text(b["path"], bw + ".path"), base_dir);
@@ -225,6 +235,7 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
   if (j["models"].empty()) throw InputError(where + ": \"models\" is empty");
   for (auto it = j["models"].begin(); it != j["models"].end(); ++it) {
     const std::string mw = where + ": models." + it.key();
+    checked_name(it.key(), where + ": models");
     check_keys(it.value(), {"preset", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "train"}, mw);
     ModelSpec m;
     m.name = it.key();
@@ -273,6 +284,7 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
   if (!j["recipes"].is_object() || j["recipes"].empty()) throw InputError(where + ": \"recipes\" must be a non-empty object");
   std::map<std::string, std::string> bad_recipes;  // name -> the problem, reported with a cell that uses it
   for (auto it = j["recipes"].begin(); it != j["recipes"].end(); ++it) {
+    checked_name(it.key(), where + ": recipes");
     try {
       g.recipes[it.key()] = recipe_weights(it.value(), g.data.buckets, "recipes." + it.key());
     } catch (const InputError& e) {
@@ -312,7 +324,7 @@ Grid parse_grid(const nlohmann::json& j, const std::string& where, const std::st
         const auto r = text(rj, bw + ".recipes[]");
         if (!g.recipes.count(r)) throw InputError(fmt::format("{}: no recipe named '{}'", bw, r));
         for (const auto& tj : tokens) {
-          const auto t = integer(tj, bw + ".tokens[]", 1, std::int64_t(1) << 50);
+          const auto t = integer(tj, bw + ".tokens[]", 1, std::int64_t(100000000000));
           for (const auto& ej : epochs) {
             std::optional<double> e;
             if (!ej.is_null()) {

@@ -124,6 +124,12 @@ jq -n --slurpfile e "$res/errors.json" --slurpfile n "$res/noise.json" --slurpfi
                optimum_within_law_val_error: $o[0].within_val_error,
                optimum_not_worse_than_best_grid: $o[0].not_worse_than_best_grid}}' > "$res/summary.json"
 {
+  echo "# Scaling laws on lm-sweep runs: $(jq -r .name "$grid") ($grid)"
+  echo
+  echo "Each law fitted on the role=fit cells, its error on each held-out set (never fitted): clean held-out loss,"
+  echo "nats/token.  Seed-noise floor (pooled sd over 3 seeds): $(jq '.pooled_sd * 10000 | round / 10000' "$res/noise.json").  \"failed\": the fit diverged"
+  echo "(a parameter overflowed; see the fit's warnings).  Targets and the mixing-law optimum: summary.json."
+  echo
   echo "| law | held-out set | cells | mean abs error | max abs error | mean rel error | max rel error | fit MAE |"
   echo "|---|---|---|---|---|---|---|---|"
   jq -r 'def r: if . == null then "failed" else (. * 10000 | round / 10000 | tostring) end;

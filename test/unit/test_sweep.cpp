@@ -117,6 +117,12 @@ TEST_CASE("sweep grid: impossible or malformed grids are refused naming the entr
   CHECK(parse_error(j).find("cell a.prop.D40.Enat.s1: 40 tokens are less than one optimizer step (batch x accum x seq_len = 64)") !=
         std::string::npos);
   j = small_grid();
+  j["recipes"]["x/y"] = {0.5, 0.5};
+  CHECK(parse_error(j).find("name 'x/y' must be 1-64 letters, digits") != std::string::npos);
+  j = small_grid();
+  j["cells"][0]["tokens"] = {1e12};
+  CHECK(parse_error(j).find(".tokens[] must be an integer in 1..100000000000") != std::string::npos);
+  j = small_grid();
   j["train"]["optimizer"] = "sgd";
   CHECK(parse_error(j).find("train: unknown key 'optimizer'") != std::string::npos);
   j = small_grid();

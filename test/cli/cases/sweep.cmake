@@ -64,7 +64,21 @@ cli_case(lm-sweep/missing-source --rc 1 --stderr "nope.tsv" --no-file run/data/m
 cli_case(lm-sweep/other-data-in-folder --rc 1 --stderr "another data section" --tool lm-sweep
   -- bash -c "${SWEEP} ${SWEEP_FX}/grid-resume.json -o run/ --cell 0 -q && jq '.data.seed = 7' ${SWEEP_FX}/grid-resume.json > g.json && cp ${SWEEP_FX}/kjv-genesis.tsv.gz . && ${SWEEP} g.json -o run/ -q")
 
+cli_case(lm-sweep/name-with-dot --rc 1 --stderr "name 'a.b' must be 1-64 letters" --no-file run --tool lm-sweep
+  -- bash -c "jq '.recipes[\"a.b\"] = [0.5, 0.5]' ${SWEEP_FX}/grid-tiny.json > g.json && ${SWEEP} g.json -o run/")
+cli_case(lm-sweep/model-name-escapes-folder --rc 1 --stderr "name '../x' must be" --no-file run --tool lm-sweep
+  -- bash -c "jq '.models[\"../x\"] = .models.a' ${SWEEP_FX}/grid-tiny.json > g.json && ${SWEEP} g.json -o run/")
+cli_case(lm-sweep/no-lm-train-in-bin-dir --rc 1 --stderr "lm-train is not in" --no-file run -- ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run/ --bin-dir .)
+cli_case(lm-sweep/output-is-a-file --rc 1 --stderr "not a folder" --tool lm-sweep -- bash -c "touch run && ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run")
+cli_case(lm-sweep/table-dir-checked-first --rc 1 --stderr "output directory does not exist" --no-file run -- ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run/ --table nodir/t.csv)
+cli_case(lm-sweep/collect-without-data --rc 1 --stderr "no sweep data in this folder" --no-file run/data -- ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run/ --collect)
+# A cell another process holds (its lock) is skipped with a note, not trained twice and not a failure;
+# once free, a rerun trains it.
+cli_case(lm-sweep/locked-cell-skipped --rc 0 --tool lm-sweep
+  -- bash -c "mkdir -p r/cells/a.prop.D1024.Enat.s1 && (flock r/cells/a.prop.D1024.Enat.s1/.lock sleep 5 &) && sleep 0.3 && ${SWEEP} ${SWEEP_FX}/grid-resume.json -o r/ --cell 0 2> err.txt && grep -q 'being run by another lm-sweep' err.txt && test ! -f r/cells/a.prop.D1024.Enat.s1/result.json && test ! -f r/table.csv && sleep 5 && ${SWEEP} ${SWEEP_FX}/grid-resume.json -o r/ --cell 0 -q && test -f r/cells/a.prop.D1024.Enat.s1/result.json")
+
 # ---- usage errors: exit 2 ------------------------------------------------------------------------
+cli_case(lm-sweep/cell-with-collect --rc 2 --stderr "--collect|--cell" -- ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run/ --cell 1 --collect)
 cli_case(lm-sweep/cell-out-of-range --rc 2 --stderr "the grid has 2 cells" --tool lm-sweep
   -- bash -c "${SWEEP} ${SWEEP_FX}/grid-resume.json -o run/ --cell 5")
 cli_case(lm-sweep/no-output --rc 2 --stderr "-o" -- ${SWEEP} ${SWEEP_FX}/grid-tiny.json)
