@@ -143,6 +143,7 @@ class Sweep {
     const int total_threads = ctx_.common.threads > 0 ? ctx_.common.threads : hardware_threads();
     const int jobs = std::max(1, std::min<int>(a_.jobs, static_cast<int>(todo.size())));
     threads_per_job_ = std::max(1, total_threads / jobs);
+    io::install_temporary_cleanup();  // first, so that the forwarding handler chains to it
     forward_termination_to_children();
     log::info("{} cells to run ({} in the grid) as {} job(s) of {} thread(s); output {}", todo.size(), planned_.size(), jobs,
               threads_per_job_, a_.out);
@@ -154,12 +155,14 @@ class Sweep {
       });
     for (auto& w : workers) w.join();
     write_table();
-    if (busy_ > 0) log::info("{} cell(s) skipped: another lm-sweep is running them", busy_);
     if (!failures_.empty()) {
       for (const auto& f : failures_) log::warn("{}", f);
       throw RuntimeError(fmt::format("{} of {} cells failed (the first: {}); finished cells are kept", failures_.size(),
                                      todo.size(), failures_.front()));
     }
+    if (busy_ > 0)
+      throw RuntimeError(fmt::format("{} cell(s) skipped: another lm-sweep is running them, so the table is not complete yet",
+                                     busy_));
   }
 
  private:
@@ -309,9 +312,19 @@ class Sweep {
       if (rc != 0) throw RuntimeError(fmt::format("lm-train exited with status {} (see {})", rc, err.string()));
       if (!finished()) throw RuntimeError(fmt::format("lm-train ended without a summary line in {}", log.string()));
     }
-    const auto summary = last_json_line(log.string())["summary"];
+    auto summary = last_json_line(log.string())["summary"];
+    if (!summary.value("train_loss", nlohmann::json()).is_number()) {
+      // Killed after its last checkpoint but before the summary, a cell resumes with no step left
+      // to run, and lm-train's summary has no loss: the log's last step line has it.
+      std::ifstream in(log);
+      for (std::string line; std::getline(in, line);) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("step") && j.value("train_loss", nlohmann::json()).is_number())
+          summary["train_loss"] = j["train_loss"];
+      }
+    }
     if (!summary.value("train_loss", nlohmann::json()).is_number() || !(summary.value("tokens", 0.0) > 0))
-      throw RuntimeError(fmt::format("lm-train's summary in {} has no training loss", log.string()));
+      throw RuntimeError(fmt::format("lm-train's log {} has no training loss", log.string()));
     nlohmann::json losses = nlohmann::json::array();
     for (std::size_t b = 0; b < data_.buckets.size(); ++b) {
       const fs::path ev = dir / fmt::format("eval-{}.json", b);
@@ -371,7 +384,12 @@ class Sweep {
       const fs::path f = cell_dir(*p.cell) / "result.json";
       if (!fs::exists(f)) continue;
       auto r = io::read_json(f.string());
-      if (r.value("spec_sha256", "") == p.spec_sha) rows.push_back(std::move(r));
+      if (r.value("spec_sha256", "") != p.spec_sha) continue;
+      // Index and role are the grid's now (neither is part of the cell spec: an edited grid may
+      // renumber a finished cell or move it between fit and held-out).
+      r["index"] = p.cell->index;
+      r["role"] = p.cell->role;
+      rows.push_back(std::move(r));
     }
     table_rows_ = rows.size();
     if (rows.empty()) {  // nothing of this grid: no table, and no stale one from an earlier grid
@@ -492,7 +510,7 @@ int main(int argc, char** argv) {
         app.add_option("-o,--output", a.out, "Sweep folder (made if missing): data/, cells/, table.csv")->required();
         app.add_option("--jobs", a.jobs, "Cells trained at once; each gets max(1, threads / jobs) threads")
             ->capture_default_str()
-            ->check(cli::int_range(1, 1024));
+            ->check(cli::int_range(1, 256));
         auto* cell = app.add_option("--cell", a.cell, "Run only the cell with this 0-based index (a Slurm array task id)")
                          ->check(cli::int_range(0, 1 << 30));
         app.add_flag("--dry-run", a.dry_run,

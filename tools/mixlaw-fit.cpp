@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <numeric>
 #include <optional>
+#include <set>
 
 #include "cli/run_tool.hpp"
 #include "fit/mix_data.hpp"
@@ -246,6 +247,17 @@ int main(int argc, char** argv) {
           if (!loss_path.empty()) {
             loss_table = io::Table::read(loss_path, ro);
             ctx.prov.add_input(loss_path, loss_table->sha256());
+            if (index && (!a.where.empty() || !a.test_where.empty()) && loss_table->has(a.cols.index_col) &&
+                mix.has(a.cols.index_col)) {
+              // The losses of the mixture rows --where/--test-where kept, no others.
+              const auto kept = mix.texts(a.cols.index_col);
+              const std::set<std::string> keep(kept.begin(), kept.end());
+              const auto ids = loss_table->texts(a.cols.index_col);
+              std::vector<std::size_t> rows;
+              for (std::size_t r = 0; r < ids.size(); ++r)
+                if (keep.count(ids[r])) rows.push_back(r);
+              loss_table = loss_table->select_rows(rows);
+            }
             if (loss_table->has("domain") && loss_table->has(a.long_value_col) && loss_table->has(a.cols.index_col)) {
               // Long form (index, domain, loss), e.g. JSON Lines: pivot to one column per domain.
               loss_table = fit::pivot_long_losses(*loss_table, a.cols.index_col, "domain", a.long_value_col, a.cols.loss_pattern);

@@ -261,4 +261,6 @@ void write_text(const std::string& path, std::string_view bytes) {
   file.commit();
 }
 
+void install_temporary_cleanup() { install_handlers_once(); }
+
 }  // namespace icmlkit::io

@@ -57,6 +57,12 @@ int descriptor_path(const std::string& path) noexcept;
 /// Whether `path` is /dev/null (which several outputs may name at once).
 bool is_dev_null(const std::string& path) noexcept;
 
+/// Installs now the SIGINT/SIGTERM/SIGHUP/SIGPIPE handlers that remove pending temporaries
+/// before the process dies (the first AtomicFile installs them otherwise, where the default
+/// action is in force).  A program that installs handlers of its own that chain to the previous
+/// ones (util/subprocess forward_termination_to_children) calls this first.
+void install_temporary_cleanup();
+
 /// Checks an output path's extension, in any case, against `extensions` (".json", ...): throws
 /// UsageError "<what>: give a path ending in <ext>[ or <ext>...]" naming `flag` and the path.
 /// Stdout ("-" or empty) passes when `allow_stdout`; stream paths always pass.

@@ -73,6 +73,7 @@ void write_jsonl_texts(const std::string& path, const std::vector<std::string>& 
       if (tokens) j["tokens"] = (*tokens)[i];
       out << j.dump() << '\n';
     }
+    out.flush();
     if (!out) throw RuntimeError(fmt::format("cannot write {}", path));
   }
   f.commit();
@@ -223,9 +224,9 @@ PreparedData prepare_data(const Grid& g, const std::string& dir) {
       for (const auto& u : to_units(assigned[i], g.data.unit)) train_units[i].push_back(degrade(u, spec, vocab, dr, &train_stats[i]));
       Rng vr(derive_seed(g.data.seed, 1000 + i));
       for (const auto& d : docs.val) {
-        // Held-out documents keep their lines; each line (unit) is degraded as training units are.
+        // Held-out documents are degraded unit by unit as training units are (lines keep their breaks).
         std::string out;
-        for (const auto& u : to_units({d}, "line")) out += (out.empty() ? "" : "\n") + degrade(u, spec, vocab, vr, &val_stats[i]);
+        for (const auto& u : to_units({d}, g.data.unit)) out += (out.empty() ? "" : "\n") + degrade(u, spec, vocab, vr, &val_stats[i]);
         val_docs[i].push_back(out);
       }
       if (train_units[i].empty())
@@ -409,6 +410,7 @@ void write_cell_corpus(const PreparedData& data, const Cell& c, const CellPlan& 
   {
     std::ofstream out(f.temp_path(), std::ios::binary);
     for (const auto& x : all) out << nlohmann::json{{"text", data.buckets[x.bucket].units[x.unit]}}.dump() << '\n';
+    out.flush();
     if (!out) throw RuntimeError(fmt::format("cannot write {}", path));
   }
   f.commit();

@@ -1,6 +1,7 @@
 #include "util/subprocess.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -74,17 +75,37 @@ int run_process(const std::vector<std::string>& argv, const std::string& stdout_
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), environ);
+  // SIGINT/SIGTERM are held back from this thread while the child is spawned and registered, so
+  // this thread's handler never runs in between with the child unregistered.
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  posix_spawnattr_t attr;  // the child starts with the mask this thread had before (signals not blocked)
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setsigmask(&attr, &old);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  const int rc = ::posix_spawn(&pid, argv[0].c_str(), &fa, &attr, args.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  const int slot = rc == 0 ? claim_slot(pid) : -1;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (rc != 0) throw RuntimeError(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
-  const int slot = claim_slot(pid);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
+  auto release = [&] {
+    if (slot >= 0) g_children[static_cast<std::size_t>(slot)].store(0);
+  };
+  // Wait without reaping, unregister, then reap: the pid cannot be reused while it is registered.
+  siginfo_t info{};
+  while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0) {
     if (errno != EINTR) {
-      if (slot >= 0) g_children[static_cast<std::size_t>(slot)].store(0);
+      release();
       throw RuntimeError(fmt::format("waiting for {}: {}", argv[0], std::strerror(errno)));
     }
   }
-  if (slot >= 0) g_children[static_cast<std::size_t>(slot)].store(0);
+  release();
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw RuntimeError(fmt::format("waiting for {}: {}", argv[0], std::strerror(errno)));
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
@@ -103,8 +124,12 @@ void forward_termination_to_children() noexcept {
   struct sigaction sa {};
   sa.sa_handler = on_termination;
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &g_old_int);
-  ::sigaction(SIGTERM, &sa, &g_old_term);
+  // A signal the program was started ignoring (a background job of a script ignores SIGINT) stays ignored.
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction& old = sig == SIGINT ? g_old_int : g_old_term;
+    ::sigaction(sig, nullptr, &old);
+    if (old.sa_handler != SIG_IGN) ::sigaction(sig, &sa, nullptr);
+  }
 }
 
 }  // namespace icmlkit

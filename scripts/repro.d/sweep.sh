@@ -94,10 +94,14 @@ n_opt=$(columns "$table" model params | awk -v m=$opt_model '$1 == m { print $2;
 weights=$(seq 1 $((nb - 1)) | sed 's/$/=0/' | paste -sd, -)
 "$bin/mixlaw-optimize" "$fitjson" --law capacity-noise --params "$(awk -v n="$n_opt" 'BEGIN { printf "%.9g", n / 1e6 }')" \
   --tokens "$(awk -v d=$opt_tokens 'BEGIN { printf "%.9g", d / 1e9 }')" --domain-weights "0=1,$weights" -q > "$res/optimum.json"
-jq --arg src "$root/$(jq -r '.data.source.path // .data.source' "$grid" | sed "s|^|$(dirname "$grid")/|")" \
+# The optimum's grid: the same data section (its relative paths made absolute) and one recipe more.
+jq --arg base "$root/$(dirname "$grid")" \
    --argjson h "$(jq '[.mixture | to_entries | sort_by(.key | tonumber) | .[].value] | (add) as $s | map(. / $s)' "$res/optimum.json")" \
    --arg m $opt_model --argjson d $opt_tokens '
-   (if (.data.source | type) == "object" then .data.source.path = $src else .data.source = $src end)
+   def abs: if startswith("/") then . else $base + "/" + . end;
+   (if (.data.source | type) == "object" then .data.source.path |= abs elif (.data.source | type) == "string" then .data.source |= abs else . end)
+   | (if .data.tokenizer.path then .data.tokenizer.path |= abs else . end)
+   | .data.buckets |= map(if .path then .path |= abs else . end)
    | .recipes.optimum = $h | .cells = [{"role": "optimum", "models": [$m], "tokens": [$d], "recipes": ["optimum"], "seeds": [1, 2]}]' \
    "$grid" > "$out/grid-optimum.json"
 "$bin/lm-sweep" "$out/grid-optimum.json" -o "$runs" --jobs "$jobs" --table "$out/optimum.csv" -q

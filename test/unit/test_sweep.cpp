@@ -250,6 +250,7 @@ TEST_CASE("sweep plan: cells with impossible epochs are refused naming the cell"
 TEST_CASE("run_process: exit status, signals, output files, missing programs") {
   CHECK(run_process({"/bin/sh", "-c", "exit 3"}) == 3);
   CHECK(run_process({"/bin/sh", "-c", "kill -9 $$"}) == 128 + 9);
+  CHECK(run_process({"/bin/sh", "-c", "kill -TERM $$; exit 0"}) == 128 + 15);  // the child does not start with SIGTERM blocked
   const auto out = (fs::temp_directory_path() / fmt::format("icmlkit-proc-{}.txt", ::getpid())).string();
   CHECK(run_process({"/bin/sh", "-c", "echo hello; echo err >&2"}, out, "/dev/null") == 0);
   std::ifstream in(out);

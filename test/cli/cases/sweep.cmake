@@ -72,10 +72,13 @@ cli_case(lm-sweep/no-lm-train-in-bin-dir --rc 1 --stderr "lm-train is not in" --
 cli_case(lm-sweep/output-is-a-file --rc 1 --stderr "not a folder" --tool lm-sweep -- bash -c "touch run && ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run")
 cli_case(lm-sweep/table-dir-checked-first --rc 1 --stderr "output directory does not exist" --no-file run -- ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run/ --table nodir/t.csv)
 cli_case(lm-sweep/collect-without-data --rc 1 --stderr "no sweep data in this folder" --no-file run/data -- ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run/ --collect)
-# A cell another process holds (its lock) is skipped with a note, not trained twice and not a failure;
-# once free, a rerun trains it.
+# A cell another process holds (its lock) is skipped with a note, not trained twice; the run exits 1
+# (its table is not complete yet); once free, a rerun trains it.
 cli_case(lm-sweep/locked-cell-skipped --rc 0 --tool lm-sweep
-  -- bash -c "mkdir -p r/cells/a.prop.D1024.Enat.s1 && (flock r/cells/a.prop.D1024.Enat.s1/.lock sleep 5 &) && sleep 0.3 && ${SWEEP} ${SWEEP_FX}/grid-resume.json -o r/ --cell 0 2> err.txt && grep -q 'being run by another lm-sweep' err.txt && test ! -f r/cells/a.prop.D1024.Enat.s1/result.json && test ! -f r/table.csv && sleep 5 && ${SWEEP} ${SWEEP_FX}/grid-resume.json -o r/ --cell 0 -q && test -f r/cells/a.prop.D1024.Enat.s1/result.json")
+  -- bash -c "mkdir -p r/cells/a.prop.D1024.Enat.s1 && (flock r/cells/a.prop.D1024.Enat.s1/.lock sleep 5 &) && sleep 0.3 && ! ${SWEEP} ${SWEEP_FX}/grid-resume.json -o r/ --cell 0 2> err.txt && grep -q 'being run by another lm-sweep' err.txt && grep -q 'error: 1 cell(s) skipped' err.txt && test ! -f r/cells/a.prop.D1024.Enat.s1/result.json && test ! -f r/table.csv && sleep 5 && ${SWEEP} ${SWEEP_FX}/grid-resume.json -o r/ --cell 0 -q && test -f r/cells/a.prop.D1024.Enat.s1/result.json")
+# A grid edited after a run: the finished cells keep their results, the table takes index and role from the grid now.
+cli_case(lm-sweep/edited-grid-renumbers-finished-cells --rc 0 --tool lm-sweep
+  -- bash -c "${SWEEP} ${SWEEP_FX}/grid-resume.json -o r/ --cell 0 -q && jq '.cells = [{\"role\": \"extra\", \"models\": [\"b\"], \"tokens\": [2048], \"recipes\": [\"prop\"]}, (.cells[0] + {\"role\": \"heldout\"})]' ${SWEEP_FX}/grid-resume.json > g.json && cp ${SWEEP_FX}/kjv-genesis.tsv.gz . && ${SWEEP} g.json -o r/ --collect -q && test \"$(cut -d, -f1-3 r/table.csv | tail -1)\" = '1,a.prop.D1024.Enat.s1,heldout'")
 
 # ---- usage errors: exit 2 ------------------------------------------------------------------------
 cli_case(lm-sweep/cell-with-collect --rc 2 --stderr "--collect|--cell" -- ${SWEEP} ${SWEEP_FX}/grid-tiny.json -o run/ --cell 1 --collect)
@@ -93,6 +96,11 @@ cli_case(infolaw-fit/test-where-holds-out-rows
 cli_case(mixlaw-fit/test-where-holds-out-rows
   --rc 0 --jq ".split.train == 30 and .split.val == 10 and (.split.how | test(\"index>=30\")) and .laws[0].val.max_ae >= .laws[0].val.mae"
   -- $<TARGET_FILE:mixlaw-fit> ${DATA}/mixture_synthetic.csv --law exponential --starts 1 --hops 0 --test-where index>=30 -q)
+cli_case(mixlaw-fit/test-where-with-separate-loss-table --needs ${SHARED}/scaling/regmix/train_mixture_1m.csv
+  --rc 0 --jq ".split.val > 0 and .split.train > 0 and (.split.how | test(\"--test-where\"))"
+  -- $<TARGET_FILE:mixlaw-fit> ${SHARED}/scaling/regmix/train_mixture_1m.csv ${SHARED}/scaling/regmix/train_pile_loss_1m.csv
+     --weight-pattern train_the_pile_{} --loss-pattern metric/the_pile_{}_val_loss --allow-missing-losses --law linear
+     --params 1 --tokens 1 --where index<400 --test-where index>=300 -q)
 cli_case(mixlaw-fit/test-where-matches-nothing --rc 1 --stderr "no row matches --test-where" --no-file out.json
   -- $<TARGET_FILE:mixlaw-fit> ${DATA}/mixture_synthetic.csv --law exponential --test-where index>=5000 -o out.json)
 
