@@ -136,29 +136,28 @@ class Sweep {
       log::info("{} of {} cells in {}", table_rows_, planned_.size(), table_path_);
       return;
     }
-    std::vector<std::size_t> todo;
-    if (a_.cell >= 0) todo.push_back(static_cast<std::size_t>(a_.cell));
+    std::vector<std::size_t> to_run;
+    if (a_.cell >= 0) to_run.push_back(static_cast<std::size_t>(a_.cell));
     else
-      for (std::size_t i = 0; i < planned_.size(); ++i) todo.push_back(i);
-    const int total_threads = ctx_.common.threads > 0 ? ctx_.common.threads : hardware_threads();
-    const int jobs = std::max(1, std::min<int>(a_.jobs, static_cast<int>(todo.size())));
-    threads_per_job_ = std::max(1, total_threads / jobs);
+      for (std::size_t i = 0; i < planned_.size(); ++i) to_run.push_back(i);
+    const int jobs = std::max(1, std::min<int>(a_.jobs, static_cast<int>(to_run.size())));
+    threads_per_job_ = threads_per_job(jobs);
     io::install_temporary_cleanup();  // first, so that the forwarding handler chains to it
     forward_termination_to_children();
-    log::info("{} cells to run ({} in the grid) as {} job(s) of {} thread(s); output {}", todo.size(), planned_.size(), jobs,
+    log::info("{} cells to run ({} in the grid) as {} job(s) of {} thread(s); output {}", to_run.size(), planned_.size(), jobs,
               threads_per_job_, a_.out);
     std::atomic<std::size_t> next{0};
     std::vector<std::thread> workers;
     for (int j = 0; j < jobs; ++j)
       workers.emplace_back([&] {
-        for (std::size_t k; (k = next.fetch_add(1)) < todo.size();) run_one(todo[k]);
+        for (std::size_t k; (k = next.fetch_add(1)) < to_run.size();) run_one(to_run[k]);
       });
     for (auto& w : workers) w.join();
     write_table();
     if (!failures_.empty()) {
       for (const auto& f : failures_) log::warn("{}", f);
       throw RuntimeError(fmt::format("{} of {} cells failed (the first: {}); finished cells are kept", failures_.size(),
-                                     todo.size(), failures_.front()));
+                                     to_run.size(), failures_.front()));
     }
     if (busy_ > 0)
       throw RuntimeError(fmt::format("{} cell(s) skipped: another lm-sweep is running them, so the table is not complete yet",
@@ -166,6 +165,12 @@ class Sweep {
   }
 
  private:
+  // Threads each of `jobs` concurrent cells gets: -t (0 = every core) shared out, at least one.
+  int threads_per_job(int jobs) const {
+    const int total = ctx_.common.threads > 0 ? ctx_.common.threads : hardware_threads();
+    return std::max(1, total / std::max(1, jobs));
+  }
+
   void plan_all() {
     for (const auto& c : grid_.cells) {
       Planned p;
@@ -200,7 +205,7 @@ class Sweep {
     std::map<std::string, double> out;
     const fs::path dir = fs::path(a_.out) / "measure";
     fs::create_directories(dir);
-    const int threads = std::max(1, (ctx_.common.threads > 0 ? ctx_.common.threads : hardware_threads()) / std::max(1, a_.jobs));
+    const int threads = threads_per_job(a_.jobs);
     for (const auto& [name, m] : grid_.models) {
       std::vector<std::string> args{(fs::path(bins_) / "lm-train").string(), (fs::path(data_.dir) / "bucket-0.jsonl").string(),
                                     "--format", "jsonl", "--tokenizer", data_.tokenizer_path, "--val-every", "0",
@@ -233,7 +238,7 @@ class Sweep {
                  c.tokens, p.plan.unique_total, p.plan.epochs(), p.flops, tps > 0 ? fmt::format("{:.1f}", s) : "-");
     }
     const int jobs = std::max(1, a_.jobs);
-    const int tpj = std::max(1, (ctx_.common.threads > 0 ? ctx_.common.threads : hardware_threads()) / jobs);
+    const int tpj = threads_per_job(jobs);
     if (speed.empty())
       fmt::print("total: {} cells, {:.4g} training FLOP (speed not measured: --measure-steps 0)\n", planned_.size(), flops);
     else
