@@ -11,9 +11,11 @@
 #include <map>
 #include <iostream>
 #include <memory>
+#include <thread>
 
 #include "cli/count.hpp"
 #include "cli/run_tool.hpp"
+#include "dist/world.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/jsonl_log.hpp"
@@ -250,6 +252,21 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
 
 int main(int argc, char** argv) {
   prefer_short_openmp_spin(argv);  // dozens of short parallel regions per forward pass: spin briefly, then sleep
+  // Data parallelism (issue 41): under mpirun every rank runs this program with the same command;
+  // rank 0 reads and writes the files, the others only train.
+  dist::World* world_ptr = nullptr;
+  try {
+    world_ptr = &dist::World::init(argc, argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "lm-train: error: %s\n", e.message().c_str());
+    return static_cast<int>(e.code());
+  }
+  dist::World& world = *world_ptr;
+  const bool writer = world.rank() == 0;  // rank 0 writes -o, --best, --export and the log
+  // A rank > 0 holds its error line: a failure every rank meets (a bad flag, a missing file) is
+  // reported once, by rank 0, whose MPI_Abort ends the job before the others would speak.
+  std::string held_error;
+  if (world.distributed() && !writer) cli::set_error_sink([&](const std::string& line) { held_error = line; });
   std::string corpus_path, output, init_path, config_path, preset, tokenizer_path, log_path = "-", best_path;
   std::string rope = "half", export_path, export_dtype = "bf16", kernels = "fast", exit_curriculum = "rot", exit_weights = "sum_l",
               foam_moment = "code", poet_cayley = "neumann", sparse_method = "dense", prune_schedule = "cosine";
@@ -377,7 +394,7 @@ int main(int argc, char** argv) {
       "  lm-train psalms.tsv --column 2 --doc-column 1 --init data/models/kjv7m.h5 --lora-rank 8 --lora-targets q,k,v,o --seq-len 256 --steps 300 -o psalms-lora --log lora.jsonl\n"
       "  lm-train notes.txt --tokenizer t.model --d-model 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --d-ff 344 --n-ctx 256 --tokens 2e6 -o notes.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --steps 2000 --resume -o kjv.h5 --log kjv.jsonl   # after an interruption\n"};
-  return cli::run_tool(
+  const int rc = cli::run_tool(
       argc, argv, info,
       [&](CLI::App& app) {
         app_ptr = &app;
@@ -482,6 +499,24 @@ int main(int argc, char** argv) {
         if (!trajectory_dir.empty() && (lora.rank > 0 || resume))
           throw UsageError(fmt::format("--trajectory records a full training run from its start (not {})", lora.rank > 0 ? "--lora-rank" : "--resume"),
                            "--trajectory");
+        if (world.distributed()) {
+          if (!writer) log::set_level(log::Level::quiet);  // rank 0 speaks for the job
+          if (!app->count("--threads")) set_threads(world.default_threads());
+          if (lora.rank > 0)
+            throw UsageError(fmt::format("LoRA fine-tuning (--lora-rank) runs on one rank; this job has {} (run it without mpirun)",
+                                         world.size()),
+                             "--lora-rank");
+          if (!trajectory_dir.empty())
+            throw UsageError("--trajectory records a single process's run: run it without mpirun", "--trajectory");
+          if (t.accum < world.size())
+            throw UsageError(fmt::format("--accum {} gives each step {} micro-batch{} for {} ranks: give --accum a multiple of {} "
+                                         "(micro-batch a of a step runs on rank a mod {})",
+                                         t.accum, t.accum, t.accum == 1 ? "" : "es", world.size(), world.size(), world.size()),
+                             "--accum");
+          if (t.accum % world.size() != 0)
+            log::warn("--accum {} is not a multiple of the {} ranks: in each step's last round {} rank(s) wait", t.accum, world.size(),
+                      world.size() - t.accum % world.size());
+        }
         if (lora.rank > 0) {
           lora.targets.clear();
           for (std::size_t a = 0; a <= lora.targets_list.size();) {
@@ -563,16 +598,17 @@ int main(int argc, char** argv) {
         if (best_path.empty()) best_path = best_path_for(output);
         if (ckpt_every == 0) ckpt_every = eval_every;
         // Unwritable outputs fail now, before any work (AtomicFile checks the directory).
-        { io::AtomicFile probe(output); io::AtomicFile probe2(best_path); }
+        if (writer) { io::AtomicFile probe(output); io::AtomicFile probe2(best_path); }
         if (!export_path.empty()) {
           io::require_output_extension(export_path, "--export", {".h5", ".hdf5"}, "the exported model is HDF5");
-          io::AtomicFile probe3(export_path);
+          if (writer) io::AtomicFile probe3(export_path);
         }
         // The log is opened at its first line, so a run that fails while reading its inputs
         // leaves an existing log untouched.
         io::JsonlLog jlog(log_path, resume);
         Progress* active_bar = nullptr;  // cleared before a record goes to stdout (same terminal)
         auto emit = [&](const nlohmann::json& j) {
+          if (!writer) return;
           jlog.write(j, [&] {
             if (active_bar) active_bar->clear();
           });
@@ -753,6 +789,26 @@ int main(int argc, char** argv) {
           log::info("resumed at step {} ({} tokens)", trainer.steps_done(), trainer.tokens_seen());
           if (trainer.steps_done() >= t.steps) log::info("the run is already finished (step {} of {}): nothing to train", trainer.steps_done(), t.steps);
         }
+        if (world.distributed()) {
+          // The ranks must run the same step on the same state: compared by hash before any step,
+          // the rank that differs named (all ranks get the same verdict and stop together).
+          const nlohmann::json run{{"options", t.to_json()}, {"kernels", kernels}, {"end", stop_at > 0 ? std::min(stop_at, t.steps) : t.steps},
+                                   {"ckpt_every", ckpt_every}, {"eval_every", eval_every}, {"log_every", log_every}};
+          const std::pair<const char*, std::string> parts[] = {
+              {"training options (flags)", run.dump()}, {"corpus", docs.sha256}, {"model and training state", trainer.state_sha256()}};
+          for (const auto& [what, text] : parts) {
+            const int bad = dist::first_mismatch(world.comm(), text);
+            if (bad >= 0)
+              throw UsageError(fmt::format("rank {} of {} was started with other {} than rank 0: every rank must run the same command "
+                                           "on the same files",
+                                           bad, world.size(), what));
+          }
+          trainer.set_comm(&world.comm());
+          ctx.prov.extra["ranks"] = world.size();
+          ctx.prov.extra["transport"] = world.comm().transport();
+          log::info("data parallel: {} ranks of {} thread(s), {} micro-batch(es) of {} windows each per step", world.size(), threads(),
+                    t.accum, t.batch);
+        }
         const std::int64_t n_params = mc.n_params();
         ctx.prov.extra["n_params"] = n_params;
         if (mc.has_moe()) {  // the weights a token multiplies: top-K experts, router, shared expert, projections
@@ -833,11 +889,11 @@ int main(int argc, char** argv) {
         }
         auto save_extra = [&] { return nlohmann::json{{"best_val", std::isfinite(best_val) ? nlohmann::json(best_val) : nlohmann::json()}}; };
         auto checkpoint = [&] {
-          trainer.save(output, ctx.prov, save_extra());
+          if (writer) trainer.save(output, ctx.prov, save_extra());
           last_ckpt_step = trainer.steps_done();
         };
         auto validate = [&](nlohmann::json& line) {
-          if (val_stream.size() < 2) return;
+          if (val_stream.size() < 2 || !writer) return;  // rank 0 evaluates; the others go on to the next step's data
           if (active_bar) active_bar->clear();
           const std::int64_t val_targets = static_cast<std::int64_t>(val_stream.size()) - 1;
           Progress vbar(static_cast<std::size_t>(eval_tokens > 0 ? std::min(val_targets, eval_tokens) : val_targets), "validation tokens");
@@ -862,9 +918,9 @@ int main(int argc, char** argv) {
         // The machine's GEMM rate on these threads, for the model-FLOP utilisation (only when
         // there is something to train: a 1024^3 product takes a few tenths of a second).
         const double flop_per_token = nn::training_flop_per_token(trainer.params().config, t.seq_len);
-        double gemm_rate = trainer.steps_done() < end ? nn::gemm_gflops(1024, 3) * 1e9 : 0.0;
-        auto mfu = [&](double tokens_per_s) {
-          return gemm_rate > 0 ? nlohmann::json(tokens_per_s * flop_per_token / gemm_rate) : nlohmann::json();
+        double gemm_rate = writer && trainer.steps_done() < end ? nn::gemm_gflops(1024, 3) * 1e9 : 0.0;
+        auto mfu = [&](double tokens_per_s) {  // over every rank's cores (each assumed to run rank 0's rate)
+          return gemm_rate > 0 ? nlohmann::json(tokens_per_s * flop_per_token / (gemm_rate * world.size())) : nlohmann::json();
         };
         Progress bar(static_cast<std::size_t>(std::max<std::int64_t>(0, end - trainer.steps_done())), "steps");
         active_bar = &bar;
@@ -874,7 +930,7 @@ int main(int argc, char** argv) {
         std::vector<std::vector<double>> window_load;  // moe: routed entries per layer and expert
         std::vector<double> window_dropped;  // moe: entries the capacity limit dropped per layer
         double window_aux = 0;
-        std::int64_t window_tokens = 0, window_steps = 0, start_tokens = trainer.tokens_seen();
+        std::int64_t window_tokens = 0, window_steps = 0, start_tokens = trainer.tokens_seen(), start_step = trainer.steps_done();
         nn::StepStats st;
         nlohmann::json last_val;
         while (trainer.steps_done() < end) {
@@ -1005,7 +1061,7 @@ int main(int argc, char** argv) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
         // The rate is measured again at the end and the higher one kept: a product that ran
         // while the machine was busy understates what the cores can do (and would inflate MFU).
-        if (gemm_rate > 0) gemm_rate = std::max(gemm_rate, nn::gemm_gflops(1024, 3) * 1e9);
+        if (gemm_rate > 0 && writer) gemm_rate = std::max(gemm_rate, nn::gemm_gflops(1024, 3) * 1e9);
         nlohmann::json summary{{"steps", trainer.steps_done()},
                                {"tokens", trainer.tokens_seen()},
                                {"train_loss", st.step > 0 ? nlohmann::json(st.loss) : nlohmann::json()},
@@ -1023,10 +1079,17 @@ int main(int argc, char** argv) {
                                {"model_gflop_per_token", flop_per_token / 1e9},
                                {"gemm_gflops", gemm_rate > 0 ? nlohmann::json(gemm_rate / 1e9) : nlohmann::json()},
                                {"train_kernels", kernels},
+                               {"ranks", world.size()},
                                {"output", output},
                                {"finished", trainer.steps_done() >= t.steps}};
         if (last_val.is_number()) summary["val_perplexity"] = std::exp(last_val.get<double>());
         if (t.sparse.enabled()) summary["sparse"] = sparse_info();
+        if (world.distributed()) {  // the reduction's share of the training time, and what it moved
+          const std::int64_t stepped = trainer.steps_done() - start_step;
+          summary["reduce_seconds"] = trainer.reduce_seconds();
+          summary["reduce_share"] = trainer.reduce_seconds() / std::max(train_seconds, 1e-9);
+          summary["reduce_bytes_sent_per_step"] = stepped > 0 ? trainer.reduce_bytes_sent() / stepped : 0;
+        }
         if (traj_writer) {
           if (!traj_writer->due(trainer.steps_done())) traj_writer->checkpoint(trainer, ctx.prov);  // the last state
           summary["trajectory"] = {{"dir", trajectory_dir}, {"bytes", traj_writer->bytes()}, {"checkpoint_every", trajectory_every}};
@@ -1037,4 +1100,10 @@ int main(int argc, char** argv) {
                   st.step > 0 ? fmt::format("train loss {:.4f}", st.loss) : std::string("no steps trained in this call"),
                   last_val.is_number() ? fmt::format("val loss {:.4f}", last_val.get<double>()) : std::string("no validation"), output);
       });
+  if (rc != 0 && !held_error.empty()) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // rank 0 reports a failure of every rank first
+    const std::string tag = "lm-train: error: ";
+    std::fprintf(stderr, "%s%s", tag.c_str(), fmt::format("rank {}: {}", world.rank(), held_error.substr(tag.size())).c_str());
+  }
+  return world.finish(rc);
 }

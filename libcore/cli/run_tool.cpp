@@ -122,9 +122,13 @@ std::string suggest_options(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+std::function<void(const std::string&)> g_error_sink;  // set_error_sink
+
 int fail(const std::string& tool, const std::string& msg, int code) {
   std::fflush(stdout);
-  std::fprintf(stderr, "%s: error: %s\n", tool.c_str(), one_line(msg).c_str());
+  const std::string line = fmt::format("{}: error: {}\n", tool, one_line(msg));
+  if (g_error_sink) g_error_sink(line);
+  else std::fputs(line.c_str(), stderr);
   return code;
 }
 
@@ -318,5 +322,7 @@ int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<vo
     return fail(info.name, "unknown failure", 1);
   }
 }
+
+void set_error_sink(std::function<void(const std::string&)> sink) { g_error_sink = std::move(sink); }
 
 }  // namespace icmlkit::cli

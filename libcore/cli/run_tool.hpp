@@ -45,6 +45,10 @@ struct Context {
 int run_tool(int argc, char** argv, const ToolInfo& info, const std::function<void(CLI::App&)>& setup,
              const std::function<void(Context&)>& body);
 
+/// Where run_tool's error line ("<tool>: error: <what> (<where>)\n") goes instead of stderr
+/// (process-wide; call before run_tool).  A rank > 0 of a data-parallel job keeps it, to print it
+/// only if rank 0 has not already reported the same failure and ended the job (issue 41).
+void set_error_sink(std::function<void(const std::string&)> sink);
 /// Rewrites a CLI11 parse message into the one-line form "<what> (<where>)": a bad flag value
 /// "--flag: message" becomes "message (--flag)", with CLI11's own wording made ours
 /// ("Value 0.5 not in range 1.000000 to 10.000000" -> "must be a number in 1..10, got 0.5";

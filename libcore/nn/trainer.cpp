@@ -403,29 +403,84 @@ StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
     params_.dense_grad.assign(params_.store.params.size(), {});
     for (const auto& [i, mask] : masks_) params_.dense_grad[std::size_t(i)].assign(mask.numel, 0.0f);
   }
-  std::vector<int> in, tg;
-  double loss = 0, aux = 0, hook = 0, recurrence = 0;
-  for (auto& load : params_.moe_load) std::fill(load.begin(), load.end(), 0.0);
-  std::fill(params_.moe_dropped.begin(), params_.moe_dropped.end(), 0.0);
+  // The step's sums, micro-batch by micro-batch (issue 41): each micro-batch's gradient and
+  // statistics are computed from zero and folded into the running sum in micro-batch order, over
+  // this process alone or over the ranks of a data-parallel job (dist::ChainReducer), so the bits
+  // do not depend on the rank count.  Doubles: loss, aux, hook, recurrence, the exits' losses,
+  // then the experts' loads and drops per block.
   ExitPlan plan = exit_loss_plan(opt_.exit, base_.config.n_layers, optimizer_->steps(), opt_.steps);
-  std::vector<double> exit_sum(plan.steps.size(), 0.0);
-  for (int a = 0; a < opt_.accum; ++a) {
+  const std::size_t n_exit = plan.steps.size();
+  std::size_t n_load = 0;
+  for (const auto& load : params_.moe_load) n_load += load.size();
+  std::vector<double>& sums_d = reduce_doubles_;
+  sums_d.assign(4 + n_exit + n_load + params_.moe_dropped.size(), 0.0);
+  if (!reducer_ || reducer_accum_ != opt_.accum) {
+    reducer_ = std::make_unique<dist::ChainReducer>(comm_ ? *comm_ : static_cast<dist::Comm&>(self_comm_), opt_.accum);
+    reducer_accum_ = opt_.accum;
+  }
+  const std::vector<int> mine = reducer_->mine();
+  // one process, one micro-batch: the gradients are the step's as they lie (no copy)
+  const bool direct = !comm_ && opt_.accum == 1;
+  std::size_t n_float = 0;
+  for (const auto& p : params_.store.params) n_float += p.grad.size();
+  if (topology_step && so.method == SparseMethod::rigl)
+    for (const auto& [i, mask] : masks_) n_float += mask.numel;
+  if (!direct) reduce_floats_.resize(n_float);
+  const dist::Sums sums{std::span<float>(reduce_floats_.data(), direct ? 0 : n_float), std::span<double>(sums_d)};
+  std::vector<int> in, tg;
+  for (const int a : mine) {
+    params_.store.zero_grad();
+    for (auto& g : params_.dense_grad) std::fill(g.begin(), g.end(), 0.0f);
+    for (auto& load : params_.moe_load) std::fill(load.begin(), load.end(), 0.0);
+    std::fill(params_.moe_dropped.begin(), params_.moe_dropped.end(), 0.0);
     in.clear();
     tg.clear();
     for (int b = 0; b < B; ++b) windows_.get(windows[std::size_t(a) * B + b], in, tg);
+    double recurrence = 0;
     if (base_.config.is_recdepth()) {  // Huginn: this micro-batch's recurrence and initial state, from (seed, step, a)
       const std::uint64_t rs = derive_seed(derive_seed(opt_.seed, 0x7ecde9u), std::uint64_t(next) * opt_.accum + a);
       const auto [n_free, n_grad] = sample_recurrence(base_.config.recdepth.mean_recurrence, base_.config.recdepth.backprop_depth, rs);
       cache_.rd_no_grad = n_free;
       cache_.rd_grad = n_grad;
       cache_.rd_seed = derive_seed(rs, 1);
-      recurrence += n_free + n_grad;
+      recurrence = n_free + n_grad;
     }
-    loss += llama_loss(params_, in, tg, B, S, 1.0 / double(step_tokens), cache_, static_cast<std::vector<float>*>(nullptr), {},
-                       opt_.exit.enabled() ? &plan : nullptr);
-    for (std::size_t i = 0; i < plan.losses.size(); ++i) exit_sum[i] += plan.losses[i];
-    aux += cache_.aux_loss;
-    hook += cache_.hook_sum;
+    sums_d[0] = llama_loss(params_, in, tg, B, S, 1.0 / double(step_tokens), cache_, static_cast<std::vector<float>*>(nullptr), {},
+                           opt_.exit.enabled() ? &plan : nullptr);
+    sums_d[1] = cache_.aux_loss;
+    sums_d[2] = cache_.hook_sum;
+    sums_d[3] = recurrence;
+    std::size_t o = 4;
+    for (std::size_t i = 0; i < n_exit; ++i) sums_d[o++] = i < plan.losses.size() ? plan.losses[i] : 0.0;
+    for (const auto& load : params_.moe_load)
+      for (double x : load) sums_d[o++] = x;
+    for (double x : params_.moe_dropped) sums_d[o++] = x;
+    if (!direct) {
+      float* f = reduce_floats_.data();
+      for (const auto& p : params_.store.params) f = std::copy(p.grad.begin(), p.grad.end(), f);
+      for (const auto& g : params_.dense_grad) f = std::copy(g.begin(), g.end(), f);
+    }
+    reducer_->add(a, sums);
+  }
+  reducer_->finish(sums);
+  if (!direct) {  // the step's total back into the gradients
+    const float* f = reduce_floats_.data();
+    for (auto& p : params_.store.params) {
+      std::copy(f, f + p.grad.size(), p.grad.begin());
+      f += p.grad.size();
+    }
+    for (auto& g : params_.dense_grad) {
+      std::copy(f, f + g.size(), g.begin());
+      f += g.size();
+    }
+  }
+  const double loss = sums_d[0], aux = sums_d[1], hook = sums_d[2], recurrence = sums_d[3];
+  std::vector<double> exit_sum(sums_d.begin() + 4, sums_d.begin() + 4 + std::ptrdiff_t(n_exit));
+  {
+    std::size_t o = 4 + n_exit;
+    for (auto& load : params_.moe_load)
+      for (double& x : load) x = sums_d[o++];
+    for (double& x : params_.moe_dropped) x = sums_d[o++];
   }
   cache_.rd_no_grad = cache_.rd_grad = -1;
   StepStats st;
@@ -552,6 +607,10 @@ std::string Trainer::state_digest(LlamaParams<float>& written) {
     for (int i : {pl.weight, pl.q}) h.update(params_.store.params[i].value.data(), params_.store.params[i].value.size() * sizeof(float));
   for (const auto& [i, mask] : masks_) h.update(mask.blocks.data(), mask.blocks.size() * sizeof(std::int32_t));
   return h.hex();
+}
+
+std::string Trainer::state_sha256() {
+  return io::sha256_hex(fmt::format("{} {} {} {} {}", state_digest(params_), optimizer_->steps(), tokens_, order_.epoch(), order_.pos()));
 }
 
 std::int64_t Trainer::optimizer_state_bytes() {

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/comm.hpp"
 #include "io/provenance.hpp"
 #include "lm/model.hpp"
 #include "nn/adamw.hpp"
@@ -160,8 +161,11 @@ EvalResult evaluate(LlamaParams<float>& params, const std::vector<int>& stream, 
 bool holds_training_state(const std::string& path) noexcept;
 
 /// A training run.  Deterministic: the same options, data and seed give bitwise the same
-/// weights whatever the thread count, and a run resumed from a checkpoint continues
-/// bit-identically.
+/// weights whatever the thread count and rank count (set_comm), and a run resumed from a
+/// checkpoint continues bit-identically.  With gradient accumulation the step's gradient is
+/// (((g_0 + g_1) + g_2) + ...), each micro-batch's g_a computed from zero (since issue 41; before,
+/// the micro-batches were accumulated into one buffer inside the products, which no rank split
+/// could reproduce).
 class Trainer {
  public:
   /// Takes the initial weights (config, tokenizer) and the training token stream.  Throws
@@ -188,6 +192,25 @@ class Trainer {
   /// added to the cross-entropy's gradient; StepStats::hook_loss reports its mean).  Evaluation
   /// and probes do not call it.
   void set_logits_hook(decltype(TrainCache<float>::logits_hook) hook) { cache_.logits_hook = std::move(hook); }
+  /// Trains as one rank of a data-parallel group (issue 41): each step's micro-batches are shared
+  /// out over the ranks of `comm` (micro-batch a on rank a mod N) and their gradients summed in
+  /// micro-batch order (dist::ChainReducer), so every rank ends each step with the same weights,
+  /// bitwise those of one process (null: this process alone, the default).  Every rank must make the
+  /// same calls with the same options and data; `comm` must outlive the trainer.
+  void set_comm(dist::Comm* comm) {
+    comm_ = comm && comm->size() > 1 ? comm : nullptr;
+    reducer_.reset();
+  }
+  /// SHA-256 (hex) of the run's whole state: weights, optimizer state, sparse masks, POET-X's W0
+  /// and Q, step, tokens and data position (what a data-parallel job compares across its ranks at
+  /// start).
+  std::string state_sha256();
+  /// Ranks the steps are shared over (1 alone).
+  int ranks() const noexcept { return comm_ ? comm_->size() : 1; }
+  /// Seconds the steps spent in the gradient reduction (waiting for, moving and adding the other
+  /// ranks' sums, and the broadcast), and the bytes this rank sent along the chain; 0 alone.
+  double reduce_seconds() const noexcept { return reducer_ && comm_ ? reducer_->seconds() : 0.0; }
+  std::int64_t reduce_bytes_sent() const noexcept { return reducer_ ? reducer_->bytes_sent() : 0; }
   /// The optimizer (its state buffers, e.g. AdamW's second moments).
   Optimizer& optimizer() noexcept { return *optimizer_; }
   /// The learning rate of step index s (0-based: the step taken when s steps are done).
@@ -271,6 +294,12 @@ class Trainer {
   std::int64_t tokens_ = 0;
   TrainCache<float> cache_;
   std::string corpus_sha256_, checkpoint_corpus_sha256_;
+  dist::Comm* comm_ = nullptr;  // data parallelism's group (null: alone)
+  dist::SelfComm self_comm_;
+  std::unique_ptr<dist::ChainReducer> reducer_;
+  int reducer_accum_ = 0;
+  std::vector<float> reduce_floats_;   // a micro-batch's gradients, flat (then the step's total)
+  std::vector<double> reduce_doubles_;  // its statistics
 };
 
 }  // namespace icmlkit::nn

@@ -12,6 +12,7 @@ std::string build_description() {
   s += fmt::format("build: {}, {}\n", build::build_type, build::compiler);
   if (build::cuda) s += fmt::format("cuda: on (architectures {})\n", build::cuda_architectures);
   else s += "cuda: off\n";
+  s += fmt::format("mpi: {}\n", build::mpi ? "on" : "off");
   s += fmt::format("sanitizers: {}\n", build::sanitize ? "address,undefined" : "off");
   s += fmt::format("libraries: Eigen {}.{}.{}, Ceres {}, HDF5 {}\n", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
                    EIGEN_MINOR_VERSION, build::ceres_version, build::hdf5_version);
@@ -19,7 +20,7 @@ std::string build_description() {
 }
 
 nlohmann::json build_summary() {
-  return {{"version", build::version}, {"build_type", build::build_type}, {"cuda", build::cuda},
+  return {{"version", build::version}, {"build_type", build::build_type}, {"cuda", build::cuda}, {"mpi", build::mpi},
           {"compiler", build::compiler}};
 }
 

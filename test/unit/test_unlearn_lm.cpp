@@ -70,7 +70,7 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 
 double norm(const std::vector<double>& a) { return std::sqrt(dot(a, a)); }
 
-double dist(const std::vector<double>& a, const std::vector<double>& b) {
+double l2_distance(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (std::size_t i = 0; i < a.size(); ++i) s += (a[i] - b[i]) * (a[i] - b[i]);
   return std::sqrt(s);
@@ -267,12 +267,12 @@ TEST_CASE("unlearn lm: exact products in double match finite differences of grad
     const double along = dot(step, v) / dot(v, v);  // ~ 2h
     CHECK(std::abs(along / (2 * h) - 1) < 1e-4);
     for (std::size_t i = 0; i < theta.size(); ++i) fd[i] = (gp[i] - gm[i]) / along;
-    CHECK(dist(fd, hv) <= 5e-4 * norm(hv));
+    CHECK(l2_distance(fd, hv) <= 5e-4 * norm(hv));
     CHECK(norm(hv) > 0);
     // the exact Hessian is not the Fisher's rank-one g g^T
     run.seek(s);  // back on the trajectory (set_params left it)
     const std::vector<double> fv = curvature_product(run, unlearn::HvpMode::fisher, v, 0.0, decay);
-    CHECK(dist(fv, hv) > 0.1 * norm(hv));
+    CHECK(l2_distance(fv, hv) > 0.1 * norm(hv));
   }
 }
 
@@ -297,7 +297,7 @@ TEST_CASE("unlearn lm: the Gauss-Newton product is symmetric positive semi-defin
       CHECK(std::abs(x - y) <= 1e-6 * std::max(std::sqrt(dot(vs[a], gvs[a]) * dot(vs[b], gvs[b])), 1e-300));
     }
     const std::vector<double> hv = curvature_product(run, unlearn::HvpMode::exact, vs[a], t.wd, decay);
-    CHECK(dist(gvs[a], hv) > 1e-3 * norm(hv));
+    CHECK(l2_distance(gvs[a], hv) > 1e-3 * norm(hv));
   }
   // more random directions: the quadratic form never goes negative
   double min_ggn = 1e300;

@@ -1,0 +1,187 @@
+#include "dist/comm.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "io/sha256.hpp"
+#include "util/error.hpp"
+
+namespace icmlkit::dist {
+
+void SelfComm::send(const void*, std::size_t, int to) {
+  throw RuntimeError(fmt::format("a single rank has no rank {} to send to", to));
+}
+void SelfComm::recv(void*, std::size_t, int from) {
+  throw RuntimeError(fmt::format("a single rank has no rank {} to receive from", from));
+}
+
+namespace {
+
+/// The mailboxes of a thread group: one queue of messages per (sender, receiver) pair.
+struct Mailboxes {
+  explicit Mailboxes(int n) : n(n), queues(std::size_t(n) * std::size_t(n)) {}
+  int n;
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::vector<std::deque<std::vector<unsigned char>>> queues;  // [from * n + to]
+};
+
+class ThreadComm final : public Comm {
+ public:
+  ThreadComm(std::shared_ptr<Mailboxes> box, int rank) : box_(std::move(box)), rank_(rank) {}
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return box_->n; }
+  void send(const void* data, std::size_t bytes, int to) override {
+    check_peer(to);
+    const auto* p = static_cast<const unsigned char*>(data);
+    {
+      std::lock_guard lock(box_->mutex);
+      box_->queues[std::size_t(rank_) * std::size_t(box_->n) + std::size_t(to)].emplace_back(p, p + bytes);
+    }
+    box_->arrived.notify_all();
+  }
+  void recv(void* data, std::size_t bytes, int from) override {
+    check_peer(from);
+    std::unique_lock lock(box_->mutex);
+    auto& q = box_->queues[std::size_t(from) * std::size_t(box_->n) + std::size_t(rank_)];
+    box_->arrived.wait(lock, [&] { return !q.empty(); });
+    std::vector<unsigned char> m = std::move(q.front());
+    q.pop_front();
+    lock.unlock();
+    if (m.size() != bytes)
+      throw RuntimeError(fmt::format("rank {} expected {} bytes from rank {}, got {}", rank_, bytes, from, m.size()));
+    if (bytes > 0) std::memcpy(data, m.data(), bytes);
+  }
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    if (rank_ == root) {
+      for (int r = 0; r < box_->n; ++r)
+        if (r != root) send(data, bytes, r);
+    } else {
+      recv(data, bytes, root);
+    }
+  }
+  std::string transport() const override { return "threads"; }
+
+ private:
+  void check_peer(int r) const {
+    if (r < 0 || r >= box_->n || r == rank_) throw RuntimeError(fmt::format("rank {}: no peer rank {} in a group of {}", rank_, r, box_->n));
+  }
+  std::shared_ptr<Mailboxes> box_;
+  int rank_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Comm>> make_thread_group(int n) {
+  if (n < 1) throw InputError(fmt::format("a group needs at least one rank (got {})", n));
+  auto box = std::make_shared<Mailboxes>(n);
+  std::vector<std::unique_ptr<Comm>> out;
+  for (int r = 0; r < n; ++r) out.push_back(std::make_unique<ThreadComm>(box, r));
+  return out;
+}
+
+int first_mismatch(Comm& comm, const std::string& text) {
+  const std::string mine = io::sha256_hex(text);
+  std::int32_t bad = -1;
+  if (comm.rank() == 0) {
+    std::string theirs(mine.size(), '\0');
+    for (int r = 1; r < comm.size(); ++r) {  // every rank's digest is received, also after a mismatch
+      comm.recv(theirs.data(), theirs.size(), r);
+      if (bad < 0 && theirs != mine) bad = r;
+    }
+  } else {
+    comm.send(mine.data(), mine.size(), 0);
+  }
+  comm.broadcast(&bad, sizeof(bad), 0);
+  return bad;
+}
+
+ChainReducer::ChainReducer(Comm& comm, int accum, std::size_t chunk_floats)
+    : comm_(comm), accum_(accum), chunk_(chunk_floats) {
+  if (accum < 1) throw InputError(fmt::format("a step needs at least one micro-batch (got {})", accum));
+  if (chunk_ == 0) throw InputError("the reduction's chunk must hold at least one value");
+}
+
+std::vector<int> ChainReducer::mine() const {
+  std::vector<int> a;
+  for (int i = comm_.rank(); i < accum_; i += comm_.size()) a.push_back(i);
+  return a;
+}
+
+void ChainReducer::add(int a, Sums g) {
+  const int n = comm_.size(), me = comm_.rank();
+  if (a < 0 || a >= accum_ || a % n != me || a <= last_)
+    throw InputError(fmt::format("rank {} of {} cannot fold micro-batch {} of {} (after {})", me, n, a, accum_, last_));
+  const auto t0 = std::chrono::steady_clock::now();
+  if (n == 1) {  // the running sum stays here: G_0 = g_0, then G_a = G_{a-1} + g_a
+    if (a == 0) {
+      local_f_.assign(g.floats.begin(), g.floats.end());
+      local_d_.assign(g.doubles.begin(), g.doubles.end());
+    } else {
+      if (local_f_.size() != g.floats.size() || local_d_.size() != g.doubles.size())
+        throw InputError("micro-batch sums changed size within a step");
+      for (std::size_t i = 0; i < local_f_.size(); ++i) local_f_[i] = local_f_[i] + g.floats[i];
+      for (std::size_t i = 0; i < local_d_.size(); ++i) local_d_[i] = local_d_[i] + g.doubles[i];
+    }
+  } else {
+    const int from = (a - 1 + n) % n, to = (a + 1) % n;
+    const bool receive = a > 0, pass = a + 1 < accum_;
+    in_f_.resize(std::min(chunk_, g.floats.size()));
+    for (std::size_t o = 0; o < g.floats.size(); o += chunk_) {  // chunk by chunk: the ranks form a pipeline
+      const std::size_t k = std::min(chunk_, g.floats.size() - o);
+      float* mine = g.floats.data() + o;
+      if (receive) {
+        comm_.recv(in_f_.data(), k * sizeof(float), from);
+        for (std::size_t i = 0; i < k; ++i) mine[i] = in_f_[i] + mine[i];
+      }
+      if (pass) {
+        comm_.send(mine, k * sizeof(float), to);
+        sent_ += std::int64_t(k * sizeof(float));
+      }
+    }
+    if (!g.doubles.empty()) {
+      if (receive) {
+        in_d_.resize(g.doubles.size());
+        comm_.recv(in_d_.data(), in_d_.size() * sizeof(double), from);
+        for (std::size_t i = 0; i < in_d_.size(); ++i) g.doubles[i] = in_d_[i] + g.doubles[i];
+      }
+      if (pass) {
+        comm_.send(g.doubles.data(), g.doubles.size() * sizeof(double), to);
+        sent_ += std::int64_t(g.doubles.size() * sizeof(double));
+      }
+    }
+  }
+  last_ = a;
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ChainReducer::finish(Sums g) {
+  const int n = comm_.size(), root = (accum_ - 1) % n;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (n == 1) {
+    if (last_ != accum_ - 1) throw InputError(fmt::format("finish after micro-batch {} of {}", last_, accum_));
+    if (accum_ > 1) {  // a single micro-batch's sums are already the total
+      if (local_f_.size() != g.floats.size() || local_d_.size() != g.doubles.size())
+        throw InputError("micro-batch sums changed size within a step");
+      std::copy(local_f_.begin(), local_f_.end(), g.floats.begin());
+      std::copy(local_d_.begin(), local_d_.end(), g.doubles.begin());
+    }
+  } else {
+    const std::vector<int> m = mine();
+    if ((m.empty() ? -1 : m.back()) != last_) throw InputError(fmt::format("rank {}: finish before its last micro-batch", comm_.rank()));
+    const std::size_t limit = std::size_t(1) << 28;  // bytes per broadcast call (MPI counts are ints)
+    auto* f = reinterpret_cast<unsigned char*>(g.floats.data());
+    const std::size_t fb = g.floats.size() * sizeof(float);
+    for (std::size_t o = 0; o < fb; o += limit) comm_.broadcast(f + o, std::min(limit, fb - o), root);
+    if (!g.doubles.empty()) comm_.broadcast(g.doubles.data(), g.doubles.size() * sizeof(double), root);
+  }
+  last_ = -1;
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace icmlkit::dist
