@@ -755,6 +755,11 @@ int main(int argc, char** argv) {
                       t.sparse.enabled() ? "its mask is not kept: a new one is drawn from --seed and the weights outside it are set to 0"
                                          : "this run trains every entry (its zeros included) dense");
         }
+        // the training stream as tokenized here (corpus, split and tokenizer): compared across ranks
+        const std::string stream_sha256 =
+            world.distributed() ? io::sha256_hex(std::string_view(reinterpret_cast<const char*>(train_stream.data()),
+                                                                  train_stream.size() * sizeof(int)))
+                                : std::string();
         nn::Trainer trainer(init, std::move(train_stream), t);
         trainer.set_corpus_sha256(docs.sha256);
         if (t.sparse.dynamic() && t.sparse.update_every >= t.steps)
@@ -795,7 +800,7 @@ int main(int argc, char** argv) {
           const nlohmann::json run{{"options", t.to_json()}, {"kernels", kernels}, {"end", stop_at > 0 ? std::min(stop_at, t.steps) : t.steps},
                                    {"ckpt_every", ckpt_every}, {"eval_every", eval_every}, {"log_every", log_every}};
           const std::pair<const char*, std::string> parts[] = {
-              {"training options (flags)", run.dump()}, {"corpus", docs.sha256}, {"model and training state", trainer.state_sha256()}};
+              {"training options (flags)", run.dump()}, {"corpus", docs.sha256 + stream_sha256}, {"model and training state", trainer.state_sha256()}};
           for (const auto& [what, text] : parts) {
             const int bad = dist::first_mismatch(world.comm(), text);
             if (bad >= 0)

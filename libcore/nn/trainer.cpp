@@ -410,6 +410,13 @@ StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
   // then the experts' loads and drops per block.
   ExitPlan plan = exit_loss_plan(opt_.exit, base_.config.n_layers, optimizer_->steps(), opt_.steps);
   const std::size_t n_exit = plan.steps.size();
+  if (opt_.moe_model) {  // the router statistics' shapes, [n_layers][E] (empty rows for llama blocks), before any forward
+    const auto& c = base_.config;
+    params_.moe_load.resize(std::size_t(c.n_layers));
+    params_.moe_dropped.resize(std::size_t(c.n_layers), 0.0);
+    for (int l = 0; l < c.n_layers; ++l)
+      if (lm::is_moe_block(c.block_type(l))) params_.moe_load[std::size_t(l)].resize(std::size_t(c.moe.n_experts), 0.0);
+  }
   std::size_t n_load = 0;
   for (const auto& load : params_.moe_load) n_load += load.size();
   std::vector<double>& sums_d = reduce_doubles_;
@@ -450,7 +457,10 @@ StepStats Trainer::step(const std::vector<std::int64_t>& windows) {
     sums_d[1] = cache_.aux_loss;
     sums_d[2] = cache_.hook_sum;
     sums_d[3] = recurrence;
-    std::size_t o = 4;
+    std::size_t o = 4, loads = 0;
+    for (const auto& load : params_.moe_load) loads += load.size();
+    if (loads != n_load || params_.moe_dropped.size() + n_load + n_exit + 4 != sums_d.size())
+      throw RuntimeError("the router statistics changed shape within a step");
     for (std::size_t i = 0; i < n_exit; ++i) sums_d[o++] = i < plan.losses.size() ? plan.losses[i] : 0.0;
     for (const auto& load : params_.moe_load)
       for (double x : load) sums_d[o++] = x;

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Ranks started with different configurations are refused before any step, the rank named, in one
+# error line from rank 0 and exit 2, no checkpoint written: another learning rate, another split of
+# the corpus (the same file, --val-every 7: another training stream), and --accum below the rank
+# count.  Usage: mismatch.sh LM_TRAIN
+source "$(dirname "$0")/common.sh"
+expect() {  # expect NAME PATTERN -- mpirun arguments
+  local name=$1 pattern=$2; shift 3
+  OMPI_ALLOW_RUN_AS_ROOT=1 mpirun --oversubscribe --bind-to none "$@" 2> "$name.err"
+  local rc=$?
+  [ $rc = 2 ] || { cat "$name.err"; fail "$name: exit $rc, not 2"; }
+  [ "$(grep -c 'lm-train: error:' "$name.err")" = 1 ] || { cat "$name.err"; fail "$name: not exactly one error line"; }
+  grep 'lm-train: error:' "$name.err" | grep -qF -- "$pattern" || { cat "$name.err"; fail "$name: the error does not say '$pattern'"; }
+  [ ! -e "$name.h5" ] || fail "$name: a checkpoint was written"
+}
+expect lr "rank 1 of 2 was started with other training options (flags) than rank 0" -- \
+  -np 1 "$lm" $tiny --steps 4 -o lr.h5 : -np 1 "$lm" $tiny --steps 4 --lr 2e-3 -o lr.h5
+expect split "rank 2 of 3 was started with other corpus than rank 0" -- \
+  -np 2 "$lm" $tiny --steps 4 -o split.h5 : -np 1 "$lm" $tiny --steps 4 --val-every 7 -o split.h5
+expect accum "--accum 1 gives each step 1 micro-batch for 2 ranks" -- -np 2 "$lm" $data $shape --n-layers 2 --batch 2 --accum 1 --steps 4 -o accum.h5
+echo "refused: other flags, another corpus split, too few micro-batches"
