@@ -8,7 +8,9 @@
 #      of 32, 16 and 64 rows through ICMLKIT_CUDA_INVARIANT_ROWS, and without CUDA graphs), with the
 #      decoder's and the engine's host time per step and forward;
 #   4. bench-decode-host: the decoder's own host time per step on this machine's CPU (forwards
-#      replayed, nothing computed).
+#      replayed, nothing computed);
+#   5. bench-nccl-chain: data parallelism's chained gradient reduction over NCCL (issue 41) against
+#      the CPU left fold, bit for bit, on 1 .. min(4, GPUs) ranks (where NCCL was found at build).
 # Prints everything to stdout; with $OUT set, also writes $OUT/gpu_check.json and the parts, each
 # part as soon as it is done.  Each part has a time limit in seconds: GPU_CHECK_TEST_SECONDS (180),
 # GPU_CHECK_BENCH_SECONDS (180), GPU_CHECK_FAFO_SECONDS (60 per fafo-generate run), the defaults
@@ -112,7 +114,7 @@ why() {  # $1 = exit code, $2 = limit, $3 = its variable, $4 = the fallback text
 keep() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
-  for f in ctest.log engine.json fafo.json decode_host.json gpu_check.json sanitizer.log; do
+  for f in ctest.log engine.json fafo.json decode_host.json nccl.json gpu_check.json sanitizer.log; do
     [ -f "$tmp/$f" ] && cp "$tmp/$f" "$OUT/"
   done
   return 0
@@ -237,8 +239,23 @@ else
   status=1
 fi
 
+# Data parallelism's chained reduction over NCCL (issue 41) against the CPU fold, bit for bit, on
+# every GPU count up to 4 here.  Built where NCCL was found; a bundle does not carry it (libnccl is
+# 200 MB).
+echo "== gpu-check: bench-nccl-chain (NCCL chained reduction vs the CPU fold)"
+if ! $emulated && [ -x "$bin/bench-nccl-chain" ]; then
+  nccl_rc=0
+  timeout "$limit_fafo" "$bin/bench-nccl-chain" > "$tmp/nccl.json" || nccl_rc=$?
+  [ -s "$tmp/nccl.json" ] || echo "{\"error\": \"bench-nccl-chain: $(why $nccl_rc "$limit_fafo" GPU_CHECK_FAFO_SECONDS "exit $nccl_rc")\"}" > "$tmp/nccl.json"
+  [ $nccl_rc -eq 0 ] || status=1
+else
+  echo '{"skipped": "bench-nccl-chain not built here (no NCCL, a bundle, or the emulator)"}' > "$tmp/nccl.json"
+fi
+cat "$tmp/nccl.json"
+
 jq -n --slurpfile e "$tmp/engine.json" --slurpfile f "$tmp/fafo.json" --slurpfile h "$tmp/decode_host.json" --argjson ok "$tests_ok" \
-  '{gpu_check: {cuda_tests_passed: $ok, engine: $e[0], fafo_kjv7m: $f[0], decode_host: $h[0],
+  --slurpfile nc "$tmp/nccl.json" \
+  '{gpu_check: {cuda_tests_passed: $ok, engine: $e[0], fafo_kjv7m: $f[0], decode_host: $h[0], nccl_chain: $nc[0],
     by_mode: {decode_b1_share_of_bandwidth: ($e[0].decode_b1 // {} | with_entries(select(.value | type == "object" and has("share_of_bandwidth")))
                                               | map_values(.share_of_bandwidth)),
               c16: ($e[0].c_k // {} | with_entries(select(.value | type == "object" and has("c16"))) | map_values(.c16))},

@@ -106,6 +106,23 @@ void apply_config_json(const nlohmann::json& j, lm::ModelConfig& c, const std::s
   }
 }
 
+/// SHA-256 of a token stream as it lies in memory (the start-up comparison of ranks).
+std::string tokens_sha256(const std::vector<int>& tokens) {
+  return io::sha256_hex(std::string_view(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(int)));
+}
+
+/// Data parallelism's start-up check: each part's text (named by its first member) is compared
+/// with rank 0's by hash on every rank.  Throws UsageError naming the first rank that differs.
+void check_same_start(dist::World& world, const std::vector<std::pair<const char*, std::string>>& parts) {
+  for (const auto& [what, text] : parts) {
+    const int bad = dist::first_mismatch(world.comm(), text);
+    if (bad >= 0)
+      throw UsageError(fmt::format("rank {} of {} was started with other {} than rank 0: every rank must run the same command "
+                                   "on the same files",
+                                   bad, world.size(), what));
+  }
+}
+
 std::string best_path_for(const std::string& out) {
   if (io::is_stream_path(out)) return out;  // -o /dev/null: the best checkpoint goes there too
   std::filesystem::path p(out);
@@ -124,12 +141,13 @@ struct LoraFlags {
 /// lm-train --lora-rank: fine-tunes a LoRA adapter on the frozen --init model (nn/lora_run.hpp: the
 /// one-job case of plora-train, so its trajectory is plora-train's for the same job) and writes it
 /// as a PEFT directory -o.
-void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std::string& corpus_path,
+void train_lora(cli::Context& ctx, dist::World& world, CLI::App& app, const LoraFlags& lf, const std::string& corpus_path,
                 const nn::CorpusOptions& copt, const std::string& init_path, const std::string& output,
                 const std::string& log_path_in, nn::TrainOptions t, std::int64_t tokens_budget, std::int64_t eval_every,
-                std::int64_t eval_tokens, std::int64_t log_every) {
+                std::int64_t eval_tokens, std::int64_t log_every, const std::string& kernels) {
+  const bool writer = world.rank() == 0;  // rank 0 writes the adapter and the log
   for (const char* f : {"--config", "--preset", "--tokenizer", "--vocab-size", "--d-model", "--n-layers", "--n-heads", "--n-kv-heads",
-                        "--d-ff", "--n-ctx", "--tied", "--rope-style", "--init-std", "--accum", "--resume", "--overwrite",
+                        "--d-ff", "--n-ctx", "--tied", "--rope-style", "--init-std", "--resume", "--overwrite",
                         "--allow-corpus-change", "--export", "--export-dtype", "--best", "--checkpoint-every", "--optimizer", "--sparse",
                         "--moe", "--exit-loss", "--stop-at", "--moe-aux-loss", "--router-bias-update", "--moe-capacity-factor",
                         "--experts", "--top-k", "--d-expert", "--d-shared", "--latent", "--expert-act", "--router", "--routed-scaling",
@@ -147,7 +165,7 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))
     throw UsageError(fmt::format("-o {} exists and is not a directory (the adapter is a PEFT directory)", output), "-o");
   io::check_distinct_outputs({{"-o", output}, {"--log", log_path_in}}, {corpus_path, init_path});
-  io::JsonlLog jlog(log_path_in, false);
+  io::JsonlLog jlog(writer ? log_path_in : std::string(), false);
   lm::LoraConfig lc;
   lc.rank = lf.rank;
   lc.alpha = lf.alpha;
@@ -170,13 +188,14 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   const lm::Tokenizer tok(base->tokenizer_model, "model tokenizer");
   const std::vector<int> train_stream = nn::tokenize_documents(tok, docs.train, mc.add_bos ? mc.bos_id : -1, corpus_path);
   const std::vector<int> val_stream = nn::tokenize_documents(tok, docs.val, mc.add_bos ? mc.bos_id : -1, corpus_path);
-  const std::int64_t step_tokens = std::int64_t(t.batch) * t.seq_len;
+  const std::int64_t step_tokens = std::int64_t(t.batch) * t.accum * t.seq_len;
   if (tokens_budget > 0) t.steps = std::max<std::int64_t>(1, (tokens_budget + step_tokens - 1) / step_tokens);
   nn::LoraJobOptions job;
   job.name = std::filesystem::path(output).filename().string();
   if (job.name.empty()) job.name = "adapter";
   job.lora = lc;
   job.batch = t.batch;
+  job.accum = t.accum;
   job.steps = t.steps;
   job.lr = t.lr;
   job.min_lr = t.min_lr < 0 ? t.lr / 10 : t.min_lr;
@@ -192,8 +211,20 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
   nn::PackedLoraTrainer trainer(*base, t.seq_len);
   base.reset();  // the trainer holds the (frozen) weights
   trainer.add_job(job, &train_stream);
-  io::check_output_dir(output);  // the directory -o goes in must exist and be writable (the writer creates -o itself)
-  auto emit = [&](const nlohmann::json& j) { jlog.write(j); };
+  if (writer) io::check_output_dir(output);  // the directory -o goes in must exist and be writable (the writer creates -o itself)
+  if (world.distributed()) {
+    const nlohmann::json run{{"job", job.to_json()}, {"kernels", kernels}, {"eval_every", eval_every}, {"eval_tokens", eval_tokens},
+                             {"log_every", log_every}};
+    check_same_start(world, {{"training options (flags)", run.dump()},
+                             {"corpus", docs.sha256 + tokens_sha256(train_stream) + tokens_sha256(val_stream)},
+                             {"base model", trainer.base_sha256()}});
+    trainer.set_comm(&world.comm());
+    ctx.prov.extra["ranks"] = world.size();
+    ctx.prov.extra["transport"] = world.comm().transport();
+  }
+  auto emit = [&](const nlohmann::json& j) {
+    if (writer) jlog.write(j);
+  };
   const std::int64_t adapter_params = lm::lora_param_count(mc, lc.rank, lc.targets);
   ctx.prov.extra["lora"] = job.to_json();
   ctx.prov.extra["base_sha256"] = trainer.base_sha256();
@@ -223,7 +254,7 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
       trainer, rj, {0}, [](const std::vector<int>& jobs, std::int64_t) { return std::vector<std::vector<int>>{jobs}; }, ro,
       [&](int j, const nn::LoraJobResult& r) {
         result = r;
-        if (r.diverged) return;  // an adapter that overflows is not written over -o (a good one may be there)
+        if (r.diverged || !writer) return;  // an adapter that overflows is not written over -o (a good one may be there)
         lm::LoraAdapter a = trainer.adapter(j);
         a.base_model = init_path;
         lm::write_peft_adapter(output, a, mc, ctx.prov);
@@ -239,6 +270,11 @@ void train_lora(cli::Context& ctx, CLI::App& app, const LoraFlags& lf, const std
                          {"seconds", run.seconds},
                          {"tokens_per_s", double(run.tokens) / std::max(run.seconds, 1e-9)},
                          {"output", output}};
+  if (world.distributed()) {
+    summary["ranks"] = world.size();
+    summary["reduce_seconds"] = trainer.reduce_seconds();
+    summary["reduce_share"] = trainer.reduce_seconds() / std::max(run.seconds, 1e-9);
+  }
   if (result.diverged) summary["diverged"] = true;
   emit(nlohmann::json{{"summary", summary}});
   if (result.diverged)
@@ -386,7 +422,18 @@ int main(int argc, char** argv) {
       "weight decay 0 (transformers' Trainer), and the run is plora-train's job of the same settings, bit for bit (the\n"
       "one-job case).  The other defaults are lm-train's own (batch 8, --seq-len n_ctx, 5% warmup, --seed 20260701), not\n"
       "a plora-train space's (batch 1, warmup 10, seed 0): give them to repeat a space's job.  A non-finite loss stops the\n"
-      "run with exit 1 and writes no adapter.  Not with --resume, --accum, --optimizer, --sparse, --moe or --exit-loss.",
+      "run with exit 1 and writes no adapter.  --accum A makes each step A micro-batches of --batch windows (each with\n"
+      "its own dropout stream), also over mpirun's ranks.  Not with --resume, --optimizer, --sparse, --moe or --exit-loss.\n"
+      "Data parallelism (issue 41): mpirun -np N lm-train ... (the same command on every rank; built with MPI: --version\n"
+      "says mpi: on) runs micro-batch a of each step on rank a mod N (--accum A >= N, a multiple of N best) and sums the\n"
+      "gradients in micro-batch order by a chained reduction, so N ranks end in one process's bits at the same --accum,\n"
+      "whatever N and --threads (default: the cores bound to the rank).  Rank 0 reads and writes -o, --best, --export and\n"
+      "the log; the others need the same input files.  Ranks started with other flags, data or model are refused at start,\n"
+      "naming the rank; a rank that fails ends the job (mpirun exits non-zero, the rank named, the last checkpoint intact);\n"
+      "--resume continues at any N, bit for bit.  The summary adds ranks, reduce_seconds, reduce_share and\n"
+      "reduce_bytes_sent_per_step.  Every optimizer, sparse method, MoE, the exit loss, recurrent depth and LoRA run so;\n"
+      "not --trajectory.  Example: mpirun -np 4 --bind-to core lm-train kjv.tsv --column 2 --doc-column 1 --init\n"
+      "data/models/kjv7m.h5 --seq-len 256 --batch 2 --accum 8 --steps 100 -o run.h5 --log run.jsonl",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
@@ -502,10 +549,6 @@ int main(int argc, char** argv) {
         if (world.distributed()) {
           if (!writer) log::set_level(log::Level::quiet);  // rank 0 speaks for the job
           if (!app->count("--threads")) set_threads(world.default_threads());
-          if (lora.rank > 0)
-            throw UsageError(fmt::format("LoRA fine-tuning (--lora-rank) runs on one rank; this job has {} (run it without mpirun)",
-                                         world.size()),
-                             "--lora-rank");
           if (!trajectory_dir.empty())
             throw UsageError("--trajectory records a single process's run: run it without mpirun", "--trajectory");
           if (t.accum < world.size())
@@ -525,8 +568,8 @@ int main(int argc, char** argv) {
             a = b + 1;
           }
           if (kernels == "reference") nn::set_train_kernels(nn::TrainKernels::reference);
-          return train_lora(ctx, *app, lora, corpus_path, copt, init_path, output, log_path, t, tokens_budget, eval_every,
-                            eval_tokens, log_every);
+          return train_lora(ctx, world, *app, lora, corpus_path, copt, init_path, output, log_path, t, tokens_budget, eval_every,
+                            eval_tokens, log_every, kernels);
         }
         io::require_output_extension(output, "-o", {".h5", ".hdf5"}, "the checkpoint is HDF5");
         io::check_distinct_outputs({{"-o", output},
@@ -756,10 +799,7 @@ int main(int argc, char** argv) {
                                          : "this run trains every entry (its zeros included) dense");
         }
         // the training stream as tokenized here (corpus, split and tokenizer): compared across ranks
-        const std::string stream_sha256 =
-            world.distributed() ? io::sha256_hex(std::string_view(reinterpret_cast<const char*>(train_stream.data()),
-                                                                  train_stream.size() * sizeof(int)))
-                                : std::string();
+        const std::string stream_sha256 = world.distributed() ? tokens_sha256(train_stream) : std::string();
         nn::Trainer trainer(init, std::move(train_stream), t);
         trainer.set_corpus_sha256(docs.sha256);
         if (t.sparse.dynamic() && t.sparse.update_every >= t.steps)
@@ -799,15 +839,9 @@ int main(int argc, char** argv) {
           // the rank that differs named (all ranks get the same verdict and stop together).
           const nlohmann::json run{{"options", t.to_json()}, {"kernels", kernels}, {"end", stop_at > 0 ? std::min(stop_at, t.steps) : t.steps},
                                    {"ckpt_every", ckpt_every}, {"eval_every", eval_every}, {"log_every", log_every}};
-          const std::pair<const char*, std::string> parts[] = {
-              {"training options (flags)", run.dump()}, {"corpus", docs.sha256 + stream_sha256}, {"model and training state", trainer.state_sha256()}};
-          for (const auto& [what, text] : parts) {
-            const int bad = dist::first_mismatch(world.comm(), text);
-            if (bad >= 0)
-              throw UsageError(fmt::format("rank {} of {} was started with other {} than rank 0: every rank must run the same command "
-                                           "on the same files",
-                                           bad, world.size(), what));
-          }
+          check_same_start(world, {{"training options (flags)", run.dump()},
+                                   {"corpus", docs.sha256 + stream_sha256},
+                                   {"model and training state", trainer.state_sha256()}});
           trainer.set_comm(&world.comm());
           ctx.prov.extra["ranks"] = world.size();
           ctx.prov.extra["transport"] = world.comm().transport();

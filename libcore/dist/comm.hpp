@@ -31,6 +31,13 @@ class Comm {
   virtual int size() const noexcept = 0;
   /// Sends `bytes` bytes to rank `to` (!= rank()).
   virtual void send(const void* data, std::size_t bytes, int to) = 0;
+  /// Starts sending `bytes` bytes to rank `to` and returns at once; `data` must stay unchanged
+  /// until wait_sends() returns.  Messages to one rank arrive in the order they were started.
+  /// (The chained reduction passes its sum on this way: a rank that waited for its successor to
+  /// receive before receiving from its own predecessor could wait in a circle.)
+  virtual void send_async(const void* data, std::size_t bytes, int to) { send(data, bytes, to); }
+  /// Returns when every send_async() started by this rank has completed.
+  virtual void wait_sends() {}
   /// Receives exactly `bytes` bytes from rank `from` (!= rank()), sent by its matching send().
   virtual void recv(void* data, std::size_t bytes, int from) = 0;
   /// Copies `bytes` bytes from rank `root`'s `data` into every rank's `data`.
@@ -52,7 +59,8 @@ class SelfComm final : public Comm {
 
 /// N ranks as threads of one process (tests and benchmarks of the reduction without mpirun):
 /// make_thread_group(N) returns N communicators, one per thread.  Messages between a pair of ranks
-/// arrive in the order they were sent; send() copies and returns at once.
+/// arrive in the order they were sent; send() returns when the receiver has taken the message (as
+/// MPI's rendezvous protocol for large messages), send_async() copies and returns at once.
 std::vector<std::unique_ptr<Comm>> make_thread_group(int n);
 
 /// Compares every rank's `text` with rank 0's by SHA-256 (32 bytes per rank travel): returns the
@@ -71,8 +79,9 @@ struct Sums {
 /// (see the file comment).  Usage, on every rank: for each a in mine(), in increasing a: compute
 /// g_a from zero into a buffer, then add(a, buffer); after the last one, finish(buffer) leaves the
 /// step's total in every rank's buffer.  The buffer is the same one throughout (same sizes on every
-/// rank); add() overwrites it with the running sum.  With one rank the running sum is kept in a
-/// second buffer of the same size (allocated once).  Throws InputError for a bad micro-batch index
+/// rank); add() overwrites it with the running sum and returns without waiting for the successor,
+/// which takes the sum from a copy (so each rank computes its next micro-batch meanwhile).  The
+/// running sum (one rank) or that copy (several) costs a second buffer of the same size.  Throws InputError for a bad micro-batch index
 /// or size, and whatever Comm throws.
 class ChainReducer {
  public:
@@ -96,8 +105,8 @@ class ChainReducer {
   Comm& comm_;
   int accum_;
   std::size_t chunk_;
-  std::vector<float> local_f_, in_f_;  // one rank: the running sum; several: a received chunk
-  std::vector<double> local_d_, in_d_;
+  std::vector<float> local_f_, in_f_, out_f_;  // one rank: the running sum; several: a received chunk, the sum passed on
+  std::vector<double> local_d_, in_d_, out_d_;
   int last_ = -1;  // the last micro-batch folded
   double seconds_ = 0;
   std::int64_t sent_ = 0;

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -60,6 +61,20 @@ class MpiComm final : public Comm {
       bytes -= std::size_t(k);
     } while (bytes > 0);
   }
+  void send_async(const void* data, std::size_t bytes, int to) override {
+    const auto* p = static_cast<const char*>(data);
+    do {
+      const int k = static_cast<int>(std::min<std::size_t>(bytes, kMax));
+      pending_.emplace_back();
+      MPI_Isend(p, k, MPI_BYTE, to, kTag, MPI_COMM_WORLD, &pending_.back());
+      p += k;
+      bytes -= std::size_t(k);
+    } while (bytes > 0);
+  }
+  void wait_sends() override {
+    if (!pending_.empty()) MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE);
+    pending_.clear();
+  }
   void recv(void* data, std::size_t bytes, int from) override {
     auto* p = static_cast<char*>(data);
     do {
@@ -84,6 +99,7 @@ class MpiComm final : public Comm {
   static constexpr std::size_t kMax = std::size_t(1) << 30;
   static constexpr int kTag = 41;
   int rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> pending_;  // send_async's, until wait_sends
 };
 
 }  // namespace

@@ -14,7 +14,7 @@
 namespace icmlkit::nn {
 
 nlohmann::json LoraJobOptions::to_json() const {
-  return {{"name", name},
+  nlohmann::json j{{"name", name},
           {"rank", lora.rank},
           {"alpha", lora.alpha},
           {"rslora", lora.rslora},
@@ -31,6 +31,8 @@ nlohmann::json LoraJobOptions::to_json() const {
           {"eps", adam.eps},
           {"weight_decay", adam.weight_decay},
           {"seed", seed}};
+  if (accum != 1) j["accum"] = accum;  // absent: 1 (the records written before issue 41)
+  return j;
 }
 
 PackedLoraTrainer::PackedLoraTrainer(const lm::Model& base, int seq_len)
@@ -48,6 +50,7 @@ int PackedLoraTrainer::add_job(const LoraJobOptions& opt, const std::vector<int>
   auto job = std::make_unique<Job>();
   job->opt = opt;
   job->windows = Windows{train, S_};
+  if (opt.accum < 1) throw UsageError(fmt::format("job {}: accum {} < 1", opt.name, opt.accum));
   if (job->windows.count() < opt.batch)
     throw InputError(fmt::format("job {}: its training text holds {} windows of {} tokens, fewer than one batch of {}",
                                  opt.name, job->windows.count(), S_, opt.batch));
@@ -81,8 +84,95 @@ std::int64_t PackedLoraTrainer::job_state_bytes(int job) const {
   return lm::lora_param_count(base_.config, lc.rank, lc.targets) * 4 * std::int64_t(sizeof(float));
 }
 
+void PackedLoraTrainer::check_can_step(const Job& j) {
+  if (j.steps >= j.opt.steps || j.diverged)
+    throw UsageError(fmt::format("job {} has {}", j.opt.name, j.diverged ? "diverged" : fmt::format("done its {} steps", j.opt.steps)));
+}
+
+LoraJobStep PackedLoraTrainer::update(Job& j, int id, double loss) {
+  LoraJobStep out;
+  out.job = id;
+  out.loss = loss;
+  out.grad_norm = j.params.store.grad_norm();
+  out.diverged = !std::isfinite(out.loss) || !std::isfinite(out.grad_norm);
+  if (out.diverged) {  // not updated: its adapter stays at the last finite state
+    j.diverged = true;
+    out.step = j.steps;
+    out.tokens = j.tokens;
+    return out;
+  }
+  j.params.store.clip_grad_norm(j.opt.clip);
+  out.lr = j.schedule(j.steps);
+  j.optim->step(j.params.store, out.lr);
+  ++j.steps;
+  j.tokens += std::int64_t(j.opt.batch) * j.opt.accum * S_;
+  out.step = j.steps;
+  out.tokens = j.tokens;
+  return out;
+}
+
+LoraJobStep PackedLoraTrainer::step_accumulated(int id) {
+  Job& j = ready(id);
+  check_can_step(j);
+  const int A = j.opt.accum, rows = j.opt.batch * S_;
+  if (!reducer_ || reducer_accum_ != A) {
+    reducer_ = std::make_unique<dist::ChainReducer>(comm_ ? *comm_ : static_cast<dist::Comm&>(self_comm_), A);
+    reducer_accum_ = A;
+  }
+  // Every rank draws the step's A x batch windows (the data order advances alike everywhere) and
+  // counts their targets: each micro-batch's loss is scaled by the step's whole target count.
+  std::vector<std::vector<int>> in(static_cast<std::size_t>(A)), tg(static_cast<std::size_t>(A));
+  std::int64_t targets = 0;
+  for (int a = 0; a < A; ++a) {
+    for (int b = 0; b < j.opt.batch; ++b) j.windows.get(j.order.next(), in[std::size_t(a)], tg[std::size_t(a)]);
+    for (int t : tg[std::size_t(a)]) targets += t >= 0;
+  }
+  const double scale = targets > 0 ? 1.0 / double(targets) : 0.0;
+  std::size_t n_float = 0;
+  for (const auto& p : j.params.store.params) n_float += p.grad.size();
+  reduce_floats_.resize(n_float);
+  double loss_sum = 0;
+  const dist::Sums sums{std::span<float>(reduce_floats_), std::span<double>(&loss_sum, 1)};
+  const std::uint64_t dropout_seed = derive_seed(derive_seed(j.opt.seed, 2), std::uint64_t(j.steps));
+  LoraPack<float> pack;
+  base_.lora = &pack;
+  struct Detach {
+    LlamaParams<float>& p;
+    TrainCache<float>& c;
+    ~Detach() {
+      p.lora = nullptr;
+      c.row_scale.clear();
+    }
+  } detach{base_, cache_};
+  for (const int a : reducer_->mine()) {
+    j.params.store.zero_grad();
+    pack.jobs.assign(1, {&j.params, 0, rows, a == 0 ? dropout_seed : derive_seed(dropout_seed, std::uint64_t(a))});
+    cache_.row_scale.assign(std::size_t(rows), scale);
+    llama_loss(base_, in[std::size_t(a)], tg[std::size_t(a)], j.opt.batch, S_, 1.0, cache_);
+    loss_sum = 0;
+    for (int r = 0; r < rows; ++r) loss_sum += cache_.row_loss[std::size_t(r)];
+    float* f = reduce_floats_.data();
+    for (const auto& p : j.params.store.params) f = std::copy(p.grad.begin(), p.grad.end(), f);
+    reducer_->add(a, sums);
+  }
+  reducer_->finish(sums);
+  const float* f = reduce_floats_.data();
+  for (auto& p : j.params.store.params) {
+    std::copy(f, f + p.grad.size(), p.grad.begin());
+    f += p.grad.size();
+  }
+  return update(j, id, targets > 0 ? loss_sum / double(targets) : 0.0);
+}
+
 std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {
   if (ids.empty()) return {};
+  bool alone = comm_ != nullptr;
+  for (int id : ids) alone = alone || jobs_.at(std::size_t(id))->opt.accum > 1;
+  if (alone) {
+    if (ids.size() != 1)
+      throw UsageError("a job with gradient accumulation or over several ranks steps alone: pack it with no other job");
+    return {step_accumulated(ids[0])};
+  }
   LoraPack<float> pack;
   in_.clear();
   tg_.clear();
@@ -90,8 +180,7 @@ std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {
   std::vector<std::int64_t> targets(ids.size(), 0);
   for (std::size_t k = 0; k < ids.size(); ++k) {
     Job& j = ready(ids[k]);
-    if (j.steps >= j.opt.steps || j.diverged)
-      throw UsageError(fmt::format("job {} has {}", j.opt.name, j.diverged ? "diverged" : fmt::format("done its {} steps", j.opt.steps)));
+    check_can_step(j);
     for (std::size_t q = 0; q < k; ++q)
       if (ids[q] == ids[k]) throw UsageError(fmt::format("job {} packed twice in one step", j.opt.name));
     const int r0 = static_cast<int>(in_.size());
@@ -116,31 +205,11 @@ std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {
   } detach{base_, cache_};
   llama_loss(base_, in_, tg_, B, S_, 1.0, cache_);
   std::vector<LoraJobStep> out(ids.size());
-  for (std::size_t k = 0; k < ids.size(); ++k) {
+  for (std::size_t k = 0; k < ids.size(); ++k) {  // each job's update depends on its own gradients only
     const auto& pj = pack.jobs[k];
     double sum = 0;
     for (int r = pj.row_begin; r < pj.row_end; ++r) sum += cache_.row_loss[std::size_t(r)];
-    Job& j = *jobs_[std::size_t(ids[k])];
-    out[k].job = ids[k];
-    out[k].loss = targets[k] > 0 ? sum / double(targets[k]) : 0.0;
-    out[k].grad_norm = j.params.store.grad_norm();
-    out[k].diverged = !std::isfinite(out[k].loss) || !std::isfinite(out[k].grad_norm);
-  }
-  for (std::size_t k = 0; k < ids.size(); ++k) {
-    Job& j = *jobs_[std::size_t(ids[k])];
-    if (out[k].diverged) {  // not updated: its adapter stays at the last finite state
-      j.diverged = true;
-      out[k].step = j.steps;
-      out[k].tokens = j.tokens;
-      continue;
-    }
-    j.params.store.clip_grad_norm(j.opt.clip);
-    out[k].lr = j.schedule(j.steps);
-    j.optim->step(j.params.store, out[k].lr);
-    ++j.steps;
-    j.tokens += std::int64_t(j.opt.batch) * S_;
-    out[k].step = j.steps;
-    out[k].tokens = j.tokens;
+    out[k] = update(*jobs_[std::size_t(ids[k])], ids[k], targets[k] > 0 ? sum / double(targets[k]) : 0.0);
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/comm.hpp"
 #include "lm/lora.hpp"
 #include "lm/model.hpp"
 #include "nn/adamw.hpp"
@@ -24,14 +25,20 @@ namespace icmlkit::nn {
 struct LoraJobOptions {
   std::string name = "job";
   lm::LoraConfig lora;
-  int batch = 1;               ///< windows of seq_len tokens per optimizer step
+  int batch = 1;               ///< windows of seq_len tokens per micro-batch
+  /// Micro-batches per optimizer step (gradient accumulation: batch x accum windows per step; the
+  /// step's gradient is the micro-batches' gradients summed in order, each computed from zero).  A
+  /// job with accum > 1 trains alone, never packed.
+  int accum = 1;
   std::int64_t steps = 100;    ///< optimizer steps (the schedule's length)
   double lr = 1e-3, min_lr = 1e-4;
   std::int64_t warmup = 0;
   double clip = 1.0;           ///< the job's own global gradient-norm limit (0 = off)
   /// Adam settings; PEFT fine-tuning's usual ones (transformers' Trainer: beta2 0.999, no decay).
   AdamWOptions adam{0.9, 0.999, 1e-8, 0.0};
-  std::uint64_t seed = 0;      ///< adapter init (derive_seed(seed, 0)), data order (1), dropout (2)
+  /// Adapter init (derive_seed(seed, 0)), data order (1), dropout (2: micro-batch 0 of step s draws
+  /// from derive_seed(derive_seed(seed, 2), s), micro-batch a > 0 from derive_seed(that, a)).
+  std::uint64_t seed = 0;
   /// As JSON (logs, adapter provenance).
   nlohmann::json to_json() const;
 };
@@ -68,7 +75,18 @@ class PackedLoraTrainer {
   /// One optimizer step of each job in `jobs` (distinct, none finished), packed into one pass in the
   /// given order.  A job whose loss or gradient norm is not finite is not updated and becomes
   /// diverged (LoraJobStep::diverged); the others step as they would alone.
+  /// A job with accum > 1, or any job once set_comm() gave a communicator, steps alone (`jobs`
+  /// holds one index; UsageError otherwise): its micro-batches' gradients are folded in order by a
+  /// dist::ChainReducer, so the adapter's bits do not depend on the rank count.
   std::vector<LoraJobStep> step(const std::vector<int>& jobs);
+  /// Data parallelism (issue 41): micro-batch a of each step runs on rank a mod N of `comm` (every
+  /// rank draws the whole step's windows, so the data order stays the same everywhere); the
+  /// adapter gradients and loss sums are summed over the ranks in micro-batch order.  Every rank
+  /// then takes the same optimizer step.  `comm` must outlive the trainer's steps; null: this
+  /// process alone.
+  void set_comm(dist::Comm* comm) { comm_ = comm; }
+  /// Seconds this rank spent in the gradient reduction so far (0 for packed steps).
+  double reduce_seconds() const noexcept { return reducer_ ? reducer_->seconds() : 0.0; }
   /// Frees the activation buffers (between groups: the next group sizes them anew).
   void trim() { cache_ = TrainCache<float>(); }
   /// Mean loss of job `job`'s adapter (no dropout) on `stream`, as nn::evaluate.
@@ -108,12 +126,24 @@ class PackedLoraTrainer {
   };
   /// The job, its adapter and optimizer allocated on first use.  Throws UsageError once released.
   Job& ready(int job);
+  /// Job `j` of step() has not finished (UsageError otherwise).
+  static void check_can_step(const Job& j);
+  /// The step of one job alone with its micro-batches reduced in order (see step()).
+  LoraJobStep step_accumulated(int job);
+  /// After a step's gradient is in place: the divergence check, clipping and the AdamW update of
+  /// job `j` (index `id`), whose step's mean loss is `loss`.
+  LoraJobStep update(Job& j, int id, double loss);
   LlamaParams<float> base_;
   std::string base_sha256_;
   int S_;
   std::vector<std::unique_ptr<Job>> jobs_;
   TrainCache<float> cache_;
   std::vector<int> in_, tg_;
+  dist::Comm* comm_ = nullptr;
+  dist::SelfComm self_comm_;
+  std::unique_ptr<dist::ChainReducer> reducer_;
+  int reducer_accum_ = 0;
+  std::vector<float> reduce_floats_;
 };
 
 /// One packing size's measured step time (plora-plan's throughput table row).
