@@ -14,7 +14,7 @@
 # dense peak (989 TFLOP/s), 16,384 tokens per micro-batch: t_c = 6 P T / (0.4 x 989e12).
 # Usage: bash bench/dp_scaling.sh [LM_TRAIN_MPI_JSON] [--markdown]
 set -euo pipefail
-measured='{"gradient_bytes": 25755136, "one_rank": {"tokens_per_s": 3015}, "tokens_per_step": 2048, "micro_batches": 4}'
+measured='{"gradient_bytes": 25801728, "one_rank": {"tokens_per_s": 3493}, "tokens_per_step": 2048, "micro_batches": 4}'
 markdown=false
 for a in "$@"; do
   case $a in
@@ -39,7 +39,7 @@ jq -n --argjson m "$measured" --argjson md "$markdown" '
      bytes_per_step_per_rank: (2 * $k.gradient_bytes), reduce_s: $tc,
      efficiency: ($k.compute_s / ($k.compute_s + $tc)), allreduce_efficiency: ($k.compute_s / ($k.compute_s + $tr))} ] as $rows |
   if $md then
-    ("| model | link | GPUs | compute/step | reduction/step | efficiency | ring allreduce |",
+    ("| model | link | GPUs | compute per step (one micro-batch) | reduction per step | efficiency | ring allreduce |",
      "|---|---|---:|---:|---:|---:|---:|",
      ($rows[] | "| \(.case) | \(.link) | \(.gpus) | \(.compute_s * 1000 | round) ms | \(.reduce_s * 1000 * 10 | round / 10) ms | \(.efficiency * 100 | round)% | \(.allreduce_efficiency * 100 | round)% |"))
   else {benchmark: "dp_scaling", model: "t_step = t_c + 2 (B/BW + (N-1)(alpha + c/BW)), c = 1 MiB, no overlap", rows: $rows} end' |

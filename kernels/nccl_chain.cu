@@ -42,6 +42,8 @@ NcclChainReducer::NcclChainReducer(void* comm, void* stream, int accum, std::siz
   if (accum < 1) throw InputError(fmt::format("NCCL chain: accum {} < 1", accum));
   check(ncclCommUserRank(static_cast<ncclComm_t>(comm_), &rank_), "ncclCommUserRank");
   check(ncclCommCount(static_cast<ncclComm_t>(comm_), &size_), "ncclCommCount");
+  if (size_ > 1 && accum_ > size_)  // K <= N - 1 chunks: a rank's two links never share a diagonal (header comment)
+    chunk_ = std::max(chunk_, (n_ + std::size_t(size_) - 2) / std::size_t(size_ - 1));
   check(cudaMalloc(&sum_, std::max<std::size_t>(1, n_) * sizeof(float)), "cudaMalloc");
   check(cudaMalloc(&recv_, std::min(n_, chunk_) * sizeof(float) + sizeof(float)), "cudaMalloc");
 }
@@ -72,11 +74,8 @@ void NcclChainReducer::add(int a, const float* g) {
       check(cudaMemcpyAsync(sum_, g, n_ * sizeof(float), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
     else
       fold(sum_, sum_, g, n_, s);
-    if (send) {
-      check(ncclGroupStart(), "ncclGroupStart");
+    if (send)  // one chunk per group, as the links after it (the diagonal order)
       for (std::size_t c = 0; c < chunks; ++c) check(ncclSend(sum_ + c * chunk_, len(c), ncclFloat32, next, comm, s), "ncclSend");
-      check(ncclGroupEnd(), "ncclGroupEnd");
-    }
     return;
   }
   // chunk c of G_{a-1} arrives while chunk c - 1 of G_a leaves: the chain is pipelined

@@ -213,8 +213,8 @@ void train_lora(cli::Context& ctx, dist::World& world, CLI::App& app, const Lora
   trainer.add_job(job, &train_stream);
   if (writer) io::check_output_dir(output);  // the directory -o goes in must exist and be writable (the writer creates -o itself)
   if (world.distributed()) {
-    const nlohmann::json run{{"job", job.to_json()}, {"kernels", kernels}, {"eval_every", eval_every}, {"eval_tokens", eval_tokens},
-                             {"log_every", log_every}};
+    const nlohmann::json run{{"job", job.to_json()}, {"seq_len", t.seq_len},      {"kernels", kernels},
+                             {"eval_every", eval_every}, {"eval_tokens", eval_tokens}, {"log_every", log_every}};
     check_same_start(world, {{"training options (flags)", run.dump()},
                              {"corpus", docs.sha256 + tokens_sha256(train_stream) + tokens_sha256(val_stream)},
                              {"base model", trainer.base_sha256()}});
@@ -274,6 +274,7 @@ void train_lora(cli::Context& ctx, dist::World& world, CLI::App& app, const Lora
     summary["ranks"] = world.size();
     summary["reduce_seconds"] = trainer.reduce_seconds();
     summary["reduce_share"] = trainer.reduce_seconds() / std::max(run.seconds, 1e-9);
+    summary["reduce_bytes_sent_per_step"] = result.steps > 0 ? trainer.reduce_bytes_sent() / result.steps : 0;
   }
   if (result.diverged) summary["diverged"] = true;
   emit(nlohmann::json{{"summary", summary}});
@@ -427,13 +428,13 @@ int main(int argc, char** argv) {
       "Data parallelism (issue 41): mpirun -np N lm-train ... (the same command on every rank; built with MPI: --version\n"
       "says mpi: on) runs micro-batch a of each step on rank a mod N (--accum A >= N, a multiple of N best) and sums the\n"
       "gradients in micro-batch order by a chained reduction, so N ranks end in one process's bits at the same --accum,\n"
-      "whatever N and --threads (default: the cores bound to the rank).  Rank 0 reads and writes -o, --best, --export and\n"
-      "the log; the others need the same input files.  Ranks started with other flags, data or model are refused at start,\n"
-      "naming the rank; a rank that fails ends the job (mpirun exits non-zero, the rank named, the last checkpoint intact);\n"
-      "--resume continues at any N, bit for bit.  The summary adds ranks, reduce_seconds, reduce_share and\n"
-      "reduce_bytes_sent_per_step.  Every optimizer, sparse method, MoE, the exit loss, recurrent depth and LoRA run so;\n"
-      "not --trajectory.  Example: mpirun -np 4 --bind-to core lm-train kjv.tsv --column 2 --doc-column 1 --init\n"
-      "data/models/kjv7m.h5 --seq-len 256 --batch 2 --accum 8 --steps 100 -o run.h5 --log run.jsonl",
+      "whatever N and --threads (default: the cores bound to the rank).  Rank 0 writes -o, --best, --export and the log;\n"
+      "every rank reads the inputs (and -o on --resume), so all need the same paths.  Ranks started with other flags, data\n"
+      "or model are refused at start, naming the rank; a rank that fails ends the job (mpirun exits non-zero, the rank\n"
+      "named, the last checkpoint intact); --resume continues at any N, bit for bit.  The summary adds ranks,\n"
+      "reduce_seconds, reduce_share and reduce_bytes_sent_per_step.  Every optimizer, sparse method, MoE, the exit loss,\n"
+      "recurrent depth and LoRA run so; not --trajectory.  Example: mpirun -np 4 --bind-to core lm-train kjv.tsv --column 2\n"
+      "--doc-column 1 --init data/models/kjv7m.h5 --seq-len 256 --batch 2 --accum 8 --steps 100 -o run.h5 --log run.jsonl",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
@@ -1089,7 +1090,7 @@ int main(int argc, char** argv) {
           if (applied) last_ckpt_step = -1;  // -o must hold the corrected weights
         }
         if (last_ckpt_step != trainer.steps_done()) checkpoint();
-        if (!export_path.empty() && trainer.steps_done() >= t.steps) {
+        if (writer && !export_path.empty() && trainer.steps_done() >= t.steps) {
           const bool have_best = std::isfinite(best_val) && !io::is_stream_path(best_path) && std::filesystem::exists(best_path);
           lm::Model shipped = have_best ? lm::load_checkpoint(best_path) : trainer.model();
           io::Provenance prov = ctx.prov;

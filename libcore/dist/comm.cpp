@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -22,15 +23,23 @@ void SelfComm::recv(void*, std::size_t, int from) {
 
 namespace {
 
+/// A message in flight: the sender's bytes, read by the receiver where they lie (no copy), as an
+/// MPI rendezvous transfer does; so a sender that changed its buffer before the receiver took it
+/// would deliver other bits, and the tests would see it.
+struct Message {
+  const unsigned char* data = nullptr;
+  std::size_t bytes = 0;
+};
+
 /// The mailboxes of a thread group: one queue of messages per (sender, receiver) pair, and how
-/// many messages of each pair were sent and taken.
+/// many messages of each pair were sent and taken (copied out by the receiver).
 struct Mailboxes {
   explicit Mailboxes(int n)
       : n(n), queues(std::size_t(n) * std::size_t(n)), sent(queues.size(), 0), taken(queues.size(), 0) {}
   int n;
   std::mutex mutex;
   std::condition_variable changed;
-  std::vector<std::deque<std::vector<unsigned char>>> queues;  // [from * n + to]
+  std::vector<std::deque<Message>> queues;  // [from * n + to]
   std::vector<std::uint64_t> sent, taken;
 };
 
@@ -47,26 +56,40 @@ class ThreadComm final : public Comm {
     const std::uint64_t mine = box_->sent[q];
     box_->changed.wait(lock, [&] { return box_->taken[q] >= mine; });
   }
-  /// Copies the message and returns at once.
+  /// Returns at once; the receiver reads `data` where it lies, so it must stay unchanged until
+  /// wait_sends().
   void send_async(const void* data, std::size_t bytes, int to) override { post(data, bytes, to); }
+  void wait_sends() override {
+    std::unique_lock lock(box_->mutex);
+    box_->changed.wait(lock, [&] {
+      for (int to = 0; to < box_->n; ++to) {
+        const std::size_t q = std::size_t(rank_) * std::size_t(box_->n) + std::size_t(to);
+        if (box_->taken[q] < box_->sent[q]) return false;
+      }
+      return true;
+    });
+  }
   void recv(void* data, std::size_t bytes, int from) override {
     check_peer(from);
     const std::size_t q = std::size_t(from) * std::size_t(box_->n) + std::size_t(rank_);
     std::unique_lock lock(box_->mutex);
     box_->changed.wait(lock, [&] { return !box_->queues[q].empty(); });
-    std::vector<unsigned char> m = std::move(box_->queues[q].front());
+    const Message m = box_->queues[q].front();
     box_->queues[q].pop_front();
+    lock.unlock();
+    const bool fits = m.bytes == bytes;
+    if (fits && bytes > 0) std::memcpy(data, m.data, bytes);  // before the sender may reuse its buffer
+    lock.lock();
     ++box_->taken[q];
     lock.unlock();
     box_->changed.notify_all();
-    if (m.size() != bytes)
-      throw RuntimeError(fmt::format("rank {} expected {} bytes from rank {}, got {}", rank_, bytes, from, m.size()));
-    if (bytes > 0) std::memcpy(data, m.data(), bytes);
+    if (!fits) throw RuntimeError(fmt::format("rank {} expected {} bytes from rank {}, got {}", rank_, bytes, from, m.bytes));
   }
   void broadcast(void* data, std::size_t bytes, int root) override {
     if (rank_ == root) {
       for (int r = 0; r < box_->n; ++r)
         if (r != root) send_async(data, bytes, r);
+      wait_sends();
     } else {
       recv(data, bytes, root);
     }
@@ -76,11 +99,10 @@ class ThreadComm final : public Comm {
  private:
   std::size_t post(const void* data, std::size_t bytes, int to) {
     check_peer(to);
-    const auto* p = static_cast<const unsigned char*>(data);
     const std::size_t q = std::size_t(rank_) * std::size_t(box_->n) + std::size_t(to);
     {
       std::lock_guard lock(box_->mutex);
-      box_->queues[q].emplace_back(p, p + bytes);
+      box_->queues[q].push_back({static_cast<const unsigned char*>(data), bytes});
       ++box_->sent[q];
     }
     box_->changed.notify_all();
@@ -133,8 +155,11 @@ std::vector<int> ChainReducer::mine() const {
 
 void ChainReducer::add(int a, Sums g) {
   const int n = comm_.size(), me = comm_.rank();
-  if (a < 0 || a >= accum_ || a % n != me || a <= last_)
-    throw InputError(fmt::format("rank {} of {} cannot fold micro-batch {} of {} (after {})", me, n, a, accum_, last_));
+  // this rank's micro-batches in increasing order, none skipped: me, me + n, ...
+  const int next = last_ < 0 ? me : last_ + n;
+  if (a != next || a >= accum_)
+    throw InputError(fmt::format("rank {} of {} cannot fold micro-batch {} of {} (its next is {})", me, n, a, accum_,
+                                 next < accum_ ? std::to_string(next) : std::string("none")));
   const auto t0 = std::chrono::steady_clock::now();
   if (n == 1) {  // the running sum stays here: G_0 = g_0, then G_a = G_{a-1} + g_a
     if (a == 0) {

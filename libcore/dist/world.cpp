@@ -79,7 +79,12 @@ class MpiComm final : public Comm {
     auto* p = static_cast<char*>(data);
     do {
       const int k = static_cast<int>(std::min<std::size_t>(bytes, kMax));
-      MPI_Recv(p, k, MPI_BYTE, from, kTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Status status;
+      MPI_Recv(p, k, MPI_BYTE, from, kTag, MPI_COMM_WORLD, &status);
+      int got = 0;
+      MPI_Get_count(&status, MPI_BYTE, &got);
+      if (got != k)  // a longer message fails inside MPI_Recv (MPI_ERR_TRUNCATE aborts the job)
+        throw RuntimeError(fmt::format("rank {} expected {} bytes from rank {}, got {}", rank_, k, from, got));
       p += k;
       bytes -= std::size_t(k);
     } while (bytes > 0);

@@ -12,6 +12,23 @@
 #include "util/rng.hpp"
 
 namespace icmlkit::nn {
+namespace {
+
+/// Attaches a pack of adapters to the base for one training pass; detaches it and clears the
+/// per-row loss scales on every way out.
+struct PackAttached {
+  LlamaParams<float>& base;
+  TrainCache<float>& cache;
+  PackAttached(LlamaParams<float>& b, TrainCache<float>& c, LoraPack<float>& pack) : base(b), cache(c) { base.lora = &pack; }
+  ~PackAttached() {
+    base.lora = nullptr;
+    cache.row_scale.clear();
+  }
+  PackAttached(const PackAttached&) = delete;
+  PackAttached& operator=(const PackAttached&) = delete;
+};
+
+}  // namespace
 
 nlohmann::json LoraJobOptions::to_json() const {
   nlohmann::json j{{"name", name},
@@ -135,15 +152,7 @@ LoraJobStep PackedLoraTrainer::step_accumulated(int id) {
   const dist::Sums sums{std::span<float>(reduce_floats_), std::span<double>(&loss_sum, 1)};
   const std::uint64_t dropout_seed = derive_seed(derive_seed(j.opt.seed, 2), std::uint64_t(j.steps));
   LoraPack<float> pack;
-  base_.lora = &pack;
-  struct Detach {
-    LlamaParams<float>& p;
-    TrainCache<float>& c;
-    ~Detach() {
-      p.lora = nullptr;
-      c.row_scale.clear();
-    }
-  } detach{base_, cache_};
+  const PackAttached attached(base_, cache_, pack);
   for (const int a : reducer_->mine()) {
     j.params.store.zero_grad();
     pack.jobs.assign(1, {&j.params, 0, rows, a == 0 ? dropout_seed : derive_seed(dropout_seed, std::uint64_t(a))});
@@ -194,15 +203,7 @@ std::vector<LoraJobStep> PackedLoraTrainer::step(const std::vector<int>& ids) {
     j.params.store.zero_grad();
   }
   const int B = static_cast<int>(in_.size()) / S_;
-  base_.lora = &pack;
-  struct Detach {
-    LlamaParams<float>& p;
-    TrainCache<float>& c;
-    ~Detach() {
-      p.lora = nullptr;
-      c.row_scale.clear();
-    }
-  } detach{base_, cache_};
+  const PackAttached attached(base_, cache_, pack);
   llama_loss(base_, in_, tg_, B, S_, 1.0, cache_);
   std::vector<LoraJobStep> out(ids.size());
   for (std::size_t k = 0; k < ids.size(); ++k) {  // each job's update depends on its own gradients only

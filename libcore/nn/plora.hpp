@@ -87,6 +87,8 @@ class PackedLoraTrainer {
   void set_comm(dist::Comm* comm) { comm_ = comm; }
   /// Seconds this rank spent in the gradient reduction so far (0 for packed steps).
   double reduce_seconds() const noexcept { return reducer_ ? reducer_->seconds() : 0.0; }
+  /// Bytes this rank sent along the reduction's chain so far (dist::ChainReducer::bytes_sent).
+  std::int64_t reduce_bytes_sent() const noexcept { return reducer_ ? reducer_->bytes_sent() : 0; }
   /// Frees the activation buffers (between groups: the next group sizes them anew).
   void trim() { cache_ = TrainCache<float>(); }
   /// Mean loss of job `job`'s adapter (no dropout) on `stream`, as nn::evaluate.

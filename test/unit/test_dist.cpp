@@ -124,6 +124,13 @@ TEST_CASE("dist: micro-batch a runs on rank a mod N, and misuse is refused") {
   CHECK_THROWS_AS(red.add(1, {g, d}), InputError);  // micro-batch 1 before 0
   red.add(0, {g, d});
   CHECK_THROWS_AS(red.finish({g, d}), InputError);  // before the last micro-batch
+  red.add(1, {g, d});
+  red.finish({g, d});
+  CHECK(g == std::vector<float>(3, 2.0f));
+  CHECK_THROWS_AS(red.add(1, {g, d}), InputError);  // a new step starts at micro-batch 0 (no stale running sum)
+  dist::ChainReducer three(self, 3);
+  three.add(0, {g, d});
+  CHECK_THROWS_AS(three.add(2, {g, d}), InputError);  // micro-batch 1 skipped
   CHECK_THROWS_AS(dist::ChainReducer(self, 0), InputError);
   CHECK_THROWS_AS(self.send(g.data(), 4, 1), RuntimeError);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every method trained through lm-train's Trainer gives one process's bits on 2 ranks (4 micro-
 # batches, 6 steps): the optimizers (AdamW, Adam-mini, GaLore, FOAM, POET-X with merges, SGD),
-# sparse training (RigL with topology updates and the paired control, SMET), mixtures of experts
+# sparse training (static, SET, RigL with topology updates and the paired control, SMET), mixtures of experts
 # (a sigmoid router with the bias update and a capacity limit; LatentMoE), LayerSkip's early-exit
 # loss and a recurrent-depth model; then LoRA fine-tuning (with dropout) of a base trained here,
 # whose adapter tensors must match byte for byte.  Usage: methods.sh LM_TRAIN
@@ -24,6 +24,8 @@ check galore --n-layers 2 --optimizer galore --galore-rank 4 --galore-gap 3
 check foam --n-layers 2 --optimizer foam --foam-level 1
 check poet-x --n-layers 2 --optimizer poet-x --poet-block 8 --poet-merge-every 2
 check sgd --n-layers 2 --optimizer sgd --lr 0.05
+check static --n-layers 2 --sparse static --density 0.5
+check set --n-layers 2 --sparse set --density 0.5 --update-every 2
 check rigl --n-layers 2 --sparse rigl --density 0.5 --update-every 2 --probe-control --probe-steps 1
 check smet --n-layers 2 --sparse smet --density 0.5 --update-every 2
 check moe --n-layers 2 --moe standard --experts 4 --top-k 2 --d-expert 32 --router sigmoid --router-bias-update 0.001 --moe-capacity-factor 1.25
