@@ -216,7 +216,7 @@ void train_lora(cli::Context& ctx, dist::World& world, CLI::App& app, const Lora
     const nlohmann::json run{{"job", job.to_json()}, {"seq_len", t.seq_len},      {"kernels", kernels},
                              {"eval_every", eval_every}, {"eval_tokens", eval_tokens}, {"log_every", log_every}};
     check_same_start(world, {{"training options (flags)", run.dump()},
-                             {"corpus", docs.sha256 + tokens_sha256(train_stream) + tokens_sha256(val_stream)},
+                             {"corpus or split (the training stream)", docs.sha256 + tokens_sha256(train_stream) + tokens_sha256(val_stream)},
                              {"base model", trainer.base_sha256()}});
     trainer.set_comm(&world.comm());
     ctx.prov.extra["ranks"] = world.size();
@@ -433,8 +433,8 @@ int main(int argc, char** argv) {
       "or model are refused at start, naming the rank; a rank that fails ends the job (mpirun exits non-zero, the rank\n"
       "named, the last checkpoint intact); --resume continues at any N, bit for bit.  The summary adds ranks,\n"
       "reduce_seconds, reduce_share and reduce_bytes_sent_per_step.  Every optimizer, sparse method, MoE, the exit loss,\n"
-      "recurrent depth and LoRA run so; not --trajectory.  Example: mpirun -np 4 --bind-to core lm-train kjv.tsv --column 2\n"
-      "--doc-column 1 --init data/models/kjv7m.h5 --seq-len 256 --batch 2 --accum 8 --steps 100 -o run.h5 --log run.jsonl",
+      "recurrent depth and LoRA run so; not --trajectory.  Example: mpirun -np 4 --bind-to core lm-train\n"
+      "data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --init data/models/kjv7m.h5 --seq-len 256 --batch 2 --accum 8 --steps 100 -o run.h5 --log run.jsonl",
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --preset 7m --steps 2000 -o kjv.h5 --log kjv.jsonl\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 4096 --d-model 256 --n-layers 6 --n-heads 8 --n-kv-heads 4 --d-ff 768 --n-ctx 256 --tokens 1.5e6 --optimizer poet-x --poet-block 64 --lr 1e-3 --poet-lr 5e-4 --clip 0.1 --beta2 0.999 --adam-eps 1e-6 --weight-decay 0 -o poet.h5\n"
       "  lm-train data/corpus/kjv.tsv.gz --column 2 --doc-column 1 --vocab-size 2048 --d-model 128 --n-layers 6 --n-heads 4 --n-kv-heads 2 --d-ff 384 --n-ctx 128 --steps 800 --lr 2e-3 --beta2 0.999 --weight-decay 0 --sparse smet --density 0.25 -o smet.h5 --log smet.jsonl\n"
@@ -553,7 +553,7 @@ int main(int argc, char** argv) {
           if (!trajectory_dir.empty())
             throw UsageError("--trajectory records a single process's run: run it without mpirun", "--trajectory");
           if (t.accum < world.size())
-            throw UsageError(fmt::format("--accum {} gives each step {} micro-batch{} for {} ranks: give --accum a multiple of {} "
+            throw UsageError(fmt::format("--accum {} gives each step {} micro-batch{} for {} ranks: give --accum at least {}, best a multiple "
                                          "(micro-batch a of a step runs on rank a mod {})",
                                          t.accum, t.accum, t.accum == 1 ? "" : "es", world.size(), world.size(), world.size()),
                              "--accum");
@@ -841,7 +841,7 @@ int main(int argc, char** argv) {
           const nlohmann::json run{{"options", t.to_json()}, {"kernels", kernels}, {"end", stop_at > 0 ? std::min(stop_at, t.steps) : t.steps},
                                    {"ckpt_every", ckpt_every}, {"eval_every", eval_every}, {"log_every", log_every}};
           check_same_start(world, {{"training options (flags)", run.dump()},
-                                   {"corpus", docs.sha256 + stream_sha256},
+                                   {"corpus or split (the training stream)", docs.sha256 + stream_sha256},
                                    {"model and training state", trainer.state_sha256()}});
           trainer.set_comm(&world.comm());
           ctx.prov.extra["ranks"] = world.size();
@@ -958,7 +958,8 @@ int main(int argc, char** argv) {
         // The machine's GEMM rate on these threads, for the model-FLOP utilisation (only when
         // there is something to train: a 1024^3 product takes a few tenths of a second).
         const double flop_per_token = nn::training_flop_per_token(trainer.params().config, t.seq_len);
-        double gemm_rate = writer && trainer.steps_done() < end ? nn::gemm_gflops(1024, 3) * 1e9 : 0.0;
+        // Under mpirun every rank measures at once, so the rate is that of cores all busy, as in training.
+        double gemm_rate = trainer.steps_done() < end ? nn::gemm_gflops(1024, 3) * 1e9 : 0.0;
         auto mfu = [&](double tokens_per_s) {  // over every rank's cores (each assumed to run rank 0's rate)
           return gemm_rate > 0 ? nlohmann::json(tokens_per_s * flop_per_token / (gemm_rate * world.size())) : nlohmann::json();
         };
@@ -1101,7 +1102,7 @@ int main(int argc, char** argv) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
         // The rate is measured again at the end and the higher one kept: a product that ran
         // while the machine was busy understates what the cores can do (and would inflate MFU).
-        if (gemm_rate > 0 && writer) gemm_rate = std::max(gemm_rate, nn::gemm_gflops(1024, 3) * 1e9);
+        if (gemm_rate > 0) gemm_rate = std::max(gemm_rate, nn::gemm_gflops(1024, 3) * 1e9);
         nlohmann::json summary{{"steps", trainer.steps_done()},
                                {"tokens", trainer.tokens_seen()},
                                {"train_loss", st.step > 0 ? nlohmann::json(st.loss) : nlohmann::json()},

@@ -102,7 +102,7 @@ LoraRunSummary run_lora_jobs(PackedLoraTrainer& trainer, const std::vector<LoraR
           r.busy_s += s1 - s0;
           r.tokens = st.tokens;
           r.train_loss = st.loss;
-          sum.tokens += std::int64_t(trainer.options(j).batch) * trainer.seq_len();
+          sum.tokens += std::int64_t(trainer.options(j).batch) * trainer.options(j).accum * trainer.seq_len();
           window_loss[std::size_t(j)] += st.loss;
           ++window_n[std::size_t(j)];
           const bool last = st.step >= trainer.options(j).steps;

@@ -16,7 +16,7 @@ expect() {  # expect NAME PATTERN -- mpirun arguments
 }
 expect lr "rank 1 of 2 was started with other training options (flags) than rank 0" -- \
   -np 1 "$lm" $tiny --steps 4 -o lr.h5 : -np 1 "$lm" $tiny --steps 4 --lr 2e-3 -o lr.h5
-expect split "rank 2 of 3 was started with other corpus than rank 0" -- \
+expect split "rank 2 of 3 was started with other corpus or split (the training stream) than rank 0" -- \
   -np 2 "$lm" $tiny --steps 4 -o split.h5 : -np 1 "$lm" $tiny --steps 4 --val-every 7 -o split.h5
 expect accum "--accum 1 gives each step 1 micro-batch for 2 ranks" -- -np 2 "$lm" $data $shape --n-layers 2 --batch 2 --accum 1 --steps 4 -o accum.h5
 OMPI_ALLOW_RUN_AS_ROOT=1 mpirun --oversubscribe --bind-to none -np 1 "$lm" $tiny --steps 4 -o lost.h5 : \
