@@ -8,6 +8,7 @@
 
 #include <fmt/core.h>
 
+#include "cli/array_task.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
 #include "io/gnuplot.hpp"
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
         const std::int64_t overhead = parse_byte_size(overhead_text, "--overhead");
         std::optional<std::pair<int, int>> task;
         if (!array_task.empty()) {
-          task = parse_array_task(array_task);
+          task = cli::parse_array_task(array_task);
           if (task->second != workers)
             throw UsageError(fmt::format("N = {} must equal --workers {}", task->second, workers), "--array-task");
         }

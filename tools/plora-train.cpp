@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 
+#include "cli/array_task.hpp"
 #include "cli/run_tool.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
         int task = -1, tasks = 0;
         if (!array_task.empty()) {
           if (schedule_path.empty()) throw UsageError("--array-task needs --schedule", "--array-task");
-          std::tie(task, tasks) = sched::parse_array_task(array_task);
+          std::tie(task, tasks) = cli::parse_array_task(array_task);
         }
         if (io::is_stdout(output) || io::is_stream_path(output)) throw UsageError("-o names a directory", "-o");
         if (std::filesystem::exists(output) && !std::filesystem::is_directory(output))

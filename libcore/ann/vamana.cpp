@@ -226,6 +226,44 @@ Space mips_space(const Space& d) {
 
 }  // namespace
 
+Space VamanaGraph::prune_space(const Space& d) { return d.metric() == Metric::ip ? mips_space(d) : Space(); }
+
+std::uint32_t VamanaGraph::medoid_of(const Space& d) {
+  const std::size_t n = d.size();
+  std::vector<double> c(d.dim(), 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < d.dim(); ++k) c[k] += d.vectors().row(i)[k];
+  std::vector<float> cf(d.dim());
+  for (std::size_t k = 0; k < d.dim(); ++k) cf[k] = static_cast<float>(c[k] / static_cast<double>(std::max<std::size_t>(n, 1)));
+  float best = 0;
+  std::uint32_t medoid = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = raw_distance(Metric::l2, cf.data(), d.vectors().row(i), d.dim());
+    if (i == 0 || v < best) best = v, medoid = static_cast<std::uint32_t>(i);
+  }
+  return medoid;
+}
+
+VamanaGraph VamanaGraph::from_lists(int R, std::uint32_t medoid, const std::vector<std::vector<std::uint32_t>>& lists) {
+  const std::size_t n = lists.size();
+  if (R < 1) throw UsageError("must be >= 1", "-R");
+  if (n > 0 && medoid >= n) throw InputError(fmt::format("entry point {} outside {} items", medoid, n));
+  VamanaGraph g;
+  g.R_ = R;
+  g.stride_ = static_cast<std::size_t>(R);
+  g.medoid_ = medoid;
+  g.degree_.assign(n, 0);
+  g.nbrs_.assign(n * g.stride_, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (lists[i].size() > g.stride_) throw InputError(fmt::format("item {} has {} out-neighbours, more than R = {}", i, lists[i].size(), R));
+    for (const std::uint32_t v : lists[i])
+      if (v >= n) throw InputError(fmt::format("item {}: neighbour {} outside {} items", i, v, n));
+    std::copy(lists[i].begin(), lists[i].end(), g.nbrs_.begin() + static_cast<std::ptrdiff_t>(i * g.stride_));
+    g.degree_[i] = static_cast<std::uint32_t>(lists[i].size());
+  }
+  return g;
+}
+
 std::vector<std::uint32_t> VamanaGraph::robust_prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R) {
   PruneScratch b;
   std::vector<std::uint32_t> out;
@@ -253,19 +291,7 @@ VamanaGraph VamanaGraph::build(const Space& d, const VamanaParams& p) {
   const std::size_t cap = g.stride_;
   g.degree_.assign(n, 0);
   g.nbrs_.assign(n * cap, 0);
-  // Medoid: the item closest (L2) to the centroid of the d-vectors.
-  {
-    std::vector<double> c(d.dim(), 0.0);
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t k = 0; k < d.dim(); ++k) c[k] += d.vectors().row(i)[k];
-    std::vector<float> cf(d.dim());
-    for (std::size_t k = 0; k < d.dim(); ++k) cf[k] = static_cast<float>(c[k] / static_cast<double>(n));
-    float best = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const float v = raw_distance(Metric::l2, cf.data(), d.vectors().row(i), d.dim());
-      if (i == 0 || v < best) best = v, g.medoid_ = static_cast<std::uint32_t>(i);
-    }
-  }
+  g.medoid_ = medoid_of(d);
   // Parallel insertion as DiskANN's: one OpenMP loop per pass over a seeded random order;
   // each point searches the live graph, prunes, sets its list, then adds itself to each kept
   // neighbour's list (up to the 1.3 R slack, else that list is pruned to R outside the lock).

@@ -104,6 +104,16 @@ class VamanaGraph {
   /// are recomputed there.  `cand` (sorted or not, may contain p) is consumed.
   static std::vector<std::uint32_t> robust_prune(const Space& d, std::uint32_t p, std::vector<Neighbor>& cand, float alpha, int R);
 
+  /// The space RobustPrune works in for `d`: under ip the MIPS-to-L2 augmented vectors (see
+  /// robust_prune; build it once and prune many lists in it), else an empty Space (prune in d).
+  static Space prune_space(const Space& d);
+  /// The entry point build() uses: the item closest (L2) to the centroid of d's vectors.
+  static std::uint32_t medoid_of(const Space& d);
+  /// A graph from out-lists (lists[i]: item i's neighbours, each < lists.size(), at most R) and
+  /// an entry point: how a merged sharded build is assembled.  Throws InputError for a list
+  /// longer than R, an id out of range or a medoid outside the items; UsageError for R < 1.
+  static VamanaGraph from_lists(int R, std::uint32_t medoid, const std::vector<std::vector<std::uint32_t>>& lists);
+
   /// Number of items.
   std::size_t size() const noexcept { return degree_.size(); }
   /// Maximum out-degree R.

@@ -95,9 +95,6 @@ MemoryModel memory_model(const lm::ModelConfig& config, const SearchSpace& space
 /// overhead ..., job ...); 3 jobs do not fit".  Names the job missing the most.
 void check_every_job_fits(const MemoryModel& mem, const SearchSpace& space, const std::string& where);
 
-/// Parses a Slurm-style job-array part "i/N" (0 <= i < N, i 0-based) into {i, N}.  Throws
-/// UsageError naming --array-task otherwise.
-std::pair<int, int> parse_array_task(const std::string& text);
 
 /// Parses a byte count with an optional suffix: K, M, G, T (powers of 1000, also KB, MB, GB, TB),
 /// KiB, MiB, GiB, TiB (powers of 1024), any case; the number may have a fraction ("1.5GiB"), the

@@ -170,3 +170,18 @@ cli_case(bimetric/index-to-dev-null --rc 0 --jq ".max_degree <= 8"
 # Float settings print as their shortest decimal (issue 26: "alpha": 1.2000000476837158).
 cli_case(bimetric/index-float-settings-shortest --rc 0 --tool bimetric-index
   -- bash -c "${BIX} ${FX}/ann_angular.h5 --proxy same -R 8 -L 16 -q -o i.h5 > s.json && grep -q '\"alpha\": 1.2,' s.json")
+
+# Sharded Vamana builds (issue 42): array parts + merge = the in-process sharded build, recall
+# within 0.01 of the single build, a control without overlap that misses it.
+cli_case(bimetric/sharded-build-merge-and-recall --needs ${DIGITS} --rc 0 --tool bimetric-index
+  -- bash ${CMAKE_CURRENT_SOURCE_DIR}/ann/sharded.sh ${BIX} ${BSR} ${DIGITS})
+cli_case(bimetric/shards-more-than-items --rc 2 --stderr "7 shards for 6 items" --no-file i.h5
+  -- ${BIX} ${FX}/ann_small.csv --holdout 34 --shards 7 -o i.h5)
+cli_case(bimetric/shard-part-missing --rc 1 --stderr "cannot read file.*nope.h5" --no-file i.h5
+  -- ${BIX} ${FX}/ann_small.csv --shards 2 --parts nope.h5 -o i.h5)
+cli_case(bimetric/shard-parts-of-another-run --rc 1 --tool bimetric-index --stderr "other data or build flags.*p1.h5" --no-file i.h5
+  -- bash -c "${BIX} ${FX}/ann_small.csv --shards 2 --array-task 0/2 -o p0.h5 -q > /dev/null && ${BIX} ${FX}/ann_small.csv --seed 9 --shards 2 --array-task 1/2 -o p1.h5 -q > /dev/null && ${BIX} ${FX}/ann_small.csv --shards 2 --parts p0.h5 p1.h5 -o i.h5")
+cli_case(bimetric/shard-of-a-merge-missing --rc 1 --tool bimetric-index --stderr "no part of shard 1 of 2" --no-file i.h5
+  -- bash -c "${BIX} ${FX}/ann_small.csv --shards 2 --array-task 0/2 -o p0.h5 -q > /dev/null && ${BIX} ${FX}/ann_small.csv --shards 2 --parts p0.h5 -o i.h5")
+cli_case(bimetric/array-task-count-differs --rc 2 --stderr "one task per shard" --no-file i.h5
+  -- ${BIX} ${FX}/ann_small.csv --shards 3 --array-task 0/2 -o i.h5)
