@@ -9,6 +9,7 @@
 #include <numeric>
 #include <optional>
 
+#include "cli/array_task.hpp"
 #include "cli/run_tool.hpp"
 #include "fit/infolaw.hpp"
 #include "fit/law.hpp"
@@ -17,6 +18,7 @@
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
 #include "io/table.hpp"
+#include "io/sha256.hpp"
 #include "io/table_filter.hpp"
 #include "num/stats.hpp"
 #include "util/error.hpp"
@@ -41,6 +43,8 @@ struct Args {
   std::vector<std::string> grid;
   std::vector<std::string> fix;
   int bootstrap = 0;
+  std::string array_task;                     ///< --array-task i/N: this task's share of the resamples
+  std::vector<std::string> bootstrap_parts;   ///< --bootstrap-parts: the tasks' parts to merge
   bool residuals = false;
   std::string id_col = "name";
   int max_iterations = 1000;
@@ -143,6 +147,15 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
                                  law->name()), a.input);
   log::debug("fitting {} to {} rows from {} starts on {} threads", law->name(), data.loss.size(), n_starts, threads());
   Stopwatch sw;
+  // Job arrays (issue 42): task i of N refits resamples [iK/N, (i+1)K/N) and writes them as a part;
+  // the merge refits none and takes every resample from the parts.
+  std::pair<int, int> task{-1, 0};
+  if (!a.array_task.empty()) {
+    task = cli::parse_array_task(a.array_task);
+    opt.bootstrap_begin = static_cast<int>(std::int64_t(task.first) * a.bootstrap / task.second);
+    opt.bootstrap_end = static_cast<int>(std::int64_t(task.first + 1) * a.bootstrap / task.second);
+  }
+  if (!a.bootstrap_parts.empty()) opt.bootstrap_end = 0;
   fit::FitResult r;
   {
     Progress bar(n_starts, "starts");
@@ -150,6 +163,67 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
   }
   const double secs = sw.seconds();
   const Eigen::ArrayXd pred = law->predict(r.params.data(), data);
+  if (task.first >= 0 || !a.bootstrap_parts.empty()) {
+    // what the parts of one run share: the law, its data, the fit's settings and its optimum
+    std::string key = fmt::format("{} huber {} iterations {} seed {} resamples {} fixed", law->name(), opt.huber_delta,
+                                  opt.lbfgs.max_iterations, opt.seed, opt.bootstrap);
+    for (const auto& [k, v] : opt.fixed) key += fmt::format(" {}={}", k, v);
+    for (const auto& g : a.grid) key += " grid " + g;
+    key.append(reinterpret_cast<const char*>(data.loss.data()), std::size_t(data.loss.size()) * sizeof(double));
+    key.append(reinterpret_cast<const char*>(pred.data()), std::size_t(pred.size()) * sizeof(double));
+    key.append(reinterpret_cast<const char*>(r.params.data()), std::size_t(r.params.size()) * sizeof(double));
+    const std::string fit_sha = io::sha256_hex(key);
+    if (task.first >= 0) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (Eigen::Index k = 0; k < r.bootstrap.rows(); ++k) {
+        std::vector<double> v(std::size_t(r.bootstrap.cols()));
+        for (Eigen::Index c = 0; c < r.bootstrap.cols(); ++c) v[std::size_t(c)] = r.bootstrap(k, c);
+        rows.push_back({{"k", r.bootstrap_k[std::size_t(k)]}, {"params", v}});
+      }
+      out["bootstrap_part"] = {{"task", task.first},        {"tasks", task.second}, {"resamples", a.bootstrap},
+                               {"begin", opt.bootstrap_begin}, {"end", opt.bootstrap_end}, {"fit_sha256", fit_sha},
+                               {"rows", rows},              {"failed", r.bootstrap_failed}};
+      return;
+    }
+    // the merge: every resample k in [0, K) from exactly one part, in k order
+    std::vector<int> from(static_cast<std::size_t>(a.bootstrap), -1);
+    std::vector<std::vector<double>> fits(static_cast<std::size_t>(a.bootstrap));
+    for (std::size_t pi = 0; pi < a.bootstrap_parts.size(); ++pi) {
+      const std::string& path = a.bootstrap_parts[pi];
+      const nlohmann::json j = io::read_json(path);
+      if (!j.contains("bootstrap_part")) throw InputError("not a bootstrap part of infolaw-fit --array-task (no bootstrap_part)", path);
+      const auto& part = j["bootstrap_part"];
+      if (part.value("fit_sha256", std::string()) != fit_sha)
+        throw InputError("the part comes from another fit (other data, law, options, --seed or --bootstrap)", path);
+      auto claim = [&](int k) {
+        if (k < 0 || k >= a.bootstrap) throw InputError(fmt::format("resample {} outside 0..{}", k, a.bootstrap - 1), path);
+        if (from[std::size_t(k)] >= 0)
+          throw InputError(fmt::format("resample {} is also in {}", k, a.bootstrap_parts[std::size_t(from[std::size_t(k)])]), path);
+        from[std::size_t(k)] = static_cast<int>(pi);
+      };
+      for (const auto& row : part.at("rows")) {
+        const int k = row.at("k").get<int>();
+        claim(k);
+        fits[std::size_t(k)] = row.at("params").get<std::vector<double>>();
+        if (fits[std::size_t(k)].size() != std::size_t(r.params.size())) throw InputError(fmt::format("resample {}: wrong parameter count", k), path);
+      }
+      for (const auto& k : part.at("failed")) claim(k.get<int>());
+    }
+    for (int k = 0; k < a.bootstrap; ++k)
+      if (from[std::size_t(k)] < 0)
+        throw InputError(fmt::format("resample {} of {} is in none of the {} parts given (a task missing?)", k, a.bootstrap,
+                                     a.bootstrap_parts.size()),
+                         "--bootstrap-parts");
+    int n_ok = 0;
+    for (const auto& f : fits) n_ok += !f.empty();
+    r.bootstrap.resize(n_ok, r.params.size());
+    int row = 0;
+    for (int k = 0; k < a.bootstrap; ++k)
+      if (!fits[std::size_t(k)].empty()) {
+        for (Eigen::Index c = 0; c < r.params.size(); ++c) r.bootstrap(row, c) = fits[std::size_t(k)][std::size_t(c)];
+        ++row;
+      }
+  }
   out["law"] = law->name();
   out["equation"] = law->equation();
   out["params"] = law->to_json(r.params.data());
@@ -349,6 +423,8 @@ int main(int argc, char** argv) {
         app.add_option("--bootstrap", a.bootstrap, "Refit K row resamples warm-started from the optimum (at most 100000)")
             ->capture_default_str()
             ->check(cli::int_range(0, 100000));
+        app.add_option("--array-task", a.array_task, "i/N with --bootstrap K: refit resamples [iK/N, (i+1)K/N) only and write them as a part to -o (one job-array task)");
+        app.add_option("--bootstrap-parts", a.bootstrap_parts, "Merge the --array-task parts: the same fit, its resamples from the parts (the output is one process's)")->expected(1, -1);
         app.add_flag("--residuals", a.residuals, "Add per-row predictions and residuals (pred - loss; row = input data row)");
         app.add_option("--id-col", a.id_col, "Column naming each run, copied into --residuals when present")
             ->capture_default_str();
@@ -369,6 +445,11 @@ int main(int argc, char** argv) {
       },
       [&](cli::Context& ctx) {
         io::require_json_path(a.output);
+        if ((!a.array_task.empty() || !a.bootstrap_parts.empty()) && (a.bootstrap == 0 || a.law == "infolaw"))
+          throw UsageError("--array-task and --bootstrap-parts split a parametric law's --bootstrap K", a.array_task.empty() ? "--bootstrap-parts" : "--array-task");
+        if (!a.array_task.empty() && !a.bootstrap_parts.empty())
+          throw UsageError("give --array-task (one part) or --bootstrap-parts (the merge), not both", "--bootstrap-parts");
+        for (const auto& p : a.bootstrap_parts) ctx.prov.add_input(p, io::sha256_file(p));
         io::TableReadOptions ro;
         ro.header = a.header;
         const io::Table full = io::Table::read(a.input, ro);
@@ -395,6 +476,11 @@ int main(int argc, char** argv) {
         nlohmann::json out;
         if (a.law == "infolaw") run_infolaw(a, t, rows, test, test_rows, ctx, out);
         else run_parametric(a, t, rows, test, test_rows, ctx, out);
+        if (out.contains("bootstrap_part")) {  // a task's part: its resamples and provenance only
+          out["meta"] = ctx.prov.to_json();
+          io::write_json(a.output, out);
+          return;
+        }
         out["rows_dropped"] = full.rows() - t.rows() - test.rows();
         if (!test_rows.empty()) out["rows_test"] = test.rows();
         out["meta"] = ctx.prov.to_json();

@@ -187,7 +187,8 @@ FitResult fit_law(const Law& law, const LawData& data, const FitOptions& opt, Pr
   res.converged = b.converged;
   res.iterations = b.iterations;
 
-  if (opt.bootstrap > 0) {
+  const int k_begin = std::max(0, opt.bootstrap_begin), k_end = opt.bootstrap_end < 0 ? opt.bootstrap : std::min(opt.bootstrap, opt.bootstrap_end);
+  if (opt.bootstrap > 0 && k_begin < k_end) {
     // Each resample draws n rows with replacement (as row counts) from its own derived
     // seed, and refits warm-started from the optimum: results do not depend on --threads.
     const Eigen::Index n = data.loss.size();
@@ -195,7 +196,7 @@ FitResult fit_law(const Law& law, const LawData& data, const FitOptions& opt, Pr
     std::vector<char> ok(static_cast<std::size_t>(opt.bootstrap), 0);
     const Eigen::VectorXd x0 = obj.restrict(res.params);
 #pragma omp parallel for schedule(dynamic)
-    for (int k = 0; k < opt.bootstrap; ++k) {
+    for (int k = k_begin; k < k_end; ++k) {
       Rng rng(derive_seed(opt.seed, static_cast<std::uint64_t>(k)));
       Eigen::ArrayXd w = Eigen::ArrayXd::Zero(n);
       for (Eigen::Index i = 0; i < n; ++i) w[static_cast<Eigen::Index>(rng.below(static_cast<std::uint64_t>(n)))] += 1;
@@ -210,8 +211,14 @@ FitResult fit_law(const Law& law, const LawData& data, const FitOptions& opt, Pr
     for (char c : ok) n_ok += c;
     res.bootstrap.resize(n_ok, static_cast<Eigen::Index>(names.size()));
     int row = 0;
-    for (int k = 0; k < opt.bootstrap; ++k)
-      if (ok[static_cast<std::size_t>(k)]) res.bootstrap.row(row++) = fits[static_cast<std::size_t>(k)].transpose();
+    for (int k = k_begin; k < k_end; ++k) {
+      if (!ok[static_cast<std::size_t>(k)]) {
+        res.bootstrap_failed.push_back(k);
+        continue;
+      }
+      res.bootstrap.row(row++) = fits[static_cast<std::size_t>(k)].transpose();
+      res.bootstrap_k.push_back(k);
+    }
   }
   return res;
 }

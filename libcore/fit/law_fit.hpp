@@ -26,6 +26,10 @@ struct FitOptions {
   std::vector<GridAxis> grid;               ///< overrides of the law's default start grid, by axis name
   num::LbfgsOptions lbfgs;                  ///< local solver tolerances
   int bootstrap = 0;                        ///< number of bootstrap resamples (0 = none)
+  /// The resamples k in [bootstrap_begin, bootstrap_end) are refitted (end -1: to `bootstrap`):
+  /// one job-array task's share (issue 42).  Resample k draws from derive_seed(seed, k) whoever
+  /// fits it, so the shares of N tasks together are one process's resamples.
+  int bootstrap_begin = 0, bootstrap_end = -1;
   std::uint64_t seed = 0;                   ///< seeds the bootstrap resamples
 };
 
@@ -39,6 +43,8 @@ struct FitResult {
   bool converged = false;       ///< the winning start converged
   int iterations = 0;           ///< L-BFGS iterations of the winning start
   Eigen::MatrixXd bootstrap;    ///< [n_ok, n_params] refitted parameters, one row per resample
+  std::vector<int> bootstrap_k;      ///< the resample index k of each row of `bootstrap`
+  std::vector<int> bootstrap_failed; ///< resamples whose refit was not finite (no row)
 };
 
 /// The Huber objective sum_i w_i Huber_delta(log L_hat_i - log L_i) with analytic gradient,
