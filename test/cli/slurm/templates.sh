@@ -6,12 +6,34 @@
 #   plora      a 2-worker schedule of 3 LoRA jobs: every adapter byte for byte, every job's record
 #              (timings aside) and the best job;
 #   index      bimetric-index --shards 4 as 4 tasks: the merged graph bit for bit.
+# With ICMLKIT_RUNNER=slurm (scripts/slurm/slurm_check.sh) the templates go to a real Slurm instead.
 # Usage: templates.sh BIN_DIR SCRIPTS_SLURM FIXTURES DIGITS
 set -u
 bin=$1 slurm=$2 fx=$3 digits=$4
 export ICMLKIT_BIN=$bin
 fail() { echo "$*"; exit 1; }
-run() { bash "$slurm/run-local.sh" "$1" > "$1.out" 2>&1 || { cat "$1.out"; fail "the $1 template failed"; }; }
+# ICMLKIT_RUNNER=slurm (slurm-check): submit.sh to a running Slurm, and wait for the merge job.
+run() {
+  if [ "${ICMLKIT_RUNNER:-local}" != slurm ]; then
+    bash "$slurm/run-local.sh" "$1" > "$1.out" 2>&1 || { cat "$1.out"; fail "the $1 template failed"; }
+    return
+  fi
+  local line merge state
+  # one CPU per task: a Vamana graph built on several threads depends on their schedule
+  line=$(bash "$slurm/submit.sh" "$1" --chdir="$PWD" --cpus-per-task=1) || fail "submit.sh $1 failed: $line"
+  echo "$line"
+  merge=$(echo "$line" | sed -n 's/.*merge job \([0-9]*\).*/\1/p')
+  for _ in $(seq 1 900); do
+    state=$(scontrol show job "$merge" -o | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+    case $state in
+      COMPLETED) echo "$1: merge job $merge completed"; return ;;
+      FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) cat slurm-*.out 2> /dev/null | tail -20; fail "$1: merge job $merge ended $state" ;;
+    esac
+    scontrol show job "$merge" -o | grep -q 'Reason=DependencyNeverSatisfied' && { cat slurm-*.out | tail -20; fail "$1: an array task failed"; }
+    sleep 1
+  done
+  fail "$1: merge job $merge did not finish in 15 minutes"
+}
 
 # sweep: one cell per task, the table by --collect
 export GRID=$fx/sweep/grid-tiny.json OUT=$PWD/sweep-array
