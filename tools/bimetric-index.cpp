@@ -38,10 +38,10 @@ int main(int argc, char** argv) {
       "sample of 50,000 at most) into S clusters, each item joining its --shard-overlap (2) nearest centres, builds a\n"
       "Vamana graph per shard and merges them: an item's list is the union of its shards' lists, cut to R by\n"
       "RobustPrune (--merge-cut prune, the default) or to the R nearest (truncate; DiskANN's merge keeps R at random).\n"
-      "With --array-task i/S only shard i is built and written to -o as a part (one job-array task: its peak memory is\n"
-      "that of one shard); --parts P0 P1 ... then merges the S parts into the index -o (the same data and build flags\n"
-      "given again; parts of another plan or data are refused).  The summary gives each shard's items, seconds and\n"
-      "working bytes.",
+      "With --array-task i/S only shard i is built and written to -o as a part (one job-array task: its graph's working\n"
+      "set is one shard's, though every task reads all the vectors); --parts P0 P1 ... then merges the S parts into the\n"
+      "index -o (the same data and build flags given again; parts of another build or plan are refused).  The summary\n"
+      "gives each shard's items, seconds and working bytes, a part its task's peak RSS.",
       "  bimetric-index ../shared/data/vectors/digits.csv.gz --no-header --label-last --holdout 200 --proxy pool:2 -R 32 -L 64 -o digits.h5\n"
       "  bimetric-index items.fbin --proxy-file proxy.fbin --metric cosine -R 64 -L 125 --alpha 1.2 -o idx.h5\n"
       "  bimetric-index ann.h5 --proxy pca:16 --index-type cover-tree -o tree.h5 | jq .invariants\n"
@@ -87,10 +87,16 @@ int main(int argc, char** argv) {
           ann::VamanaParams params = f.vamana;
           params.seed = ctx.common.seed;
           // parts and merge share the data and build flags: compared by this hash (the merge cut aside)
+          // (paths left out, so a merge may name the files otherwise; the proxy vectors by their bytes)
           nlohmann::json base = description;
           base.erase("merge_cut");
+          base.erase("query_source");
+          base["proxy"] = base["proxy"].get<std::string>().rfind("file ", 0) == 0 ? nlohmann::json("file") : base["proxy"];
+          const auto& dv = data.d.vectors().data;
+          base["proxy_sha256"] = io::sha256_hex(std::string_view(reinterpret_cast<const char*>(dv.data()), dv.size() * sizeof(float)));
           const std::string build_sha = io::sha256_hex(base.dump());
-          const ann::ShardPlan plan = ann::plan_shards(data.d, shards, overlap, ctx.common.seed);
+          // the merge takes the plan from its parts (each task computed it; they must agree)
+          const ann::ShardPlan plan = parts.empty() ? ann::plan_shards(data.d, shards, overlap, ctx.common.seed) : ann::ShardPlan();
           const double plan_seconds = sw.seconds();
           auto describe_shard = [](const ann::ShardGraph& g) {
             return nlohmann::json{{"shard", g.shard}, {"items", g.members.size()}, {"seconds", g.seconds}, {"working_bytes", g.working_bytes}};
@@ -111,7 +117,12 @@ int main(int argc, char** argv) {
           if (!parts.empty()) {  // the merge step of an array job
             std::vector<std::string> seen(static_cast<std::size_t>(shards));
             for (const auto& part : parts) {
-              ann::ShardGraph g = ann::load_shard(part, plan, build_sha);
+              ann::ShardGraph g = ann::load_shard(part, shards, build_sha);
+              if (!graphs.empty() && g.plan_sha256 != graphs.front().plan_sha256)
+                throw InputError(fmt::format("the part's shard plan differs from {}'s: tasks of other --shards, --shard-overlap "
+                                             "or --seed, or nodes whose CPUs rounded the k-means differently",
+                                             seen[std::size_t(graphs.front().shard)]),
+                                 part);
               if (!seen[std::size_t(g.shard)].empty())
                 throw InputError(fmt::format("shard {} given twice (also in {})", g.shard, seen[std::size_t(g.shard)]), part);
               seen[std::size_t(g.shard)] = part;

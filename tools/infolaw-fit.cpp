@@ -191,23 +191,28 @@ void run_parametric(const Args& a, const io::Table& t, const std::vector<std::si
     for (std::size_t pi = 0; pi < a.bootstrap_parts.size(); ++pi) {
       const std::string& path = a.bootstrap_parts[pi];
       const nlohmann::json j = io::read_json(path);
-      if (!j.contains("bootstrap_part")) throw InputError("not a bootstrap part of infolaw-fit --array-task (no bootstrap_part)", path);
+      if (!j.is_object() || !j.contains("bootstrap_part") || !j["bootstrap_part"].is_object())
+        throw InputError("not a bootstrap part of infolaw-fit --array-task (no bootstrap_part)", path);
       const auto& part = j["bootstrap_part"];
-      if (part.value("fit_sha256", std::string()) != fit_sha)
-        throw InputError("the part comes from another fit (other data, law, options, --seed or --bootstrap)", path);
-      auto claim = [&](int k) {
-        if (k < 0 || k >= a.bootstrap) throw InputError(fmt::format("resample {} outside 0..{}", k, a.bootstrap - 1), path);
-        if (from[std::size_t(k)] >= 0)
-          throw InputError(fmt::format("resample {} is also in {}", k, a.bootstrap_parts[std::size_t(from[std::size_t(k)])]), path);
-        from[std::size_t(k)] = static_cast<int>(pi);
-      };
-      for (const auto& row : part.at("rows")) {
-        const int k = row.at("k").get<int>();
-        claim(k);
-        fits[std::size_t(k)] = row.at("params").get<std::vector<double>>();
-        if (fits[std::size_t(k)].size() != std::size_t(r.params.size())) throw InputError(fmt::format("resample {}: wrong parameter count", k), path);
+      try {
+        if (part.value("fit_sha256", std::string()) != fit_sha)
+          throw InputError("the part comes from another fit (other data, law, options, --seed or --bootstrap)", path);
+        auto claim = [&](int k) {
+          if (k < 0 || k >= a.bootstrap) throw InputError(fmt::format("resample {} outside 0..{}", k, a.bootstrap - 1), path);
+          if (from[std::size_t(k)] >= 0)
+            throw InputError(fmt::format("resample {} is also in {}", k, a.bootstrap_parts[std::size_t(from[std::size_t(k)])]), path);
+          from[std::size_t(k)] = static_cast<int>(pi);
+        };
+        for (const auto& row : part.at("rows")) {
+          const int k = row.at("k").get<int>();
+          claim(k);
+          fits[std::size_t(k)] = row.at("params").get<std::vector<double>>();
+          if (fits[std::size_t(k)].size() != std::size_t(r.params.size())) throw InputError(fmt::format("resample {}: wrong parameter count", k), path);
+        }
+        for (const auto& k : part.at("failed")) claim(k.get<int>());
+      } catch (const nlohmann::json::exception& e) {  // a part of the right kind but the wrong shape
+        throw InputError(fmt::format("a malformed bootstrap part ({})", e.what()), path);
       }
-      for (const auto& k : part.at("failed")) claim(k.get<int>());
     }
     for (int k = 0; k < a.bootstrap; ++k)
       if (from[std::size_t(k)] < 0)

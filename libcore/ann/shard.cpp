@@ -35,7 +35,6 @@ void nearest_centres(const Space& d, const std::vector<float>& centres, int k, s
 
 std::string ShardPlan::sha256() const {
   std::string bytes = fmt::format("dim {} overlap {} shards {};", dim, overlap, members.size());
-  bytes.append(reinterpret_cast<const char*>(centres.data()), centres.size() * sizeof(float));
   for (const auto& m : members) {
     bytes += fmt::format(";{}:", m.size());
     bytes.append(reinterpret_cast<const char*>(m.data()), m.size() * sizeof(std::uint32_t));
@@ -73,7 +72,7 @@ ShardPlan plan_shards(const Space& d, int shards, int overlap, std::uint64_t see
       total += near[i];
     }
     if (c + 1 == shards) break;
-    if (!(total > 0)) {  // every sample point is on a centre: take the next unused one in order
+    if (!(total > 0)) {  // every sample point is on a centre: the next sample point (clusters may end up empty)
       pick = std::min(m - 1, pick + 1);
       continue;
     }
@@ -241,7 +240,7 @@ void save_shard(const std::string& path, const ShardGraph& g, const ShardPlan& p
   af.commit();
 }
 
-ShardGraph load_shard(const std::string& path, const ShardPlan& plan, const std::string& build_sha256) {
+ShardGraph load_shard(const std::string& path, int shards, const std::string& build_sha256) {
   auto f = io::h5::open_file(path);
   if (!h5_exists(f, "shard")) throw InputError("not a shard part of bimetric-index (no /shard group)", path);
   auto grp = io::h5::open_group(f, "/shard", path);
@@ -251,22 +250,24 @@ ShardGraph load_shard(const std::string& path, const ShardPlan& plan, const std:
     return v;
   };
   if (attr("build_sha256") != build_sha256)
-    throw InputError("the part was built from other data or build flags than this merge (build hash differs)", path);
-  if (attr("plan_sha256") != plan.sha256())
-    throw InputError("the part belongs to another shard plan (--shards, --shard-overlap or --seed differ)", path);
+    throw InputError("the part was built from other data or build flags than this merge (--shards, --shard-overlap, --seed, "
+                     "-R, -L, --alpha, the proxy or the items differ)",
+                     path);
+  const auto count = io::parse_double(attr("shards"));
+  if (!count || *count != shards) throw InputError(fmt::format("the part is one of {} shards, not {}", attr("shards"), shards), path);
   const auto shard = io::parse_double(attr("shard"));
-  if (!shard || *shard < 0 || *shard >= plan.shards()) throw InputError("bad shard index", path);
+  if (!shard || *shard < 0 || *shard >= shards || *shard != std::floor(*shard)) throw InputError("bad shard index", path);
   ShardGraph g;
   g.shard = static_cast<int>(*shard);
+  g.plan_sha256 = attr("plan_sha256");
   if (const auto s = io::parse_double(attr("seconds"))) g.seconds = *s;
   if (const auto w = io::parse_double(attr("working_bytes"))) g.working_bytes = static_cast<std::int64_t>(*w);
   Shape2 ms, ns;
   const auto members = h5_read_ints(grp, "members", path + ":/shard/members", ms);
   const auto adj = h5_read_ints(grp, "neighbors", path + ":/shard/neighbors", ns);
-  if (ns.rows != ms.rows || members.size() != plan.members[std::size_t(g.shard)].size())
-    throw InputError("the part's members do not match its shard of the plan", path);
+  if (ns.rows != ms.rows) throw InputError("the part's members and lists differ in count", path);
   for (std::size_t i = 0; i < members.size(); ++i) {
-    if (members[i] != plan.members[std::size_t(g.shard)][i]) throw InputError("the part's members do not match its shard of the plan", path);
+    if (members[i] < 0 || (i > 0 && members[i] <= members[i - 1])) throw InputError("the part's members are not increasing item ids", path);
     g.members.push_back(static_cast<std::uint32_t>(members[i]));
   }
   g.lists.resize(ms.rows);

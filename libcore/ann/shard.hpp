@@ -23,8 +23,9 @@ struct ShardPlan {
   std::vector<float> centres;                       ///< [shards, dim], under squared L2 on d's vectors
   std::vector<std::vector<std::uint32_t>> members;  ///< per shard: item ids, increasing
   int shards() const noexcept { return static_cast<int>(members.size()); }
-  /// SHA-256 of the centres and the members: the parts of one plan carry it, and a merge refuses
-  /// parts whose plan differs.
+  /// SHA-256 of the members (and dim, overlap, shard count): the parts of one plan carry it, and a
+  /// merge refuses parts whose plans differ.  The centres are left out: their last bits depend on
+  /// the CPU's vector kernels, the members only where an item lies on a boundary.
   std::string sha256() const;
 };
 
@@ -42,6 +43,7 @@ struct ShardGraph {
   std::vector<std::vector<std::uint32_t>> lists;  ///< members[i]'s out-neighbours (item ids, <= R)
   double seconds = 0;                             ///< build wall time
   std::int64_t working_bytes = 0;                 ///< the shard's vectors and graph slots during its build
+  std::string plan_sha256;                        ///< the plan it belongs to (set by load_shard)
 };
 
 /// Builds shard s of `plan` alone: a Vamana graph (VamanaGraph::build, p, seed derived from
@@ -56,6 +58,8 @@ MergeCut parse_merge_cut(const std::string& s, const std::string& flag);
 /// Merges the shards' graphs over all n items of d (see the file comment): each item's list is the
 /// union of its lists, sorted by d and deduplicated, then cut to p.R by RobustPrune(p.alpha) or by
 /// keeping the p.R nearest; the entry point is VamanaGraph::medoid_of(d), as a single build's.
+/// (Under ip each shard was built with its own largest norm in the MIPS-to-L2 augmentation, the cut
+/// uses the global one.)
 /// The result does not depend on the parts' order.  Throws InputError when an item is in no part
 /// or a part names an item outside d.
 VamanaGraph merge_shards(const Space& d, const std::vector<ShardGraph>& parts, const VamanaParams& p, MergeCut cut);
@@ -64,9 +68,9 @@ VamanaGraph merge_shards(const Space& d, const std::vector<ShardGraph>& parts, c
 /// plan's hash and `build_sha256` (the build description's) so that a merge can check it.
 void save_shard(const std::string& path, const ShardGraph& g, const ShardPlan& plan, const std::string& build_sha256,
                 int R, const io::Provenance& prov);
-/// Reads a part written by save_shard and checks that it belongs to `plan` and `build_sha256`.
-/// Throws InputError naming the file when it is missing, not a part, of another plan or build, or
-/// inconsistent.
-ShardGraph load_shard(const std::string& path, const ShardPlan& plan, const std::string& build_sha256);
+/// Reads a part written by save_shard and checks that it is shard i < `shards` of a build with
+/// `build_sha256` (the plan's hash goes to plan_sha256: the merge compares the parts').  Throws
+/// InputError naming the file when it is missing, not a part, of another build, or inconsistent.
+ShardGraph load_shard(const std::string& path, int shards, const std::string& build_sha256);
 
 }  // namespace icmlkit::ann

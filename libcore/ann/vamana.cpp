@@ -229,6 +229,7 @@ Space mips_space(const Space& d) {
 Space VamanaGraph::prune_space(const Space& d) { return d.metric() == Metric::ip ? mips_space(d) : Space(); }
 
 std::uint32_t VamanaGraph::medoid_of(const Space& d) {
+  if (d.metric() == Metric::ip) return medoid_of(mips_space(d));  // build() works in the augmented space
   const std::size_t n = d.size();
   std::vector<double> c(d.dim(), 0.0);
   for (std::size_t i = 0; i < n; ++i)

@@ -107,7 +107,8 @@ class VamanaGraph {
   /// The space RobustPrune works in for `d`: under ip the MIPS-to-L2 augmented vectors (see
   /// robust_prune; build it once and prune many lists in it), else an empty Space (prune in d).
   static Space prune_space(const Space& d);
-  /// The entry point build() uses: the item closest (L2) to the centroid of d's vectors.
+  /// The entry point build() uses: the item closest (L2) to the centroid of d's vectors (of the
+  /// MIPS-to-L2 augmented vectors under ip, as build() works there).
   static std::uint32_t medoid_of(const Space& d);
   /// A graph from out-lists (lists[i]: item i's neighbours, each < lists.size(), at most R) and
   /// an entry point: how a merged sharded build is assembled.  Throws InputError for a list

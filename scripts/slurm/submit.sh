@@ -14,5 +14,10 @@ export ICMLKIT_BIN=${ICMLKIT_BIN:-$(cd "$here/../../build/bin" 2> /dev/null && p
 tasks=$(bash "$here/array_size.sh" "$kind")
 [ "$tasks" -ge 1 ] || { echo "submit.sh: no tasks for $kind" >&2; exit 1; }
 array=$(sbatch --parsable --export=ALL --array=0-$((tasks - 1)) "$@" "$here/$kind.sbatch")
-merge=$(sbatch --parsable --export=ALL --dependency=afterok:"${array%%;*}" "$@" "$here/$kind-merge.sbatch")
+# the merge's dependency last, so that no option given here replaces it
+if ! merge=$(sbatch --parsable --export=ALL "$@" --dependency=afterok:"${array%%;*}" "$here/$kind-merge.sbatch"); then
+  scancel "${array%%;*}" 2> /dev/null || true
+  echo "submit.sh: the merge job was refused; array job ${array%%;*} cancelled" >&2
+  exit 1
+fi
 echo "$kind: array job ${array%%;*} ($tasks tasks), merge job ${merge%%;*}"

@@ -91,7 +91,15 @@ TEST_CASE("ann shards: the merge is each item's union of shard lists, cut to R b
     for (std::uint32_t k = 0; k < r.degree(i); ++k) CHECK(uni[i].count(r.neighbors(i)[k]) == 1);  // pruning only removes
   }
   CHECK(cut > 0);  // some lists were over R: the cut was exercised
-  CHECK(t.medoid() == VamanaGraph::medoid_of(d));
+  CHECK(t.medoid() == VamanaGraph::build(d, p).medoid());  // the single build's entry point
+  {  // and under ip, where the single build works in the MIPS-to-L2 augmented space
+    Vectors v = d.vectors();
+    const Space ip(std::move(v), Metric::ip, "ip");
+    const ShardPlan ip_plan = plan_shards(ip, 2, 2, 4);
+    std::vector<ShardGraph> ip_parts;
+    for (int s = 0; s < 2; ++s) ip_parts.push_back(build_shard(ip, ip_plan, s, p));
+    CHECK(merge_shards(ip, ip_parts, p, MergeCut::prune).medoid() == VamanaGraph::build(ip, p).medoid());
+  }
   // the parts' order does not matter
   std::vector<ShardGraph> reversed(parts.rbegin(), parts.rend());
   const VamanaGraph r2 = merge_shards(d, reversed, p, MergeCut::prune);

@@ -15,7 +15,8 @@ fail() { echo "$*"; exit 1; }
 # ICMLKIT_RUNNER=slurm (slurm-check): submit.sh to a running Slurm, and wait for the merge job.
 run() {
   if [ "${ICMLKIT_RUNNER:-local}" != slurm ]; then
-    bash "$slurm/run-local.sh" "$1" > "$1.out" 2>&1 || { cat "$1.out"; fail "the $1 template failed"; }
+    # one CPU per task (not an allocation's count): the Vamana graphs compared are one thread's
+    SLURM_CPUS_PER_TASK=1 bash "$slurm/run-local.sh" "$1" > "$1.out" 2>&1 || { cat "$1.out"; fail "the $1 template failed"; }
     return
   fi
   local line merge state
