@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
         nlohmann::json shard_info;
         if (shards > 0) {  // DiskANN's sharded build
           description["shards"] = shards;
-          description["shard_overlap"] = overlap;
+          description["shard_overlap"] = std::min(overlap, shards);  // what the plan uses
           description["merge_cut"] = merge_cut;
           ann::VamanaParams params = f.vamana;
           params.seed = ctx.common.seed;

@@ -451,7 +451,9 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         io::require_json_path(a.output);
         if ((!a.array_task.empty() || !a.bootstrap_parts.empty()) && (a.bootstrap == 0 || a.law == "infolaw"))
-          throw UsageError("--array-task and --bootstrap-parts split a parametric law's --bootstrap K", a.array_task.empty() ? "--bootstrap-parts" : "--array-task");
+          throw UsageError(fmt::format("{} needs --bootstrap K and a parametric law (it splits the bootstrap's resamples)",
+                                       a.array_task.empty() ? "--bootstrap-parts" : "--array-task"),
+                           a.array_task.empty() ? "--bootstrap-parts" : "--array-task");
         if (!a.array_task.empty() && !a.bootstrap_parts.empty())
           throw UsageError("give --array-task (one part) or --bootstrap-parts (the merge), not both", "--bootstrap-parts");
         for (const auto& p : a.bootstrap_parts) ctx.prov.add_input(p, io::sha256_file(p));

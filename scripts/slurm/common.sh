@@ -1,8 +1,16 @@
 # Shared by the sbatch templates of scripts/slurm (issue 42): where the programs are, and the task's
 # place in its job array.  Sourced, not run.
-#   ICMLKIT_BIN   folder of the icmlkit programs (default: the folder of the first one on PATH)
+#   ICMLKIT_BIN   folder of the icmlkit programs (default: this checkout's build/bin, else the folder
+#                 of lm-train on PATH)
 set -euo pipefail
-bin=${ICMLKIT_BIN:-$(dirname "$(command -v lm-train 2> /dev/null || echo ./build/bin/lm-train)")}
+if [ -n "${ICMLKIT_BIN:-}" ]; then
+  bin=$ICMLKIT_BIN
+elif [ -x "${ICMLKIT_SLURM:-$(dirname "${BASH_SOURCE[0]}")}/../../build/bin/lm-train" ]; then
+  bin=$(cd "${ICMLKIT_SLURM:-$(dirname "${BASH_SOURCE[0]}")}/../../build/bin" && pwd)
+else
+  bin=$(dirname "$(command -v lm-train 2> /dev/null || echo /nonexistent/lm-train)")
+fi
+[ -x "$bin/lm-train" ] || { echo "scripts/slurm: no icmlkit programs in $bin: set ICMLKIT_BIN" >&2; exit 2; }
 task=${SLURM_ARRAY_TASK_ID:-0}
 tasks=${SLURM_ARRAY_TASK_COUNT:-1}
 threads=${SLURM_CPUS_PER_TASK:-1}

@@ -6,9 +6,9 @@
 #   scripts/slurm/run-local.sh sweep|bootstrap|plora|index
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-kind=${1:?usage: run-local.sh sweep|bootstrap|plora|index}
+[ $# -ge 1 ] || { echo "usage: run-local.sh sweep|bootstrap|plora|index" >&2; exit 2; }
+kind=$1
 export ICMLKIT_SLURM=$here
-export ICMLKIT_BIN=${ICMLKIT_BIN:-$(cd "$here/../../build/bin" 2> /dev/null && pwd || dirname "$(command -v lm-train)")}
 tasks=$(bash "$here/array_size.sh" "$kind")
 [ "${tasks:-0}" -ge 1 ] || { echo "run-local.sh: no tasks for $kind" >&2; exit 1; }
 for ((i = 0; i < tasks; ++i)); do

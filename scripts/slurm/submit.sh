@@ -7,10 +7,10 @@
 # template and README.md), exported to the jobs.  Prints the two job ids.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-kind=${1:?usage: submit.sh sweep|bootstrap|plora|index [sbatch options...]}
+[ $# -ge 1 ] || { echo "usage: submit.sh sweep|bootstrap|plora|index [sbatch options...]" >&2; exit 2; }
+kind=$1
 shift
 export ICMLKIT_SLURM=$here
-export ICMLKIT_BIN=${ICMLKIT_BIN:-$(cd "$here/../../build/bin" 2> /dev/null && pwd || dirname "$(command -v lm-train)")}
 tasks=$(bash "$here/array_size.sh" "$kind")
 [ "$tasks" -ge 1 ] || { echo "submit.sh: no tasks for $kind" >&2; exit 1; }
 array=$(sbatch --parsable --export=ALL --array=0-$((tasks - 1)) "$@" "$here/$kind.sbatch")

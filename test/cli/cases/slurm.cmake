@@ -10,5 +10,5 @@ cli_case(infolaw-fit/bootstrap-part-missing --rc 1 --tool infolaw-fit --stderr "
   -- bash -c "${BOOT_STR} --array-task 0/3 -o p0.json && ${BOOT_STR} --array-task 1/3 -o p1.json && ${BOOT_STR} --bootstrap-parts p0.json p1.json -o m.json")
 cli_case(infolaw-fit/bootstrap-parts-of-another-fit --rc 1 --tool infolaw-fit --stderr "another fit .*p1.json" --no-file m.json
   -- bash -c "${BOOT_STR} --array-task 0/2 -o p0.json && ${BOOT_STR} --seed 4 --array-task 1/2 -o p1.json && ${BOOT_STR} --bootstrap-parts p0.json p1.json -o m.json")
-cli_case(infolaw-fit/array-task-needs-bootstrap --rc 2 --stderr "split a parametric law's --bootstrap K" --no-file p.json
+cli_case(infolaw-fit/array-task-needs-bootstrap --rc 2 --stderr "--array-task needs --bootstrap K" --no-file p.json
   -- ${FIT} ${DATA}/chinchilla_synthetic.csv ${SMALL_GRID} --array-task 0/2 -o p.json)
