@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Seeds each fuzzer with files made by our own tools, then runs it for SECONDS.  Findings are
-# written to test/fuzz/findings/ (add each as a regression under test/fuzz/regressions/).
+# Seeds each fuzzer (model files made by our own tools; the kept seeds of test/fuzz/seeds), then
+# runs it for SECONDS.  Findings are written to test/fuzz/findings/ (add each as a regression
+# under test/fuzz/regressions/).  FUZZ_ONLY=fuzz_table runs one target; FUZZ_CORPUS=DIR keeps the
+# corpora between runs (a long campaign in pieces).
 # Usage: run.sh BIN_DIR FUZZ_DIR SECONDS
 set -euo pipefail
 bin=$(cd "$1" && pwd); fuzz=$(cd "$2" && pwd); secs=${3:-300}
@@ -25,8 +27,18 @@ cp "$work/hf32/model.safetensors" "$work/st/f32.safetensors"
 "$bin/lm-convert" "$work/lmoe.h5" -o "$work/gguf/icmlkit-moe.gguf" --dtype f16 -q
 "$bin/lm-convert" "$work/lmoe.h5" -o "$work/hfmoe" -q
 cp "$work/hfmoe/model.safetensors" "$work/st/moe.safetensors"
-for t in gguf st; do
-  exe=$fuzz/fuzz_gguf; [ $t = st ] && exe=$fuzz/fuzz_safetensors
+# the other parsers: seeds kept in the repo (test/fuzz/seeds/<target>: small files of our fixtures,
+# each led by the byte that picks the harness's format where it has one)
+for t in table ts vectors rank openai; do
+  mkdir -p "$work/$t"
+  cp "$root/seeds/$t"/* "$work/$t/"
+done
+for t in gguf st table ts vectors rank openai; do
+  exe=$fuzz/fuzz_$t; [ $t = st ] && exe=$fuzz/fuzz_safetensors
+  [ -z "${FUZZ_ONLY:-}" ] || [ "$(basename "$exe")" = "$FUZZ_ONLY" ] || continue
   echo "fuzz: $(basename "$exe") for ${secs}s, seeds: $(ls "$work/$t" | tr '\n' ' ')"
-  (cd "$root/findings" && "$exe" "$work/$t" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 | tail -15)
+  # the corpus it grows is kept between runs in FUZZ_CORPUS/<target> when FUZZ_CORPUS is set
+  corpus=$work/$t
+  if [ -n "${FUZZ_CORPUS:-}" ]; then corpus=$FUZZ_CORPUS/$(basename "$exe"); mkdir -p "$corpus"; cp -n "$work/$t"/* "$corpus/"; fi
+  (cd "$root/findings" && "$exe" "$corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 | tail -15)
 done
