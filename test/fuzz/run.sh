@@ -27,12 +27,17 @@ cp "$work/hf32/model.safetensors" "$work/st/f32.safetensors"
 "$bin/lm-convert" "$work/lmoe.h5" -o "$work/gguf/icmlkit-moe.gguf" --dtype f16 -q
 "$bin/lm-convert" "$work/lmoe.h5" -o "$work/hfmoe" -q
 cp "$work/hfmoe/model.safetensors" "$work/st/moe.safetensors"
-# the other parsers: seeds kept in the repo (test/fuzz/seeds/<target>: small files of our fixtures,
-# each led by the byte that picks the harness's format where it has one)
-for t in table ts vectors rank openai; do
-  mkdir -p "$work/$t"
-  cp "$root/seeds/$t"/* "$work/$t/"
-done
+# the other parsers: the CLI tests' fixtures, each led by the byte that picks the harness's format
+# where it has one, and the seeds that have no fixture (test/fuzz/seeds/<target>)
+fx=$root/../cli/fixtures
+for t in table ts vectors rank openai; do mkdir -p "$work/$t"; done
+seed() { { printf "\\x$2"; cat "$fx/$3"; } > "$work/$1/$2-$3"; }  # TARGET FORMAT_BYTE FIXTURE
+seed table 00 two_rows.csv; seed table 00 ragged.csv; seed table 01 noheader.csv; seed table 02 published_queries.tsv
+seed table 03 mix_split.json; seed table 04 mix_losses_long.jsonl
+seed vectors 00 ann_empty.fbin; seed vectors 02 ann_small.csv
+seed rank 00 rank_small.csv; seed rank 00 rank_partial.csv; seed rank 01 rank_tie.csv
+cp "$fx"/cde_*.ts "$work/ts/"
+for t in vectors openai; do cp "$root/seeds/$t"/* "$work/$t/"; done
 for t in gguf st table ts vectors rank openai; do
   exe=$fuzz/fuzz_$t; [ $t = st ] && exe=$fuzz/fuzz_safetensors
   [ -z "${FUZZ_ONLY:-}" ] || [ "$(basename "$exe")" = "$FUZZ_ONLY" ] || continue
