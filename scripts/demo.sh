@@ -36,7 +36,7 @@ mix=../shared/data/scaling/pile17_1B.csv
 N=195.2 D=2500
 if [ -f "$mix" ]; then
   "$bin/mixlaw-fit" "$mix" --split ../shared/data/scaling/pile17_1B_split.json --params 195.2 --tokens 2500 --fix H=0.3 \
-    --law all -q -o "$tmp/mix.json"
+    --law all --seeds 1 -q -o "$tmp/mix.json"
   echo "(62 Pile mixtures x 17 domains, 1B models; the paper's 70/30 split)"
 else
   echo "($mix is absent: it joins RegMix's public 1B runs (sail-sg/regmix); using a generated 3-domain sweep)"

@@ -29,18 +29,11 @@ echo "          $bin/infolaw-predict test/cli/fixtures/datablations_published.js
 
 # ---- Dai & Zheng data-mixing laws ------------------------------------------------------------------
 s=../shared/data/scaling
-if [ -f "$s/pile17_1B.csv" ]; then
-  echo
-  echo "Data-mixing laws, 17 Pile domains, 1B models / 25B tokens, the paper's 70/30 split (62 mixtures)"
-  echo "paper (val MRE): capacity-noise 1.533%, capacity 2.064%, exponential 6.990%, RegMix 6.480%"
-  cmd="$bin/mixlaw-fit $s/pile17_1B.csv --split $s/pile17_1B_split.json --params 195.2 --tokens 2500 --fix H=0.3 --law all -q"
-  $cmd | jq -r '["law","val MRE %","val MAE","#params","fit s"], (.summary[] | [.law, (.val_mre*100*1000|round/1000), (.val_mae*10000|round/10000), .n_params, (.fit_seconds*100|round/100)]) | @tsv' | column -t -s $'\t'
-  echo "command: $cmd"
-fi
+# (the 17-domain Pile table, three splits over 5 seeds: scripts/repro.d/mix.sh)
 if [ -f "$s/dai-zheng/dmsl_llm_slimpajama.csv" ]; then
   echo
   echo "Extrapolation, 7 SlimPajama domains: fit on models < 2.7B, evaluate on 2.7B (all token budgets)"
-  cmd="$bin/mixlaw-fit $s/dai-zheng/dmsl_llm_slimpajama.csv --weight-pattern weight_{} --loss-pattern {}_loss --params-col model_size --params-scale 1e-6 --tokens-col n_tokens --tokens-scale 1e-9 --drop-incomplete --extrapolate params --law all -q"
+  cmd="$bin/mixlaw-fit $s/dai-zheng/dmsl_llm_slimpajama.csv --weight-pattern weight_{} --loss-pattern {}_loss --params-col model_size --params-scale 1e-6 --tokens-col n_tokens --tokens-scale 1e-9 --drop-incomplete --extrapolate params --law all --seeds 1 -q"
   $cmd | jq -r '["law","val MRE %","val MAE","#params","fit s"], (.summary[] | [.law, (.val_mre*100*1000|round/1000), (.val_mae*10000|round/10000), .n_params, (.fit_seconds*100|round/100)]) | @tsv' | column -t -s $'\t'
   echo "command: $cmd"
 fi

@@ -38,17 +38,41 @@ struct Args {
   std::string long_value_col = "loss";
   std::string test_mixture, test_losses;
   std::vector<std::string> where, test_where;
+  std::string l2 = "auto";
+  std::vector<double> l2_grid{0.0, 0.01, 0.1, 1.0};
+  int l2_folds = 5;
+  double early_stop = 0;
+  int max_evals = 0, cv_folds = 0, seeds = 0;
+  std::string trace;
+};
+
+// The numbers of one seed's fit that the spread over seeds is taken of.
+struct SeedScore {
+  std::uint64_t seed;
+  double train_mre, val_mre;
+  nlohmann::json l2;  ///< the noise penalty used (capacity-noise), else null
 };
 
 nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixData& train, const fit::MixData* val,
-                       const std::vector<std::string>& val_index, cli::Context& ctx) {
+                       const std::vector<std::string>& val_index, std::uint64_t seed, nlohmann::json* trace) {
   const auto law = fit::make_mixlaw(name);
+  const bool exact = name == "linear";  // linear: the least-squares start is exact
   fit::MixFitOptions opt;
-  opt.starts = name == "linear" ? 1 : a.starts;  // linear: the least-squares start is exact
-  opt.hops = name == "linear" ? 0 : a.hops;
+  opt.starts = exact ? 1 : a.starts;
+  opt.hops = exact ? 0 : a.hops;
   opt.step = a.step;
   opt.temperature = a.temperature;
-  opt.seed = ctx.common.seed;
+  opt.seed = seed;
+  opt.l2 = a.l2 == "auto" ? -1.0 : std::stod(a.l2);
+  opt.l2_grid = a.l2_grid;
+  opt.l2_folds = a.l2_folds;
+  if (!exact) {
+    opt.max_evals = a.max_evals;
+    opt.early_stop = a.early_stop;
+    opt.cv_folds = a.cv_folds;
+  }
+  opt.monitor = val;
+  opt.trace = trace != nullptr;
   if (!a.fix.empty()) {
     std::string joined;
     for (const auto& f : a.fix) joined += (joined.empty() ? "" : ",") + f;
@@ -85,12 +109,24 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
                      {"source", law->source()},
                      {"n_params", free_params},
                      {"objective", r.objective},
-                     {"objective_kind", "mean over rows of the summed squared loss error of masked entries"},
+                     {"objective_kind", "mean over rows of the summed squared loss error of masked entries"
+                                        " (+ l2 sum A_i^2 with --l2)"},
+                     {"train_mse", r.mse},
+                     {"seed", seed},
+                     {"selection", r.selection},
+                     {"best_start", r.best_start},
+                     {"start_scores", r.start_scores},
                      {"train", fit::mix_metrics(pred, train)},
                      {"fit_seconds", secs},
                      {"local_solves", r.local_solves},
                      {"starts", opt.starts},
-                     {"hops", opt.hops}};
+                     {"hops", opt.hops},
+                     {"regularisation", {{"l2", r.l2}, {"l2_from", !r.l2_scores.empty() ? "cross-validation" : name == "capacity-noise" ? "given" : "unused (no noise term)"},
+                                         {"max_evals", opt.max_evals}, {"early_stop", opt.early_stop},
+                                         {"early_stop_iterations", r.early_stop_step}, {"cv_folds", opt.cv_folds}}}};
+  if (!r.l2_scores.empty())
+    out["regularisation"]["l2_cv"] = {{"grid", opt.l2_grid}, {"folds", opt.l2_folds}, {"mean_sse_per_row", r.l2_scores}, {"standard_error", r.l2_score_se},
+                                       {"rule", "the largest l2 within one standard error of the lowest"}};
   out["params"] = nlohmann::json::parse(pj.dump());
   out["param_order"] = names;
   if (val) {
@@ -110,6 +146,12 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
       out["val_predictions"] = rows;
     }
   }
+  if (trace)
+    for (const auto& t : r.trace)
+      trace->push_back({{"law", name}, {"seed", seed}, {"start", t.start}, {"solve", t.solve}, {"iteration", t.iteration},
+                        {"step", t.step}, {"phase", t.held_in_phase ? "early-stop" : "fit"}, {"objective", t.objective},
+                        {"held_in_mse", std::isfinite(t.held_in_mse) ? nlohmann::json(t.held_in_mse) : nlohmann::json(nullptr)},
+                        {"val_mre", std::isfinite(t.monitor_mre) ? nlohmann::json(t.monitor_mre) : nlohmann::json(nullptr)}});
   log::info("{}: {} parameters, train MRE {:.3f}%{} in {:.1f}s", name, free_params,
             100 * out["train"]["mre"].get<double>(),
             val ? fmt::format(", validation MRE {:.3f}%", 100 * out["val"]["mre"].get<double>()) : std::string(), secs);
@@ -198,12 +240,47 @@ int main(int argc, char** argv) {
             ->check(cli::positive());
         app.add_option("--temperature", a.temperature, "Metropolis temperature of the hops")->capture_default_str()->check(cli::positive());
         app.add_option("--fix", a.fix, "Hold parameters fixed: NAME=VALUE,... (e.g. H=0.3)");
+        app.add_option("--l2", a.l2,
+                       "Ridge penalty L2 * sum_i A_i^2 on the noise amplitudes of capacity-noise: a number >= 0, or "
+                       "auto (chosen from --l2-grid by --l2-folds-fold cross-validation on the training rows)")
+            ->capture_default_str()
+            ->check(CLI::Validator(
+                [](std::string& v) -> std::string {
+                  double x = -1;
+                  return v == "auto" || (CLI::detail::lexical_cast(v, x) && x >= 0 && std::isfinite(x)) ? "" : "must be auto or a number >= 0, got " + v;
+                },
+                "auto|NUMBER>=0"));
+        app.add_option("--l2-grid", a.l2_grid, "Candidates of --l2 auto (comma-separated)")
+            ->delimiter(',')->capture_default_str()->check(cli::non_negative());
+        app.add_option("--l2-folds", a.l2_folds, "Folds of --l2 auto's cross-validation")->capture_default_str()->check(cli::int_range(2, 1000));
+        app.add_option("--max-evals", a.max_evals,
+                       "Stop each local solve after this many objective evaluations (0 = at convergence); the "
+                       "reference's SciPy cap of 15000 finite-difference evaluations is about 174 here")
+            ->capture_default_str()->check(cli::int_range(0, 100000000));
+        app.add_option("--early-stop", a.early_stop,
+                       "Hold in this fraction of the training rows, stop each start's path where their error is "
+                       "lowest, then refit all training rows for that many iterations (0 = off)")
+            ->capture_default_str()->check(CLI::Range(0.0, 0.9));
+        app.add_option("--cv-folds", a.cv_folds,
+                       "Choose among starts by K-fold cross-validation on the training rows (0 = lowest objective)")
+            ->capture_default_str()->check(cli::int_range(0, 1000));
+        app.add_option("--seeds", a.seeds,
+                       "Fit each law with seeds --seed, --seed+1, ... and report the spread of its MRE over them "
+                       "(default: 5 with --law all and a validation split, else 1)")
+            ->check(cli::int_range(1, 1000));
+        app.add_option("--trace", a.trace,
+                       "Write every iteration of the fits (objective, held-in MSE, validation MRE) as JSON Lines");
         app.add_flag("--predictions", a.predictions, "Add per-row validation predictions");
         app.add_flag("--drop-incomplete", a.drop_incomplete,
                      "Drop rows with an empty cell in a weight, loss, N or D column (single-table input)");
       },
       [&](cli::Context& ctx) {
         io::require_json_path(a.output);
+        if (!a.trace.empty()) {
+          io::check_output_dir(a.trace);
+          io::check_distinct_outputs({{"--output", a.output}, {"--trace", a.trace}},
+                                     {a.mixture, a.losses, a.split_file, a.test_mixture, a.test_losses});
+        }
         io::TableReadOptions ro;
         ro.header = a.header;
         const bool size_free = a.law != "all" && !fit::make_mixlaw(a.law)->uses_scale();
@@ -330,17 +407,81 @@ int main(int argc, char** argv) {
             if (!all.loss.col(i).isFinite().all()) missing += (missing.empty() ? "" : ", ") + all.domains[static_cast<std::size_t>(i)];
           throw InputError(fmt::format("the capacity laws need a loss for every domain; no losses for: {}", missing), a.mixture);
         }
+        const int n_seeds = a.seeds > 0 ? a.seeds : (a.law == "all" && val ? 5 : 1);
+        nlohmann::json trace = nlohmann::json::array();
         nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::array();
         for (const auto& name : laws) {
-          nlohmann::json r = fit_one(name, a, train, val ? &*val : nullptr, val_index, ctx);
+          nlohmann::json r;
+          std::vector<SeedScore> scores;
+          for (int k = 0; k < n_seeds; ++k) {
+            const std::uint64_t seed = ctx.common.seed + static_cast<std::uint64_t>(k);
+            nlohmann::json rk = fit_one(name, a, train, val ? &*val : nullptr, val_index, seed, a.trace.empty() ? nullptr : &trace);
+            scores.push_back({seed, rk["train"]["mre"].get<double>(), val ? rk["val"]["mre"].get<double>() : 0.0,
+                              name == "capacity-noise" ? rk["regularisation"]["l2"] : nlohmann::json(nullptr)});
+            if (k == 0) r = std::move(rk);  // the full report is the first seed's
+          }
           nlohmann::json s{{"law", name}, {"n_params", r["n_params"]}, {"train_mre", r["train"]["mre"]},
                            {"fit_seconds", r["fit_seconds"]}};
           if (val) {
             s["val_mre"] = r["val"]["mre"];
             s["val_mae"] = r["val"]["mae"];
           }
+          if (n_seeds > 1) {
+            // Spread over seeds: a ranking is claimed only where these ranges separate.
+            auto spread = [&](double SeedScore::*m) {
+              double lo = scores[0].*m, hi = lo, sum = 0;
+              for (const auto& x : scores) {
+                lo = std::min(lo, x.*m);
+                hi = std::max(hi, x.*m);
+                sum += x.*m;
+              }
+              return nlohmann::json{{"mean", sum / static_cast<double>(scores.size())}, {"min", lo}, {"max", hi}};
+            };
+            nlohmann::json per = nlohmann::json::array();
+            for (const auto& x : scores) {
+              nlohmann::json e{{"seed", x.seed}, {"train_mre", x.train_mre}, {"l2", x.l2}};
+              if (val) e["val_mre"] = x.val_mre;
+              per.push_back(e);
+            }
+            nlohmann::json seeds{{"n", n_seeds}, {"per_seed", per}, {"train_mre", spread(&SeedScore::train_mre)}};
+            if (val) seeds["val_mre"] = spread(&SeedScore::val_mre);
+            r["seeds"] = seeds;
+            s["seeds"] = n_seeds;
+            s["train_mre_mean"] = seeds["train_mre"]["mean"];
+            if (val) {
+              s["val_mre_mean"] = seeds["val_mre"]["mean"];
+              s["val_mre_min"] = seeds["val_mre"]["min"];
+              s["val_mre_max"] = seeds["val_mre"]["max"];
+            }
+          }
           summary.push_back(s);
           results.push_back(std::move(r));
+        }
+        // Laws by validation MRE (the mean over seeds when there are several); a law is ranked
+        // above the next only when its worst seed beats the next law's best seed by more than
+        // a millionth (relative), so two fits of the same optimum are not "separated".
+        constexpr double kTieMargin = 1e-6;
+        nlohmann::json ranking = nlohmann::json::array();
+        if (val && laws.size() > 1) {
+          std::vector<nlohmann::json> order(summary.begin(), summary.end());
+          const std::string key = n_seeds > 1 ? "val_mre_mean" : "val_mre";
+          std::stable_sort(order.begin(), order.end(), [&](const nlohmann::json& x, const nlohmann::json& y) {
+            return x[key].get<double>() < y[key].get<double>();
+          });
+          for (std::size_t i = 0; i < order.size(); ++i) {
+            nlohmann::json e{{"law", order[i]["law"]}, {"val_mre", order[i][key]}};
+            if (i + 1 < order.size())
+              e["separated_from_next"] =
+                  n_seeds > 1 ? nlohmann::json(order[i]["val_mre_max"].get<double>() <
+                                               order[i + 1]["val_mre_min"].get<double>() * (1 - kTieMargin))
+                              : nlohmann::json(nullptr);  // one seed: no spread to judge by
+            ranking.push_back(e);
+          }
+        }
+        if (!a.trace.empty()) {
+          std::string lines;
+          for (const auto& t : trace) lines += t.dump() + "\n";
+          io::write_text(a.trace, lines);
         }
         std::vector<std::string> scored;
         for (Eigen::Index i = 0; i < train.mask.cols(); ++i)
@@ -354,6 +495,7 @@ int main(int argc, char** argv) {
                                         {"tokens_col", a.cols.tokens_col}}},
                            {"units", "N in millions of parameters, D in billions of tokens"},
                            {"summary", summary},
+                           {"ranking", ranking},
                            {"laws", results},
                            {"meta", ctx.prov.to_json()}};
         io::write_json(a.output, out);

@@ -2,6 +2,7 @@
 
 #include <ceres/gradient_problem.h>
 #include <ceres/gradient_problem_solver.h>
+#include <ceres/iteration_callback.h>
 
 #include <glog/logging.h>
 
@@ -17,8 +18,9 @@ namespace {
 // Non-owning adapter from our Objective to Ceres' FirstOrderFunction.
 class CeresAdapter final : public ceres::FirstOrderFunction {
  public:
-  explicit CeresAdapter(const Objective& f) : f_(f) {}
+  explicit CeresAdapter(const Objective& f, int* count) : f_(f), count_(count) {}
   bool Evaluate(const double* x, double* cost, double* grad) const override {
+    ++*count_;
     if (!f_.evaluate(x, cost, grad)) return false;
     if (!std::isfinite(*cost)) return false;
     if (grad)
@@ -30,6 +32,24 @@ class CeresAdapter final : public ceres::FirstOrderFunction {
 
  private:
   const Objective& f_;
+  int* count_;  // evaluations made (one solve runs on one thread)
+};
+
+// Applies LbfgsOptions::max_evaluations and on_iteration after each iteration; Ceres has
+// updated the parameters in place by then (update_state_every_iteration).
+class IterationHook final : public ceres::IterationCallback {
+ public:
+  IterationHook(const LbfgsOptions& opt, const Eigen::VectorXd& x, const int& count) : opt_(opt), x_(x), count_(count) {}
+  ceres::CallbackReturnType operator()(const ceres::IterationSummary& s) override {
+    if (opt_.on_iteration && !opt_.on_iteration(x_, s.iteration, s.cost)) return ceres::SOLVER_TERMINATE_SUCCESSFULLY;
+    if (opt_.max_evaluations > 0 && count_ >= opt_.max_evaluations) return ceres::SOLVER_TERMINATE_SUCCESSFULLY;
+    return ceres::SOLVER_CONTINUE;
+  }
+
+ private:
+  const LbfgsOptions& opt_;
+  const Eigen::VectorXd& x_;
+  const int& count_;
 };
 
 // Ceres logs through glog; its line-search warnings are noise on stderr for our users.
@@ -54,7 +74,8 @@ LbfgsResult minimize_lbfgs(const Objective& f, const Eigen::VectorXd& x0, const 
     return r;
   }
   quiet_glog();
-  ceres::GradientProblem problem(new CeresAdapter(f));
+  int count = 0;
+  ceres::GradientProblem problem(new CeresAdapter(f, &count));
   ceres::GradientProblemSolver::Options o;
   o.line_search_direction_type = ceres::LBFGS;
   o.max_lbfgs_rank = opt.memory;
@@ -64,8 +85,15 @@ LbfgsResult minimize_lbfgs(const Objective& f, const Eigen::VectorXd& x0, const 
   o.parameter_tolerance = opt.parameter_tolerance;
   o.logging_type = ceres::SILENT;
   o.minimizer_progress_to_stdout = false;
+  IterationHook hook(opt, r.x, count);
+  if (opt.on_iteration || opt.max_evaluations > 0) {
+    o.update_state_every_iteration = true;
+    o.callbacks.push_back(&hook);
+  }
   ceres::GradientProblemSolver::Summary s;
   ceres::Solve(o, problem, r.x.data(), &s);
+  r.evaluations = count;
+  // A stop asked for by the hook ends as USER_SUCCESS: not convergence.
   r.converged = s.termination_type == ceres::CONVERGENCE;
   r.iterations = static_cast<int>(s.iterations.size());
   r.message = s.message;

@@ -8,6 +8,7 @@
 
 #include <Eigen/Core>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ struct LbfgsOptions {
   double gradient_tolerance = 1e-12;
   double parameter_tolerance = 1e-12;
   int memory = 10;  ///< L-BFGS history length
+  /// Stop once this many objective evaluations (value and gradient together count one) have
+  /// been made, checked at the end of each iteration, so a line search may overrun it by a
+  /// few; 0 = no cap.  The result then says converged=false.
+  int max_evaluations = 0;
+  /// Called after every iteration (and once at the start, iteration 0) with the current point
+  /// [dim] and its objective; returning false stops the solve there (converged=false).
+  std::function<bool(const Eigen::VectorXd& x, int iteration, double f)> on_iteration;
 };
 
 /// Outcome of one local minimisation.
@@ -44,6 +52,7 @@ struct LbfgsResult {
   double f = 0;            ///< objective at x (NaN when the start was outside the domain)
   bool converged = false;  ///< Ceres reported CONVERGENCE
   int iterations = 0;      ///< L-BFGS iterations taken
+  int evaluations = 0;     ///< objective evaluations made (value and gradient count one)
   std::string message;     ///< Ceres' termination message
 };
 

@@ -8,6 +8,7 @@
 #include "fit/mix_optimize.hpp"
 #include "fit/mixlaw_fit.hpp"
 #include "num/simplex.hpp"
+#include "util/error.hpp"
 #include "util/rng.hpp"
 
 using namespace icmlkit;
@@ -247,4 +248,149 @@ TEST_CASE("mixlaw: optimised mixture matches a dense grid over the simplex (K = 
     }
   CHECK(best.objective <= grid_best + 1e-12);
   CHECK((best.h - grid_h).abs().maxCoeff() < 0.01);
+}
+
+namespace {
+// Runs of a known capacity-noise law with multiplicative noise (sd 2%) on the losses.
+MixData noisy_runs(int n, std::uint64_t seed) {
+  MixData d = random_runs(n, 3, seed);
+  const auto law = make_mixlaw("capacity-noise");
+  const Eigen::VectorXd truth = capacity_noise_truth(3);
+  Eigen::ArrayXXd y;
+  REQUIRE(law->predict(truth.data(), d, y));
+  Rng rng(seed + 1);
+  for (Eigen::Index r = 0; r < y.rows(); ++r)
+    for (Eigen::Index i = 0; i < y.cols(); ++i) y(r, i) *= 1 + 0.02 * rng.normal();
+  d.loss = y;
+  d.set_mask(0.0);
+  return d;
+}
+}  // namespace
+
+TEST_CASE("mixlaw: the l2 penalty shrinks the noise amplitudes to a stationary point of MSE + l2 sum A^2") {
+  const MixData d = noisy_runs(40, 21);
+  const auto law = make_mixlaw("capacity-noise");
+  MixFitOptions opt;
+  opt.starts = 1;
+  opt.hops = 0;
+  opt.seed = 5;
+  opt.fixed["H"] = 0.5;
+  const auto plain = fit_mixlaw(*law, d, opt);
+  opt.l2 = 0.05;
+  const auto pen = fit_mixlaw(*law, d, opt);
+  const int K = 3;
+  const Eigen::VectorXd A_plain = plain.params.segment(4 * K, K), A_pen = pen.params.segment(4 * K, K);
+  CHECK(A_pen.squaredNorm() < 0.5 * A_plain.squaredNorm());
+  // The reported objective is the MSE plus the penalty.
+  CHECK(pen.objective == doctest::Approx(pen.mse + 0.05 * A_pen.squaredNorm()).epsilon(1e-12));
+  // Stationarity, from the law's own MSE gradient: d MSE / d A_i = -2 l2 A_i where A_i is
+  // well inside its box [0, 500] (near 0 the box's logistic map flattens and L-BFGS stalls
+  // there, so those are only required to be small).
+  Eigen::VectorXd g(pen.params.size());
+  double f = 0;
+  REQUIRE(law->objective(pen.params.data(), d, &f, g.data()));
+  CHECK(f == doctest::Approx(pen.mse).epsilon(1e-12));
+  for (int i = 0; i < K; ++i) {
+    if (A_pen[i] > 1e-2) CHECK(g[4 * K + i] == doctest::Approx(-2 * 0.05 * A_pen[i]).epsilon(0.05));
+    else CHECK(A_pen[i] < 0.5 * A_plain[i]);
+  }
+}
+
+TEST_CASE("mixlaw: early stopping refits for the iterations its held-in rows score best") {
+  const MixData d = noisy_runs(30, 33);
+  const auto law = make_mixlaw("capacity-noise");
+  MixFitOptions opt;
+  opt.starts = 2;
+  opt.hops = 1;
+  opt.seed = 8;
+  opt.early_stop = 0.3;
+  opt.trace = true;
+  opt.monitor = &d;
+  opt.lbfgs.max_iterations = 60;
+  const auto r = fit_mixlaw(*law, d, opt);
+  CHECK(r.selection == "held-in");
+  REQUIRE(r.early_stop_step >= 1);
+  // From the trace: the winner's held-in phase has its lowest held-in MSE at early_stop_step,
+  // and its refit on every row stops there; the start scores are those lowest MSEs.
+  for (int s = 0; s < 2; ++s) {
+    double best = 1e300;
+    int best_step = -1, last_fit_step = -1;
+    for (const auto& t : r.trace) {
+      if (t.start != s) continue;
+      if (t.held_in_phase) {
+        REQUIRE(std::isfinite(t.held_in_mse));
+        if (t.held_in_mse < best) { best = t.held_in_mse; best_step = t.step; }
+      } else {
+        CHECK(std::isnan(t.held_in_mse));
+        CHECK(std::isfinite(t.monitor_mre));
+        last_fit_step = std::max(last_fit_step, t.step);
+      }
+    }
+    CHECK(r.start_scores[static_cast<std::size_t>(s)] == doctest::Approx(best).epsilon(1e-12));
+    CHECK(last_fit_step <= std::max(1, best_step));
+    if (s == r.best_start) CHECK(r.early_stop_step == last_fit_step);
+  }
+  CHECK(r.start_scores[static_cast<std::size_t>(r.best_start)] <= r.start_scores[static_cast<std::size_t>(1 - r.best_start)]);
+  opt.early_stop = 0.99;
+  CHECK_THROWS_AS(fit_mixlaw(*law, d, opt), UsageError);
+}
+
+TEST_CASE("mixlaw: cross-validated start selection picks the lowest fold error, reproducibly") {
+  const MixData d = noisy_runs(24, 44);
+  const auto law = make_mixlaw("capacity");
+  MixFitOptions opt;
+  opt.starts = 3;
+  opt.hops = 0;
+  opt.seed = 2;
+  opt.cv_folds = 4;
+  opt.lbfgs.max_iterations = 80;
+  const auto r = fit_mixlaw(*law, d, opt);
+  CHECK(r.selection == "cv");
+  REQUIRE(r.start_scores.size() == 3);
+  for (double s : r.start_scores) CHECK(std::isfinite(s));
+  for (double s : r.start_scores) CHECK(r.start_scores[static_cast<std::size_t>(r.best_start)] <= s);
+  CHECK(r.local_solves == 3 * (1 + 4));
+  const auto again = fit_mixlaw(*law, d, opt);
+  CHECK((again.params - r.params).norm() == 0);
+  opt.cv_folds = 25;
+  CHECK_THROWS_AS(fit_mixlaw(*law, d, opt), UsageError);
+}
+
+TEST_CASE("mixlaw: l2 chosen by cross-validation follows the one-standard-error rule and keeps a real noise term") {
+  // Noise-free runs of a known capacity-noise law over several token budgets: the noise term
+  // is identifiable and real, so penalising it costs held-out error and l2 = 0 must win.
+  MixData d = random_runs(40, 3, 51);
+  for (Eigen::Index r = 0; r < d.tokens.size(); ++r) d.tokens[r] = std::vector<double>{2, 5, 10, 20}[static_cast<std::size_t>(r % 4)];
+  const auto law = make_mixlaw("capacity-noise");
+  const Eigen::VectorXd truth = capacity_noise_truth(3);
+  Eigen::ArrayXXd y;
+  REQUIRE(law->predict(truth.data(), d, y));
+  d.loss = y;
+  d.set_mask(0.0);
+  MixFitOptions opt;
+  opt.starts = 1;
+  opt.hops = 0;
+  opt.seed = 4;
+  opt.fixed["H"] = 0.5;
+  opt.l2 = -1;  // cross-validated
+  opt.l2_grid = {0.0, 0.1, 1.0};
+  opt.l2_folds = 4;
+  const auto r = fit_mixlaw(*law, d, opt);
+  REQUIRE(r.l2_scores.size() == 3);
+  REQUIRE(r.l2_score_se.size() == 3);
+  CHECK(r.l2 == 0.0);
+  CHECK(r.l2_scores[0] < r.l2_scores[1]);
+  CHECK(r.l2_scores[0] < r.l2_scores[2]);
+  // The rule, recomputed from the reported scores: the largest l2 within one SE of the best.
+  std::size_t best = 0;
+  for (std::size_t g = 1; g < 3; ++g)
+    if (r.l2_scores[g] < r.l2_scores[best]) best = g;
+  double chosen = -1;
+  for (std::size_t g = 0; g < 3; ++g)
+    if (r.l2_scores[g] <= r.l2_scores[best] + r.l2_score_se[best]) chosen = std::max(chosen, opt.l2_grid[g]);
+  CHECK(r.l2 == chosen);
+  // Laws with no noise term ignore the penalty and report no cross-validation.
+  const auto cap = fit_mixlaw(*make_mixlaw("capacity"), d, opt);
+  CHECK(cap.l2_scores.empty());
+  CHECK(cap.l2 == 0.0);
 }

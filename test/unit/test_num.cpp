@@ -92,3 +92,38 @@ TEST_CASE("num: multistart picks the lowest converged objective, ties to the low
   CHECK(b >= 1);
   CHECK(rs[static_cast<std::size_t>(b)].x[0] == doctest::Approx(1.0).epsilon(1e-7));
 }
+
+TEST_CASE("num: L-BFGS evaluation cap and per-iteration hook stop the solve early") {
+  Rosenbrock f;
+  Eigen::VectorXd x0(2);
+  x0 << -1.2, 1.0;
+  const auto full = num::minimize_lbfgs(f, x0);
+  REQUIRE(full.converged);
+  REQUIRE(full.evaluations > 30);
+  num::LbfgsOptions capped;
+  capped.max_evaluations = 12;
+  const auto c = num::minimize_lbfgs(f, x0, capped);
+  CHECK_FALSE(c.converged);
+  CHECK(c.evaluations >= 12);
+  CHECK(c.evaluations < full.evaluations);
+  CHECK(c.f > full.f);
+  // The hook sees iteration 0 (the start, its objective) and then each iteration's point;
+  // stopping at iteration 5 returns that very point.
+  std::vector<int> seen;
+  std::vector<Eigen::VectorXd> points;
+  double f_start = -1;
+  num::LbfgsOptions hooked;
+  hooked.on_iteration = [&](const Eigen::VectorXd& x, int it, double fx) {
+    if (it == 0) f_start = fx;
+    seen.push_back(it);
+    points.push_back(x);
+    return it < 5;
+  };
+  const auto h = num::minimize_lbfgs(f, x0, hooked);
+  CHECK_FALSE(h.converged);
+  CHECK(f_start == doctest::Approx(24.2));  // (1 + 1.2)^2 + 100 (1 - 1.44)^2
+  REQUIRE(seen.size() == 6);
+  for (int i = 0; i < 6; ++i) CHECK(seen[static_cast<std::size_t>(i)] == i);
+  CHECK((h.x - points.back()).norm() == 0);
+  CHECK((points[0] - x0).norm() == 0);
+}
