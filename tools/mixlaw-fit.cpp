@@ -63,7 +63,12 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
   opt.step = a.step;
   opt.temperature = a.temperature;
   opt.seed = seed;
-  opt.l2 = a.l2 == "auto" ? -1.0 : std::stod(a.l2);
+  opt.l2 = -1.0;  // auto
+  if (a.l2 != "auto") {
+    const auto x = io::parse_double(a.l2);
+    if (!x || !(*x >= 0) || !std::isfinite(*x)) throw UsageError(fmt::format("must be auto or a number >= 0, got {}", a.l2), "--l2");
+    opt.l2 = *x;
+  }
   opt.l2_grid = a.l2_grid;
   opt.l2_folds = a.l2_folds;
   if (!exact) {
@@ -124,6 +129,13 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
                      {"regularisation", {{"l2", r.l2}, {"l2_from", !r.l2_scores.empty() ? "cross-validation" : name == "capacity-noise" ? "given" : "unused (no noise term)"},
                                          {"max_evals", opt.max_evals}, {"early_stop", opt.early_stop},
                                          {"early_stop_iterations", r.early_stop_step}, {"cv_folds", opt.cv_folds}}}};
+  if (name == "capacity-noise") {
+    // Noise terms the fit kept: a penalised A_i can shrink to nothing, leaving the capacity law.
+    int used = 0;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i].rfind("A[", 0) == 0 && r.params[static_cast<Eigen::Index>(i)] > 1e-6) ++used;
+    out["regularisation"]["noise_terms_used"] = used;
+  }
   if (!r.l2_scores.empty())
     out["regularisation"]["l2_cv"] = {{"grid", opt.l2_grid}, {"folds", opt.l2_folds}, {"mean_sse_per_row", r.l2_scores}, {"standard_error", r.l2_score_se},
                                        {"rule", "the largest l2 within one standard error of the lowest"}};
@@ -247,7 +259,9 @@ int main(int argc, char** argv) {
             ->check(CLI::Validator(
                 [](std::string& v) -> std::string {
                   double x = -1;
-                  return v == "auto" || (CLI::detail::lexical_cast(v, x) && x >= 0 && std::isfinite(x)) ? "" : "must be auto or a number >= 0, got " + v;
+                  const auto y = io::parse_double(v);
+                  x = y ? *y : -1;
+                  return v == "auto" || (x >= 0 && std::isfinite(x)) ? "" : "must be auto or a number >= 0, got " + v;
                 },
                 "auto|NUMBER>=0"));
         app.add_option("--l2-grid", a.l2_grid, "Candidates of --l2 auto (comma-separated)")
@@ -277,6 +291,8 @@ int main(int argc, char** argv) {
       [&](cli::Context& ctx) {
         io::require_json_path(a.output);
         if (!a.trace.empty()) {
+          if (io::is_stdout(a.trace) && io::is_stdout(a.output))
+            throw UsageError("the trace and the report cannot both go to standard output: give -o or --trace a file", "--trace");
           io::check_output_dir(a.trace);
           io::check_distinct_outputs({{"--output", a.output}, {"--trace", a.trace}},
                                      {a.mixture, a.losses, a.split_file, a.test_mixture, a.test_losses});

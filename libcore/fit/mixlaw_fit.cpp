@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <numeric>
 
@@ -83,7 +84,7 @@ class MixObjective final : public num::Objective {
     for (Eigen::Index i = 0; i < p.size(); ++i)
       if (l2_ > 0 && pen_[static_cast<std::size_t>(i)] && free_[static_cast<std::size_t>(i)]) {
         *f += l2_ * p[i] * p[i];
-        g[i] += 2 * l2_ * p[i];
+        if (grad) g[i] += 2 * l2_ * p[i];
       }
     if (grad) {
       int k = 0;
@@ -299,11 +300,50 @@ void make_folds(Eigen::Index n, int K, std::uint64_t seed, std::vector<std::vect
 
 MixFitResult fit_fixed_l2(const MixLaw& law, const MixData& train, const MixFitOptions& opt, Progress* progress);
 
+// Checks the options that split the n training rows before any fit runs: the folds of the
+// cross-validations fit on n - ceil(n / K) rows, and early stopping must leave a row on each
+// side of every fit it runs in (the smallest being a fold's).  Throws UsageError.
+void check_row_options(const MixFitOptions& opt, Eigen::Index n, bool cv_l2) {
+  auto folds_ok = [&](int K) { return K >= 2 && K <= n; };
+  if (cv_l2 && !folds_ok(opt.l2_folds))
+    throw UsageError(fmt::format("{} folds need 2 <= K <= {} (the training rows)", opt.l2_folds, n), "--l2-folds");
+  if (opt.cv_folds != 0 && !folds_ok(opt.cv_folds))
+    throw UsageError(fmt::format("{} folds need 2 <= K <= {} (the training rows)", opt.cv_folds, n), "--cv-folds");
+  if (opt.early_stop == 0) return;
+  Eigen::Index smallest = n;
+  for (int K : {cv_l2 ? opt.l2_folds : 0, opt.cv_folds})
+    if (K > 0) smallest = std::min<Eigen::Index>(smallest, n - (n + K - 1) / K);
+  for (Eigen::Index m : {n, smallest}) {
+    const long held = std::lround(opt.early_stop * static_cast<double>(m));
+    if (!(opt.early_stop > 0 && opt.early_stop < 1 && held >= 1 && held < m))
+      throw UsageError(fmt::format("an early-stopping fraction of {} leaves no row on one side of {} {} rows", opt.early_stop,
+                                   m, m == n ? "training" : "cross-validation fold"), "--early-stop");
+  }
+}
+
+// Runs body(t) for t in [0, tasks) on OpenMP threads; an exception is kept (the lowest task's)
+// and rethrown once the loop is done, since none may leave a parallel region.
+template <class Body>
+void parallel_tasks(int tasks, const Body& body) {
+  std::vector<std::exception_ptr> err(static_cast<std::size_t>(tasks));
+#pragma omp parallel for schedule(dynamic)
+  for (int t = 0; t < tasks; ++t) {
+    try {
+      body(t);
+    } catch (...) {
+      err[static_cast<std::size_t>(t)] = std::current_exception();
+    }
+  }
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+}
+
 }  // namespace
 
 MixFitResult fit_mixlaw(const MixLaw& law, const MixData& train, const MixFitOptions& opt, Progress* progress) {
   const auto names = law.param_names(train.domains);
   const bool has_noise = std::any_of(names.begin(), names.end(), [](const std::string& x) { return x.rfind("A[", 0) == 0; });
+  check_row_options(opt, train.h.rows(), has_noise && opt.l2 < 0);
   if (!(opt.l2 < 0) || !has_noise) {
     MixFitOptions o = opt;
     o.l2 = std::max(0.0, opt.l2);
@@ -313,15 +353,12 @@ MixFitResult fit_mixlaw(const MixLaw& law, const MixData& train, const MixFitOpt
   if (opt.l2_grid.empty()) throw UsageError("the l2 grid is empty", "--l2-grid");
   for (double v : opt.l2_grid)
     if (!(v >= 0) || !std::isfinite(v)) throw UsageError(fmt::format("l2 candidate {} is not a finite number >= 0", v), "--l2-grid");
-  if (!(opt.l2_folds >= 2 && opt.l2_folds <= n))
-    throw UsageError(fmt::format("{} folds need 2 <= K <= {} (the training rows)", opt.l2_folds, n), "--l2-folds");
   std::vector<std::vector<Eigen::Index>> fold_fit, fold_out;
   make_folds(n, opt.l2_folds, derive_seed(opt.seed, kL2FoldStream), fold_fit, fold_out);
   const int G = static_cast<int>(opt.l2_grid.size()), K = opt.l2_folds;
   std::vector<double> sse(static_cast<std::size_t>(G * K), kNaN);
   std::vector<int> solves(sse.size(), 0);
-#pragma omp parallel for schedule(dynamic)
-  for (int t = 0; t < G * K; ++t) {
+  parallel_tasks(G * K, [&](int t) {
     MixFitOptions o = opt;
     o.l2 = opt.l2_grid[static_cast<std::size_t>(t / K)];
     o.starts = 1;
@@ -340,7 +377,7 @@ MixFitResult fit_mixlaw(const MixLaw& law, const MixData& train, const MixFitOpt
     } catch (const RuntimeError&) {
       // no finite fit on this fold: the candidate scores NaN and is not chosen
     }
-  }
+  });
   // CV error per row of each candidate and its standard error over folds (the sd of the
   // folds' per-row errors / sqrt(K)); then the one-standard-error rule (Hastie, Tibshirani &
   // Friedman, ESL 7.10): the largest l2 whose error is within one SE of the lowest.
@@ -402,13 +439,6 @@ MixFitResult fit_fixed_l2(const MixLaw& law, const MixData& train, const MixFitO
     free[static_cast<std::size_t>(k2)] = false;
   }
   const Eigen::Index n = train.h.rows();
-  if (opt.early_stop != 0 &&
-      !(opt.early_stop > 0 && opt.early_stop < 1 && std::lround(opt.early_stop * static_cast<double>(n)) >= 1 &&
-        std::lround(opt.early_stop * static_cast<double>(n)) < n))
-    throw UsageError(fmt::format("an early-stopping fraction of {} leaves no row on one side of {} training rows",
-                                 opt.early_stop, n), "--early-stop");
-  if (opt.cv_folds != 0 && !(opt.cv_folds >= 2 && opt.cv_folds <= n))
-    throw UsageError(fmt::format("{} folds need 2 <= K <= {} (the training rows)", opt.cv_folds, n), "--cv-folds");
   const MixObjective obj(law, train, tr, p0, free, penalized, opt.l2);
   const Eigen::VectorXd z0 = obj.free_point(p0);
   double f0;
@@ -425,12 +455,11 @@ MixFitResult fit_fixed_l2(const MixLaw& law, const MixData& train, const MixFitO
   std::vector<PathOut> full(static_cast<std::size_t>(starts));
   std::vector<double> cv_sse(static_cast<std::size_t>(starts * std::max(1, folds)), kNaN);
   std::vector<int> cv_solves(cv_sse.size(), 0);
-#pragma omp parallel for schedule(dynamic)
-  for (int t = 0; t < tasks; ++t) {
+  parallel_tasks(tasks, [&](int t) {
     if (t < starts) {
       full[static_cast<std::size_t>(t)] = fit_start(law, obj, z0, opt, t, opt.trace, opt.monitor);
       if (progress) progress->tick();
-      continue;
+      return;
     }
     const int s = (t - starts) / folds, f = (t - starts) % folds;
     const MixData fit_rows = take(train, fold_fit[static_cast<std::size_t>(f)]);
@@ -440,7 +469,7 @@ MixFitResult fit_fixed_l2(const MixLaw& law, const MixData& train, const MixFitO
     cv_sse[static_cast<std::size_t>(s * folds + f)] =
         mse_at(law, fold_obj, r.z, out_rows) * static_cast<double>(out_rows.h.rows());
     cv_solves[static_cast<std::size_t>(s * folds + f)] = r.solves;
-  }
+  });
   MixFitResult res;
   res.l2 = opt.l2;
   res.selection = folds > 0 ? "cv" : opt.early_stop > 0 ? "held-in" : "objective";

@@ -49,10 +49,10 @@ struct MixFitOptions {
   /// Early stopping: this fraction of the training rows (seeded) is held in, every start's
   /// path (its solve and hops, iteration by iteration) is run on the other rows and scored
   /// by the held-in rows' MSE; the path is then rerun on all training rows for the number of
-  /// iterations that scored best.  0 = off; else in (0, 1) and leaving rows on both sides.
+  /// iterations that scored best (at least one).  0 = off; else in (0, 1) and leaving rows on both sides.
   double early_stop = 0;
   /// Choose the start by K-fold cross-validation on the training rows (each start refitted
-  /// on K-1 folds, scored by the MSE of the held-out fold, summed over folds) instead of by
+  /// on K-1 folds; the held-out rows' squared errors pooled over folds, per row) instead of by
   /// the lowest training objective.  0 = off; else 2 <= K <= rows.
   int cv_folds = 0;
   /// Rows scored at every iteration of the final fits into `MixFitResult::trace` (the

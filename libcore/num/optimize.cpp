@@ -41,10 +41,14 @@ class IterationHook final : public ceres::IterationCallback {
  public:
   IterationHook(const LbfgsOptions& opt, const Eigen::VectorXd& x, const int& count) : opt_(opt), x_(x), count_(count) {}
   ceres::CallbackReturnType operator()(const ceres::IterationSummary& s) override {
+    last_iteration = s.iteration;
+    last_x = x_;
     if (opt_.on_iteration && !opt_.on_iteration(x_, s.iteration, s.cost)) return ceres::SOLVER_TERMINATE_SUCCESSFULLY;
     if (opt_.max_evaluations > 0 && count_ >= opt_.max_evaluations) return ceres::SOLVER_TERMINATE_SUCCESSFULLY;
     return ceres::SOLVER_CONTINUE;
   }
+  int last_iteration = -1;  ///< the last iteration the hook saw (-1: none)
+  Eigen::VectorXd last_x;   ///< and its point
 
  private:
   const LbfgsOptions& opt_;
@@ -99,6 +103,10 @@ LbfgsResult minimize_lbfgs(const Objective& f, const Eigen::VectorXd& x0, const 
   r.message = s.message;
   double fx = 0;
   r.f = f.evaluate(r.x.data(), &fx, nullptr) && std::isfinite(fx) ? fx : std::numeric_limits<double>::quiet_NaN();
+  // Ceres skips the callbacks of the iteration that converges (and of a start that already
+  // meets the tolerances): the hook still sees the point returned, as the last iteration.
+  if (opt.on_iteration && (hook.last_iteration < 0 || hook.last_x != r.x))
+    opt.on_iteration(r.x, hook.last_iteration + 1, r.f);
   return r;
 }
 

@@ -42,7 +42,9 @@ struct LbfgsOptions {
   /// few; 0 = no cap.  The result then says converged=false.
   int max_evaluations = 0;
   /// Called after every iteration (and once at the start, iteration 0) with the current point
-  /// [dim] and its objective; returning false stops the solve there (converged=false).
+  /// [dim] and its objective, the point returned included (it may come last with the next
+  /// iteration number); returning false stops the solve there (converged=false).  Must be
+  /// thread-safe when the options are shared by `minimize_multistart`.
   std::function<bool(const Eigen::VectorXd& x, int iteration, double f)> on_iteration;
 };
 

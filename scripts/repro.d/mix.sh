@@ -21,7 +21,7 @@ fi
 mkdir -p "$res"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-base=("$bin/mixlaw-fit" "$s/pile17_1B.csv" --params 195.2 --tokens 2500 --fix H=0.3 --seeds 5 -q)
+base=("$bin/mixlaw-fit" "$s/pile17_1B.csv" --params 195.2 --tokens 2500 --fix H=0.3 -q)
 split_args() {  # SPLIT -> the flags that make it
   case $1 in
     paper) echo "--split $s/pile17_1B_split.json" ;;
@@ -44,7 +44,7 @@ for split in paper random1 random2; do
   for arm in "${arms[@]}"; do
     out=$tmp/$split-$arm.json
     # shellcheck disable=SC2046
-    "${base[@]}" $(split_args $split) $(arm_args "$arm") -o "$out"
+    "${base[@]}" $(split_args $split) $(arm_args "$arm") --seeds 5 -o "$out"
     rows+=("$(jq -c --arg split "$split" --arg arm "$arm" '[.laws[] | {split: $split, arm: $arm, law,
         val_mre: .seeds.val_mre, train_mre: .seeds.train_mre, fit_seconds, l2_seed0: .regularisation.l2}]' "$out")")
   done

@@ -389,6 +389,13 @@ TEST_CASE("mixlaw: l2 chosen by cross-validation follows the one-standard-error 
   for (std::size_t g = 0; g < 3; ++g)
     if (r.l2_scores[g] <= r.l2_scores[best] + r.l2_score_se[best]) chosen = std::max(chosen, opt.l2_grid[g]);
   CHECK(r.l2 == chosen);
+  // With 2 % noise on the losses the noise term is still worth its keep: the rule keeps l2 small.
+  Rng rng(77);
+  for (Eigen::Index r2 = 0; r2 < d.loss.rows(); ++r2)
+    for (Eigen::Index i = 0; i < d.loss.cols(); ++i) d.loss(r2, i) *= 1 + 0.02 * rng.normal();
+  const auto noisy = fit_mixlaw(*law, d, opt);
+  CHECK(noisy.l2 < 1.0);
+  CHECK(noisy.l2_scores[0] < noisy.l2_scores[2]);
   // Laws with no noise term ignore the penalty and report no cross-validation.
   const auto cap = fit_mixlaw(*make_mixlaw("capacity"), d, opt);
   CHECK(cap.l2_scores.empty());
