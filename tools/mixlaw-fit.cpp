@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
             ->delimiter(',')->capture_default_str()->check(cli::non_negative());
         app.add_option("--l2-folds", a.l2_folds, "Folds of --l2 auto's cross-validation")->capture_default_str()->check(cli::int_range(2, 1000));
         app.add_option("--max-evals", a.max_evals,
-                       "Stop each local solve after this many objective evaluations (0 = at convergence); the "
+                       "Stop each local solve after this many objective evaluations (0 = no cap); the "
                        "reference's SciPy cap of 15000 finite-difference evaluations is about 174 here")
             ->capture_default_str()->check(cli::int_range(0, 100000000));
         app.add_option("--early-stop", a.early_stop,
