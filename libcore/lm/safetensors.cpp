@@ -16,6 +16,7 @@
 #include "io/mapped_file.hpp"
 #include "io/table.hpp"
 #include "lm/gguf.hpp"
+#include "lm/hf_config.hpp"
 #include "lm/tokenizer.hpp"
 #include "num/half.hpp"
 #include "util/error.hpp"
@@ -131,24 +132,6 @@ std::vector<float> to_floats(const std::uint8_t* data, const Entry& e) {
 
 namespace {
 
-int cfg_int(const json& c, const char* key, const std::string& where, bool required, int fallback) {
-  if (!c.contains(key) || c[key].is_null()) {
-    if (required) throw InputError(std::string("config.json lacks '") + key + "'", where);
-    return fallback;
-  }
-  const json* v = &c[key];
-  if (v->is_array() && !v->empty()) v = &(*v)[0];  // eos_token_id may be a list
-  if (!v->is_number_integer() || v->get<std::int64_t>() < -1 || v->get<std::int64_t>() > (1ll << 30))
-    throw InputError(std::string("config.json '") + key + "' is not a valid integer", where);
-  return v->get<int>();
-}
-
-double cfg_double(const json& c, const char* key, const std::string& where, double fallback) {
-  if (!c.contains(key) || c[key].is_null()) return fallback;
-  if (!c[key].is_number()) throw InputError(std::string("config.json '") + key + "' is not a number", where);
-  return c[key].get<double>();
-}
-
 /// A moe slot's Hugging Face name in a Mixtral checkpoint (block_sparse_moe.gate, experts.{}.w1 =
 /// gate, w2 = down, w3 = up); other names unchanged.
 std::string mixtral_name(std::string hf) {
@@ -164,8 +147,7 @@ std::string mixtral_name(std::string hf) {
   return hf;
 }
 
-/// The model_type of icmlkit's own moe checkpoints (any moe model that is not a Mixtral).
-const char* const kMoeType = "icmlkit_moe";
+const char* const kMoeType = kHfMoeModelType;
 
 /// The shards of a checkpoint, mapped once, and where each tensor lives.
 class Shards {
@@ -262,65 +244,8 @@ Model load_model(const std::string& path) {
   const fs::path cfg_path = dir / "config.json";
   const std::string cw = cfg_path.string();
   const json cfg = io::read_json(cfg_path.string());
-  if (!cfg.is_object()) throw InputError("config.json is not an object", cw);
-  const std::string mt = cfg.value("model_type", std::string());
-  if (mt != "llama" && mt != "mixtral" && mt != kMoeType)
-    throw InputError("model_type '" + mt + "' is not supported (llama, mixtral and " + kMoeType + " are)", cw);
-  if (mt == "mixtral" && cfg.contains("sliding_window") && !cfg["sliding_window"].is_null())
-    throw InputError("sliding_window attention is not supported (set it to null)", cw);
-  if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) throw InputError("rope_scaling is not supported", cw);
-  if (cfg.value("attention_bias", false) || cfg.value("mlp_bias", false)) throw InputError("attention/MLP biases are not supported", cw);
-  if (cfg.value("hidden_act", std::string("silu")) != "silu") throw InputError("hidden_act must be silu", cw);
-  ModelConfig c;
-  c.vocab_size = cfg_int(cfg, "vocab_size", cw, true, 0);
-  c.d_model = cfg_int(cfg, "hidden_size", cw, true, 0);
-  c.n_layers = cfg_int(cfg, "num_hidden_layers", cw, true, 0);
-  c.n_heads = cfg_int(cfg, "num_attention_heads", cw, true, 0);
-  c.n_kv_heads = cfg_int(cfg, "num_key_value_heads", cw, false, c.n_heads);
-  c.d_ff = cfg_int(cfg, "intermediate_size", cw, true, 0);
-  c.n_ctx = cfg_int(cfg, "max_position_embeddings", cw, true, 0);
-  c.rope_theta = cfg_double(cfg, "rope_theta", cw, 10000.0);
-  c.rms_eps = cfg_double(cfg, "rms_norm_eps", cw, 1e-6);
-  c.tied = cfg.value("tie_word_embeddings", false);
-  c.bos_id = cfg_int(cfg, "bos_token_id", cw, false, -1);
-  c.eos_id = cfg_int(cfg, "eos_token_id", cw, false, -1);
-  c.add_bos = c.bos_id >= 0;
-  c.rope_style = RopeStyle::half;
-  if (c.n_layers < 0 || c.n_layers > 4096)  // before anything is sized by it (as the GGUF reader)
-    throw InputError(fmt::format("num_hidden_layers {} is outside [0, 4096]", c.n_layers), cw);
-  if (mt == "mixtral") {
-    c.block_types.assign(std::size_t(std::max(0, c.n_layers)), BlockType::moe);
-    c.moe.n_experts = cfg_int(cfg, "num_local_experts", cw, true, 0);
-    c.moe.top_k = cfg_int(cfg, "num_experts_per_tok", cw, true, 0);
-    c.moe.d_expert = c.d_ff;
-  } else if (mt == kMoeType) {
-    if (!cfg.contains("block_types") || !cfg["block_types"].is_array() || cfg["block_types"].size() != std::size_t(std::max(0, c.n_layers)))
-      throw InputError("config.json 'block_types' must list num_hidden_layers block types", cw);
-    for (std::size_t i = 0; i < cfg["block_types"].size(); ++i) {
-      const json& b = cfg["block_types"][i];
-      if (!b.is_string()) throw InputError("config.json 'block_types' holds a non-string", cw);
-      c.block_types.push_back(parse_block_type(b.get<std::string>(), int(i), cw));
-    }
-    MoeConfig& e = c.moe;
-    e.n_experts = cfg_int(cfg, "n_routed_experts", cw, true, 0);
-    e.top_k = cfg_int(cfg, "num_experts_per_tok", cw, true, 0);
-    e.d_expert = cfg_int(cfg, "moe_intermediate_size", cw, true, 0);
-    e.d_shared = cfg_int(cfg, "shared_expert_intermediate_size", cw, false, 0);
-    e.d_latent = cfg_int(cfg, "latent_size", cw, false, 0);
-    e.routed_scaling = cfg_double(cfg, "routed_scaling_factor", cw, 1.0);
-    if (cfg.contains("norm_topk_prob") && !cfg["norm_topk_prob"].is_boolean())
-      throw InputError("config.json 'norm_topk_prob' is not a boolean", cw);
-    e.norm_topk = cfg.value("norm_topk_prob", true);
-    const auto str = [&](const char* key, const char* fallback) {
-      if (cfg.contains(key) && !cfg[key].is_string()) throw InputError(std::string("config.json '") + key + "' is not a string", cw);
-      return cfg.value(key, std::string(fallback));
-    };
-    e.router = parse_router_kind(str("scoring_func", "softmax"), cw + ":scoring_func");
-    e.act = parse_expert_act(str("expert_act", "swiglu"), cw + ":expert_act");
-  }
-  if (c.n_heads > 0 && cfg.contains("head_dim") && !cfg["head_dim"].is_null() &&
-      cfg_int(cfg, "head_dim", cw, false, 0) * c.n_heads != c.d_model)
-    throw InputError("head_dim * num_attention_heads != hidden_size is not supported", cw);
+  const ModelConfig c = config_from_hf_json(cfg, cw);
+  const std::string mt = cfg.value("model_type", std::string());  // a string: checked above
   const Shards shards(dir, single);
   // F16/BF16 take two bytes per weight: a config implying more weights than the shards hold
   // is refused before anything is allocated.

@@ -27,6 +27,10 @@ cp "$work/hf32/model.safetensors" "$work/st/f32.safetensors"
 "$bin/lm-convert" "$work/lmoe.h5" -o "$work/gguf/icmlkit-moe.gguf" --dtype f16 -q
 "$bin/lm-convert" "$work/lmoe.h5" -o "$work/hfmoe" -q
 cp "$work/hfmoe/model.safetensors" "$work/st/moe.safetensors"
+# config.json of each kind: llama (bf16, f32), icmlkit_moe, mixtral
+"$bin/lm-convert" "$work/moe.h5" -o "$work/hfmix" -q
+mkdir -p "$work/hfc"
+for d in hf hf32 hfmoe hfmix; do cp "$work/$d/config.json" "$work/hfc/$d.json"; done
 # the other parsers: the CLI tests' fixtures, each led by the byte that picks the harness's format
 # where it has one, and the seeds that have no fixture (test/fuzz/seeds/<target>)
 fx=$root/../cli/fixtures
@@ -38,8 +42,8 @@ seed vectors 00 ann_empty.fbin; seed vectors 02 ann_small.csv
 seed rank 00 rank_small.csv; seed rank 00 rank_partial.csv; seed rank 01 rank_tie.csv
 cp "$fx"/cde_*.ts "$work/ts/"
 for t in vectors openai; do cp "$root/seeds/$t"/* "$work/$t/"; done
-for t in gguf st table ts vectors rank openai; do
-  exe=$fuzz/fuzz_$t; [ $t = st ] && exe=$fuzz/fuzz_safetensors
+for t in gguf st hfc table ts vectors rank openai; do
+  exe=$fuzz/fuzz_$t; [ $t = st ] && exe=$fuzz/fuzz_safetensors; [ $t = hfc ] && exe=$fuzz/fuzz_hf_config
   [ -z "${FUZZ_ONLY:-}" ] || [ "$(basename "$exe")" = "$FUZZ_ONLY" ] || continue
   echo "fuzz: $(basename "$exe") for ${secs}s, seeds: $(ls "$work/$t" | tr '\n' ' ')"
   # the corpus it grows is kept between runs in FUZZ_CORPUS/<target> when FUZZ_CORPUS is set

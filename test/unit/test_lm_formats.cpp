@@ -8,9 +8,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
+#include <vector>
 
 #include "lm/forward.hpp"
 #include "lm/gguf.hpp"
+#include "lm/hf_config.hpp"
 #include "lm/model_io.hpp"
 #include "lm/safetensors.hpp"
 #include "lm/tokenizer.hpp"
@@ -555,4 +558,33 @@ TEST_CASE("formats: a GGUF whose config implies more weights than its bytes can 
   }
   CAPTURE(msg);
   CHECK(msg.find("implies") != std::string::npos);
+}
+
+TEST_CASE("formats: config.json keys of the wrong type are refused by name, not by the JSON library") {
+  const nlohmann::json good = {{"model_type", "llama"}, {"vocab_size", 40}, {"hidden_size", 16}, {"num_hidden_layers", 1},
+                               {"num_attention_heads", 2}, {"intermediate_size", 24}, {"max_position_embeddings", 16}};
+  const lm::ModelConfig c = lm::config_from_hf_json(good, "config.json");
+  CHECK(c.d_model == 16);
+  CHECK(c.n_kv_heads == 2);
+  CHECK_FALSE(c.tied);
+  // Each of these threw nlohmann's type_error from json::value() before (the fuzzer's
+  // fuzz_hf_config accepts only our errors); null takes the default.
+  for (const auto& [key, value, what] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"attention_bias", "yes", "'attention_bias' is not a boolean"},
+           {"tie_word_embeddings", 1, "'tie_word_embeddings' is not a boolean"},
+           {"hidden_act", 3, "'hidden_act' is not a string"},
+           {"model_type", nlohmann::json::array(), "'model_type' is not a string"}}) {
+    nlohmann::json bad = good;
+    bad[key] = value;
+    try {
+      (void)lm::config_from_hf_json(bad, "config.json");
+      FAIL("accepted " << key);
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find(what) != std::string::npos);
+    }
+  }
+  nlohmann::json nulls = good;
+  nulls["tie_word_embeddings"] = nullptr;
+  nulls["hidden_act"] = nullptr;
+  CHECK_FALSE(lm::config_from_hf_json(nulls, "config.json").tied);
 }
