@@ -42,7 +42,8 @@ struct Args {
   std::vector<double> l2_grid{0.0, 0.01, 0.1, 1.0};
   int l2_folds = 5;
   double early_stop = 0;
-  int max_evals = 0, cv_folds = 0, seeds = 0;
+  int max_evals = 0, cv_folds = 0, seeds = 0, max_iterations = 1000;
+  bool l2_given = false, l2_cv_given = false, remedies_given = false;  // set from the parser, for warnings
   std::string trace;
 };
 
@@ -71,6 +72,7 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
   }
   opt.l2_grid = a.l2_grid;
   opt.l2_folds = a.l2_folds;
+  opt.lbfgs.max_iterations = a.max_iterations;
   if (!exact) {
     opt.max_evals = a.max_evals;
     opt.early_stop = a.early_stop;
@@ -131,9 +133,17 @@ nlohmann::json fit_one(const std::string& name, const Args& a, const fit::MixDat
                                          {"early_stop_iterations", r.early_stop_step}, {"cv_folds", opt.cv_folds}}}};
   if (name == "capacity-noise") {
     // Noise terms the fit kept: a penalised A_i can shrink to nothing, leaving the capacity law.
+    // A term counts when it adds more than 1e-3 (nats) to some training entry's prediction.
+    const Eigen::Index K = static_cast<Eigen::Index>(train.domains.size());
     int used = 0;
-    for (std::size_t i = 0; i < names.size(); ++i)
-      if (names[i].rfind("A[", 0) == 0 && r.params[static_cast<Eigen::Index>(i)] > 1e-6) ++used;
+    for (Eigen::Index i = 0; i < K; ++i) {
+      const double amp = r.params[4 * K + i], expo = r.params[2 * K + i];
+      double most = 0;
+      for (Eigen::Index row = 0; row < train.h.rows(); ++row)
+        if (train.mask(row, i) > 0)
+          most = std::max(most, amp * std::pow(train.tokens[row] * std::max(train.h(row, i), 1e-4), -expo));
+      used += most > 1e-3 ? 1 : 0;
+    }
     out["regularisation"]["noise_terms_used"] = used;
   }
   if (!r.l2_scores.empty())
@@ -181,7 +191,7 @@ int main(int argc, char** argv) {
       "(their eq. 1), exponential (Ye et al. 2025), linear (RegMix-style regression); --law all fits every law "
       "on the same split.  Objective: mean squared error on raw loss over entries with h_i > --min-weight, "
       "minimised by L-BFGS in a bounded reparametrisation from seeded starts with basin hopping.",
-      "  mixlaw-fit ../shared/data/scaling/pile17_1B.csv --split ../shared/data/scaling/pile17_1B_split.json --params 195.2 --tokens 2500 --law all\n"
+      "  mixlaw-fit ../shared/data/scaling/pile17_1B.csv --split ../shared/data/scaling/pile17_1B_split.json --params 195.2 --tokens 2500 --fix H=0.3 --law all\n"
       "  mixlaw-fit ../shared/data/scaling/regmix/train_mixture_1m.csv ../shared/data/scaling/regmix/train_pile_loss_1m.csv --test-mixture ../shared/data/scaling/regmix/test_mixture_1m.csv --test-losses ../shared/data/scaling/regmix/test_pile_loss_1m.csv --weight-pattern 'train_the_pile_{}' --loss-pattern 'metric/the_pile_{}_val_loss' --allow-missing-losses --law exponential --params 1 --tokens 1\n"
       "  mixlaw-fit ../shared/data/scaling/dai-zheng/dmsl_llm_slimpajama.csv --weight-pattern 'weight_{}' --loss-pattern '{}_loss' --params-col model_size --params-scale 1e-6 --tokens-col n_tokens --tokens-scale 1e-9 --drop-incomplete --extrapolate params\n"};
   return cli::run_tool(
@@ -252,7 +262,7 @@ int main(int argc, char** argv) {
             ->check(cli::positive());
         app.add_option("--temperature", a.temperature, "Metropolis temperature of the hops")->capture_default_str()->check(cli::positive());
         app.add_option("--fix", a.fix, "Hold parameters fixed: NAME=VALUE,... (e.g. H=0.3)");
-        app.add_option("--l2", a.l2,
+        auto* l2_opt = app.add_option("--l2", a.l2,
                        "Ridge penalty L2 * sum_i A_i^2 on the noise amplitudes of capacity-noise: a number >= 0, or "
                        "auto (chosen from --l2-grid by --l2-folds-fold cross-validation on the training rows)")
             ->capture_default_str()
@@ -264,18 +274,21 @@ int main(int argc, char** argv) {
                   return v == "auto" || (x >= 0 && std::isfinite(x)) ? "" : "must be auto or a number >= 0, got " + v;
                 },
                 "auto|NUMBER>=0"));
-        app.add_option("--l2-grid", a.l2_grid, "Candidates of --l2 auto (comma-separated)")
+        auto* l2_grid_opt = app.add_option("--l2-grid", a.l2_grid, "Candidates of --l2 auto (comma-separated)")
             ->delimiter(',')->capture_default_str()->check(cli::non_negative());
-        app.add_option("--l2-folds", a.l2_folds, "Folds of --l2 auto's cross-validation")->capture_default_str()->check(cli::int_range(2, 1000));
-        app.add_option("--max-evals", a.max_evals,
+        auto* l2_folds_opt = app.add_option("--l2-folds", a.l2_folds, "Folds of --l2 auto's cross-validation")->capture_default_str()->check(cli::int_range(2, 1000));
+        app.add_option("--max-iterations", a.max_iterations,
+                       "Stop each local solve (L-BFGS) after this many iterations if it has not converged")
+            ->capture_default_str()->check(cli::int_range(1, 100000000));
+        auto* max_evals_opt = app.add_option("--max-evals", a.max_evals,
                        "Stop each local solve after this many objective evaluations (0 = no cap); the "
                        "reference's SciPy cap of 15000 finite-difference evaluations is about 174 here")
             ->capture_default_str()->check(cli::int_range(0, 100000000));
-        app.add_option("--early-stop", a.early_stop,
+        auto* early_opt = app.add_option("--early-stop", a.early_stop,
                        "Hold in this fraction of the training rows, stop each start's path where their error is "
                        "lowest, then refit all training rows for that many iterations (0 = off)")
             ->capture_default_str()->check(CLI::Range(0.0, 0.9));
-        app.add_option("--cv-folds", a.cv_folds,
+        auto* cv_opt = app.add_option("--cv-folds", a.cv_folds,
                        "Choose among starts by K-fold cross-validation on the training rows (0 = lowest objective)")
             ->capture_default_str()->check(cli::int_range(0, 1000));
         app.add_option("--seeds", a.seeds,
@@ -284,6 +297,10 @@ int main(int argc, char** argv) {
             ->check(cli::int_range(1, 1000));
         app.add_option("--trace", a.trace,
                        "Write every iteration of the fits (objective, held-in MSE, validation MRE) as JSON Lines");
+        // Remember which regularisation options were given, to warn where a law ignores them.
+        l2_opt->each([&a](const std::string&) { a.l2_given = true; });
+        for (auto* o : {l2_grid_opt, l2_folds_opt}) o->each([&a](const std::string&) { a.l2_cv_given = true; });
+        for (auto* o : {max_evals_opt, early_opt, cv_opt}) o->each([&a](const std::string&) { a.remedies_given = true; });
         app.add_flag("--predictions", a.predictions, "Add per-row validation predictions");
         app.add_flag("--drop-incomplete", a.drop_incomplete,
                      "Drop rows with an empty cell in a weight, loss, N or D column (single-table input)");
@@ -423,6 +440,12 @@ int main(int argc, char** argv) {
             if (!all.loss.col(i).isFinite().all()) missing += (missing.empty() ? "" : ", ") + all.domains[static_cast<std::size_t>(i)];
           throw InputError(fmt::format("the capacity laws need a loss for every domain; no losses for: {}", missing), a.mixture);
         }
+        if ((a.l2_given || a.l2_cv_given) && a.law != "all" && a.law != "capacity-noise")
+          log::warn("--l2 and its cross-validation apply to capacity-noise's noise term only: ignored for {}", a.law);
+        else if (a.l2_cv_given && a.l2 != "auto")
+          log::warn("--l2-grid and --l2-folds are used only with --l2 auto: ignored");
+        if (a.remedies_given && (a.law == "linear" || a.law == "all"))
+          log::warn("--max-evals, --early-stop and --cv-folds do not apply to the linear law (an exact least-squares solve)");
         const int n_seeds = a.seeds > 0 ? a.seeds : (a.law == "all" && val ? 5 : 1);
         nlohmann::json trace = nlohmann::json::array();
         nlohmann::json results = nlohmann::json::array(), summary = nlohmann::json::array();

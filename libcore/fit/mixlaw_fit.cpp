@@ -268,6 +268,7 @@ PathOut fit_start(const MixLaw& law, const MixObjective& obj, const Eigen::Vecto
   p1.start = start;
   p1.held_in = &held_rows;
   p1.trace = trace;
+  p1.monitor = monitor;
   p1.held_in_phase = true;
   PathOut first = run_path(law, rest_obj, z0, opt, p1);
   PathSpec p2;
@@ -306,9 +307,11 @@ MixFitResult fit_fixed_l2(const MixLaw& law, const MixData& train, const MixFitO
 void check_row_options(const MixFitOptions& opt, Eigen::Index n, bool cv_l2) {
   auto folds_ok = [&](int K) { return K >= 2 && K <= n; };
   if (cv_l2 && !folds_ok(opt.l2_folds))
-    throw UsageError(fmt::format("{} folds need 2 <= K <= {} (the training rows)", opt.l2_folds, n), "--l2-folds");
+    throw UsageError(fmt::format("the noise penalty's cross-validation needs 2 to {} folds (the training rows), not {}: "
+                                 "give --l2-folds or a fixed --l2", n, opt.l2_folds), "--l2-folds");
   if (opt.cv_folds != 0 && !folds_ok(opt.cv_folds))
-    throw UsageError(fmt::format("{} folds need 2 <= K <= {} (the training rows)", opt.cv_folds, n), "--cv-folds");
+    throw UsageError(fmt::format("the start selection's cross-validation needs 2 to {} folds (the training rows), not {}",
+                                 n, opt.cv_folds), "--cv-folds");
   if (opt.early_stop == 0) return;
   Eigen::Index smallest = n;
   for (int K : {cv_l2 ? opt.l2_folds : 0, opt.cv_folds})
