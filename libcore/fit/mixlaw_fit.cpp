@@ -228,9 +228,6 @@ PathOut run_path(const MixLaw& law, const MixObjective& obj, const Eigen::Vector
   return out;
 }
 
-// Rows `pos` of d, by position.
-MixData take(const MixData& d, const std::vector<Eigen::Index>& pos) { return d.rows(pos); }
-
 // A seeded permutation of 0..n-1.
 std::vector<Eigen::Index> shuffled(Eigen::Index n, std::uint64_t seed) {
   std::vector<Eigen::Index> perm(static_cast<std::size_t>(n));
@@ -262,7 +259,7 @@ PathOut fit_start(const MixLaw& law, const MixObjective& obj, const Eigen::Vecto
   std::vector<Eigen::Index> held(perm.end() - n_held, perm.end()), rest(perm.begin(), perm.end() - n_held);
   std::sort(held.begin(), held.end());
   std::sort(rest.begin(), rest.end());
-  const MixData held_rows = take(d, held), rest_rows = take(d, rest);
+  const MixData held_rows = d.rows(held), rest_rows = d.rows(rest);
   const MixObjective rest_obj = obj.on(rest_rows);
   PathSpec p1;
   p1.start = start;
@@ -465,8 +462,8 @@ MixFitResult fit_fixed_l2(const MixLaw& law, const MixData& train, const MixFitO
       return;
     }
     const int s = (t - starts) / folds, f = (t - starts) % folds;
-    const MixData fit_rows = take(train, fold_fit[static_cast<std::size_t>(f)]);
-    const MixData out_rows = take(train, fold_out[static_cast<std::size_t>(f)]);
+    const MixData fit_rows = train.rows(fold_fit[static_cast<std::size_t>(f)]);
+    const MixData out_rows = train.rows(fold_out[static_cast<std::size_t>(f)]);
     const MixObjective fold_obj = obj.on(fit_rows);
     const PathOut r = fit_start(law, fold_obj, z0, opt, s, false, nullptr);
     cv_sse[static_cast<std::size_t>(s * folds + f)] =
