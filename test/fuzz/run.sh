@@ -31,6 +31,14 @@ cp "$work/hfmoe/model.safetensors" "$work/st/moe.safetensors"
 "$bin/lm-convert" "$work/moe.h5" -o "$work/hfmix" -q
 mkdir -p "$work/hfc"
 for d in hf hf32 hfmoe hfmix; do cp "$work/$d/config.json" "$work/hfc/$d.json"; done
+# HDF5 checkpoints: fuzz_checkpoint's JSON recipes of our own files (llama with a tokenizer, tied, f16,
+# moe, latent-moe, recurrent-depth), written by the harness itself from the files
+"$bin/lm-init" --vocab-size 40 --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 2 --d-ff 24 --n-ctx 16 --dtype f16 -o "$work/half.h5" -q
+"$bin/lm-init" --vocab-size 40 --d-model 16 --n-heads 2 --n-kv-heads 1 --d-ff 24 --n-ctx 16 --arch recurrent-depth \
+  --prelude 1 --core 1 --coda 1 --mean-recurrence 2 --backprop-depth 1 -o "$work/recdepth.h5" -q
+mkdir -p "$work/ckpt"
+ICMLKIT_FUZZ_EMIT_SEEDS=$work/ckpt ICMLKIT_FUZZ_SEED_MODELS=$(printf "$work/%s.h5:" m bare half moe lmoe recdepth) \
+  "$fuzz/fuzz_checkpoint" > /dev/null
 # the other parsers: the CLI tests' fixtures, each led by the byte that picks the harness's format
 # where it has one, and the seeds that have no fixture (test/fuzz/seeds/<target>)
 fx=$root/../cli/fixtures
@@ -42,8 +50,9 @@ seed vectors 00 ann_empty.fbin; seed vectors 02 ann_small.csv
 seed rank 00 rank_small.csv; seed rank 00 rank_partial.csv; seed rank 01 rank_tie.csv
 cp "$fx"/cde_*.ts "$work/ts/"
 for t in vectors openai; do cp "$root/seeds/$t"/* "$work/$t/"; done
-for t in gguf st hfc table ts vectors rank openai; do
+for t in gguf st ckpt hfc table ts vectors rank openai; do
   exe=$fuzz/fuzz_$t; [ $t = st ] && exe=$fuzz/fuzz_safetensors; [ $t = hfc ] && exe=$fuzz/fuzz_hf_config
+  [ $t = ckpt ] && exe=$fuzz/fuzz_checkpoint
   [ -z "${FUZZ_ONLY:-}" ] || [ "$(basename "$exe")" = "$FUZZ_ONLY" ] || continue
   echo "fuzz: $(basename "$exe") for ${secs}s, seeds: $(ls "$work/$t" | tr '\n' ' ')"
   # the corpus it grows is kept between runs in FUZZ_CORPUS/<target> when FUZZ_CORPUS is set
