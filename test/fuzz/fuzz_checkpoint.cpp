@@ -15,20 +15,28 @@
 //                "tokenizer/model": {"type": "u8", "hex": "0a1b..."}}}
 //
 // attrs: an integer is a scalar int64, a float a float64, a string a variable-length string,
-// {"fixed": s} a fixed-length string, an array a 1-D attribute (int64 or float64), a boolean a
-// uint8.  tensors: type f32 | f64 | u16 | i32 | i64 | u8 | str; shape [] is a scalar; "values" fill
-// the first elements ("nan", "inf", "-inf" allowed), "fill" the rest; "dtype" adds the string
-// attribute that marks a u16 tensor as f16 or bf16 bits; "hex" gives a u8 tensor's bytes.
-// At most 2^20 elements per file, so every input is cheap.
+// {"fixed": s} a fixed-length string, an array of 1 to 64 numbers a 1-D attribute (int64 when all
+// are integers, else float64; "nan", "inf", "-inf" allowed, anything else 0), a boolean a uint8;
+// anything else is skipped.  tensors: type f32 | f64 | u16 | i32 | i64 | u8 | str; shape [] is a
+// scalar; "values" fill the first elements ("nan", "inf", "-inf" allowed; NaN is 0 and other
+// values saturate in an integer type), "fill" the rest; "dtype" adds the string attribute that
+// marks a u16 tensor as f16 or bf16 bits; "hex" gives a u8 tensor's bytes (and for another type
+// only its length, overriding "shape").  "libver": "earliest" writes HDF5's oldest file format
+// (what h5py writes by default) instead of the 1.8+ format our writer uses.  Names are cut at a
+// NUL.  Bounded so that every input is cheap: at most 2^20 elements, 256 attributes and 1024
+// tensors per file, names of at most 256 bytes and 4 '/' (deeper paths cost HDF5 quadratic
+// memory); what exceeds a bound is skipped.
 //
 // A bad file may only be refused with our Error (the user's exit 1), never a crash, sanitizer
-// report, other exception or timeout.  A model it accepts must be what its config says.
+// report, other exception or timeout, and the reader must leave no HDF5 object open.  A model it
+// accepts must be what its config says: a valid config, every weight finite.
 //
 // With ICMLKIT_FUZZ_EMIT_SEEDS=DIR in the environment, the harness instead writes the recipe of
 // each HDF5 file named by ICMLKIT_FUZZ_SEED_MODELS (colon-separated) into DIR and exits: run.sh
 // seeds the corpus that way from models made by lm-init.
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +45,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +61,12 @@ using nlohmann::json;
 using icmlkit::io::h5::Handle;
 
 constexpr std::uint64_t kMaxElements = 1u << 20;
+constexpr std::size_t kMaxAttrs = 256, kMaxTensors = 1024, kMaxName = 256, kMaxDepth = 4;
+
+/// Whether `name` is within the bounds on names (length, '/' count).
+bool name_ok(const std::string& name) {
+  return !name.empty() && name.size() <= kMaxName && std::size_t(std::count(name.begin(), name.end(), '/')) <= kMaxDepth;
+}
 
 /// Parses "nan" / "inf" / "-inf" or a JSON number; anything else is 0.
 double number_of(const json& v) {
@@ -73,7 +88,7 @@ Handle intermediate_groups() {
 }
 
 void write_attr(hid_t loc, const std::string& name, const json& v) {
-  if (name.empty() || H5Aexists(loc, name.c_str()) != 0) return;
+  if (!name_ok(name) || H5Aexists(loc, name.c_str()) != 0) return;
   Handle space, type;
   std::vector<std::int64_t> ints;
   std::vector<double> reals;
@@ -129,12 +144,13 @@ void write_attr(hid_t loc, const std::string& name, const json& v) {
 }
 
 void write_tensor(hid_t file, const std::string& name, const json& t, std::uint64_t& budget) {
-  if (name.empty() || !t.is_object()) return;
+  if (!name_ok(name) || !t.is_object()) return;
   const std::string kind = t.contains("type") && t["type"].is_string() ? t["type"].get<std::string>() : "f32";
+  const std::string* hex = t.contains("hex") && t["hex"].is_string() ? &t["hex"].get_ref<const std::string&>() : nullptr;
   std::vector<hsize_t> dims;
   std::uint64_t n = 1;
-  if (t.contains("hex") && t["hex"].is_string()) {
-    dims.push_back(t["hex"].get_ref<const std::string&>().size() / 2);
+  if (hex) {
+    dims.push_back(hex->size() / 2);
     n = dims[0];
   } else if (t.contains("shape") && t["shape"].is_array()) {
     if (t["shape"].size() > 4) return;
@@ -186,9 +202,8 @@ void write_tensor(hid_t file, const std::string& name, const json& t, std::uint6
     ds = put(H5T_STD_I64LE, H5T_NATIVE_INT64, v.data());
   } else if (kind == "u8") {
     std::vector<std::uint8_t> v(n);
-    if (t.contains("hex")) {
-      const auto& hex = t["hex"].get_ref<const std::string&>();
-      for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(std::strtoul(hex.substr(2 * i, 2).c_str(), nullptr, 16));
+    if (hex) {
+      for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(std::strtoul(hex->substr(2 * i, 2).c_str(), nullptr, 16));
     } else {
       for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(clamp(value(i), 0, 255));
     }
@@ -202,18 +217,28 @@ void write_tensor(hid_t file, const std::string& name, const json& t, std::uint6
   if (ds && t.contains("dtype")) write_attr(ds.get(), "dtype", t["dtype"]);
 }
 
-/// Writes the recipe's file at `path`; false when the recipe is too large or HDF5 refuses it.
-bool write_recipe(const json& r, const std::string& path) {
-  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  if (!file) return false;
-  if (r.contains("attrs") && r["attrs"].is_object())
+/// Writes the recipe's file at `path` (what exceeds a bound is left out).  Aborts when the file
+/// cannot be created or closed: that would silently stop the fuzzing (e.g. a handle the reader
+/// leaked keeping the scratch file open).
+void write_recipe(const json& r, const std::string& path) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (!(r.contains("libver") && r["libver"] == "earliest")) H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V110);
+  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+  if (!file) {
+    std::fprintf(stderr, "fuzz_checkpoint: cannot create %s\n", path.c_str());
+    std::abort();
+  }
+  if (r.contains("attrs") && r["attrs"].is_object() && r["attrs"].size() <= kMaxAttrs)
     for (const auto& [k, v] : r["attrs"].items()) write_attr(file.get(), k, v);
   std::uint64_t budget = kMaxElements;
-  if (r.contains("tensors") && r["tensors"].is_object())
+  if (r.contains("tensors") && r["tensors"].is_object() && r["tensors"].size() <= kMaxTensors)
     for (const auto& [k, v] : r["tensors"].items()) write_tensor(file.get(), k, v, budget);
   const hid_t id = file.get();
   file.release();
-  return H5Fclose(id) >= 0;
+  if (H5Fclose(id) < 0) {
+    std::fprintf(stderr, "fuzz_checkpoint: cannot close %s\n", path.c_str());
+    std::abort();
+  }
 }
 
 // ---- seeds: the recipe of an existing file ----
@@ -311,8 +336,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     if (path.empty()) continue;
     const json r = recipe_of(path);
     if (r.is_null()) continue;
-    std::ofstream(std::string(dir) + "/" + path.substr(path.find_last_of('/') + 1) + ".json") << r.dump();
-    ++written;
+    std::ofstream out(std::string(dir) + "/" + path.substr(path.find_last_of('/') + 1) + ".json");
+    if (out << r.dump()) ++written;
   }
   std::printf("fuzz_checkpoint: wrote %d seed recipes to %s\n", written, dir);
   std::exit(written > 0 ? 0 : 1);
@@ -323,15 +348,32 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const json recipe = json::parse(data, data + size, nullptr, false);
   if (recipe.is_discarded() || !recipe.is_object()) return 0;
   const std::string path = fuzz::scratch_file(nullptr, 0, ".h5");
-  if (!write_recipe(recipe, path)) return 0;
+  write_recipe(recipe, path);
+  lm::Model m;
+  bool accepted = true;
   try {
-    const lm::Model m = lm::load_any(path);
-    // What was accepted is what its config says: a valid config, every tensor finite.
-    m.config.validate("accepted checkpoint");
-    for (const auto& t : lm::tensor_slots(m))
-      for (std::size_t i = 0; i < std::size_t(t.rows) * std::size_t(t.cols ? t.cols : 1); ++i)
-        if (!std::isfinite(t.data[i])) std::abort();
+    m = lm::load_any(path);
   } catch (const Error&) {
+    accepted = false;
   }
+  // Refused or not, the reader closed everything it opened.
+  if (const auto open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL); open != 0) {
+    std::fprintf(stderr, "fuzz_checkpoint: the reader left %lld HDF5 objects open\n", static_cast<long long>(open));
+    std::abort();
+  }
+  if (!accepted) return 0;
+  // What was accepted is what its config says: a valid config, every weight finite.
+  try {
+    m.config.validate("accepted checkpoint");
+  } catch (const Error& e) {
+    std::fprintf(stderr, "fuzz_checkpoint: accepted an invalid config: %s\n", e.what());
+    std::abort();
+  }
+  for (const auto& t : lm::tensor_slots(std::as_const(m)))
+    for (std::size_t i = 0; i < std::size_t(t.rows) * std::size_t(t.cols ? t.cols : 1); ++i)
+      if (!std::isfinite(t.data[i])) {
+        std::fprintf(stderr, "fuzz_checkpoint: accepted a non-finite weight: %s[%zu]\n", t.gguf.c_str(), i);
+        std::abort();
+      }
   return 0;
 }

@@ -7,6 +7,8 @@
 set -euo pipefail
 bin=$(cd "$1" && pwd); fuzz=$(cd "$2" && pwd); secs=${3:-300}
 root=$(cd "$(dirname "$0")" && pwd)
+# undefined behaviour is a finding too: stop at the first report (the harnesses are built recoverable)
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/gguf" "$work/st" "$root/findings"
