@@ -2,7 +2,8 @@
 # Seeds each fuzzer (model files made by our own tools; the kept seeds of test/fuzz/seeds), then
 # runs it for SECONDS.  Findings are written to test/fuzz/findings/ (add each as a regression
 # under test/fuzz/regressions/).  FUZZ_ONLY=fuzz_table runs one target; FUZZ_CORPUS=DIR keeps the
-# corpora between runs (a long campaign in pieces).
+# corpora between runs (a long campaign in pieces); FUZZ_ARGS adds libFuzzer flags (-fork=2: two
+# processes sharing the corpus).
 # Usage: run.sh BIN_DIR FUZZ_DIR SECONDS
 set -euo pipefail
 bin=$(cd "$1" && pwd); fuzz=$(cd "$2" && pwd); secs=${3:-300}
@@ -60,5 +61,5 @@ for t in gguf st ckpt hfc table ts vectors rank openai; do
   # the corpus it grows is kept between runs in FUZZ_CORPUS/<target> when FUZZ_CORPUS is set
   corpus=$work/$t
   if [ -n "${FUZZ_CORPUS:-}" ]; then corpus=$FUZZ_CORPUS/$(basename "$exe"); mkdir -p "$corpus"; cp -n "$work/$t"/* "$corpus/"; fi
-  (cd "$root/findings" && "$exe" "$corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1 | tail -15)
+  (cd "$root/findings" && "$exe" "$corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 ${FUZZ_ARGS:-} 2>&1 | tail -15)
 done
