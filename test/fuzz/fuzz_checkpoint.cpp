@@ -87,6 +87,8 @@ Handle intermediate_groups() {
   return lcpl;
 }
 
+/// Writes attribute `name` on `loc` as the recipe's value `v` says (header comment); skips a name
+/// out of bounds or already there, and a value of no recipe type.
 void write_attr(hid_t loc, const std::string& name, const json& v) {
   if (!name_ok(name) || H5Aexists(loc, name.c_str()) != 0) return;
   Handle space, type;
@@ -103,17 +105,6 @@ void write_attr(hid_t loc, const std::string& name, const json& v) {
     type = Handle(H5Tcopy(H5T_STD_U8LE));
     mem = H5T_NATIVE_UINT8;
     buf = &flag;
-  } else if (v.is_number_integer()) {
-    ints.push_back(v.is_number_unsigned() ? static_cast<std::int64_t>(v.get<std::uint64_t>()) : v.get<std::int64_t>());
-    space = Handle(H5Screate(H5S_SCALAR));
-    type = Handle(H5Tcopy(H5T_STD_I64LE));
-    buf = ints.data();
-  } else if (v.is_number_float()) {
-    reals.push_back(v.get<double>());
-    space = Handle(H5Screate(H5S_SCALAR));
-    type = Handle(H5Tcopy(H5T_IEEE_F64LE));
-    mem = H5T_NATIVE_DOUBLE;
-    buf = reals.data();
   } else if (v.is_string() || (v.is_object() && v.contains("fixed") && v["fixed"].is_string())) {
     const bool fixed = v.is_object();
     text = fixed ? v["fixed"].get<std::string>() : v.get<std::string>();
@@ -124,15 +115,17 @@ void write_attr(hid_t loc, const std::string& name, const json& v) {
     mem = type.get();
     text_ptr = text.c_str();
     buf = fixed ? static_cast<const void*>(text_ptr) : static_cast<const void*>(&text_ptr);
-  } else if (v.is_array() && !v.empty() && v.size() <= 64) {
+  } else if (v.is_number() || (v.is_array() && !v.empty() && v.size() <= 64)) {
+    // numbers: a scalar, or an array as a 1-D attribute; int64 when all are integers, else float64
+    const json items = v.is_array() ? v : json::array({v});
     bool integral = true;
-    for (const auto& e : v) integral = integral && e.is_number_integer();
-    for (const auto& e : v) {
-      if (integral) ints.push_back(e.get<std::int64_t>());
-      else reals.push_back(number_of(e));
+    for (const auto& e : items) integral = integral && e.is_number_integer();
+    for (const auto& e : items) {
+      if (!integral) reals.push_back(number_of(e));
+      else ints.push_back(e.is_number_unsigned() ? static_cast<std::int64_t>(e.get<std::uint64_t>()) : e.get<std::int64_t>());
     }
-    const hsize_t n = v.size();
-    space = Handle(H5Screate_simple(1, &n, nullptr));
+    const hsize_t n = items.size();
+    space = Handle(v.is_array() ? H5Screate_simple(1, &n, nullptr) : H5Screate(H5S_SCALAR));
     type = Handle(H5Tcopy(integral ? H5T_STD_I64LE : H5T_IEEE_F64LE));
     mem = integral ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
     buf = integral ? static_cast<const void*>(ints.data()) : static_cast<const void*>(reals.data());

@@ -54,8 +54,7 @@ seed rank 00 rank_small.csv; seed rank 00 rank_partial.csv; seed rank 01 rank_ti
 cp "$fx"/cde_*.ts "$work/ts/"
 for t in vectors openai; do cp "$root/seeds/$t"/* "$work/$t/"; done
 for t in gguf st ckpt hfc table ts vectors rank openai; do
-  exe=$fuzz/fuzz_$t; [ $t = st ] && exe=$fuzz/fuzz_safetensors; [ $t = hfc ] && exe=$fuzz/fuzz_hf_config
-  [ $t = ckpt ] && exe=$fuzz/fuzz_checkpoint
+  case $t in st) exe=$fuzz/fuzz_safetensors ;; hfc) exe=$fuzz/fuzz_hf_config ;; ckpt) exe=$fuzz/fuzz_checkpoint ;; *) exe=$fuzz/fuzz_$t ;; esac
   [ -z "${FUZZ_ONLY:-}" ] || [ "$(basename "$exe")" = "$FUZZ_ONLY" ] || continue
   echo "fuzz: $(basename "$exe") for ${secs}s, seeds: $(ls "$work/$t" | tr '\n' ' ')"
   # the corpus it grows is kept between runs in FUZZ_CORPUS/<target> when FUZZ_CORPUS is set
