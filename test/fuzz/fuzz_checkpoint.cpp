@@ -321,19 +321,26 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = std::getenv("ICMLKIT_FUZZ_EMIT_SEEDS");
   if (!dir) return 0;
   std::string models = std::getenv("ICMLKIT_FUZZ_SEED_MODELS") ? std::getenv("ICMLKIT_FUZZ_SEED_MODELS") : "";
-  int written = 0;
+  int written = 0, failed = 0;
   for (std::size_t at = 0; at <= models.size();) {
     const std::size_t end = models.find(':', at) == std::string::npos ? models.size() : models.find(':', at);
     const std::string path = models.substr(at, end - at);
     at = end + 1;
     if (path.empty()) continue;
     const json r = recipe_of(path);
-    if (r.is_null()) continue;
-    std::ofstream out(std::string(dir) + "/" + path.substr(path.find_last_of('/') + 1) + ".json");
-    if (out << r.dump()) ++written;
+    const std::string seed = std::string(dir) + "/" + path.substr(path.find_last_of('/') + 1) + ".json";
+    if (r.is_null()) {
+      std::fprintf(stderr, "fuzz_checkpoint: cannot open %s as an HDF5 file\n", path.c_str());
+      ++failed;
+    } else if (std::ofstream out(seed); !(out << r.dump())) {
+      std::fprintf(stderr, "fuzz_checkpoint: cannot write %s\n", seed.c_str());
+      ++failed;
+    } else {
+      ++written;
+    }
   }
   std::printf("fuzz_checkpoint: wrote %d seed recipes to %s\n", written, dir);
-  std::exit(written > 0 ? 0 : 1);
+  std::exit(written > 0 && failed == 0 ? 0 : 1);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

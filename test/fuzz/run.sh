@@ -3,10 +3,19 @@
 # runs it for SECONDS.  Findings are written to test/fuzz/findings/ (add each as a regression
 # under test/fuzz/regressions/).  FUZZ_ONLY=fuzz_table runs one target; FUZZ_CORPUS=DIR keeps the
 # corpora between runs (a long campaign in pieces); FUZZ_ARGS adds libFuzzer flags (-fork=2: two
-# processes sharing the corpus).
-# Usage: run.sh BIN_DIR FUZZ_DIR SECONDS
+# processes sharing the corpus; its execution count is the last "#N: cov" line, not a stats block).
+# Inputs are capped at 64 KiB (-max_len): a larger seed is cut, so keep seeds small.
+# Usage: run.sh BIN_DIR FUZZ_DIR [SECONDS (default 300)]
 set -euo pipefail
-bin=$(cd "$1" && pwd); fuzz=$(cd "$2" && pwd); secs=${3:-300}
+targets="fuzz_gguf fuzz_safetensors fuzz_checkpoint fuzz_hf_config fuzz_table fuzz_ts fuzz_vectors fuzz_rank fuzz_openai"
+usage() { echo "run.sh: $1 (usage: run.sh BIN_DIR FUZZ_DIR [SECONDS]; FUZZ_ONLY one of: $targets)" >&2; exit 2; }
+[ $# -ge 2 ] || usage "BIN_DIR and FUZZ_DIR are required"
+secs=${3:-300}
+[[ $secs =~ ^[1-9][0-9]*$ ]] || usage "SECONDS must be a positive whole number of seconds, got '$secs'"
+[ -z "${FUZZ_ONLY:-}" ] || [[ " $targets " == *" $FUZZ_ONLY "* ]] || usage "unknown FUZZ_ONLY '$FUZZ_ONLY'"
+[ -x "$1/lm-init" ] || usage "$1 has no lm-init (BIN_DIR is the normal build's bin/)"
+for t in ${FUZZ_ONLY:-$targets}; do [ -x "$2/$t" ] || usage "$2 has no $t (FUZZ_DIR is the fuzz build's fuzz/: make -f Makefile.shortcuts fuzz)"; done
+bin=$(cd "$1" && pwd); fuzz=$(cd "$2" && pwd)
 root=$(cd "$(dirname "$0")" && pwd)
 # undefined behaviour is a finding too: stop at the first report (the harnesses are built recoverable)
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
@@ -40,8 +49,10 @@ for d in hf hf32 hfmoe hfmix; do cp "$work/$d/config.json" "$work/hfc/$d.json"; 
 "$bin/lm-init" --vocab-size 40 --d-model 16 --n-heads 2 --n-kv-heads 1 --d-ff 24 --n-ctx 16 --arch recurrent-depth \
   --prelude 1 --core 1 --coda 1 --mean-recurrence 2 --backprop-depth 1 -o "$work/recdepth.h5" -q
 mkdir -p "$work/ckpt"
-ICMLKIT_FUZZ_EMIT_SEEDS=$work/ckpt ICMLKIT_FUZZ_SEED_MODELS=$(printf "$work/%s.h5:" m bare half moe lmoe recdepth) \
-  "$fuzz/fuzz_checkpoint" > /dev/null
+if [ -x "$fuzz/fuzz_checkpoint" ]; then
+  ICMLKIT_FUZZ_EMIT_SEEDS=$work/ckpt ICMLKIT_FUZZ_SEED_MODELS=$(printf "$work/%s.h5:" m bare half moe lmoe recdepth) \
+    "$fuzz/fuzz_checkpoint" > /dev/null
+fi
 # the other parsers: the CLI tests' fixtures, each led by the byte that picks the harness's format
 # where it has one, and the seeds that have no fixture (test/fuzz/seeds/<target>)
 fx=$root/../cli/fixtures
