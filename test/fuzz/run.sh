@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Seeds each fuzzer (model files made by our own tools; the kept seeds of test/fuzz/seeds), then
-# runs it for SECONDS.  Findings are written to test/fuzz/findings/ (add each as a regression
-# under test/fuzz/regressions/).  FUZZ_ONLY=fuzz_table runs one target; FUZZ_CORPUS=DIR keeps the
+# Seeds each fuzzer (the kept corpus test/fuzz/corpus/<target>.tar.xz, model files made by our own
+# tools, the kept seeds of test/fuzz/seeds), then runs it for SECONDS.  Findings are written to
+# test/fuzz/findings/ (keep each, once fixed, as test/fuzz/regressions/<target without fuzz_>-NAME:
+# the test suite replays it through its harness).  FUZZ_ONLY=fuzz_table runs one target; FUZZ_CORPUS=DIR keeps the
 # corpora between runs (a long campaign in pieces); FUZZ_ARGS adds libFuzzer flags (-fork=2: two
 # processes sharing the corpus; its execution count is the last "#N: cov" line, not a stats block).
 # Inputs are capped at 64 KiB (-max_len): a larger seed is cut, so keep seeds small.
@@ -63,11 +64,14 @@ seed table 03 mix_split.json; seed table 04 mix_losses_long.jsonl
 seed vectors 00 ann_empty.fbin; seed vectors 02 ann_small.csv
 seed rank 00 rank_small.csv; seed rank 00 rank_partial.csv; seed rank 01 rank_tie.csv
 cp "$fx"/cde_*.ts "$work/ts/"
-for t in vectors openai; do cp "$root/seeds/$t"/* "$work/$t/"; done
+for t in vectors openai ckpt; do cp "$root/seeds/$t"/* "$work/$t/"; done
 for t in gguf st ckpt hfc table ts vectors rank openai; do
   case $t in st) exe=$fuzz/fuzz_safetensors ;; hfc) exe=$fuzz/fuzz_hf_config ;; ckpt) exe=$fuzz/fuzz_checkpoint ;; *) exe=$fuzz/fuzz_$t ;; esac
   [ -z "${FUZZ_ONLY:-}" ] || [ "$(basename "$exe")" = "$FUZZ_ONLY" ] || continue
-  echo "fuzz: $(basename "$exe") for ${secs}s, seeds: $(ls "$work/$t" | tr '\n' ' ')"
+  # the kept corpus of the longest campaign so far (pack-corpus.sh), with the seeds made above
+  kept=$root/corpus/$(basename "$exe").tar.xz
+  [ ! -f "$kept" ] || tar -xJf "$kept" -C "$work/$t"
+  echo "fuzz: $(basename "$exe") for ${secs}s, $(ls "$work/$t" | wc -l) seeds (the kept corpus and files made by our tools)"
   # the corpus it grows is kept between runs in FUZZ_CORPUS/<target> when FUZZ_CORPUS is set
   corpus=$work/$t
   if [ -n "${FUZZ_CORPUS:-}" ]; then corpus=$FUZZ_CORPUS/$(basename "$exe"); mkdir -p "$corpus"; cp -n "$work/$t"/* "$corpus/"; fi
