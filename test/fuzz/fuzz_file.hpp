@@ -1,6 +1,7 @@
 // Harness support: the readers that take a path get the fuzzer's bytes through a file of this
-// process in /dev/shm (memory; TMPDIR when /dev/shm is absent), rewritten for every input and
-// removed when the process exits normally.
+// process in ICMLKIT_FUZZ_SCRATCH when set (fuzz-replay's ctest cases set their own temporary
+// directory, removed even when a finding kills the process), else /dev/shm (memory; TMPDIR when
+// /dev/shm is absent), rewritten for every input and removed when the process exits normally.
 #pragma once
 
 #include <unistd.h>
@@ -25,7 +26,9 @@ struct ScratchFiles {
 /// Writes `data` to this process's scratch file ending in `ext` and returns its path.
 inline std::string scratch_file(const std::uint8_t* data, std::size_t size, const std::string& ext) {
   static ScratchFiles made;
-  const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
+  const char* dir = std::getenv("ICMLKIT_FUZZ_SCRATCH");
+  if (dir == nullptr || *dir == '\0')
+    dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
   const std::string path = std::string(dir) + "/icmlkit-fuzz-" + std::to_string(getpid()) + ext;
   made.paths.insert(path);
   if (FILE* f = std::fopen(path.c_str(), "wb")) {

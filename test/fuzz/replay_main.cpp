@@ -1,11 +1,19 @@
 // fuzz-replay: runs fuzzer inputs through a harness of test/fuzz without libFuzzer, so the normal
 // (and the sanitizer) test suite replays the kept corpora (test/fuzz/corpus/<target>.tar.xz) and
 // the regression inputs.  Each harness is compiled here with its libFuzzer entry points renamed
-// (LLVMFuzzerTestOneInput -> replay_<target>, LLVMFuzzerInitialize -> replay_init_<target>); a
-// harness that finds a defect aborts, so a finding fails the test.
+// (LLVMFuzzerTestOneInput -> replay_<target>, LLVMFuzzerInitialize -> replay_init_<target>).  What
+// libFuzzer counts as a finding fails the replay and names the input: a harness abort, a crash, a
+// sanitizer report, an input that runs longer than the campaign's -timeout (10 s; 30 s in a
+// sanitizer build) and, as far as a plain process can tell, one that exhausts memory (the address
+// space is capped at 4 GiB, so a runaway allocation throws std::bad_alloc, which no harness catches;
+// in a sanitizer build ASan's max_allocation_size_mb and hard_rss_limit_mb do that job).  Each
+// input is given to the harness in a heap buffer of exactly its size, as libFuzzer does, so ASan
+// sees a read past its end.
 //
 // Usage: fuzz-replay TARGET PATH...  (a PATH is an input file or a directory of them, not recursed)
-// Exit: 0 all inputs replayed; 1 a path cannot be read; 2 usage error.
+// Exit: 0 all inputs replayed; 1 a path cannot be read, holds no input, or an input timed out;
+// 2 usage error; a finding dies of its signal (SIGABRT for a harness's abort).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,9 +21,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,16 +38,21 @@
 #endif
 #ifdef ICMLKIT_REPLAY_SANITIZED
 #include <sanitizer/common_interface_defs.h>
+/// ASan's defaults for this program: an allocation or a resident set libFuzzer's -rss_limit_mb=2048
+/// would call an out-of-memory finding is a report here too (ASAN_OPTIONS still overrides).
+extern "C" const char* __asan_default_options() { return "max_allocation_size_mb=2048:hard_rss_limit_mb=3072"; }
 #endif
 
 #define ICMLKIT_REPLAY_TARGETS(X) \
   X(fuzz_gguf) X(fuzz_safetensors) X(fuzz_checkpoint) X(fuzz_hf_config) X(fuzz_table) X(fuzz_ts) X(fuzz_vectors) X(fuzz_rank) X(fuzz_openai)
 
+// A harness's LLVMFuzzerInitialize is optional: a weak reference is null where it has none.
 extern "C" {
-#define ICMLKIT_DECLARE(t) int replay_##t(const std::uint8_t* data, std::size_t size);
+#define ICMLKIT_DECLARE(t)                                          \
+  int replay_##t(const std::uint8_t* data, std::size_t size);      \
+  __attribute__((weak)) int replay_init_##t(int* argc, char*** argv);
 ICMLKIT_REPLAY_TARGETS(ICMLKIT_DECLARE)
 #undef ICMLKIT_DECLARE
-int replay_init_fuzz_checkpoint(int* argc, char*** argv);
 }
 
 namespace {
@@ -45,31 +60,85 @@ namespace {
 struct Target {
   const char* name;
   int (*one)(const std::uint8_t*, std::size_t);
+  int (*init)(int*, char***);
 };
 
-constexpr Target kTargets[] = {
-#define ICMLKIT_ENTRY(t) {#t, replay_##t},
+const Target kTargets[] = {
+#define ICMLKIT_ENTRY(t) {#t, replay_##t, replay_init_##t},
     ICMLKIT_REPLAY_TARGETS(ICMLKIT_ENTRY)
 #undef ICMLKIT_ENTRY
 };
 
-// The input being replayed, named on stderr when the harness aborts, crashes or a sanitizer stops
-// the process (async-signal-safe: a fixed buffer and write(2)).
+#ifdef ICMLKIT_REPLAY_SANITIZED
+#define ICMLKIT_REPLAY_TIMEOUT 30
+#else
+#define ICMLKIT_REPLAY_TIMEOUT 10
+#endif
+#define ICMLKIT_STR2(x) #x
+#define ICMLKIT_STR(x) ICMLKIT_STR2(x)
+constexpr unsigned kTimeoutSeconds = ICMLKIT_REPLAY_TIMEOUT;
+
+// The input being replayed, named on stderr when the harness aborts, crashes, times out or a
+// sanitizer stops the process (async-signal-safe: a fixed buffer and write(2)).
 char g_current[4096];
 
-void name_current_input() {
-  const char lead[] = "fuzz-replay: the finding's input: ";
-  if (write(STDERR_FILENO, lead, sizeof lead - 1) < 0) return;
+void say(const char* text) {
   std::size_t n = 0;
-  while (n < sizeof g_current && g_current[n] != '\0') ++n;
-  if (write(STDERR_FILENO, g_current, n) < 0) return;
-  if (write(STDERR_FILENO, "\n", 1) < 0) return;
+  while (text[n] != '\0') ++n;
+  if (write(STDERR_FILENO, text, n) < 0) return;
+}
+
+void set_current(const std::string& what) {
+  const std::string shown = what.substr(0, sizeof g_current - 1);
+  std::copy(shown.begin(), shown.end(), g_current);
+  g_current[shown.size()] = '\0';
+}
+
+void name_current_input() {
+  say("fuzz-replay: the finding's input: ");
+  say(g_current);
+  say("\n");
 }
 
 void on_fatal_signal(int sig) {
   name_current_input();
-  std::signal(sig, SIG_DFL);
+  std::signal(sig, SIG_DFL);  // the default action (core, exit status of the signal)
   std::raise(sig);
+}
+
+void on_timeout(int) {
+  say("fuzz-replay: timed out after " ICMLKIT_STR(ICMLKIT_REPLAY_TIMEOUT) " s (the campaign's -timeout) on input: ");
+  say(g_current);
+  say("\n");
+  _exit(1);
+}
+
+/// Installs `handler` for `sig` on an alternate stack, so a stack overflow still names its input.
+void install(int sig, void (*handler)(int)) {
+  struct sigaction sa {};
+  sa.sa_handler = handler;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, nullptr);
+}
+
+void install_handlers() {
+  static std::vector<char> alt_stack(1 << 16);
+  stack_t ss{};
+  ss.ss_sp = alt_stack.data();
+  ss.ss_size = alt_stack.size();
+  sigaltstack(&ss, nullptr);
+  install(SIGABRT, on_fatal_signal);
+  install(SIGILL, on_fatal_signal);
+  install(SIGALRM, on_timeout);
+#ifdef ICMLKIT_REPLAY_SANITIZED
+  // ASan's own handlers report SEGV, BUS and FPE with a stack; its death callback names the input.
+  __sanitizer_set_death_callback(name_current_input);
+#else
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE}) install(sig, on_fatal_signal);
+  const rlimit cap{rlim_t{4} << 30, rlim_t{4} << 30};
+  setrlimit(RLIMIT_AS, &cap);
+#endif
 }
 
 int usage(const std::string& why) {
@@ -77,6 +146,18 @@ int usage(const std::string& why) {
   for (const auto& t : kTargets) std::fprintf(stderr, " %s", t.name);
   std::fprintf(stderr, ")\n");
   return 2;
+}
+
+/// The regular files of directory `dir`, sorted by name; false (with `ec` set) when it cannot be listed.
+bool list_files(const std::filesystem::path& dir, std::vector<std::filesystem::path>& files, std::error_code& ec) {
+  namespace fs = std::filesystem;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec)) files.push_back(it->path());
+  }
+  std::sort(files.begin(), files.end());
+  return !ec;
 }
 
 }  // namespace
@@ -94,13 +175,14 @@ int main(int argc, char** argv) {
     const fs::path p = argv[i];
     if (fs::is_directory(p, ec)) {
       std::vector<fs::path> files;
-      for (const auto& e : fs::directory_iterator(p, ec))
-        if (e.is_regular_file()) files.push_back(e.path());
-      if (ec) {
+      if (!list_files(p, files, ec)) {
         std::fprintf(stderr, "fuzz-replay: cannot list %s: %s\n", argv[i], ec.message().c_str());
         return 1;
       }
-      std::sort(files.begin(), files.end());
+      if (files.empty()) {
+        std::fprintf(stderr, "fuzz-replay: directory %s holds no input file\n", argv[i]);
+        return 1;
+      }
       inputs.insert(inputs.end(), files.begin(), files.end());
     } else if (fs::is_regular_file(p, ec)) {
       inputs.push_back(p);
@@ -109,11 +191,12 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, on_fatal_signal);
-#ifdef ICMLKIT_REPLAY_SANITIZED
-  __sanitizer_set_death_callback(name_current_input);
-#endif
-  if (name == "fuzz_checkpoint") replay_init_fuzz_checkpoint(&argc, &argv);
+  install_handlers();
+  // a harness's seed-writing mode (fuzz_checkpoint) must not replace the replay
+  unsetenv("ICMLKIT_FUZZ_EMIT_SEEDS");
+  unsetenv("ICMLKIT_FUZZ_SEED_MODELS");
+  set_current("(the harness's initialisation, before any input)");
+  if (target->init) target->init(&argc, &argv);
   std::size_t bytes = 0;
   for (const auto& path : inputs) {
     std::ifstream in(path, std::ios::binary);
@@ -122,12 +205,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fuzz-replay: cannot read %s\n", path.c_str());
       return 1;
     }
-    const std::string shown = path.string().substr(0, sizeof g_current - 1);
-    std::copy(shown.begin(), shown.end(), g_current);
-    g_current[shown.size()] = '\0';
-    target->one(reinterpret_cast<const std::uint8_t*>(data.data()), data.size());
+    // exactly the input's size on the heap, as libFuzzer passes it (no terminator or spare capacity)
+    const std::unique_ptr<std::uint8_t[]> exact(new std::uint8_t[data.size()]);
+    std::copy(data.begin(), data.end(), exact.get());
+    set_current(path.string());
+    alarm(kTimeoutSeconds);
+    target->one(exact.get(), data.size());
+    alarm(0);
     bytes += data.size();
   }
+  set_current("(none: a check at exit, after every input ran)");
   std::printf("fuzz-replay: %s: %zu inputs (%zu bytes) replayed, no finding\n", target->name, inputs.size(), bytes);
   return 0;
 }
