@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -136,23 +138,62 @@ TEST_CASE("serve: on an engine (the device mode, one slot) requests run in turn 
   CHECK(engine.size() == 0);  // cleared after each request
 }
 
+/// A CPU engine whose forward passes wait until open() is called, telling wait_entered() when the
+/// first has begun: a request is then surely running, and the test decides when it may go on.
+class GatedEngine final : public lm::EngineWrapper {
+ public:
+  using EngineWrapper::EngineWrapper;
+  lm::ForwardResult forward(const lm::Batch& b, const lm::ForwardOptions& o = {}) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      entered_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return open_; });
+    }
+    return inner_.forward(b, o);
+  }
+  void wait_entered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return entered_; });
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false, open_ = false;
+};
+
 TEST_CASE("serve: the batcher refuses beyond its queue, ends jobs as documented, and rejects bad prompts") {
   const lm::Model m = serve_model();
-  serve::Batcher b(m, 1, 1);
   serve::GenRequest r;
   r.prompt = {1, 2, 3};
   r.max_tokens = 50;
   r.stop_at_eos = false;
-  auto a = b.submit(r);
-  auto q = b.submit(r);
-  REQUIRE(a);
-  REQUIRE(q);
-  CHECK_FALSE(b.submit(r));  // one running, one queued: full
-  a->cancel();
-  drain(*a);
-  CHECK(a->finish_reason() == "cancelled");
-  CHECK(drain(*q).size() == 50);
-  CHECK(q->finish_reason() == "max_tokens");
+  {
+    // one slot and a queue of one, the running request held in its first forward pass (before,
+    // the test raced the worker: on a loaded machine it could finish 'a' before the third submit)
+    lm::CpuEngine cpu(m);
+    GatedEngine gated(cpu);
+    serve::Batcher g(m, gated, 1);
+    auto a = g.submit(r);
+    REQUIRE(a);
+    gated.wait_entered();
+    auto q = g.submit(r);
+    REQUIRE(q);
+    CHECK_FALSE(g.submit(r));  // one running, one queued: full
+    a->cancel();
+    gated.open();
+    drain(*a);
+    CHECK(a->finish_reason() == "cancelled");
+    CHECK(drain(*q).size() == 50);
+    CHECK(q->finish_reason() == "max_tokens");
+  }
+  serve::Batcher b(m, 1, 1);
   r.max_tokens = 0;
   auto z = b.submit(r);
   CHECK(drain(*z).empty());
