@@ -36,8 +36,35 @@ int claim_slot(pid_t pid) noexcept {
 
 struct sigaction g_old_int {}, g_old_term {};
 
+/// Waits (polling, async-signal-safe) until every child registered now has exited, at most
+/// `grace_ms` (a multiple of 10); a child still running then gets SIGKILL.  Children are not reaped here (run_process
+/// reaps its own), so a killed sweep returns only once no lm-train of it is left running.
+void wait_children_exit(const int grace_ms) noexcept {
+  std::array<pid_t, kSlots> pids{};
+  for (std::size_t i = 0; i < kSlots; ++i) pids[i] = g_children[i].load();
+  const timespec tick{0, 10'000'000};  // 10 ms
+  for (int waited = 0;; waited += 10) {
+    bool running = false;
+    for (pid_t& pid : pids) {
+      if (pid <= 0) continue;
+      siginfo_t info{};
+      if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0)
+        running = true;
+      else
+        pid = 0;  // exited (or already reaped by its runner)
+    }
+    if (!running) return;
+    if (waited == grace_ms)
+      for (pid_t pid : pids)
+        if (pid > 0) ::kill(pid, SIGKILL);
+    if (waited >= grace_ms + 2000) return;  // killed, and still not gone: stop waiting
+    ::nanosleep(&tick, nullptr);
+  }
+}
+
 void on_termination(int sig) {
   terminate_children();
+  wait_children_exit(10'000);
   // Chain to a handler installed before ours (io::AtomicFile's, which removes pending
   // temporaries and then dies of the signal), else die of it here.
   const struct sigaction& old = sig == SIGINT ? g_old_int : g_old_term;

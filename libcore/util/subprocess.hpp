@@ -24,7 +24,8 @@ int run_process(const std::vector<std::string>& argv, const std::string& stdout_
 /// handler may call it (lm-sweep does on SIGINT/SIGTERM, so a killed sweep leaves no orphans).
 void terminate_children() noexcept;
 
-/// Installs SIGINT and SIGTERM handlers that terminate_children() and then call the handler
+/// Installs SIGINT and SIGTERM handlers that terminate_children(), wait until each child has
+/// exited (10 s at most, then SIGKILL: no child outlives this process), and then call the handler
 /// that was there before (io::AtomicFile's cleanup) or end this process with the signal's
 /// default action (exit status 128 + N).  Idempotent.
 void forward_termination_to_children() noexcept;

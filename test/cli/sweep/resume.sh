@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A sweep killed (SIGTERM) while its second cell trains: the rerun keeps the finished cell as it
+# A sweep killed (SIGTERM) while its second cell trains: its lm-train has exited when the sweep
+# has (lm-sweep waits for its children), and the rerun keeps the finished cell as it
 # is, resumes the killed cell from its checkpoint (lm-train --resume), and ends with one row per
 # cell; the resumed cell's loss equals an uninterrupted run's bit for bit.
 # Usage: resume.sh LM_SWEEP GRID
@@ -12,13 +13,16 @@ for _ in $(seq 1 600); do
   if [ -f "$log" ] && [ "$(grep -c '"step"' "$log")" -ge 6 ]; then break; fi
   sleep 0.05
 done
+# this sweep's own children (a pattern over all processes would also match another test's cells)
+kids=$(pgrep -P $pid)
+[ -n "$kids" ] || { echo "the sweep runs no lm-train at the kill"; exit 1; }
 kill -TERM $pid
 wait $pid
 rc=$?
 [ $rc = 143 ] || { echo "the killed sweep exited $rc, not 143"; exit 1; }
 [ -f run/cells/a.prop.D1024.Enat.s1/result.json ] || { echo "the first cell has no result"; exit 1; }
 [ ! -f run/cells/b.prop.D96000.E2.s1/result.json ] || { echo "the killed cell has a result"; exit 1; }
-pgrep -f "run/cells/b.prop" > /dev/null && { echo "lm-train outlived the sweep"; exit 1; }
+for k in $kids; do kill -0 "$k" 2> /dev/null && { echo "lm-train (pid $k) outlived the sweep"; exit 1; }; done
 first=$(sha256sum run/cells/a.prop.D1024.Enat.s1/result.json)
 "$sweep" "$grid" -o run/ -t 1 --checkpoint-every 20 -q || { echo "the rerun failed"; exit 1; }
 [ "$first" = "$(sha256sum run/cells/a.prop.D1024.Enat.s1/result.json)" ] || { echo "the finished cell was run again"; exit 1; }
