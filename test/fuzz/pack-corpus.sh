@@ -28,12 +28,20 @@ mkdir -p "$root/corpus"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for t in "${targets[@]}"; do
-  rm -rf "${work:?}"/*; mkdir -p "$work/kept" "$work/merged"
-  [ ! -f "$root/corpus/$t.tar.xz" ] || tar -xJf "$root/corpus/$t.tar.xz" -C "$work/kept"
-  (cd "$work" && "$fuzz/$t" -merge=1 -max_len=65536 -rss_limit_mb=2048 -timeout=10 "$work/merged" "$work/kept" "$grown/$t" > merge.log 2>&1) ||
+  rm -rf "${work:?}"/*; mkdir -p "$work/kept" "$work/merged" "$work/found"
+  [ ! -f "$root/corpus/$t.tar.xz" ] || tar -xJf "$root/corpus/$t.tar.xz" -C "$work/kept" 2> /dev/null ||
+    { echo "pack-corpus.sh: cannot unpack the kept corpus $root/corpus/$t.tar.xz (restore it: git checkout -- test/fuzz/corpus)" >&2; exit 1; }
+  (cd "$work" && "$fuzz/$t" -merge=1 -max_len=65536 -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$work/found/" \
+    "$work/merged" "$work/kept" "$grown/$t" > merge.log 2>&1) ||
     { tail -20 "$work/merge.log" >&2; echo "pack-corpus.sh: merging $t failed (a finding? see above)" >&2; exit 1; }
+  # the merge survives an input that crashes (it retries without it): that input is a finding
+  if [ -n "$(ls "$work/found")" ]; then
+    mkdir -p "$root/findings"; cp "$work/found"/* "$root/findings/"; cp "$work/merge.log" "$root/findings/$t.merge.log"
+    echo "pack-corpus.sh: merging $t met a finding ($(cd "$work/found" && echo *)); copied to $root/findings/ with merge.log; nothing packed" >&2
+    exit 1
+  fi
   # the replay refuses a corpus of under 10 inputs; never replace a kept corpus with one
-  [ "$(ls "$work/merged" | wc -l)" -ge 10 ] || { echo "pack-corpus.sh: $t merged to under 10 inputs; kept corpus left as it was" >&2; exit 1; }
+  [ "$(ls "$work/merged" | wc -l)" -ge 10 ] || { echo "pack-corpus.sh: $t merged to under 10 inputs; nothing packed" >&2; exit 1; }
   chmod 0644 "$work/merged"/*
   XZ_OPT=-T1 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --mode=go-w -C "$work/merged" -cJf "$work/$t.tar.xz" .
   mv "$work/$t.tar.xz" "$root/corpus/$t.tar.xz"

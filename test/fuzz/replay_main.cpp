@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
     } else if (fs::is_regular_file(p, ec)) {
       inputs.push_back(p);
     } else {
-      std::fprintf(stderr, "fuzz-replay: %s is neither a file nor a directory\n", argv[i]);
+      std::fprintf(stderr, "fuzz-replay: '%s' is neither a file nor a directory\n", argv[i]);
       return 1;
     }
   }

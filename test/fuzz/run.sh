@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Seeds each fuzzer (the kept corpus test/fuzz/corpus/<target>.tar.xz, model files made by our own
 # tools, the kept seeds of test/fuzz/seeds), then runs it for SECONDS.  Findings are written to
-# test/fuzz/findings/ (keep each, once fixed, as test/fuzz/regressions/<target without fuzz_>-NAME:
-# the test suite replays it through its harness).  FUZZ_ONLY=fuzz_table runs one target; FUZZ_CORPUS=DIR keeps the
+# test/fuzz/findings/ with each target's whole log (<target>.log); the first finding stops the
+# script (keep each, once fixed, as test/fuzz/regressions/<target without fuzz_>-NAME: the test
+# suite replays it through its harness).  FUZZ_ONLY=fuzz_table runs one target; FUZZ_CORPUS=DIR keeps the
 # corpora between runs (a long campaign in pieces); FUZZ_ARGS adds libFuzzer flags (-fork=2: two
 # processes sharing the corpus; its execution count is the last "#N: cov" line, not a stats block).
 # Inputs are capped at 64 KiB (-max_len): a larger seed is cut, so keep seeds small.
@@ -11,9 +12,14 @@ set -euo pipefail
 targets="fuzz_gguf fuzz_safetensors fuzz_checkpoint fuzz_hf_config fuzz_table fuzz_ts fuzz_vectors fuzz_rank fuzz_openai"
 usage() { echo "run.sh: $1 (usage: run.sh BIN_DIR FUZZ_DIR [SECONDS]; FUZZ_ONLY one of: $targets)" >&2; exit 2; }
 [ $# -ge 2 ] || usage "BIN_DIR and FUZZ_DIR are required"
+[ $# -le 3 ] || usage "too many arguments"
 secs=${3:-300}
-[[ $secs =~ ^[1-9][0-9]*$ ]] || usage "SECONDS must be a positive whole number of seconds, got '$secs'"
-[ -z "${FUZZ_ONLY:-}" ] || [[ " $targets " == *" $FUZZ_ONLY "* ]] || usage "unknown FUZZ_ONLY '$FUZZ_ONLY'"
+[[ $secs =~ ^[1-9][0-9]{0,8}$ ]] || usage "SECONDS must be a positive whole number of seconds (below 10^9), got '$secs'"
+[ -z "${FUZZ_ONLY:-}" ] || { [[ $FUZZ_ONLY != *" "* ]] && [[ " $targets " == *" $FUZZ_ONLY "* ]]; } || usage "unknown FUZZ_ONLY '$FUZZ_ONLY' (one target)"
+if [ -n "${FUZZ_CORPUS:-}" ]; then  # made absolute: each fuzzer runs in test/fuzz/findings
+  mkdir -p "$FUZZ_CORPUS" 2> /dev/null && [ -d "$FUZZ_CORPUS" ] || usage "FUZZ_CORPUS '$FUZZ_CORPUS' is not a directory that can be made"
+  FUZZ_CORPUS=$(cd "$FUZZ_CORPUS" && pwd)
+fi
 [ -x "$1/lm-init" ] || usage "$1 has no lm-init (BIN_DIR is the normal build's bin/)"
 for t in ${FUZZ_ONLY:-$targets}; do [ -x "$2/$t" ] || usage "$2 has no $t (FUZZ_DIR is the fuzz build's fuzz/: make -f Makefile.shortcuts fuzz)"; done
 bin=$(cd "$1" && pwd); fuzz=$(cd "$2" && pwd)
@@ -22,7 +28,9 @@ root=$(cd "$(dirname "$0")" && pwd)
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/gguf" "$work/st" "$root/findings"
+mkdir -p "$work/gguf" "$work/st" "$work/scratch" "$root/findings"
+# the harnesses' scratch files, removed with $work even when a fuzzer dies on a finding
+export ICMLKIT_FUZZ_SCRATCH=$work/scratch
 "$bin/tokenizer-train" "$root/../cli/fixtures/genesis.txt" --vocab-size 400 -o "$work/t.model" -q
 "$bin/lm-init" --tokenizer "$work/t.model" --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 1 --d-ff 24 --n-ctx 16 -o "$work/m.h5" -q
 "$bin/lm-init" --vocab-size 40 --d-model 16 --n-layers 1 --n-heads 2 --n-kv-heads 2 --d-ff 24 --n-ctx 16 --tied -o "$work/bare.h5" -q
@@ -75,5 +83,11 @@ for t in gguf st ckpt hfc table ts vectors rank openai; do
   # the corpus it grows is kept between runs in FUZZ_CORPUS/<target> when FUZZ_CORPUS is set
   corpus=$work/$t
   if [ -n "${FUZZ_CORPUS:-}" ]; then corpus=$FUZZ_CORPUS/$(basename "$exe"); mkdir -p "$corpus"; cp -n "$work/$t"/* "$corpus/"; fi
-  (cd "$root/findings" && "$exe" "$corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 ${FUZZ_ARGS:-} 2>&1 | tail -15)
+  # the whole log in test/fuzz/findings/<target>.log, its last lines here; a finding stops the script
+  log=$root/findings/$(basename "$exe").log rc=0
+  (cd "$root/findings" && "$exe" "$corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 ${FUZZ_ARGS:-} 2>&1 | tee "$log" | tail -15) || rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "run.sh: $(basename "$exe") stopped with a finding (exit $rc): the input is in $root/findings/, the whole report in $log; the targets after it did not run" >&2
+    exit $rc
+  fi
 done
