@@ -82,7 +82,10 @@ for t in gguf st ckpt hfc table ts vectors rank openai; do
   echo "fuzz: $(basename "$exe") for ${secs}s, $(ls "$work/$t" | wc -l) seeds (the kept corpus and files made by our tools)"
   # the corpus it grows is kept between runs in FUZZ_CORPUS/<target> when FUZZ_CORPUS is set
   corpus=$work/$t
-  if [ -n "${FUZZ_CORPUS:-}" ]; then corpus=$FUZZ_CORPUS/$(basename "$exe"); mkdir -p "$corpus"; cp -n "$work/$t"/* "$corpus/"; fi
+  if [ -n "${FUZZ_CORPUS:-}" ]; then corpus=$FUZZ_CORPUS/$(basename "$exe"); mkdir -p "$corpus"
+    # (not cp -n: coreutils 9.2-9.4 exit 1 when it skips a file)
+    for f in "$work/$t"/*; do [ -e "$corpus/${f##*/}" ] || cp "$f" "$corpus/"; done
+  fi
   # the whole log in test/fuzz/findings/<target>.log, its last lines here; a finding stops the script
   log=$root/findings/$(basename "$exe").log rc=0
   (cd "$root/findings" && "$exe" "$corpus" -max_total_time="$secs" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 ${FUZZ_ARGS:-} 2>&1 | tee "$log" | tail -15) || rc=$?
